@@ -1,0 +1,41 @@
+# shardlab_add_test(NAME <name> TARGET <exe> LABEL <unit|property|mpi|scenario|bench|...>
+#                   [TIMEOUT <s>] [MPI_RANKS <n>] [ARGS ...] [ENVIRONMENT k=v ...])
+# The one way tests get registered. With MPI_RANKS the test is launched as
+#   mpiexec -n N <SHARDLAB_MPIEXEC_PREFLAGS> <exe> <args>
+# where the pre-flags (root/oversubscribe) come from the preset or cache, never from here.
+function(shardlab_add_test)
+  cmake_parse_arguments(T "" "NAME;TARGET;LABEL;TIMEOUT;MPI_RANKS" "ARGS;ENVIRONMENT" ${ARGN})
+  if(NOT T_NAME OR NOT T_TARGET OR NOT T_LABEL)
+    message(FATAL_ERROR "shardlab_add_test needs NAME, TARGET and LABEL")
+  endif()
+  if(NOT T_TIMEOUT)
+    set(T_TIMEOUT 120)
+  endif()
+  if(T_MPI_RANKS)
+    add_test(NAME ${T_NAME}
+             COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${T_MPI_RANKS}
+                     ${MPIEXEC_PREFLAGS} ${SHARDLAB_MPIEXEC_PREFLAGS}
+                     $<TARGET_FILE:${T_TARGET}> ${T_ARGS})
+    set_tests_properties(${T_NAME} PROPERTIES PROCESSORS ${T_MPI_RANKS})
+  else()
+    add_test(NAME ${T_NAME} COMMAND $<TARGET_FILE:${T_TARGET}> ${T_ARGS})
+  endif()
+  set_tests_properties(${T_NAME} PROPERTIES LABELS "${T_LABEL}" TIMEOUT ${T_TIMEOUT})
+  if(T_ENVIRONMENT)
+    set_tests_properties(${T_NAME} PROPERTIES ENVIRONMENT "${T_ENVIRONMENT}")
+  endif()
+endfunction()
+
+# shardlab_add_gtest(<name> SOURCES ... LIBS ... [LABEL unit] [TIMEOUT s])
+# Builds a gtest executable and registers it as one ctest entry.
+function(shardlab_add_gtest name)
+  cmake_parse_arguments(G "" "LABEL;TIMEOUT" "SOURCES;LIBS;ARGS;ENVIRONMENT" ${ARGN})
+  if(NOT G_LABEL)
+    set(G_LABEL unit)
+  endif()
+  add_executable(${name} ${G_SOURCES})
+  target_link_libraries(${name} PRIVATE ${G_LIBS} GTest::gtest GTest::gtest_main shardlab_options)
+  set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/tests)
+  shardlab_add_test(NAME ${name} TARGET ${name} LABEL ${G_LABEL} TIMEOUT ${G_TIMEOUT}
+                    ARGS ${G_ARGS} ENVIRONMENT ${G_ENVIRONMENT})
+endfunction()

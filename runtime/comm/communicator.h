@@ -1,0 +1,103 @@
+// Communicator: the seam for collectives and point-to-point messages (c10d's ProcessGroup).
+//
+// Backends (same file names in each folder): sim in the top-level sim folder (ranks as
+// threads of one process, virtual time), mpi/ (Open MPI, one rank per process), hccl/
+// (Gaudi, later). Decorators: checking_communicator.h (verifies every rank issues the
+// same collective sequence).
+//
+// Contract shared by every backend (the conformance suite in conformance_test.h checks it):
+// - Every call is asynchronous and returns a Work; results are visible after a
+//   successful Work::wait. The caller keeps the tensors alive and untouched until then.
+// - Argument errors (dtype, size, root/peer out of range, aliasing) come back as a Work
+//   that is already complete with INVALID_ARGUMENT; nothing is sent.
+// - Collectives must be issued in the same order on every member of the group.
+// - Supported dtypes: fp32, bf16, int64 (kAvg only for floating types). Reductions of
+//   bf16 add in fp32 and round once per step, in rank order 0, 1, …, W-1 on sim.
+// - Timeouts are measured on the Clock the communicator was built with. A peer that
+//   never arrives makes wait() return TIMEOUT naming the operation, never hang.
+//
+// Thread safety: a Communicator (and its Works) is used by the one thread that owns the
+// rank.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "runtime/core/clock.h"
+#include "runtime/core/status.h"
+#include "runtime/core/tensor.h"
+
+namespace shardlab::runtime::comm {
+
+enum class ReduceOp { kSum, kAvg, kMax, kMin };
+std::string_view reduce_op_name(ReduceOp op);
+
+// The kinds of operations, for traces, checking and error messages.
+enum class OpKind { kAllGather, kReduceScatter, kAllReduce, kBroadcast, kBarrier, kSend, kRecv, kSplit };
+std::string_view op_kind_name(OpKind kind);
+
+class Work {
+ public:
+  virtual ~Work() = default;
+  // Blocks until the operation completes or `timeout` elapses on the communicator's
+  // Clock. Returns the operation's status, or TIMEOUT naming the operation, the rank and
+  // the group. Calling wait again after completion returns the same status.
+  virtual Status wait(Nanos timeout) = 0;
+  // Non-blocking: true once wait() would return without blocking.
+  virtual bool is_completed() = 0;
+};
+using WorkPtr = std::shared_ptr<Work>;
+
+// A Work that is complete from the start (argument errors, size-1 groups, ...).
+WorkPtr completed_work(Status status);
+
+// The default timeout used by helpers that wait (30 s on the communicator's clock).
+constexpr Nanos kDefaultTimeout = 30 * kNanosPerSecond;
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // A name that identifies the group on every member: "world", "world/3" (color 3 of a split).
+  virtual const std::string& group_name() const = 0;
+
+  // output (size()·n elements) ← concatenation of every rank's input (n elements), in
+  // rank order. In place when input is exactly output's rank-th chunk.
+  virtual WorkPtr all_gather_into(const Tensor& output, const Tensor& input) = 0;
+  // output (n elements) ← op over ranks of input's rank-th chunk (input has size()·n).
+  // In place when output is exactly input's rank-th chunk.
+  virtual WorkPtr reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op) = 0;
+  // inout ← op over ranks of inout.
+  virtual WorkPtr all_reduce(const Tensor& inout, ReduceOp op) = 0;
+  // inout ← root's inout.
+  virtual WorkPtr broadcast(const Tensor& inout, int root) = 0;
+  virtual WorkPtr barrier() = 0;
+  // Point-to-point; messages between a pair with the same tag arrive in order. A send
+  // completes when the matching recv has the data.
+  virtual WorkPtr send(const Tensor& input, int peer, int tag) = 0;
+  virtual WorkPtr recv(const Tensor& output, int peer, int tag) = 0;
+
+  // Collective over this group (like MPI_Comm_split): members passing the same
+  // color >= 0 form a new group ordered by (key, old rank). color < 0 returns nullptr
+  // (not a member of any new group).
+  virtual Result<std::unique_ptr<Communicator>> split(int color, int key) = 0;
+};
+
+// Shared argument validation, so every backend reports the same errors.
+Status validate_all_gather(const Communicator& c, const Tensor& output, const Tensor& input);
+Status validate_reduce_scatter(const Communicator& c, const Tensor& output, const Tensor& input, ReduceOp op);
+Status validate_all_reduce(const Communicator& c, const Tensor& inout, ReduceOp op);
+Status validate_broadcast(const Communicator& c, const Tensor& inout, int root);
+Status validate_peer(const Communicator& c, const Tensor& t, int peer, std::string_view what);
+
+// Reduces `count` elements of `src` into `dst` (dst = dst op src) for dtype; bf16/fp16 add
+// in fp32 and round. Used by backends that reduce on the host.
+void reduce_into(DType dtype, ReduceOp op, std::byte* dst, const std::byte* src, std::int64_t count);
+// Divides `count` floating elements by `divisor` in place (for kAvg).
+void divide_in_place(DType dtype, std::byte* data, std::int64_t count, int divisor);
+
+}  // namespace shardlab::runtime::comm

@@ -1,0 +1,309 @@
+// The Communicator conformance suite (see conformance_test.h). Values are small
+// integers so that sums are exact whatever the backend's reduction order.
+#include "runtime/comm/conformance_test.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace shardlab::runtime::comm::testing {
+
+std::vector<ConformanceParam> conformance_params(std::shared_ptr<CommHarness> harness, const std::vector<int>& sizes) {
+  std::vector<ConformanceParam> out;
+  for (int s : sizes) out.push_back({harness, s});
+  return out;
+}
+
+std::string conformance_param_name(const ::testing::TestParamInfo<ConformanceParam>& info) {
+  return info.param.harness->name() + "_world" + std::to_string(info.param.world_size);
+}
+
+namespace {
+
+constexpr Nanos kLong = 60 * kNanosPerSecond;
+
+Tensor make(RankEnv& env, std::int64_t n, DType dtype, const std::string& name) {
+  auto t = env.device.empty({n}, dtype, MemoryCategory::kCommBuffers, name);
+  SHARDLAB_CHECK_OK(t.status());
+  return *t;
+}
+
+// Writes value v (a small integer) at index i in any supported dtype.
+void set(const Tensor& t, std::int64_t i, double v) {
+  switch (t.dtype()) {
+    case DType::kF32: t.data<float>()[i] = static_cast<float>(v); break;
+    case DType::kBF16: t.data<std::uint16_t>()[i] = float_to_bf16(static_cast<float>(v)); break;
+    case DType::kF16: t.data<std::uint16_t>()[i] = float_to_fp16(static_cast<float>(v)); break;
+    case DType::kI64: t.data<std::int64_t>()[i] = static_cast<std::int64_t>(v); break;
+  }
+}
+double get(const Tensor& t, std::int64_t i) {
+  switch (t.dtype()) {
+    case DType::kF32: return t.data<float>()[i];
+    case DType::kBF16: return bf16_to_float(t.data<std::uint16_t>()[i]);
+    case DType::kF16: return fp16_to_float(t.data<std::uint16_t>()[i]);
+    case DType::kI64: return static_cast<double>(t.data<std::int64_t>()[i]);
+  }
+  return 0;
+}
+
+// A value that depends on (rank, index) and stays exact in bf16 (|v| < 256).
+double value(int rank, std::int64_t i) { return static_cast<double>((rank * 7 + i * 3) % 23) - 11.0; }
+
+void expect_ok(const WorkPtr& w, const std::string& what) {
+  const Status s = w->wait(kLong);
+  EXPECT_TRUE(s.is_ok()) << what << ": " << s.to_string();
+}
+
+const DType kDtypes[] = {DType::kF32, DType::kBF16, DType::kI64};
+const std::int64_t kCounts[] = {0, 1, 7, 1000};
+
+}  // namespace
+
+TEST_P(CommConformance, AllGatherEveryDtypeAndCount) {
+  run([&](RankEnv& env) {
+    const int w = env.comm.size(), r = env.comm.rank();
+    ASSERT_EQ(w, world_size());
+    for (DType dt : kDtypes) {
+      for (std::int64_t n : kCounts) {
+        Tensor in = make(env, n, dt, "in"), out = make(env, n * w, dt, "out");
+        for (std::int64_t i = 0; i < n; ++i) set(in, i, value(r, i));
+        expect_ok(env.comm.all_gather_into(out, in), "all_gather");
+        for (int src = 0; src < w; ++src) {
+          for (std::int64_t i = 0; i < n; ++i) {
+            ASSERT_EQ(get(out, src * n + i), value(src, i)) << dtype_name(dt) << " n=" << n << " src=" << src;
+          }
+        }
+      }
+    }
+  });
+}
+
+TEST_P(CommConformance, AllGatherInPlace) {
+  run([&](RankEnv& env) {
+    const int w = env.comm.size(), r = env.comm.rank();
+    const std::int64_t n = 13;
+    Tensor out = make(env, n * w, DType::kF32, "out");
+    Tensor mine = *out.narrow(n * r, n);
+    for (std::int64_t i = 0; i < n; ++i) set(mine, i, value(r, i));
+    expect_ok(env.comm.all_gather_into(out, mine), "all_gather in place");
+    for (int src = 0; src < w; ++src)
+      for (std::int64_t i = 0; i < n; ++i) ASSERT_EQ(get(out, src * n + i), value(src, i));
+  });
+}
+
+TEST_P(CommConformance, ReduceScatterSumAndAvg) {
+  run([&](RankEnv& env) {
+    const int w = env.comm.size(), r = env.comm.rank();
+    for (DType dt : kDtypes) {
+      for (std::int64_t n : kCounts) {
+        for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax, ReduceOp::kMin}) {
+          if (op == ReduceOp::kAvg && dt == DType::kI64) continue;  // rejected; tested in ArgumentErrors
+          Tensor in = make(env, n * w, dt, "in"), out = make(env, n, dt, "out");
+          for (std::int64_t i = 0; i < n * w; ++i) set(in, i, value(r, i));
+          expect_ok(env.comm.reduce_scatter(out, in, op), "reduce_scatter");
+          for (std::int64_t i = 0; i < n; ++i) {
+            double expect = op == ReduceOp::kMax ? -1e9 : op == ReduceOp::kMin ? 1e9 : 0.0;
+            for (int src = 0; src < w; ++src) {
+              const double v = value(src, r * n + i);
+              expect = op == ReduceOp::kMax ? std::max(expect, v) : op == ReduceOp::kMin ? std::min(expect, v) : expect + v;
+            }
+            if (op == ReduceOp::kAvg) {
+              const float avg = static_cast<float>(expect) / static_cast<float>(w);
+              const double want = dt == DType::kBF16 ? round_to_bf16(avg) : avg;
+              ASSERT_NEAR(get(out, i), want, dt == DType::kBF16 ? 0.02 : 1e-6) << dtype_name(dt) << " n=" << n;
+            } else {
+              ASSERT_EQ(get(out, i), expect) << dtype_name(dt) << " n=" << n << " op=" << reduce_op_name(op);
+            }
+          }
+        }
+      }
+    }
+  });
+}
+
+TEST_P(CommConformance, ReduceScatterInPlace) {
+  run([&](RankEnv& env) {
+    const int w = env.comm.size(), r = env.comm.rank();
+    const std::int64_t n = 5;
+    Tensor buf = make(env, n * w, DType::kF32, "buf");
+    for (std::int64_t i = 0; i < n * w; ++i) set(buf, i, value(r, i));
+    Tensor mine = *buf.narrow(n * r, n);
+    expect_ok(env.comm.reduce_scatter(mine, buf, ReduceOp::kSum), "reduce_scatter in place");
+    for (std::int64_t i = 0; i < n; ++i) {
+      double expect = 0;
+      for (int src = 0; src < w; ++src) expect += value(src, r * n + i);
+      ASSERT_EQ(get(mine, i), expect);
+    }
+  });
+}
+
+TEST_P(CommConformance, AllReduceOps) {
+  run([&](RankEnv& env) {
+    const int w = env.comm.size(), r = env.comm.rank();
+    for (DType dt : kDtypes) {
+      for (std::int64_t n : kCounts) {
+        Tensor t = make(env, n, dt, "t");
+        for (std::int64_t i = 0; i < n; ++i) set(t, i, value(r, i));
+        expect_ok(env.comm.all_reduce(t, ReduceOp::kSum), "all_reduce");
+        for (std::int64_t i = 0; i < n; ++i) {
+          double expect = 0;
+          for (int src = 0; src < w; ++src) expect += value(src, i);
+          ASSERT_EQ(get(t, i), expect) << dtype_name(dt) << " n=" << n;
+        }
+        for (std::int64_t i = 0; i < n; ++i) set(t, i, value(r, i));
+        expect_ok(env.comm.all_reduce(t, ReduceOp::kMax), "all_reduce max");
+        for (std::int64_t i = 0; i < n; ++i) {
+          double expect = -1e9;
+          for (int src = 0; src < w; ++src) expect = std::max(expect, value(src, i));
+          ASSERT_EQ(get(t, i), expect);
+        }
+      }
+    }
+  });
+}
+
+TEST_P(CommConformance, BroadcastFromEveryRoot) {
+  run([&](RankEnv& env) {
+    const int w = env.comm.size(), r = env.comm.rank();
+    for (int root = 0; root < w; ++root) {
+      Tensor t = make(env, 11, DType::kBF16, "t");
+      for (std::int64_t i = 0; i < 11; ++i) set(t, i, value(r, i));
+      expect_ok(env.comm.broadcast(t, root), "broadcast");
+      for (std::int64_t i = 0; i < 11; ++i) ASSERT_EQ(get(t, i), value(root, i)) << "root " << root;
+    }
+  });
+}
+
+TEST_P(CommConformance, BarrierAndManyOutstandingWorksWaitedInReverse) {
+  run([&](RankEnv& env) {
+    const int w = env.comm.size(), r = env.comm.rank();
+    expect_ok(env.comm.barrier(), "barrier");
+    std::vector<Tensor> ts;
+    std::vector<WorkPtr> works;
+    for (int k = 0; k < 6; ++k) {
+      ts.push_back(make(env, 3, DType::kI64, "t" + std::to_string(k)));
+      for (std::int64_t i = 0; i < 3; ++i) set(ts.back(), i, r + k);
+      works.push_back(env.comm.all_reduce(ts.back(), ReduceOp::kSum));
+    }
+    for (int k = 5; k >= 0; --k) expect_ok(works[static_cast<std::size_t>(k)], "all_reduce #" + std::to_string(k));
+    for (int k = 0; k < 6; ++k) {
+      const double expect = static_cast<double>(w) * (w - 1) / 2 + static_cast<double>(k) * w;
+      ASSERT_EQ(get(ts[static_cast<std::size_t>(k)], 2), expect);
+    }
+    expect_ok(env.comm.barrier(), "barrier");
+  });
+}
+
+TEST_P(CommConformance, SendRecvRingKeepsOrderPerTag) {
+  if (world_size() < 2) GTEST_SKIP() << "point-to-point needs two ranks";
+  run([&](RankEnv& env) {
+    const int w = env.comm.size(), r = env.comm.rank();
+    const int next = (r + 1) % w, prev = (r + w - 1) % w;
+    Tensor a = make(env, 4, DType::kF32, "a"), b = make(env, 4, DType::kF32, "b");
+    Tensor ra = make(env, 4, DType::kF32, "ra"), rb = make(env, 4, DType::kF32, "rb");
+    for (std::int64_t i = 0; i < 4; ++i) {
+      set(a, i, value(r, i));
+      set(b, i, value(r, i + 10));
+    }
+    WorkPtr s1 = env.comm.send(a, next, 5), s2 = env.comm.send(b, next, 5);
+    WorkPtr q1 = env.comm.recv(ra, prev, 5), q2 = env.comm.recv(rb, prev, 5);
+    expect_ok(q2, "recv 2");
+    expect_ok(q1, "recv 1");
+    expect_ok(s1, "send 1");
+    expect_ok(s2, "send 2");
+    for (std::int64_t i = 0; i < 4; ++i) {
+      ASSERT_EQ(get(ra, i), value(prev, i));
+      ASSERT_EQ(get(rb, i), value(prev, i + 10));
+    }
+  });
+}
+
+TEST_P(CommConformance, SplitByParityWithReversedKeys) {
+  run([&](RankEnv& env) {
+    const int w = env.comm.size(), r = env.comm.rank();
+    // The last rank of an odd-sized world opts out (color < 0) when w > 2.
+    const bool opt_out = w > 2 && (w % 2 == 1) && r == w - 1;
+    auto sub = env.comm.split(opt_out ? -1 : r % 2, -r);
+    ASSERT_TRUE(sub.is_ok()) << sub.status().to_string();
+    if (opt_out) {
+      EXPECT_EQ(*sub, nullptr);
+    } else {
+      ASSERT_NE(*sub, nullptr);
+      Communicator& g = **sub;
+      std::vector<int> members;
+      for (int q = 0; q < w; ++q) {
+        const bool q_out = w > 2 && (w % 2 == 1) && q == w - 1;
+        if (!q_out && q % 2 == r % 2) members.push_back(q);
+      }
+      ASSERT_EQ(g.size(), static_cast<int>(members.size()));
+      // Keys are -rank: new rank order is the reverse of the old one.
+      const int expect_rank = static_cast<int>(members.end() - std::find(members.begin(), members.end(), r)) - 1;
+      EXPECT_EQ(g.rank(), expect_rank);
+      EXPECT_NE(g.group_name(), env.comm.group_name());
+      Tensor t = make(env, 1, DType::kI64, "t");
+      set(t, 0, r);
+      expect_ok(g.all_reduce(t, ReduceOp::kSum), "all_reduce in subgroup");
+      double expect = 0;
+      for (int q : members) expect += q;
+      EXPECT_EQ(get(t, 0), expect);
+    }
+    // The parent group still works after a split.
+    Tensor u = make(env, 1, DType::kI64, "u");
+    set(u, 0, 1);
+    expect_ok(env.comm.all_reduce(u, ReduceOp::kSum), "all_reduce in parent");
+    EXPECT_EQ(get(u, 0), w);
+  });
+}
+
+TEST_P(CommConformance, ArgumentErrorsAreReportedLocally) {
+  run([&](RankEnv& env) {
+    const int w = env.comm.size();
+    Tensor in = make(env, 3, DType::kF32, "in"), bad_out = make(env, 3 * w + 1, DType::kF32, "bad_out");
+    Status s = env.comm.all_gather_into(bad_out, in)->wait(kLong);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(s.message().find("all_gather"), std::string::npos) << s.message();
+    Tensor i64 = make(env, static_cast<std::int64_t>(w), DType::kI64, "i64"), o64 = make(env, 1, DType::kI64, "o64");
+    s = env.comm.reduce_scatter(o64, i64, ReduceOp::kAvg)->wait(kLong);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.to_string();
+    s = env.comm.broadcast(in, w)->wait(kLong);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.to_string();
+    s = env.comm.send(in, env.comm.rank(), 0)->wait(kLong);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.to_string();
+    Tensor f16 = make(env, 2, DType::kF16, "f16");
+    s = env.comm.all_reduce(f16, ReduceOp::kSum)->wait(kLong);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.to_string();
+    // Nothing was sent: the group is still in step.
+    expect_ok(env.comm.barrier(), "barrier after argument errors");
+  });
+}
+
+TEST_P(CommConformance, MissingPeerTimesOutThenLatePeerCompletes) {
+  if (world_size() < 2) GTEST_SKIP() << "a missing peer needs two ranks";
+  run([&](RankEnv& env) {
+    const int w = env.comm.size(), r = env.comm.rank();
+    const int late = w - 1;
+    Tensor t = make(env, 2, DType::kF32, "t");
+    set(t, 0, r);
+    set(t, 1, 1);
+    Tensor go = make(env, 1, DType::kI64, "go");
+    if (r == late) {
+      // Wait for rank 0 to say the others have timed out, then join late.
+      expect_ok(env.comm.recv(go, 0, 99), "recv go");
+      expect_ok(env.comm.all_reduce(t, ReduceOp::kSum), "late all_reduce");
+    } else {
+      WorkPtr work = env.comm.all_reduce(t, ReduceOp::kSum);
+      const Status s = work->wait(env.short_timeout);
+      EXPECT_EQ(s.code(), StatusCode::kTimeout) << s.to_string();
+      EXPECT_NE(s.message().find("all_reduce"), std::string::npos) << s.message();
+      if (r == 0) {
+        set(go, 0, 1);
+        expect_ok(env.comm.send(go, late, 99), "send go");
+      }
+      expect_ok(work, "all_reduce after the late peer arrived");
+    }
+    EXPECT_EQ(get(t, 0), static_cast<double>(w) * (w - 1) / 2);
+    EXPECT_EQ(get(t, 1), w);
+  });
+}
+
+}  // namespace shardlab::runtime::comm::testing

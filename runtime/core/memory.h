@@ -1,0 +1,66 @@
+// Device memory accounting: capacity, per-category current/peak bytes, OOM reports.
+//
+// Every Storage a Device hands out is reserved here first and released when the
+// Storage dies, so peaks are exact. An allocation that would exceed the capacity fails
+// with an OUT_OF_MEMORY Status naming the device, the request, its label and category,
+// and the breakdown by category at that moment (DESIGN.md "Errors").
+//
+// Thread safety: all methods are thread-safe (one mutex).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <string_view>
+
+#include "runtime/core/status.h"
+
+namespace shardlab {
+
+enum class MemoryCategory : std::uint8_t {
+  kParameters = 0,
+  kGradients,
+  kOptimizerState,
+  kActivations,
+  kCommBuffers,
+  kOther,
+};
+constexpr int kNumMemoryCategories = 6;
+
+std::string_view category_name(MemoryCategory c);  // "parameters", "gradients", ...
+// "12.00 MiB"-style rendering used by every memory message.
+std::string format_bytes(std::int64_t bytes);
+
+struct MemoryStats {
+  std::int64_t capacity = 0;  // bytes; <= 0 means unlimited
+  std::array<std::int64_t, kNumMemoryCategories> current{};
+  std::array<std::int64_t, kNumMemoryCategories> peak{};
+  std::int64_t current_total = 0;
+  std::int64_t peak_total = 0;
+  std::int64_t allocations = 0;
+  // "parameters 8.00 MiB, gradients 4.00 MiB, ..." of the current (or peak) bytes.
+  std::string breakdown(bool peaks = false) const;
+};
+
+class MemoryTracker {
+ public:
+  // capacity_bytes <= 0: unlimited (still tracked).
+  MemoryTracker(std::string device_name, std::int64_t capacity_bytes);
+
+  // Reserves `bytes` in `category`, or returns OUT_OF_MEMORY (nothing reserved).
+  Status reserve(std::int64_t bytes, MemoryCategory category, std::string_view label);
+  // Releases bytes previously reserved in `category`.
+  void release(std::int64_t bytes, MemoryCategory category);
+
+  MemoryStats stats() const;
+  const std::string& device_name() const { return device_name_; }
+  std::int64_t capacity() const { return stats_.capacity; }
+
+ private:
+  std::string device_name_;
+  mutable std::mutex mu_;
+  MemoryStats stats_;
+};
+
+}  // namespace shardlab

@@ -1,0 +1,71 @@
+#include "runtime/core/rng.h"
+
+namespace shardlab {
+
+namespace {
+constexpr std::uint32_t kMul0 = 0xD2511F53u;
+constexpr std::uint32_t kMul1 = 0xCD9E8D57u;
+constexpr std::uint32_t kWeyl0 = 0x9E3779B9u;
+constexpr std::uint32_t kWeyl1 = 0xBB67AE85u;
+}  // namespace
+
+std::array<std::uint32_t, 4> philox4x32(std::array<std::uint32_t, 2> key, std::array<std::uint32_t, 4> ctr) {
+  for (int round = 0; round < 10; ++round) {
+    const std::uint64_t p0 = static_cast<std::uint64_t>(kMul0) * ctr[0];
+    const std::uint64_t p1 = static_cast<std::uint64_t>(kMul1) * ctr[2];
+    const std::uint32_t hi0 = static_cast<std::uint32_t>(p0 >> 32), lo0 = static_cast<std::uint32_t>(p0);
+    const std::uint32_t hi1 = static_cast<std::uint32_t>(p1 >> 32), lo1 = static_cast<std::uint32_t>(p1);
+    ctr = {hi1 ^ ctr[1] ^ key[0], lo1, hi0 ^ ctr[3] ^ key[1], lo0};
+    key[0] += kWeyl0;
+    key[1] += kWeyl1;
+  }
+  return ctr;
+}
+
+std::uint64_t mix64(std::uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+Rng::Rng(std::uint64_t seed, std::uint64_t stream) : key_(mix64(mix64(seed) ^ (stream * 0xD6E8FEB86659FD93ull))) {}
+
+Rng Rng::split(std::uint64_t id) const {
+  Rng child(0);
+  child.key_ = mix64(key_ ^ mix64(id + 0x632BE59BD9B4E019ull));
+  return child;
+}
+
+std::uint32_t Rng::next_u32() {
+  if (buffered_ == 0) {
+    const std::array<std::uint32_t, 2> k = {static_cast<std::uint32_t>(key_), static_cast<std::uint32_t>(key_ >> 32)};
+    const std::array<std::uint32_t, 4> c = {static_cast<std::uint32_t>(counter_),
+                                            static_cast<std::uint32_t>(counter_ >> 32), 0u, 0u};
+    buffer_ = philox4x32(k, c);
+    ++counter_;
+    buffered_ = 4;
+  }
+  return buffer_[4 - buffered_--];
+}
+
+std::uint64_t Rng::next_u64() {
+  const std::uint64_t hi = next_u32();
+  return (hi << 32) | next_u32();
+}
+
+float Rng::uniform01() { return static_cast<float>(next_u32() >> 8) * (1.0f / 16777216.0f); }
+
+float Rng::uniform(float lo, float hi) { return lo + (hi - lo) * uniform01(); }
+
+std::uint64_t Rng::uniform_int(std::uint64_t n) {
+  if (n <= 1) return 0;
+  const std::uint64_t limit = ~std::uint64_t{0} - (~std::uint64_t{0} % n);
+  std::uint64_t x;
+  do {
+    x = next_u64();
+  } while (x >= limit);
+  return x % n;
+}
+
+}  // namespace shardlab

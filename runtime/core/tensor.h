@@ -1,0 +1,129 @@
+// Storage (bytes owned by a device) and Tensor (a bounds-checked view into one).
+//
+// A Tensor is (storage, dtype, shape, element offset), always contiguous, row-major.
+// Every view creation is bounds-checked in every build type: a negative offset, an
+// extent past the end of the storage, or an offset/extent whose byte size overflows
+// 64 bits is an INVALID_ARGUMENT naming the tensor, the offset, the extent and the
+// storage size. This is the class of bug that produced "offset 13835057943613014016"
+// on Gaudi (a wrapped negative offset); here it cannot reach a kernel.
+//
+// Storage lifetime: a Storage is shared by its views (shared_ptr); it returns its
+// bytes to its device's MemoryTracker when the last view dies. The device that made
+// it must outlive it. Phantom storages (timing mode) have no host bytes: data() on
+// them is a CHECK failure.
+//
+// Thread safety: Tensor is a value. Concurrent reads of the same bytes are fine;
+// writes need external ordering (streams/events or Work::wait).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/core/check.h"
+#include "runtime/core/dtype.h"
+#include "runtime/core/memory.h"
+#include "runtime/core/status.h"
+
+namespace shardlab {
+
+using Shape = std::vector<std::int64_t>;
+std::string shape_to_string(const Shape& shape);  // "[7, 3]"
+// Product of the dims; INVALID_ARGUMENT for a negative dim or a product beyond int64.
+Result<std::int64_t> checked_numel(const Shape& shape);
+
+class Storage {
+ public:
+  using Release = std::function<void(Storage&)>;
+  // host_data may be null (phantom or non-host memory); device_address is backend-defined.
+  Storage(std::byte* host_data, std::uint64_t device_address, std::int64_t nbytes, MemoryCategory category,
+          std::string label, std::string device_name, Release release);
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+
+  std::int64_t nbytes() const { return nbytes_; }
+  std::byte* host_data() const { return host_data_; }
+  std::uint64_t device_address() const { return device_address_; }
+  MemoryCategory category() const { return category_; }
+  const std::string& label() const { return label_; }
+  const std::string& device_name() const { return device_name_; }
+
+ private:
+  std::byte* host_data_;
+  std::uint64_t device_address_;
+  std::int64_t nbytes_;
+  MemoryCategory category_;
+  std::string label_;
+  std::string device_name_;
+  Release release_;
+};
+
+// Checks that [offset, offset + numel) elements of `element_bytes` each lie inside a
+// storage of `storage_bytes` bytes, without overflowing. The error names `what`.
+Status check_view_bounds(const std::string& what, std::int64_t offset, std::int64_t numel,
+                         std::size_t element_bytes, std::int64_t storage_bytes);
+
+template <typename T>
+struct DTypeOf;
+template <> struct DTypeOf<float> { static constexpr DType value = DType::kF32; };
+template <> struct DTypeOf<std::int64_t> { static constexpr DType value = DType::kI64; };
+template <> struct DTypeOf<std::uint16_t> { static constexpr DType value = DType::kBF16; };  // or kF16
+
+class Tensor {
+ public:
+  Tensor() = default;  // undefined (no storage)
+
+  // A view of `shape` starting `offset` elements into `storage`, bounds-checked.
+  static Result<Tensor> view_of(std::shared_ptr<Storage> storage, DType dtype, Shape shape, std::int64_t offset,
+                                std::string name);
+
+  // A 1-D view of [begin, begin + count) elements of this tensor, checked against this
+  // tensor's own extent (not just the storage).
+  Result<Tensor> narrow(std::int64_t begin, std::int64_t count, std::string name = "") const;
+  // Same elements, new shape (numel must match).
+  Result<Tensor> reshape(Shape shape) const;
+
+  bool defined() const { return storage_ != nullptr; }
+  DType dtype() const { return dtype_; }
+  const Shape& shape() const { return shape_; }
+  std::int64_t dim(int i) const;  // negative i counts from the end
+  int ndim() const { return static_cast<int>(shape_.size()); }
+  std::int64_t numel() const { return numel_; }
+  std::int64_t nbytes() const { return numel_ * static_cast<std::int64_t>(element_size(dtype_)); }
+  std::int64_t offset() const { return offset_; }  // in elements from the storage start
+  std::int64_t byte_offset() const { return offset_ * static_cast<std::int64_t>(element_size(dtype_)); }
+  const std::string& name() const { return name_; }
+  const std::shared_ptr<Storage>& storage() const { return storage_; }
+  bool is_phantom() const { return storage_ && storage_->host_data() == nullptr; }
+
+  // Host pointer to the first element. CHECKs that T matches the dtype and that the
+  // storage has host bytes.
+  template <typename T>
+  T* data() const {
+    SHARDLAB_CHECK(element_size(dtype_) == sizeof(T));
+    SHARDLAB_CHECK(dtype_ == DTypeOf<T>::value || (sizeof(T) == 2 && dtype_ == DType::kF16));
+    return reinterpret_cast<T*>(bytes());
+  }
+  std::byte* bytes() const;
+
+  // True when both views cover exactly the same bytes of the same storage.
+  bool same_view(const Tensor& other) const;
+  // True when the byte ranges of the two views intersect.
+  bool overlaps(const Tensor& other) const;
+
+  std::string describe() const;  // "'w1' fp32 [4, 8] @ offset 0 in 'params' (1.00 KiB)"
+
+ private:
+  std::shared_ptr<Storage> storage_;
+  DType dtype_ = DType::kF32;
+  Shape shape_;
+  std::int64_t numel_ = 0;
+  std::int64_t offset_ = 0;
+  std::string name_;
+};
+
+}  // namespace shardlab

@@ -1,0 +1,360 @@
+#include "runtime/device/cpu/device.h"
+
+#include <Eigen/Core>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+namespace shardlab::runtime::device::cpu {
+
+namespace {
+
+using RowMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using MatMap = Eigen::Map<RowMatrix>;
+using VecMap = Eigen::Map<Eigen::VectorXf>;
+
+constexpr std::size_t kAlignment = 64;
+
+Status expect_dtype(std::string_view op, const Tensor& t, DType dtype) {
+  if (!t.defined()) return Status::invalid_argument(std::string(op) + ": an operand is undefined");
+  if (t.dtype() != dtype) {
+    return Status::invalid_argument(std::string(op) + ": " + t.describe() + " must be " +
+                                    std::string(dtype_name(dtype)));
+  }
+  if (t.is_phantom()) return Status::invalid_argument(std::string(op) + ": " + t.describe() + " has no host data");
+  return Status::ok();
+}
+
+Status expect_numel(std::string_view op, const Tensor& t, std::int64_t numel, const char* what) {
+  if (t.numel() != numel) {
+    return Status::invalid_argument(std::string(op) + ": " + t.describe() + " has " + std::to_string(t.numel()) +
+                                    " elements; expected " + std::to_string(numel) + " (" + what + ")");
+  }
+  return Status::ok();
+}
+
+// [rows, cols] of a 2-D fp32 tensor, or an error.
+Status as_matrix(std::string_view op, const Tensor& t, std::int64_t* rows, std::int64_t* cols) {
+  SHARDLAB_RETURN_IF_ERROR(expect_dtype(op, t, DType::kF32));
+  if (t.ndim() != 2) return Status::invalid_argument(std::string(op) + ": " + t.describe() + " must be 2-D");
+  *rows = t.dim(0);
+  *cols = t.dim(1);
+  return Status::ok();
+}
+
+float gelu_erf(float x) { return 0.5f * x * (1.0f + std::erf(x * 0.70710678118654752f)); }
+float gelu_erf_grad(float x) {
+  const float cdf = 0.5f * (1.0f + std::erf(x * 0.70710678118654752f));
+  const float pdf = 0.39894228040143268f * std::exp(-0.5f * x * x);
+  return cdf + x * pdf;
+}
+constexpr float kSqrt2OverPi = 0.79788456080286536f;
+float gelu_tanh(float x) {
+  const float inner = kSqrt2OverPi * (x + 0.044715f * x * x * x);
+  return 0.5f * x * (1.0f + std::tanh(inner));
+}
+float gelu_tanh_grad(float x) {
+  const float inner = kSqrt2OverPi * (x + 0.044715f * x * x * x);
+  const float t = std::tanh(inner);
+  const float dinner = kSqrt2OverPi * (1.0f + 3.0f * 0.044715f * x * x);
+  return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * dinner;
+}
+
+float load_as_float(DType dtype, const std::byte* p, std::int64_t i) {
+  switch (dtype) {
+    case DType::kF32: {
+      float v;
+      std::memcpy(&v, p + 4 * i, 4);
+      return v;
+    }
+    case DType::kBF16:
+    case DType::kF16: {
+      std::uint16_t h;
+      std::memcpy(&h, p + 2 * i, 2);
+      return dtype == DType::kBF16 ? bf16_to_float(h) : fp16_to_float(h);
+    }
+    case DType::kI64: {
+      std::int64_t v;
+      std::memcpy(&v, p + 8 * i, 8);
+      return static_cast<float>(v);
+    }
+  }
+  return 0.0f;
+}
+
+void store_from_float(DType dtype, std::byte* p, std::int64_t i, float v) {
+  switch (dtype) {
+    case DType::kF32: std::memcpy(p + 4 * i, &v, 4); break;
+    case DType::kBF16:
+    case DType::kF16: {
+      const std::uint16_t h = dtype == DType::kBF16 ? float_to_bf16(v) : float_to_fp16(v);
+      std::memcpy(p + 2 * i, &h, 2);
+      break;
+    }
+    case DType::kI64: {
+      const auto x = static_cast<std::int64_t>(v);
+      std::memcpy(p + 8 * i, &x, 8);
+      break;
+    }
+  }
+}
+
+}  // namespace
+
+CpuDevice::CpuDevice(DeviceId id, std::int64_t capacity_bytes)
+    : id_(std::move(id)), memory_(id_.to_string(), capacity_bytes) {}
+
+Result<std::shared_ptr<Storage>> CpuDevice::allocate(std::int64_t nbytes, MemoryCategory category,
+                                                     std::string_view label) {
+  SHARDLAB_RETURN_IF_ERROR(memory_.reserve(nbytes, category, label));
+  const std::size_t rounded = (static_cast<std::size_t>(nbytes) + kAlignment - 1) / kAlignment * kAlignment;
+  void* p = rounded == 0 ? nullptr : std::aligned_alloc(kAlignment, rounded);
+  if (rounded != 0 && p == nullptr) {
+    memory_.release(nbytes, category);
+    return Status::out_of_memory("host allocation of " + format_bytes(nbytes) + " for '" + std::string(label) +
+                                 "' on " + id_.to_string() + " failed");
+  }
+  // Zero-byte storages still need a non-null host pointer so views are host-visible.
+  static std::byte empty_bytes[kAlignment];
+  std::byte* data = p ? static_cast<std::byte*>(p) : empty_bytes;
+  MemoryTracker* tracker = &memory_;
+  return std::make_shared<Storage>(data, reinterpret_cast<std::uint64_t>(data), nbytes, category, std::string(label),
+                                   id_.to_string(), [tracker, p](Storage& s) {
+                                     std::free(p);
+                                     tracker->release(s.nbytes(), s.category());
+                                   });
+}
+
+Status CpuDevice::check_stream(std::string_view op, StreamId stream) const {
+  if (stream < 0 || stream >= num_streams_) {
+    return Status::invalid_argument(std::string(op) + " on " + id_.to_string() + ": unknown stream " +
+                                    std::to_string(stream) + "; streams are 0.." + std::to_string(num_streams_ - 1));
+  }
+  return Status::ok();
+}
+
+Result<StreamId> CpuDevice::create_stream(std::string_view) { return num_streams_++; }
+EventId CpuDevice::record_event(StreamId) { return EventId{next_event_++}; }
+void CpuDevice::wait_event(StreamId, EventId) {}
+void CpuDevice::synchronize(StreamId) {}
+
+Status CpuDevice::copy(const Tensor& src, const Tensor& dst, StreamId stream) {
+  SHARDLAB_RETURN_IF_ERROR(check_stream("copy", stream));
+  if (!src.defined() || !dst.defined()) return Status::invalid_argument("copy: an operand is undefined");
+  if (src.dtype() != dst.dtype()) {
+    return Status::invalid_argument("copy: " + src.describe() + " and " + dst.describe() +
+                                    " have different dtypes (use cast)");
+  }
+  SHARDLAB_RETURN_IF_ERROR(expect_numel("copy", dst, src.numel(), "the source's element count"));
+  if (src.is_phantom() || dst.is_phantom()) return Status::invalid_argument("copy: phantom tensors have no data");
+  if (src.nbytes() > 0 && !src.same_view(dst)) std::memmove(dst.bytes(), src.bytes(), static_cast<std::size_t>(src.nbytes()));
+  return Status::ok();
+}
+
+Status CpuDevice::fill(const Tensor& dst, float value, StreamId stream) {
+  SHARDLAB_RETURN_IF_ERROR(check_stream("fill", stream));
+  if (!dst.defined() || dst.is_phantom()) return Status::invalid_argument("fill: tensor has no host data");
+  std::byte* p = dst.bytes();
+  if (dst.dtype() == DType::kF32) {
+    float* f = dst.data<float>();
+    std::fill(f, f + dst.numel(), value);
+    return Status::ok();
+  }
+  for (std::int64_t i = 0; i < dst.numel(); ++i) store_from_float(dst.dtype(), p, i, value);
+  return Status::ok();
+}
+
+Status CpuDevice::cast(const Tensor& src, const Tensor& dst, StreamId stream) {
+  SHARDLAB_RETURN_IF_ERROR(check_stream("cast", stream));
+  if (!src.defined() || !dst.defined()) return Status::invalid_argument("cast: an operand is undefined");
+  SHARDLAB_RETURN_IF_ERROR(expect_numel("cast", dst, src.numel(), "the source's element count"));
+  if (!is_floating(src.dtype()) || !is_floating(dst.dtype())) {
+    return Status::invalid_argument("cast: " + src.describe() + " -> " + dst.describe() +
+                                    ": only fp32, bf16 and fp16 convert");
+  }
+  if (src.dtype() == dst.dtype()) return copy(src, dst, stream);
+  if (src.overlaps(dst)) return Status::invalid_argument("cast: source and destination overlap");
+  const std::byte* s = src.bytes();
+  std::byte* d = dst.bytes();
+  for (std::int64_t i = 0; i < src.numel(); ++i) store_from_float(dst.dtype(), d, i, load_as_float(src.dtype(), s, i));
+  return Status::ok();
+}
+
+Status CpuDevice::axpy(float alpha, const Tensor& x, const Tensor& y, StreamId stream) {
+  SHARDLAB_RETURN_IF_ERROR(check_stream("axpy", stream));
+  SHARDLAB_RETURN_IF_ERROR(expect_dtype("axpy", x, DType::kF32));
+  SHARDLAB_RETURN_IF_ERROR(expect_dtype("axpy", y, DType::kF32));
+  SHARDLAB_RETURN_IF_ERROR(expect_numel("axpy", y, x.numel(), "x's element count"));
+  VecMap(y.data<float>(), y.numel()) += alpha * VecMap(x.data<float>(), x.numel());
+  return Status::ok();
+}
+
+Status CpuDevice::scale(const Tensor& x, float alpha, StreamId stream) {
+  SHARDLAB_RETURN_IF_ERROR(check_stream("scale", stream));
+  SHARDLAB_RETURN_IF_ERROR(expect_dtype("scale", x, DType::kF32));
+  VecMap(x.data<float>(), x.numel()) *= alpha;
+  return Status::ok();
+}
+
+Status CpuDevice::gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c, float alpha,
+                       float beta, StreamId stream) {
+  SHARDLAB_RETURN_IF_ERROR(check_stream("gemm", stream));
+  std::int64_t ar, ac, br, bc, cr, cc;
+  SHARDLAB_RETURN_IF_ERROR(as_matrix("gemm", a, &ar, &ac));
+  SHARDLAB_RETURN_IF_ERROR(as_matrix("gemm", b, &br, &bc));
+  SHARDLAB_RETURN_IF_ERROR(as_matrix("gemm", c, &cr, &cc));
+  const std::int64_t m = trans_a ? ac : ar, k = trans_a ? ar : ac;
+  const std::int64_t kb = trans_b ? bc : br, n = trans_b ? br : bc;
+  if (k != kb || cr != m || cc != n) {
+    return Status::invalid_argument("gemm: op(a) is [" + std::to_string(m) + ", " + std::to_string(k) + "], op(b) is [" +
+                                    std::to_string(kb) + ", " + std::to_string(n) + "], c is " +
+                                    shape_to_string(c.shape()) + "; expected op(a) [M, K] × op(b) [K, N] = c [M, N]");
+  }
+  if (c.overlaps(a) || c.overlaps(b)) return Status::invalid_argument("gemm: c overlaps an input");
+  MatMap A(a.data<float>(), ar, ac), B(b.data<float>(), br, bc), C(c.data<float>(), cr, cc);
+  if (beta == 0.0f) {
+    C.setZero();
+  } else if (beta != 1.0f) {
+    C *= beta;
+  }
+  if (m == 0 || n == 0 || k == 0) return Status::ok();
+  if (!trans_a && !trans_b) C.noalias() += alpha * A * B;
+  else if (trans_a && !trans_b) C.noalias() += alpha * A.transpose() * B;
+  else if (!trans_a && trans_b) C.noalias() += alpha * A * B.transpose();
+  else C.noalias() += alpha * A.transpose() * B.transpose();
+  return Status::ok();
+}
+
+Status CpuDevice::add_bias(const Tensor& x, const Tensor& bias, StreamId stream) {
+  SHARDLAB_RETURN_IF_ERROR(check_stream("add_bias", stream));
+  SHARDLAB_RETURN_IF_ERROR(expect_dtype("add_bias", x, DType::kF32));
+  SHARDLAB_RETURN_IF_ERROR(expect_dtype("add_bias", bias, DType::kF32));
+  if (x.ndim() < 1 || x.dim(-1) != bias.numel()) {
+    return Status::invalid_argument("add_bias: last dim of " + x.describe() + " must equal the bias size " +
+                                    std::to_string(bias.numel()));
+  }
+  const std::int64_t f = bias.numel();
+  if (f == 0) return Status::ok();
+  MatMap X(x.data<float>(), x.numel() / f, f);
+  X.rowwise() += Eigen::Map<const Eigen::RowVectorXf>(bias.data<float>(), f);
+  return Status::ok();
+}
+
+Status CpuDevice::bias_grad(const Tensor& dy, const Tensor& dbias, bool accumulate, StreamId stream) {
+  SHARDLAB_RETURN_IF_ERROR(check_stream("bias_grad", stream));
+  SHARDLAB_RETURN_IF_ERROR(expect_dtype("bias_grad", dy, DType::kF32));
+  SHARDLAB_RETURN_IF_ERROR(expect_dtype("bias_grad", dbias, DType::kF32));
+  if (dy.ndim() < 1 || dy.dim(-1) != dbias.numel()) {
+    return Status::invalid_argument("bias_grad: last dim of " + dy.describe() + " must equal the bias size " +
+                                    std::to_string(dbias.numel()));
+  }
+  const std::int64_t f = dbias.numel();
+  if (f == 0) return Status::ok();
+  const std::int64_t rows = dy.numel() / f;
+  const float* g = dy.data<float>();
+  float* out = dbias.data<float>();
+  if (!accumulate) std::fill(out, out + f, 0.0f);
+  // Row order is fixed so the result does not depend on how Eigen would vectorize a reduction.
+  for (std::int64_t r = 0; r < rows; ++r) {
+    for (std::int64_t j = 0; j < f; ++j) out[j] += g[r * f + j];
+  }
+  return Status::ok();
+}
+
+Status CpuDevice::activation(Activation act, const Tensor& x, const Tensor& y, StreamId stream) {
+  SHARDLAB_RETURN_IF_ERROR(check_stream("activation", stream));
+  SHARDLAB_RETURN_IF_ERROR(expect_dtype("activation", x, DType::kF32));
+  SHARDLAB_RETURN_IF_ERROR(expect_dtype("activation", y, DType::kF32));
+  SHARDLAB_RETURN_IF_ERROR(expect_numel("activation", y, x.numel(), "x's element count"));
+  const float* in = x.data<float>();
+  float* out = y.data<float>();
+  const std::int64_t n = x.numel();
+  switch (act) {
+    case Activation::kRelu:
+      for (std::int64_t i = 0; i < n; ++i) out[i] = in[i] > 0.0f ? in[i] : 0.0f;
+      break;
+    case Activation::kGelu:
+      for (std::int64_t i = 0; i < n; ++i) out[i] = gelu_erf(in[i]);
+      break;
+    case Activation::kGeluTanh:
+      for (std::int64_t i = 0; i < n; ++i) out[i] = gelu_tanh(in[i]);
+      break;
+  }
+  return Status::ok();
+}
+
+Status CpuDevice::activation_backward(Activation act, const Tensor& x, const Tensor& dy, const Tensor& dx,
+                                      StreamId stream) {
+  SHARDLAB_RETURN_IF_ERROR(check_stream("activation_backward", stream));
+  SHARDLAB_RETURN_IF_ERROR(expect_dtype("activation_backward", x, DType::kF32));
+  SHARDLAB_RETURN_IF_ERROR(expect_dtype("activation_backward", dy, DType::kF32));
+  SHARDLAB_RETURN_IF_ERROR(expect_dtype("activation_backward", dx, DType::kF32));
+  SHARDLAB_RETURN_IF_ERROR(expect_numel("activation_backward", dy, x.numel(), "x's element count"));
+  SHARDLAB_RETURN_IF_ERROR(expect_numel("activation_backward", dx, x.numel(), "x's element count"));
+  const float* in = x.data<float>();
+  const float* g = dy.data<float>();
+  float* out = dx.data<float>();
+  const std::int64_t n = x.numel();
+  switch (act) {
+    case Activation::kRelu:
+      for (std::int64_t i = 0; i < n; ++i) out[i] = in[i] > 0.0f ? g[i] : 0.0f;
+      break;
+    case Activation::kGelu:
+      for (std::int64_t i = 0; i < n; ++i) out[i] = g[i] * gelu_erf_grad(in[i]);
+      break;
+    case Activation::kGeluTanh:
+      for (std::int64_t i = 0; i < n; ++i) out[i] = g[i] * gelu_tanh_grad(in[i]);
+      break;
+  }
+  return Status::ok();
+}
+
+Status CpuDevice::softmax_cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& loss_sum,
+                                        const Tensor& dlogits, float grad_scale, std::int64_t ignore_index,
+                                        StreamId stream) {
+  constexpr std::string_view kOp = "softmax_cross_entropy";
+  SHARDLAB_RETURN_IF_ERROR(check_stream(kOp, stream));
+  std::int64_t n, c;
+  SHARDLAB_RETURN_IF_ERROR(as_matrix(kOp, logits, &n, &c));
+  SHARDLAB_RETURN_IF_ERROR(expect_dtype(kOp, labels, DType::kI64));
+  SHARDLAB_RETURN_IF_ERROR(expect_dtype(kOp, loss_sum, DType::kF32));
+  SHARDLAB_RETURN_IF_ERROR(expect_dtype(kOp, dlogits, DType::kF32));
+  SHARDLAB_RETURN_IF_ERROR(expect_numel(kOp, labels, n, "one label per row of logits"));
+  SHARDLAB_RETURN_IF_ERROR(expect_numel(kOp, loss_sum, 1, "a scalar"));
+  SHARDLAB_RETURN_IF_ERROR(expect_numel(kOp, dlogits, n * c, "the shape of logits"));
+  const std::int64_t* lab = labels.data<std::int64_t>();
+  for (std::int64_t r = 0; r < n; ++r) {
+    if (lab[r] != ignore_index && (lab[r] < 0 || lab[r] >= c)) {
+      return Status::invalid_argument(std::string(kOp) + ": label " + std::to_string(lab[r]) + " at row " +
+                                      std::to_string(r) + " is outside [0, " + std::to_string(c) +
+                                      ") and is not the ignore index " + std::to_string(ignore_index));
+    }
+  }
+  const float* z = logits.data<float>();
+  float* dz = dlogits.data<float>();
+  double total = 0.0;
+  for (std::int64_t r = 0; r < n; ++r) {
+    const float* row = z + r * c;
+    float* drow = dz + r * c;
+    if (lab[r] == ignore_index) {
+      std::fill(drow, drow + c, 0.0f);
+      continue;
+    }
+    float mx = row[0];
+    for (std::int64_t j = 1; j < c; ++j) mx = std::max(mx, row[j]);
+    float sum = 0.0f;
+    for (std::int64_t j = 0; j < c; ++j) {
+      drow[j] = std::exp(row[j] - mx);
+      sum += drow[j];
+    }
+    const float inv = 1.0f / sum;
+    total += static_cast<double>(std::log(sum) + mx - row[lab[r]]);
+    for (std::int64_t j = 0; j < c; ++j) drow[j] = drow[j] * inv * grad_scale;
+    drow[lab[r]] -= grad_scale;
+  }
+  loss_sum.data<float>()[0] = static_cast<float>(total);
+  return Status::ok();
+}
+
+}  // namespace shardlab::runtime::device::cpu

@@ -1,0 +1,58 @@
+// CpuDevice: the host backend of the Device seam — host memory, Eigen math, in-order
+// execution (every op completes before it returns; streams and events are bookkeeping).
+//
+// It is also the numerics engine of the simulated device (sim/device.h), which wraps
+// it and charges each op's cost to a virtual clock.
+//
+// Thread safety: as for Device (one owning thread; the MemoryTracker is thread-safe).
+#pragma once
+
+#include <string>
+
+#include "runtime/device/device.h"
+
+namespace shardlab::runtime::device::cpu {
+
+class CpuDevice final : public Device {
+ public:
+  // capacity_bytes <= 0: unlimited (still tracked).
+  explicit CpuDevice(DeviceId id = {"cpu", DeviceId::kNoIndex}, std::int64_t capacity_bytes = 0);
+
+  DeviceId id() const override { return id_; }
+  MemoryTracker& memory() override { return memory_; }
+
+  Result<std::shared_ptr<Storage>> allocate(std::int64_t nbytes, MemoryCategory category,
+                                            std::string_view label) override;
+
+  Result<StreamId> create_stream(std::string_view name) override;
+  EventId record_event(StreamId stream) override;
+  void wait_event(StreamId waiter, EventId event) override;
+  void synchronize(StreamId stream) override;
+
+  Status copy(const Tensor& src, const Tensor& dst, StreamId stream) override;
+  Status fill(const Tensor& dst, float value, StreamId stream) override;
+  Status cast(const Tensor& src, const Tensor& dst, StreamId stream) override;
+  Status axpy(float alpha, const Tensor& x, const Tensor& y, StreamId stream) override;
+  Status scale(const Tensor& x, float alpha, StreamId stream) override;
+
+  Status gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c, float alpha, float beta,
+              StreamId stream) override;
+  Status add_bias(const Tensor& x, const Tensor& bias, StreamId stream) override;
+  Status bias_grad(const Tensor& dy, const Tensor& dbias, bool accumulate, StreamId stream) override;
+  Status activation(Activation act, const Tensor& x, const Tensor& y, StreamId stream) override;
+  Status activation_backward(Activation act, const Tensor& x, const Tensor& dy, const Tensor& dx,
+                             StreamId stream) override;
+  Status softmax_cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& loss_sum,
+                               const Tensor& dlogits, float grad_scale, std::int64_t ignore_index,
+                               StreamId stream) override;
+
+ private:
+  Status check_stream(std::string_view op, StreamId stream) const;
+
+  DeviceId id_;
+  MemoryTracker memory_;
+  int num_streams_ = 1;
+  std::uint64_t next_event_ = 1;
+};
+
+}  // namespace shardlab::runtime::device::cpu

@@ -1,0 +1,118 @@
+// Device: the seam for memory, streams, events, copies and the math ops models need.
+//
+// Backends (same file names in each folder): cpu/ (host memory, Eigen math, in-order
+// execution), sim/ in the top-level sim folder (cpu numerics + a cost model charged to
+// a virtual clock), hpu/ (Gaudi through Synapse, later). Everything a model computes
+// goes through this interface so the same model runs on every backend.
+//
+// Conventions for every op:
+// - Tensors are views (tensor.h); "const Tensor&" outputs write the viewed bytes.
+// - Shapes and dtypes are validated; a mismatch is INVALID_ARGUMENT naming the op,
+//   the tensors and the expected shapes. Nothing is written on error.
+// - Math is fp32 unless the op says otherwise (bf16 storage comes with `cast`).
+// - Ops are enqueued on a stream. The cpu backend runs them immediately in order;
+//   others may run them asynchronously. Use events/synchronize before reading results
+//   on the host.
+//
+// Thread safety: a Device belongs to one rank; its methods are called from one thread
+// at a time. Its MemoryTracker is thread-safe (storages may die on any thread).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "runtime/core/memory.h"
+#include "runtime/core/status.h"
+#include "runtime/core/tensor.h"
+
+namespace shardlab::runtime::device {
+
+// "cpu", "sim:3", "hpu:0", or an index-less "hpu" (index == kNoIndex).
+struct DeviceId {
+  static constexpr int kNoIndex = -1;
+  std::string type;
+  int index = kNoIndex;
+
+  bool has_index() const { return index != kNoIndex; }
+  std::string to_string() const;  // "hpu:0" or "hpu"
+  // Parses "type" or "type:index" (index >= 0). INVALID_ARGUMENT otherwise.
+  static Result<DeviceId> parse(std::string_view text);
+  friend bool operator==(const DeviceId&, const DeviceId&) = default;
+};
+
+using StreamId = int;
+constexpr StreamId kComputeStream = 0;  // every device has it; more come from create_stream
+
+struct EventId {
+  std::uint64_t value = 0;
+};
+
+enum class Activation { kRelu, kGelu /* exact erf */, kGeluTanh /* "gelu_new" */ };
+
+class Device {
+ public:
+  virtual ~Device() = default;
+
+  virtual DeviceId id() const = 0;
+  virtual MemoryTracker& memory() = 0;
+
+  // ---- memory -------------------------------------------------------------------
+  // Reserves nbytes in `category` (OUT_OF_MEMORY with the breakdown when over capacity)
+  // and returns a storage whose death releases them.
+  virtual Result<std::shared_ptr<Storage>> allocate(std::int64_t nbytes, MemoryCategory category,
+                                                    std::string_view label) = 0;
+  // A fresh contiguous tensor (contents unspecified) / filled with zeros.
+  Result<Tensor> empty(const Shape& shape, DType dtype, MemoryCategory category, const std::string& name);
+  Result<Tensor> zeros(const Shape& shape, DType dtype, MemoryCategory category, const std::string& name);
+
+  // ---- streams and events ---------------------------------------------------------
+  virtual Result<StreamId> create_stream(std::string_view name) = 0;
+  // Marks the point in `stream` reached by everything enqueued so far.
+  virtual EventId record_event(StreamId stream) = 0;
+  // Work enqueued on `waiter` after this call starts after `event` completes.
+  virtual void wait_event(StreamId waiter, EventId event) = 0;
+  // Blocks the host until everything enqueued on `stream` has completed.
+  virtual void synchronize(StreamId stream) = 0;
+
+  // ---- copies and elementwise -------------------------------------------------------
+  // dst = src; same dtype and numel (shapes may differ). The other side may belong to
+  // another device if its bytes are host-visible (host/device copies on cpu and sim).
+  virtual Status copy(const Tensor& src, const Tensor& dst, StreamId stream = kComputeStream) = 0;
+  // dst[i] = value (converted to dst's dtype; int64 takes the truncated value).
+  virtual Status fill(const Tensor& dst, float value, StreamId stream = kComputeStream) = 0;
+  // dst = convert(src) between fp32, bf16 and fp16 (round to nearest even); same numel.
+  virtual Status cast(const Tensor& src, const Tensor& dst, StreamId stream = kComputeStream) = 0;
+  // y += alpha * x (fp32, same numel).
+  virtual Status axpy(float alpha, const Tensor& x, const Tensor& y, StreamId stream = kComputeStream) = 0;
+  // x *= alpha (fp32).
+  virtual Status scale(const Tensor& x, float alpha, StreamId stream = kComputeStream) = 0;
+
+  // ---- math -------------------------------------------------------------------------
+  // c = alpha * op(a) * op(b) + beta * c, op(x) = x or xᵀ; 2-D fp32; c is [M, N].
+  // beta == 0 ignores c's previous contents (even NaN).
+  virtual Status gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c, float alpha,
+                      float beta, StreamId stream = kComputeStream) = 0;
+  // x[n, f] += bias[f]; x is [N, F] (or any shape whose last dim is F).
+  virtual Status add_bias(const Tensor& x, const Tensor& bias, StreamId stream = kComputeStream) = 0;
+  // dbias[f] (+)= sum_n dy[n, f]; accumulate adds to dbias instead of overwriting.
+  virtual Status bias_grad(const Tensor& dy, const Tensor& dbias, bool accumulate,
+                           StreamId stream = kComputeStream) = 0;
+  // y = act(x), elementwise; x and y may be the same view.
+  virtual Status activation(Activation act, const Tensor& x, const Tensor& y, StreamId stream = kComputeStream) = 0;
+  // dx = act'(x) * dy; dx may alias dy.
+  virtual Status activation_backward(Activation act, const Tensor& x, const Tensor& dy, const Tensor& dx,
+                                     StreamId stream = kComputeStream) = 0;
+  // Softmax cross-entropy over the last dim of logits [N, C] with int64 labels [N].
+  // Rows whose label == ignore_index contribute nothing. Writes:
+  //   loss_sum[0]  = sum over valid rows of -log softmax(logits)[label]  (fp32, accumulated in fp64
+  //                  in row order, so it does not depend on the thread count)
+  //   dlogits      = (softmax(logits) - onehot(label)) * grad_scale for valid rows, 0 for ignored.
+  // A label outside [0, C) that is not ignore_index is INVALID_ARGUMENT naming row and value.
+  virtual Status softmax_cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& loss_sum,
+                                       const Tensor& dlogits, float grad_scale, std::int64_t ignore_index = -100,
+                                       StreamId stream = kComputeStream) = 0;
+};
+
+}  // namespace shardlab::runtime::device
