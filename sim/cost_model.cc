@@ -1,0 +1,87 @@
+#include "sim/cost_model.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "runtime/core/check.h"
+#include "sim/engine.h"
+
+namespace shardlab::sim {
+
+using runtime::comm::OpKind;
+
+Nanos NetworkModel::message_time(std::int64_t bytes) const {
+  return latency_ns + static_cast<Nanos>(std::llround(static_cast<double>(bytes) * 1e9 / bandwidth_bytes_per_s));
+}
+
+Nanos DeviceProfile::op_time(double flops, double bytes, bool matrix) const {
+  const double compute_s = flops / (matrix ? matrix_flops_per_s : vector_flops_per_s);
+  const double memory_s = bytes / memory_bytes_per_s;
+  return launch_ns + static_cast<Nanos>(std::llround(std::max(compute_s, memory_s) * 1e9));
+}
+
+namespace {
+
+int ceil_log2(int p) {
+  int r = 0;
+  while ((1 << r) < p) ++r;
+  return r;
+}
+
+// Ring schedule with `steps` steps of `chunk` bytes each, run on an Engine.
+std::vector<Nanos> ring_times(const std::vector<Nanos>& arrivals, int steps, std::int64_t chunk,
+                              const NetworkModel& net) {
+  const int p = static_cast<int>(arrivals.size());
+  std::vector<Nanos> done(arrivals.begin(), arrivals.end());
+  if (p == 1 || steps == 0) return done;
+  const Nanos msg = net.message_time(chunk);
+  Engine engine;
+  // received[i] = number of steps rank i has received; ready time of its next send.
+  std::vector<int> sent(static_cast<std::size_t>(p), 0), received(static_cast<std::size_t>(p), 0);
+  std::vector<Nanos> last_recv(static_cast<std::size_t>(p), 0);
+  std::function<void(int)> try_send;
+  try_send = [&](int i) {
+    const auto ui = static_cast<std::size_t>(i);
+    const int s = sent[ui];
+    if (s >= steps || received[ui] < s) return;  // done, or still waiting for step s-1
+    const int to = (i + 1) % p;
+    const Nanos start = std::max({arrivals[ui], s == 0 ? arrivals[ui] : last_recv[ui], arrivals[static_cast<std::size_t>(to)]});
+    ++sent[ui];
+    engine.schedule_at(std::max(start, engine.now()) + msg, [&, i, to]() {
+      const auto ut = static_cast<std::size_t>(to);
+      ++received[ut];
+      last_recv[ut] = engine.now();
+      done[ut] = std::max(done[ut], engine.now());
+      done[static_cast<std::size_t>(i)] = std::max(done[static_cast<std::size_t>(i)], engine.now());  // send finished
+      try_send(to);
+    });
+  };
+  for (int i = 0; i < p; ++i) try_send(i);
+  engine.run();
+  for (int i = 0; i < p; ++i) SHARDLAB_CHECK_EQ(received[static_cast<std::size_t>(i)], steps);
+  return done;
+}
+
+}  // namespace
+
+std::vector<Nanos> collective_completion_times(OpKind kind, const std::vector<Nanos>& arrivals, std::int64_t bytes,
+                                               const NetworkModel& net) {
+  const int p = static_cast<int>(arrivals.size());
+  SHARDLAB_CHECK_GT(p, 0);
+  const Nanos latest = *std::max_element(arrivals.begin(), arrivals.end());
+  switch (kind) {
+    case OpKind::kAllGather:
+    case OpKind::kReduceScatter: return ring_times(arrivals, p - 1, bytes, net);
+    case OpKind::kAllReduce: return ring_times(arrivals, 2 * (p - 1), (bytes + p - 1) / p, net);
+    case OpKind::kBroadcast:
+      return std::vector<Nanos>(static_cast<std::size_t>(p), latest + ceil_log2(p) * net.message_time(bytes));
+    case OpKind::kBarrier:
+    case OpKind::kSplit:
+      return std::vector<Nanos>(static_cast<std::size_t>(p), latest + ceil_log2(p) * net.latency_ns);
+    case OpKind::kSend:
+    case OpKind::kRecv: return std::vector<Nanos>(static_cast<std::size_t>(p), latest + net.message_time(bytes));
+  }
+  return std::vector<Nanos>(static_cast<std::size_t>(p), latest);
+}
+
+}  // namespace shardlab::sim

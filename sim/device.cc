@@ -1,0 +1,80 @@
+#include "sim/device.h"
+
+namespace shardlab::sim {
+
+using runtime::device::Activation;
+using runtime::device::EventId;
+using runtime::device::StreamId;
+
+SimDevice::SimDevice(int rank, DeviceProfile profile, VirtualClock* clock)
+    : profile_(std::move(profile)), clock_(clock), inner_({"sim", rank}, profile_.capacity_bytes) {}
+
+Status SimDevice::charge(Status s, double flops, double bytes, bool matrix) {
+  if (s.is_ok()) {
+    const Nanos t = profile_.op_time(flops, bytes, matrix);
+    clock_->advance_by(t);
+    busy_ += t;
+  }
+  return s;
+}
+
+Result<std::shared_ptr<Storage>> SimDevice::allocate(std::int64_t nbytes, MemoryCategory category,
+                                                     std::string_view label) {
+  return inner_.allocate(nbytes, category, label);
+}
+Result<StreamId> SimDevice::create_stream(std::string_view name) { return inner_.create_stream(name); }
+EventId SimDevice::record_event(StreamId stream) { return inner_.record_event(stream); }
+void SimDevice::wait_event(StreamId waiter, EventId event) { inner_.wait_event(waiter, event); }
+void SimDevice::synchronize(StreamId stream) { inner_.synchronize(stream); }
+
+Status SimDevice::copy(const Tensor& src, const Tensor& dst, StreamId stream) {
+  return charge(inner_.copy(src, dst, stream), 0, 2.0 * static_cast<double>(src.nbytes()), false);
+}
+Status SimDevice::fill(const Tensor& dst, float value, StreamId stream) {
+  return charge(inner_.fill(dst, value, stream), 0, static_cast<double>(dst.nbytes()), false);
+}
+Status SimDevice::cast(const Tensor& src, const Tensor& dst, StreamId stream) {
+  return charge(inner_.cast(src, dst, stream), static_cast<double>(src.numel()),
+                static_cast<double>(src.nbytes() + dst.nbytes()), false);
+}
+Status SimDevice::axpy(float alpha, const Tensor& x, const Tensor& y, StreamId stream) {
+  return charge(inner_.axpy(alpha, x, y, stream), 2.0 * static_cast<double>(x.numel()),
+                static_cast<double>(x.nbytes() + 2 * y.nbytes()), false);
+}
+Status SimDevice::scale(const Tensor& x, float alpha, StreamId stream) {
+  return charge(inner_.scale(x, alpha, stream), static_cast<double>(x.numel()), 2.0 * static_cast<double>(x.nbytes()),
+                false);
+}
+Status SimDevice::gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c, float alpha,
+                       float beta, StreamId stream) {
+  const double k = static_cast<double>(trans_a ? a.dim(0) : (a.ndim() == 2 ? a.dim(1) : 0));
+  const double flops = 2.0 * static_cast<double>(c.numel()) * k;
+  return charge(inner_.gemm(a, trans_a, b, trans_b, c, alpha, beta, stream), flops,
+                static_cast<double>(a.nbytes() + b.nbytes() + 2 * c.nbytes()), true);
+}
+Status SimDevice::add_bias(const Tensor& x, const Tensor& bias, StreamId stream) {
+  return charge(inner_.add_bias(x, bias, stream), static_cast<double>(x.numel()), 2.0 * static_cast<double>(x.nbytes()),
+                false);
+}
+Status SimDevice::bias_grad(const Tensor& dy, const Tensor& dbias, bool accumulate, StreamId stream) {
+  return charge(inner_.bias_grad(dy, dbias, accumulate, stream), static_cast<double>(dy.numel()),
+                static_cast<double>(dy.nbytes() + dbias.nbytes()), false);
+}
+Status SimDevice::activation(Activation act, const Tensor& x, const Tensor& y, StreamId stream) {
+  return charge(inner_.activation(act, x, y, stream), 8.0 * static_cast<double>(x.numel()),
+                static_cast<double>(x.nbytes() + y.nbytes()), false);
+}
+Status SimDevice::activation_backward(Activation act, const Tensor& x, const Tensor& dy, const Tensor& dx,
+                                      StreamId stream) {
+  return charge(inner_.activation_backward(act, x, dy, dx, stream), 12.0 * static_cast<double>(x.numel()),
+                static_cast<double>(x.nbytes() + dy.nbytes() + dx.nbytes()), false);
+}
+Status SimDevice::softmax_cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& loss_sum,
+                                        const Tensor& dlogits, float grad_scale, std::int64_t ignore_index,
+                                        StreamId stream) {
+  return charge(inner_.softmax_cross_entropy(logits, labels, loss_sum, dlogits, grad_scale, ignore_index, stream),
+                6.0 * static_cast<double>(logits.numel()), static_cast<double>(logits.nbytes() + dlogits.nbytes()),
+                false);
+}
+
+}  // namespace shardlab::sim

@@ -1,0 +1,62 @@
+// SimDevice: the simulator's Device — cpu numerics (runtime/device/cpu) plus a roofline
+// cost model (DeviceProfile) charged to the rank's VirtualClock.
+//
+// Memory is accounted against the profile's capacity under the name "sim:<rank>", so an
+// over-budget allocation fails with the same OUT_OF_MEMORY breakdown as real devices.
+// This first model executes in order on one timeline: every op advances the rank's
+// clock by its cost (streams are accepted but not yet overlapped; issue 6 adds that).
+//
+// Thread safety: as for Device.
+#pragma once
+
+#include "runtime/device/cpu/device.h"
+#include "sim/cost_model.h"
+#include "sim/virtual_clock.h"
+
+namespace shardlab::sim {
+
+class SimDevice final : public runtime::device::Device {
+ public:
+  SimDevice(int rank, DeviceProfile profile, VirtualClock* clock);
+
+  runtime::device::DeviceId id() const override { return inner_.id(); }
+  MemoryTracker& memory() override { return inner_.memory(); }
+  const DeviceProfile& profile() const { return profile_; }
+  // Total simulated compute time charged so far (for metrics).
+  Nanos busy_time() const { return busy_; }
+
+  Result<std::shared_ptr<Storage>> allocate(std::int64_t nbytes, MemoryCategory category,
+                                            std::string_view label) override;
+  Result<runtime::device::StreamId> create_stream(std::string_view name) override;
+  runtime::device::EventId record_event(runtime::device::StreamId stream) override;
+  void wait_event(runtime::device::StreamId waiter, runtime::device::EventId event) override;
+  void synchronize(runtime::device::StreamId stream) override;
+
+  Status copy(const Tensor& src, const Tensor& dst, runtime::device::StreamId stream) override;
+  Status fill(const Tensor& dst, float value, runtime::device::StreamId stream) override;
+  Status cast(const Tensor& src, const Tensor& dst, runtime::device::StreamId stream) override;
+  Status axpy(float alpha, const Tensor& x, const Tensor& y, runtime::device::StreamId stream) override;
+  Status scale(const Tensor& x, float alpha, runtime::device::StreamId stream) override;
+  Status gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c, float alpha, float beta,
+              runtime::device::StreamId stream) override;
+  Status add_bias(const Tensor& x, const Tensor& bias, runtime::device::StreamId stream) override;
+  Status bias_grad(const Tensor& dy, const Tensor& dbias, bool accumulate, runtime::device::StreamId stream) override;
+  Status activation(runtime::device::Activation act, const Tensor& x, const Tensor& y,
+                    runtime::device::StreamId stream) override;
+  Status activation_backward(runtime::device::Activation act, const Tensor& x, const Tensor& dy, const Tensor& dx,
+                             runtime::device::StreamId stream) override;
+  Status softmax_cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& loss_sum,
+                               const Tensor& dlogits, float grad_scale, std::int64_t ignore_index,
+                               runtime::device::StreamId stream) override;
+
+ private:
+  // Charges an op's roofline time when it succeeded.
+  Status charge(Status s, double flops, double bytes, bool matrix);
+
+  DeviceProfile profile_;
+  VirtualClock* clock_;
+  runtime::device::cpu::CpuDevice inner_;
+  Nanos busy_ = 0;
+};
+
+}  // namespace shardlab::sim

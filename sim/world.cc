@@ -1,0 +1,94 @@
+#include "sim/world.h"
+
+#include <exception>
+#include <thread>
+
+#include "sim/communicator.h"
+#include "sim/device.h"
+#include "sim/rendezvous.h"
+
+namespace shardlab::sim {
+
+void World::Shared::maybe_resolve() {
+  if (blocked < live || waiters.empty()) return;
+  Waiter* victim = nullptr;
+  for (Waiter* w : waiters) {
+    if (w->work->done || w->forced) return;  // someone can still make progress
+    if (!victim || w->deadline < victim->deadline ||
+        (w->deadline == victim->deadline && w->world_rank < victim->world_rank)) {
+      victim = w;
+    }
+  }
+  victim->forced = true;
+  cv.notify_all();
+}
+
+void World::Shared::complete(WorkState& w, Status s, Nanos at) {
+  w.done = true;
+  w.status = std::move(s);
+  w.completion = at;
+  w.pending.reset();
+  cv.notify_all();
+}
+
+World::World(WorldOptions options) : options_(std::move(options)), shared_(std::make_shared<Shared>()) {
+  SHARDLAB_CHECK_GT(options_.world_size, 0);
+  shared_->network = options_.network;
+}
+
+World::~World() = default;
+
+std::vector<RankResult> World::run(const std::function<Status(RankContext&)>& body) {
+  const int n = options_.world_size;
+  // Devices outlive every storage made on them: they are destroyed after the rendezvous
+  // state (which may still hold tensors of operations that never completed).
+  std::vector<std::unique_ptr<VirtualClock>> clocks;
+  std::vector<std::unique_ptr<SimDevice>> devices;
+  for (int r = 0; r < n; ++r) {
+    clocks.push_back(std::make_unique<VirtualClock>());
+    devices.push_back(std::make_unique<SimDevice>(r, options_.device, clocks.back().get()));
+  }
+  auto group = std::make_shared<Group>();
+  group->name = "world";
+  for (int r = 0; r < n; ++r) group->world_ranks.push_back(r);
+  group->next_seq.assign(static_cast<std::size_t>(n), 0);
+  {
+    std::lock_guard<std::mutex> lock(shared_->mu);
+    shared_->live = n;
+    shared_->blocked = 0;
+  }
+  std::vector<RankResult> results(static_cast<std::size_t>(n));
+  std::vector<std::thread> threads;
+  threads.reserve(static_cast<std::size_t>(n));
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r]() {
+      const auto ur = static_cast<std::size_t>(r);
+      RankResult& out = results[ur];
+      {
+        SimCommunicator comm(shared_, group, r, clocks[ur].get(), options_.perturb_seed);
+        RankContext ctx{r, n, *clocks[ur], comm, *devices[ur]};
+        try {
+          out.status = body(ctx);
+        } catch (const std::exception& e) {
+          out.status = Status::internal("rank " + std::to_string(r) + " threw: " + e.what());
+        }
+        out.end_time = clocks[ur]->now();
+      }
+      std::lock_guard<std::mutex> lock(shared_->mu);
+      --shared_->live;
+      shared_->maybe_resolve();
+      shared_->cv.notify_all();
+    });
+  }
+  for (auto& t : threads) t.join();
+  {
+    std::lock_guard<std::mutex> lock(shared_->mu);
+    shared_->sends.clear();
+    shared_->recvs.clear();
+    shared_->waiters.clear();
+  }
+  group.reset();
+  return results;
+}
+
+}  // namespace shardlab::sim

@@ -1,0 +1,79 @@
+// World: N simulated ranks as threads of one process, with virtual time.
+//
+// NOTE [Determinism]
+// Same scenario + seed + build ⇒ bitwise-identical numbers, traces and metrics, whatever
+// the host's thread scheduling or core count. How the simulator keeps that promise:
+//  - Time is integer nanoseconds on per-rank VirtualClocks. A rank's clock advances only
+//    by its own device ops (a pure function of the op) and by the completion time of the
+//    Works it waits on.
+//  - A collective completes when its last member arrives; its data movement reduces in
+//    a fixed rank order (0, 1, …, W-1) and its per-rank completion times come from the
+//    cost model applied to the members' arrival times — never from host timing.
+//  - A wait times out iff the operation's virtual completion time is past the waiter's
+//    virtual deadline. When every live rank is blocked and nothing can complete, the
+//    waiter with the earliest (deadline, rank) times out — one at a time — so a missing
+//    peer is reported instantly and the same way on every run.
+//  - Randomness comes only from shardlab::Rng streams split by (seed, purpose, rank, …).
+// Tests run the same worlds with seeded random host yields (WorldOptions::perturb_seed)
+// and compare results bitwise.
+//
+// Thread safety: World::run may be called once at a time; rank bodies run concurrently
+// and each must touch only its own RankContext (plus data exchanged via the Communicator).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "runtime/comm/communicator.h"
+#include "runtime/device/device.h"
+#include "sim/cost_model.h"
+#include "sim/virtual_clock.h"
+
+namespace shardlab::sim {
+
+struct WorldOptions {
+  int world_size = 1;
+  NetworkModel network;
+  DeviceProfile device;
+  // Test knob: when non-zero, every communicator call and wait first yields or sleeps a
+  // few microseconds of host time, chosen by an Rng seeded with this value, to shake
+  // out host-scheduling dependence. Results must not change.
+  std::uint64_t perturb_seed = 0;
+};
+
+struct RankContext {
+  int rank;
+  int world_size;
+  VirtualClock& clock;
+  runtime::comm::Communicator& comm;
+  runtime::device::Device& device;
+};
+
+struct RankResult {
+  Status status;
+  Nanos end_time = 0;  // the rank's virtual clock when its body returned
+};
+
+class World {
+ public:
+  explicit World(WorldOptions options);
+  ~World();
+  World(const World&) = delete;
+  World& operator=(const World&) = delete;
+
+  // Runs body on every rank (one host thread each) and returns when all are done.
+  // A body that throws (e.g. a CheckFailure) yields an INTERNAL status for its rank.
+  std::vector<RankResult> run(const std::function<Status(RankContext&)>& body);
+
+  const WorldOptions& options() const { return options_; }
+
+  struct Shared;  // rendezvous state shared by the ranks' communicators (world.cc)
+
+ private:
+  WorldOptions options_;
+  std::shared_ptr<Shared> shared_;
+};
+
+}  // namespace shardlab::sim
