@@ -1,0 +1,23 @@
+// `shardlab run`: the walking skeleton — data-parallel MLP training on simulated ranks
+// or under Open MPI, checked against the unsharded oracle.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "runtime/train/data_parallel.h"
+
+namespace shardlab::cli {
+
+struct RunArgs {
+  std::string backend = "sim";  // sim | mpi
+  int world_size = 4;           // sim only; mpi takes the MPI world size
+  bool check = true;            // compare with the unsharded oracle
+  runtime::train::TrainOptions train;
+};
+
+// Returns the process exit code: 0 ok, 1 an expectation failed (oracle mismatch),
+// 2 bad input, 3 runtime failure.
+int run_command(const RunArgs& args, int* argc, char*** argv);
+
+}  // namespace shardlab::cli

@@ -1,0 +1,43 @@
+// How a model reaches its parameters and gradients during forward/backward.
+//
+// A model declares its parameters (ParamSpec, in registration order) and never owns
+// their storage: a ParamAccess hands out views when the model needs them, and is told
+// when each layer's forward and backward begin and end. Data parallelism hands out views
+// of one flat buffer; FSDP (runtime/fsdp) unshards before a unit's forward/backward and
+// reshards after — the model code is the same for both.
+//
+// Thread safety: used by one rank's thread.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "runtime/core/status.h"
+#include "runtime/core/tensor.h"
+
+namespace shardlab::runtime::model {
+
+struct ParamSpec {
+  std::string name;  // Hugging Face-style dotted name, e.g. "layers.0.weight"
+  Shape shape;
+  bool requires_grad = true;
+  int layer = 0;     // which layer (module) owns it, in forward order
+};
+
+class ParamAccess {
+ public:
+  virtual ~ParamAccess() = default;
+  // The value of parameter `index` (valid until the matching post hook).
+  virtual Result<Tensor> param(int index) = 0;
+  // Where the gradient of parameter `index` accumulates (fp32, same numel).
+  virtual Result<Tensor> grad(int index) = 0;
+  virtual Status pre_forward(int /*layer*/) { return Status::ok(); }
+  virtual Status post_forward(int /*layer*/) { return Status::ok(); }
+  virtual Status pre_backward(int /*layer*/) { return Status::ok(); }
+  virtual Status post_backward(int /*layer*/) { return Status::ok(); }
+};
+
+// Total elements of all specs.
+std::int64_t total_numel(const std::vector<ParamSpec>& specs);
+
+}  // namespace shardlab::runtime::model
