@@ -5,6 +5,7 @@
 #include <exception>
 
 #include "cli/run_command.h"
+#include "runtime/fsdp/shard_layout.h"
 #include "runtime/core/check.h"
 
 namespace {
@@ -12,7 +13,7 @@ namespace {
 constexpr const char* kDescription =
     "shardlab — a harness for sharded (FSDP) training: one runtime that runs in a deterministic\n"
     "simulator, on CPUs with Open MPI, and (later) on Intel Gaudi.\n\n"
-    "Start with:  shardlab run             (4 simulated ranks, checked against unsharded training)\n"
+    "Start with:  shardlab run             (FSDP on 4 simulated ranks, checked against unsharded training)\n"
     "             mpiexec -n 2 shardlab run --backend mpi\n";
 
 int main_impl(int argc, char** argv) {
@@ -21,26 +22,60 @@ int main_impl(int argc, char** argv) {
   app.set_help_all_flag("--help-all", "Show help for every subcommand");
 
   shardlab::cli::RunArgs run;
+  std::string strategy = "FULL_SHARD", prefetch = "BACKWARD_PRE", optimizer = "adamw";
+  run.train.optimizer.lr = 1e-2f;
+  run.train.steps = 5;
   auto* run_cmd = app.add_subcommand(
       "run",
-      "Train a small MLP data-parallel for a few steps and check it against unsharded training on the\n"
-      "concatenated batch (the oracle). Prints loss and step time per step.");
+      "Train a small MLP with FSDP for a few steps and check it against unsharded training on the\n"
+      "concatenated batch (the oracle): bitwise on the simulator, within fp32 tolerance under MPI.");
   run_cmd->add_option("--backend", run.backend, "Where ranks run: sim (threads, virtual time) or mpi (under mpiexec)")
       ->check(CLI::IsMember({"sim", "mpi"}))
       ->capture_default_str();
   run_cmd->add_option("--world-size,-n", run.world_size, "Simulated ranks (sim only; mpi uses mpiexec -n)")
       ->check(CLI::Range(1, 4096))
       ->capture_default_str();
+  run_cmd->add_option("--strategy", strategy, "FULL_SHARD, SHARD_GRAD_OP, NO_SHARD or HYBRID_SHARD (or 1-4)")
+      ->capture_default_str();
+  run_cmd->add_option("--devices-per-node", run.train.fsdp.devices_per_node, "HYBRID_SHARD: ranks per shard group")
+      ->check(CLI::Range(1, 4096));
+  run_cmd->add_option("--backward-prefetch", prefetch, "BACKWARD_PRE, BACKWARD_POST or NONE")->capture_default_str();
+  run_cmd->add_flag("--forward-prefetch", run.train.fsdp.forward_prefetch, "Prefetch the next unit during forward");
   run_cmd->add_option("--steps", run.train.steps, "Optimizer steps")->check(CLI::Range(1, 1000000))->capture_default_str();
-  run_cmd->add_option("--global-batch", run.train.global_batch, "Samples per step over all ranks (a multiple of the world size)")
+  run_cmd->add_option("--global-batch", run.train.global_batch,
+                      "Samples per step over all ranks (a multiple of world size × grad accumulation)")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 30))
+      ->capture_default_str();
+  run_cmd->add_option("--grad-accumulation", run.train.grad_accumulation, "Micro-batches per step (no_sync on all but the last)")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+  run_cmd->add_option("--max-grad-norm", run.train.max_grad_norm, "Clip the global gradient norm (0: off)")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   run_cmd->add_option("--hidden", run.train.model.hidden_dim, "Hidden width of the MLP")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 16))
       ->capture_default_str();
-  run_cmd->add_option("--lr", run.train.lr, "SGD learning rate")->check(CLI::PositiveNumber)->capture_default_str();
+  run_cmd->add_option("--layers", run.train.model.num_hidden_layers, "Hidden layers of the MLP (each is one FSDP unit)")
+      ->check(CLI::Range(0, 1024))
+      ->capture_default_str();
+  run_cmd->add_option("--optimizer", optimizer, "adamw or sgd")->check(CLI::IsMember({"adamw", "sgd"}))->capture_default_str();
+  run_cmd->add_option("--lr", run.train.optimizer.lr, "Learning rate")->check(CLI::PositiveNumber)->capture_default_str();
   run_cmd->add_option("--seed", run.train.seed, "Seed of data and initial parameters")->capture_default_str();
   run_cmd->add_flag("!--no-check", run.check, "Skip the comparison with the unsharded oracle");
+
+  std::string layout_shapes, layout_dtype = "fp32";
+  int layout_world = 1;
+  std::int64_t layout_align = 0;
+  auto* layout_cmd = app.add_subcommand(
+      "layout",
+      "Print PyTorch FSDP's flat-parameter layout as JSON: parameter offsets (with alignment padding), the\n"
+      "shard size S = ceil(total / W) and, per rank, which slice of which parameter it owns.");
+  layout_cmd->add_option("--shapes", layout_shapes, "Parameter shapes in order, e.g. 7x3,5x7,5x5")->required();
+  layout_cmd->add_option("--world-size", layout_world, "Number of ranks W")->required();
+  layout_cmd->add_option("--dtype", layout_dtype, "Element type: fp32, bf16, fp16, int64")->capture_default_str();
+  layout_cmd->add_option("--align-bytes", layout_align,
+                         "Start every parameter after the first at a multiple of this many bytes (0 or 16 in PyTorch)")
+      ->capture_default_str();
 
   try {
     app.parse(argc, argv);
@@ -55,7 +90,37 @@ int main_impl(int argc, char** argv) {
                  e.what());
     return 2;
   }
-  if (*run_cmd) return shardlab::cli::run_command(run, &argc, &argv);
+  if (*run_cmd) {
+    const auto bad = [](const shardlab::Status& s) {
+      std::fprintf(stderr, "shardlab run: %s\n", s.message().c_str());
+      return 2;
+    };
+    auto st = shardlab::runtime::fsdp::parse_strategy(strategy);
+    if (!st.is_ok()) return bad(st.status().with_context("--strategy"));
+    auto pf = shardlab::runtime::fsdp::parse_prefetch(prefetch);
+    if (!pf.is_ok()) return bad(pf.status().with_context("--backward-prefetch"));
+    run.train.fsdp.strategy = *st;
+    run.train.fsdp.backward_prefetch = *pf;
+    run.train.optimizer.kind = *shardlab::runtime::optim::parse_optimizer(optimizer);
+    if (*st == shardlab::runtime::fsdp::ShardingStrategy::kHybridShard && run.train.fsdp.devices_per_node == 0) {
+      return bad(shardlab::Status::invalid_argument("--strategy HYBRID_SHARD needs --devices-per-node"));
+    }
+    return shardlab::cli::run_command(run, &argc, &argv);
+  }
+  if (*layout_cmd) {
+    const auto fail = [](const shardlab::Status& s) {
+      std::fprintf(stderr, "shardlab layout: %s\n", s.message().c_str());
+      return s.exit_code();
+    };
+    auto shapes = shardlab::runtime::fsdp::parse_shapes(layout_shapes);
+    if (!shapes.is_ok()) return fail(shapes.status());
+    auto dtype = shardlab::parse_dtype(layout_dtype);
+    if (!dtype.is_ok()) return fail(dtype.status().with_context("--dtype"));
+    auto layout = shardlab::runtime::fsdp::ShardLayout::make(*shapes, layout_world, *dtype, layout_align);
+    if (!layout.is_ok()) return fail(layout.status());
+    std::printf("%s\n", layout->to_json().c_str());
+    return 0;
+  }
   return 2;
 }
 

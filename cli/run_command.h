@@ -1,11 +1,10 @@
-// `shardlab run`: the walking skeleton — data-parallel MLP training on simulated ranks
-// or under Open MPI, checked against the unsharded oracle.
+// `shardlab run`: FSDP training of a small MLP on simulated ranks or under Open MPI,
+// checked against the unsharded oracle (bitwise on sim, fp32 tolerance on MPI).
 #pragma once
 
-#include <cstdint>
 #include <string>
 
-#include "runtime/train/data_parallel.h"
+#include "runtime/train/fsdp_train.h"
 
 namespace shardlab::cli {
 
@@ -13,7 +12,7 @@ struct RunArgs {
   std::string backend = "sim";  // sim | mpi
   int world_size = 4;           // sim only; mpi takes the MPI world size
   bool check = true;            // compare with the unsharded oracle
-  runtime::train::TrainOptions train;
+  runtime::train::FsdpTrainOptions train;
 };
 
 // Returns the process exit code: 0 ok, 1 an expectation failed (oracle mismatch),

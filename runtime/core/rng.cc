@@ -1,5 +1,7 @@
 #include "runtime/core/rng.h"
 
+#include <cmath>
+
 namespace shardlab {
 
 namespace {
@@ -56,7 +58,12 @@ std::uint64_t Rng::next_u64() {
 
 float Rng::uniform01() { return static_cast<float>(next_u32() >> 8) * (1.0f / 16777216.0f); }
 
-float Rng::uniform(float lo, float hi) { return lo + (hi - lo) * uniform01(); }
+float Rng::uniform(float lo, float hi) {
+  const float x = lo + (hi - lo) * uniform01();
+  // The sum can round up to hi (e.g. lo = 1, hi = 2, u = 1 - 2^-24); keep [lo, hi).
+  // nextafter is an exact IEEE operation, so this stays bitwise reproducible.
+  return x < hi ? x : std::nextafter(hi, lo);
+}
 
 std::uint64_t Rng::uniform_int(std::uint64_t n) {
   if (n <= 1) return 0;

@@ -156,6 +156,9 @@ Status CpuDevice::fill(const Tensor& dst, float value, StreamId stream) {
   SHARDLAB_RETURN_IF_ERROR(check_stream("fill", stream));
   if (!dst.defined() || dst.is_phantom()) return Status::invalid_argument("fill: tensor has no host data");
   std::byte* p = dst.bytes();
+  if (dst.dtype() == DType::kI64 && !(value >= -9.2e18f && value <= 9.2e18f)) {
+    return Status::invalid_argument("fill: " + std::to_string(value) + " does not fit " + dst.describe());
+  }
   if (dst.dtype() == DType::kF32) {
     float* f = dst.data<float>();
     std::fill(f, f + dst.numel(), value);
@@ -272,7 +275,8 @@ Status CpuDevice::activation(Activation act, const Tensor& x, const Tensor& y, S
   const std::int64_t n = x.numel();
   switch (act) {
     case Activation::kRelu:
-      for (std::int64_t i = 0; i < n; ++i) out[i] = in[i] > 0.0f ? in[i] : 0.0f;
+      // NaN propagates (as in PyTorch) so a diverged activation is not silently zeroed.
+      for (std::int64_t i = 0; i < n; ++i) out[i] = in[i] > 0.0f || std::isnan(in[i]) ? in[i] : 0.0f;
       break;
     case Activation::kGelu:
       for (std::int64_t i = 0; i < n; ++i) out[i] = gelu_erf(in[i]);
@@ -323,6 +327,9 @@ Status CpuDevice::softmax_cross_entropy(const Tensor& logits, const Tensor& labe
   SHARDLAB_RETURN_IF_ERROR(expect_numel(kOp, labels, n, "one label per row of logits"));
   SHARDLAB_RETURN_IF_ERROR(expect_numel(kOp, loss_sum, 1, "a scalar"));
   SHARDLAB_RETURN_IF_ERROR(expect_numel(kOp, dlogits, n * c, "the shape of logits"));
+  if (dlogits.overlaps(logits) || loss_sum.overlaps(logits) || loss_sum.overlaps(dlogits)) {
+    return Status::invalid_argument(std::string(kOp) + ": logits, loss_sum and dlogits must not overlap");
+  }
   const std::int64_t* lab = labels.data<std::int64_t>();
   for (std::int64_t r = 0; r < n; ++r) {
     if (lab[r] != ignore_index && (lab[r] < 0 || lab[r] >= c)) {

@@ -1,0 +1,104 @@
+// rapidcheck generators for the FSDP domain: shard layouts and small FSDP training runs.
+// One header per domain (CONVENTIONS.md); every property in fsdp_*_test.cc draws from here.
+#pragma once
+
+#include <rapidcheck.h>
+
+#include <ostream>
+#include <vector>
+
+#include "runtime/fsdp/options.h"
+#include "runtime/train/fsdp_train.h"
+
+namespace shardlab::property {
+
+struct LayoutCase {
+  std::vector<Shape> shapes;
+  int world_size = 1;
+  DType dtype = DType::kF32;
+  std::int64_t align_bytes = 0;
+};
+
+inline std::ostream& operator<<(std::ostream& os, const LayoutCase& c) {
+  os << "LayoutCase{world=" << c.world_size << ", dtype=" << dtype_name(c.dtype) << ", align=" << c.align_bytes
+     << ", shapes=";
+  for (const auto& s : c.shapes) os << shape_to_string(s);
+  return os << "}";
+}
+
+// Parameter shapes including 1-element and tiny ones, so that W > numel (ranks owning
+// only padding) comes up often; world sizes 1–64.
+inline rc::Gen<Shape> gen_shape() {
+  return rc::gen::oneOf(rc::gen::container<Shape>(1, rc::gen::inRange<std::int64_t>(1, 4)),
+                        rc::gen::container<Shape>(2, rc::gen::inRange<std::int64_t>(1, 12)),
+                        rc::gen::container<Shape>(1, rc::gen::inRange<std::int64_t>(1, 200)));
+}
+
+inline rc::Gen<LayoutCase> gen_layout_case() {
+  return rc::gen::build<LayoutCase>(
+      rc::gen::set(&LayoutCase::shapes, rc::gen::resize(12, rc::gen::nonEmpty(rc::gen::container<std::vector<Shape>>(gen_shape())))),
+      rc::gen::set(&LayoutCase::world_size, rc::gen::inRange(1, 65)),
+      rc::gen::set(&LayoutCase::dtype, rc::gen::element(DType::kF32, DType::kBF16, DType::kF16, DType::kI64)),
+      rc::gen::set(&LayoutCase::align_bytes, rc::gen::element<std::int64_t>(0, 16)));
+}
+
+struct FsdpCase {
+  runtime::train::FsdpTrainOptions options;
+  int world_size = 1;
+};
+
+inline std::ostream& operator<<(std::ostream& os, const FsdpCase& c) {
+  const auto& o = c.options;
+  return os << "FsdpCase{world=" << c.world_size << ", strategy=" << runtime::fsdp::strategy_name(o.fsdp.strategy)
+            << ", prefetch=" << runtime::fsdp::prefetch_name(o.fsdp.backward_prefetch)
+            << ", forward_prefetch=" << o.fsdp.forward_prefetch << ", limit=" << o.fsdp.limit_all_gathers
+            << ", dpn=" << o.fsdp.devices_per_node << ", align=" << o.fsdp.align_bytes << ", mlp=" << o.model.input_dim
+            << "/" << o.model.hidden_dim << "x" << o.model.num_hidden_layers << "/" << o.model.num_classes
+            << ", batch=" << o.global_batch << ", accum=" << o.grad_accumulation << ", steps=" << o.steps
+            << ", wrap=" << static_cast<int>(o.wrap) << ", min_params=" << o.min_num_params
+            << ", optimizer=" << (o.optimizer.kind == runtime::optim::OptimizerConfig::Kind::kSgd ? "sgd" : "adamw")
+            << ", seed=" << o.seed << "}";
+}
+
+// A small random FSDP run: MLP dims, world size 1–8, every strategy and prefetch mode,
+// gradient accumulation, wrap policies, SGD (with momentum/weight decay) or AdamW.
+inline rc::Gen<FsdpCase> gen_fsdp_case() {
+  using namespace runtime;
+  return rc::gen::exec([] {
+    FsdpCase c;
+    auto& o = c.options;
+    c.world_size = *rc::gen::inRange(1, 9);
+    o.model.input_dim = *rc::gen::inRange<std::int64_t>(1, 9);
+    o.model.hidden_dim = *rc::gen::inRange<std::int64_t>(1, 12);
+    o.model.num_classes = *rc::gen::inRange<std::int64_t>(2, 5);
+    o.model.num_hidden_layers = *rc::gen::inRange(0, 4);
+    o.model.activation = *rc::gen::element(device::Activation::kRelu, device::Activation::kGelu,
+                                            device::Activation::kGeluTanh);
+    o.grad_accumulation = *rc::gen::inRange(1, 3);
+    o.global_batch = static_cast<std::int64_t>(c.world_size) * o.grad_accumulation * *rc::gen::inRange(1, 4);
+    o.steps = *rc::gen::inRange(1, 4);
+    o.seed = *rc::gen::inRange<std::uint64_t>(0, 1000);
+    o.fsdp.strategy = *rc::gen::element(fsdp::ShardingStrategy::kFullShard, fsdp::ShardingStrategy::kShardGradOp,
+                                        fsdp::ShardingStrategy::kNoShard, fsdp::ShardingStrategy::kHybridShard);
+    if (o.fsdp.strategy == fsdp::ShardingStrategy::kHybridShard) {
+      std::vector<int> divisors;
+      for (int d = 1; d <= c.world_size; ++d)
+        if (c.world_size % d == 0) divisors.push_back(d);
+      o.fsdp.devices_per_node = *rc::gen::elementOf(divisors);
+    }
+    o.fsdp.backward_prefetch = *rc::gen::element(fsdp::BackwardPrefetch::kNone, fsdp::BackwardPrefetch::kBackwardPre,
+                                                 fsdp::BackwardPrefetch::kBackwardPost);
+    o.fsdp.forward_prefetch = *rc::gen::arbitrary<bool>();
+    o.fsdp.limit_all_gathers = *rc::gen::arbitrary<bool>();
+    o.fsdp.align_bytes = *rc::gen::element<std::int64_t>(0, 16);
+    o.wrap = *rc::gen::element(train::WrapPolicy::kPerLayer, train::WrapPolicy::kNone, train::WrapPolicy::kBySize);
+    o.min_num_params = *rc::gen::inRange<std::int64_t>(1, 200);
+    o.optimizer.kind = *rc::gen::element(optim::OptimizerConfig::Kind::kSgd, optim::OptimizerConfig::Kind::kAdamW);
+    o.optimizer.lr = o.optimizer.kind == optim::OptimizerConfig::Kind::kSgd ? 0.1f : 0.01f;
+    o.optimizer.momentum = *rc::gen::element(0.0f, 0.9f);
+    o.optimizer.weight_decay = *rc::gen::element(0.0f, 0.01f);
+    return c;
+  });
+}
+
+}  // namespace shardlab::property

@@ -1,0 +1,493 @@
+#include "runtime/fsdp/fully_sharded.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "runtime/core/check.h"
+
+namespace shardlab::runtime::fsdp {
+
+using comm::ReduceOp;
+
+WrapPlan WrapPlan::per_layer(int num_layers) {
+  WrapPlan p;
+  for (int l = 0; l < num_layers; ++l) p.unit_of_layer.push_back(l);
+  return p;
+}
+
+WrapPlan WrapPlan::single(int num_layers) {
+  WrapPlan p;
+  p.unit_of_layer.assign(static_cast<std::size_t>(num_layers), -1);
+  return p;
+}
+
+WrapPlan WrapPlan::by_size(const std::vector<model::ParamSpec>& specs, int num_layers, std::int64_t min_num_params) {
+  std::vector<std::int64_t> per_layer(static_cast<std::size_t>(num_layers), 0);
+  for (const auto& s : specs) per_layer[static_cast<std::size_t>(s.layer)] += *checked_numel(s.shape);
+  WrapPlan p;
+  int unit = 0;
+  std::int64_t acc = 0;
+  for (int l = 0; l < num_layers; ++l) {
+    p.unit_of_layer.push_back(unit);
+    acc += per_layer[static_cast<std::size_t>(l)];
+    if (acc >= min_num_params) {
+      ++unit;
+      acc = 0;
+    }
+  }
+  // A trailing group below the threshold joins the root unit, as in PyTorch.
+  if (acc > 0) {
+    for (int& u : p.unit_of_layer)
+      if (u == unit) u = -1;
+  }
+  return p;
+}
+
+FullyShardedModel::FullyShardedModel(comm::Communicator& comm, device::Device& dev, FsdpOptions options)
+    : comm_(comm), dev_(dev), options_(std::move(options)) {}
+
+int FullyShardedModel::shard_world_size() const {
+  if (options_.strategy == ShardingStrategy::kNoShard) return 1;
+  if (options_.strategy == ShardingStrategy::kHybridShard) return shard_group_->size();
+  return comm_.size();
+}
+
+comm::Communicator& FullyShardedModel::shard_comm() {
+  return options_.strategy == ShardingStrategy::kHybridShard ? *shard_group_ : comm_;
+}
+
+Result<std::unique_ptr<FullyShardedModel>> FullyShardedModel::create(comm::Communicator& comm, device::Device& dev,
+                                                                     std::vector<model::ParamSpec> specs,
+                                                                     const WrapPlan& plan, FsdpOptions options,
+                                                                     const Tensor& full_init) {
+  std::unique_ptr<FullyShardedModel> m(new FullyShardedModel(comm, dev, std::move(options)));
+  const FsdpOptions& o = m->options_;
+  SHARDLAB_RETURN_IF_ERROR(resolve_device_id(o.device_id, dev.id(), comm.rank()).status());
+  if ((o.param_dtype != DType::kF32 && o.param_dtype != DType::kBF16) ||
+      (o.reduce_dtype != DType::kF32 && o.reduce_dtype != DType::kBF16)) {
+    return Status::invalid_argument("FSDP mixed precision: param_dtype and reduce_dtype must be fp32 or bf16");
+  }
+  device::Device& state_dev = o.offload_device ? *o.offload_device : dev;
+  const std::int64_t total = model::total_numel(specs);
+  if (full_init.dtype() != DType::kF32 || full_init.numel() != total) {
+    return Status::invalid_argument("FSDP: the initial parameters must be fp32 with " + std::to_string(total) +
+                                    " elements, got " + full_init.describe());
+  }
+  if (o.strategy == ShardingStrategy::kHybridShard) {
+    const int dpn = o.devices_per_node;
+    if (dpn < 1 || comm.size() % dpn != 0) {
+      return Status::invalid_argument("HYBRID_SHARD: devices_per_node " + std::to_string(dpn) +
+                                      " must be >= 1 and divide the world size " + std::to_string(comm.size()));
+    }
+    SHARDLAB_ASSIGN_OR_RETURN(m->shard_group_, comm.split(comm.rank() / dpn, comm.rank() % dpn));
+    SHARDLAB_ASSIGN_OR_RETURN(m->replica_group_, comm.split(comm.rank() % dpn, comm.rank() / dpn));
+  }
+  if (o.sync_module_states) {
+    SHARDLAB_RETURN_IF_ERROR(comm.broadcast(full_init, 0)->wait(o.collective_timeout));
+  }
+  // Units: wrapped units in order of their first layer, then the root unit (if any).
+  int num_layers = 0;
+  for (const auto& s : specs) num_layers = std::max(num_layers, s.layer + 1);
+  if (static_cast<int>(plan.unit_of_layer.size()) < num_layers) {
+    return Status::invalid_argument("FSDP wrap plan covers " + std::to_string(plan.unit_of_layer.size()) +
+                                    " layers but the model has " + std::to_string(num_layers));
+  }
+  std::map<int, int> unit_id;  // plan unit -> our index (-1 = root, last)
+  for (int l = 0; l < num_layers; ++l) {
+    const int u = plan.unit_of_layer[static_cast<std::size_t>(l)];
+    if (u >= 0 && !unit_id.count(u)) {
+      const int id = static_cast<int>(unit_id.size());
+      unit_id[u] = id;
+    }
+  }
+  const bool has_root = std::any_of(specs.begin(), specs.end(), [&](const model::ParamSpec& s) {
+    return plan.unit_of_layer[static_cast<std::size_t>(s.layer)] < 0;
+  });
+  const int num_units = static_cast<int>(unit_id.size()) + (has_root ? 1 : 0);
+  if (has_root) m->root_unit_ = num_units - 1;
+  m->units_.resize(static_cast<std::size_t>(num_units));
+  m->first_layer_.assign(static_cast<std::size_t>(num_units), num_layers);
+  m->last_layer_.assign(static_cast<std::size_t>(num_units), -1);
+  std::int64_t off = 0;
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    const int pu = plan.unit_of_layer[static_cast<std::size_t>(specs[i].layer)];
+    const int u = pu < 0 ? m->root_unit_ : unit_id[pu];
+    m->unit_of_param_.push_back(u);
+    FlatParameter& fp = m->units_[static_cast<std::size_t>(u)];
+    fp.unit = u;
+    fp.param_indices.push_back(static_cast<int>(i));
+    fp.specs.push_back(specs[i]);
+    m->first_layer_[static_cast<std::size_t>(u)] = std::min(m->first_layer_[static_cast<std::size_t>(u)], specs[i].layer);
+    m->last_layer_[static_cast<std::size_t>(u)] = std::max(m->last_layer_[static_cast<std::size_t>(u)], specs[i].layer);
+    m->model_offset_.push_back(off);
+    off += *checked_numel(specs[i].shape);
+  }
+  const int w = m->shard_world_size();
+  const int shard_rank = o.strategy == ShardingStrategy::kNoShard ? 0 : m->shard_comm().rank();
+  for (FlatParameter& fp : m->units_) {
+    std::vector<Shape> shapes;
+    for (const auto& s : fp.specs) shapes.push_back(s.shape);
+    SHARDLAB_ASSIGN_OR_RETURN(fp.layout, ShardLayout::make(shapes, w, DType::kF32, o.align_bytes));
+    const std::string name = "unit" + std::to_string(fp.unit);
+    const std::int64_t s = fp.layout.shard_numel();
+    SHARDLAB_ASSIGN_OR_RETURN(fp.shard, state_dev.zeros({s}, DType::kF32, MemoryCategory::kParameters, name + ".shard"));
+    SHARDLAB_ASSIGN_OR_RETURN(fp.grad_shard,
+                              state_dev.zeros({s}, DType::kF32, MemoryCategory::kGradients, name + ".grad_shard"));
+    for (const ShardPiece& piece : fp.layout.shard(shard_rank).pieces) {
+      const int model_index = fp.param_indices[static_cast<std::size_t>(piece.param)];
+      SHARDLAB_ASSIGN_OR_RETURN(Tensor src, full_init.narrow(m->model_offset_[static_cast<std::size_t>(model_index)] +
+                                                                 piece.param_begin, piece.numel()));
+      SHARDLAB_ASSIGN_OR_RETURN(Tensor dst, fp.shard.narrow(piece.offset_in_shard, piece.numel()));
+      SHARDLAB_RETURN_IF_ERROR(dev.copy(src, dst));
+    }
+  }
+  m->specs_ = std::move(specs);
+  return m;
+}
+
+bool FullyShardedModel::reshard_after_forward() const {
+  return options_.strategy == ShardingStrategy::kFullShard || options_.strategy == ShardingStrategy::kHybridShard;
+}
+
+int FullyShardedModel::live_non_root() const {
+  int n = 0;
+  for (const auto& u : units_) {
+    if (u.unit != root_unit_ && u.state != UnitState::kSharded) ++n;
+  }
+  return n;
+}
+
+void FullyShardedModel::delay(DelayPoint p) const {
+  if (options_.delay_hook) options_.delay_hook(p);
+}
+
+Status FullyShardedModel::unshard(int unit, bool prefetch) {
+  FlatParameter& fp = units_[static_cast<std::size_t>(unit)];
+  if (fp.state != UnitState::kSharded) return Status::ok();
+  if (options_.strategy == ShardingStrategy::kNoShard) {
+    // The "shard" is the whole flat parameter; mixed precision still rounds the compute copy.
+    if (options_.param_dtype == DType::kF32) {
+      fp.full = fp.shard;
+    } else {
+      SHARDLAB_ASSIGN_OR_RETURN(Tensor low, dev_.empty({fp.shard.numel()}, options_.param_dtype, MemoryCategory::kParameters, "low"));
+      SHARDLAB_ASSIGN_OR_RETURN(fp.full, dev_.empty({fp.shard.numel()}, DType::kF32, MemoryCategory::kParameters,
+                                                    "unit" + std::to_string(unit) + ".compute"));
+      SHARDLAB_RETURN_IF_ERROR(dev_.cast(fp.shard, low));
+      SHARDLAB_RETURN_IF_ERROR(dev_.cast(low, fp.full));
+    }
+    fp.state = UnitState::kUnsharded;
+    return Status::ok();
+  }
+  if (prefetch && options_.limit_all_gathers && unit != root_unit_ && live_non_root() >= 2) return Status::ok();
+  delay(DelayPoint::kBeforeAllGather);
+  const int w = shard_world_size();
+  const std::int64_t s = fp.layout.shard_numel();
+  // The all-gather runs in param_dtype; a bf16 buffer is widened to the fp32 compute
+  // buffer when the all-gather completes (wait_unsharded).
+  SHARDLAB_ASSIGN_OR_RETURN(fp.gathered, dev_.empty({w * s}, options_.param_dtype, MemoryCategory::kParameters,
+                                                    "unit" + std::to_string(unit) + ".unsharded"));
+  SHARDLAB_ASSIGN_OR_RETURN(Tensor mine, fp.gathered.narrow(shard_comm().rank() * s, s));
+  SHARDLAB_RETURN_IF_ERROR(options_.param_dtype == DType::kF32 ? dev_.copy(fp.shard, mine) : dev_.cast(fp.shard, mine));
+  fp.gather = shard_comm().all_gather_into(fp.gathered, mine);
+  ++counts_.all_gather;
+  fp.state = UnitState::kUnsharding;
+  max_live_ = std::max(max_live_, live_non_root());
+  return Status::ok();
+}
+
+Status FullyShardedModel::wait_unsharded(int unit) {
+  FlatParameter& fp = units_[static_cast<std::size_t>(unit)];
+  if (fp.state == UnitState::kSharded) SHARDLAB_RETURN_IF_ERROR(unshard(unit, false));
+  if (fp.state == UnitState::kUnsharding) {
+    Status s = fp.gather->wait(options_.collective_timeout);
+    if (!s.is_ok()) return s.with_context("FSDP unshard of unit " + std::to_string(unit));
+    fp.gather.reset();
+    if (options_.param_dtype == DType::kF32) {
+      fp.full = fp.gathered;
+    } else {
+      SHARDLAB_ASSIGN_OR_RETURN(fp.full, dev_.empty({fp.gathered.numel()}, DType::kF32, MemoryCategory::kParameters,
+                                                    "unit" + std::to_string(unit) + ".compute"));
+      SHARDLAB_RETURN_IF_ERROR(dev_.cast(fp.gathered, fp.full));
+    }
+    fp.gathered = Tensor();
+    fp.state = UnitState::kUnsharded;
+  }
+  SHARDLAB_CHECK_EQ(fp.full.numel(), fp.layout.total_numel());
+  return Status::ok();
+}
+
+Status FullyShardedModel::reshard(int unit) {
+  FlatParameter& fp = units_[static_cast<std::size_t>(unit)];
+  if (fp.state == UnitState::kSharded) return Status::ok();
+  if (options_.strategy == ShardingStrategy::kNoShard) {
+    // Parameters stay unsharded; only a mixed-precision compute copy is dropped (and
+    // rebuilt from the updated master at the next use).
+    if (options_.param_dtype != DType::kF32) {
+      fp.full = Tensor();
+      fp.state = UnitState::kSharded;
+    }
+    return Status::ok();
+  }
+  if (fp.state == UnitState::kUnsharding) SHARDLAB_RETURN_IF_ERROR(wait_unsharded(unit));
+  SHARDLAB_CHECK_EQ(fp.shard.numel(), fp.layout.shard_numel());
+  fp.full = Tensor();
+  fp.state = UnitState::kSharded;
+  return Status::ok();
+}
+
+Result<Tensor> FullyShardedModel::param(int index) {
+  if (index < 0 || index >= static_cast<int>(specs_.size())) {
+    return Status::invalid_argument("FSDP: no parameter " + std::to_string(index));
+  }
+  const int u = unit_of_param_[static_cast<std::size_t>(index)];
+  FlatParameter& fp = units_[static_cast<std::size_t>(u)];
+  if (fp.state == UnitState::kSharded) {
+    return Status::failed_precondition("FSDP: parameter '" + specs_[static_cast<std::size_t>(index)].name +
+                                       "' was used while unit " + std::to_string(u) +
+                                       " is sharded (missing pre_forward/pre_backward hook?)");
+  }
+  SHARDLAB_RETURN_IF_ERROR(wait_unsharded(u));
+  return fp.view(fp.full, fp.local_index(index));
+}
+
+Result<Tensor> FullyShardedModel::grad(int index) {
+  const int u = unit_of_param_[static_cast<std::size_t>(index)];
+  FlatParameter& fp = units_[static_cast<std::size_t>(u)];
+  if (!fp.full_grad.defined()) {
+    return Status::failed_precondition("FSDP: gradient of '" + specs_[static_cast<std::size_t>(index)].name +
+                                       "' requested outside its unit's backward");
+  }
+  return fp.view(fp.full_grad, fp.local_index(index));
+}
+
+Status FullyShardedModel::begin_iteration(bool no_sync) {
+  if (state_ != TrainingState::kIdle) return Status::failed_precondition("FSDP: begin_iteration while not IDLE");
+  state_ = TrainingState::kForward;
+  no_sync_ = no_sync;
+  counts_ = {};
+  forward_order_.clear();
+  return Status::ok();
+}
+
+Status FullyShardedModel::end_iteration() {
+  if (state_ != TrainingState::kBackward) {
+    return Status::failed_precondition("FSDP: end_iteration before the backward pass finished");
+  }
+  for (std::size_t u = 0; u < units_.size(); ++u) {
+    SHARDLAB_CHECK(units_[u].state == UnitState::kSharded || options_.strategy == ShardingStrategy::kNoShard);
+    SHARDLAB_CHECK(no_sync_ || !units_[u].full_grad.defined());
+  }
+  if (recorded_order_.empty()) recorded_order_ = forward_order_;
+  state_ = TrainingState::kIdle;
+  return Status::ok();
+}
+
+Status FullyShardedModel::pre_forward(int layer) {
+  if (state_ != TrainingState::kForward) {
+    return Status::failed_precondition("FSDP: forward of layer " + std::to_string(layer) +
+                                       " outside FORWARD (call begin_iteration first)");
+  }
+  for (int u = 0; u < num_units(); ++u) {
+    if (first_layer_[static_cast<std::size_t>(u)] != layer) continue;
+    forward_order_.push_back(u);
+    SHARDLAB_RETURN_IF_ERROR(wait_unsharded(u));
+    if (options_.forward_prefetch && !recorded_order_.empty()) {
+      const auto it = std::find(recorded_order_.begin(), recorded_order_.end(), u);
+      if (it != recorded_order_.end() && it + 1 != recorded_order_.end()) {
+        SHARDLAB_RETURN_IF_ERROR(unshard(*(it + 1), /*prefetch=*/true));
+      }
+    }
+  }
+  return Status::ok();
+}
+
+Status FullyShardedModel::post_forward(int layer) {
+  for (int u = 0; u < num_units(); ++u) {
+    if (last_layer_[static_cast<std::size_t>(u)] == layer && reshard_after_forward()) SHARDLAB_RETURN_IF_ERROR(reshard(u));
+  }
+  int last = 0;
+  for (int l : last_layer_) last = std::max(last, l);
+  if (layer == last) delay(DelayPoint::kAfterForward);
+  return Status::ok();
+}
+
+namespace {
+// The unit needed after `unit` in backward: the next one by descending last layer.
+int next_in_backward(const std::vector<int>& last_layer, int unit) {
+  int best = -1;
+  for (int u = 0; u < static_cast<int>(last_layer.size()); ++u) {
+    const int l = last_layer[static_cast<std::size_t>(u)];
+    if (l < last_layer[static_cast<std::size_t>(unit)] && (best < 0 || l > last_layer[static_cast<std::size_t>(best)])) best = u;
+  }
+  return best;
+}
+}  // namespace
+
+Status FullyShardedModel::pre_backward(int layer) {
+  if (state_ == TrainingState::kForward) state_ = TrainingState::kBackward;
+  if (state_ != TrainingState::kBackward) {
+    return Status::failed_precondition("FSDP: backward of layer " + std::to_string(layer) + " outside an iteration");
+  }
+  for (int u = 0; u < num_units(); ++u) {
+    if (last_layer_[static_cast<std::size_t>(u)] != layer) continue;
+    SHARDLAB_RETURN_IF_ERROR(wait_unsharded(u));
+    FlatParameter& fp = units_[static_cast<std::size_t>(u)];
+    if (!fp.full_grad.defined()) {
+      SHARDLAB_ASSIGN_OR_RETURN(fp.full_grad, dev_.zeros({fp.layout.total_numel()}, DType::kF32,
+                                                         MemoryCategory::kGradients,
+                                                         "unit" + std::to_string(u) + ".unsharded_grad"));
+    }
+    if (options_.backward_prefetch == BackwardPrefetch::kBackwardPre && !recorded_order_.empty()) {
+      const int next = next_in_backward(last_layer_, u);
+      if (next >= 0) SHARDLAB_RETURN_IF_ERROR(unshard(next, /*prefetch=*/true));
+    }
+  }
+  return Status::ok();
+}
+
+Status FullyShardedModel::post_backward(int layer) {
+  for (int u = 0; u < num_units(); ++u) {
+    if (first_layer_[static_cast<std::size_t>(u)] != layer) continue;
+    if (options_.backward_prefetch == BackwardPrefetch::kBackwardPost && !recorded_order_.empty()) {
+      const int next = next_in_backward(last_layer_, u);
+      if (next >= 0) SHARDLAB_RETURN_IF_ERROR(unshard(next, /*prefetch=*/true));
+    }
+    if (!no_sync_) SHARDLAB_RETURN_IF_ERROR(reduce_grad(u));
+    SHARDLAB_RETURN_IF_ERROR(reshard(u));
+  }
+  return Status::ok();
+}
+
+Status FullyShardedModel::reduce_grad(int unit) {
+  FlatParameter& fp = units_[static_cast<std::size_t>(unit)];
+  SHARDLAB_CHECK(fp.full_grad.defined());
+  delay(DelayPoint::kBeforeReduceScatter);
+  const auto [pre, post] = divide_factors(comm_.size());
+  const Nanos timeout = options_.collective_timeout;
+  const std::string where = "FSDP gradient reduction of unit " + std::to_string(unit);
+  if (pre != 1.0) SHARDLAB_RETURN_IF_ERROR(dev_.scale(fp.full_grad, static_cast<float>(1.0 / pre)));
+  const DType rd = options_.reduce_dtype;
+  Tensor to_reduce = fp.full_grad;
+  if (rd != DType::kF32) {
+    SHARDLAB_ASSIGN_OR_RETURN(to_reduce, dev_.empty({fp.full_grad.numel()}, rd, MemoryCategory::kCommBuffers,
+                                                    "unit" + std::to_string(unit) + ".grad_" + std::string(dtype_name(rd))));
+    SHARDLAB_RETURN_IF_ERROR(dev_.cast(fp.full_grad, to_reduce));
+  }
+  Tensor reduced;
+  if (options_.strategy == ShardingStrategy::kNoShard) {
+    SHARDLAB_RETURN_IF_ERROR(comm_.all_reduce(to_reduce, ReduceOp::kSum)->wait(timeout).with_context(where));
+    ++counts_.all_reduce;
+    reduced = to_reduce;
+  } else {
+    SHARDLAB_ASSIGN_OR_RETURN(reduced, dev_.empty({fp.layout.shard_numel()}, rd, MemoryCategory::kCommBuffers,
+                                                  "unit" + std::to_string(unit) + ".reduced_grad"));
+    SHARDLAB_RETURN_IF_ERROR(
+        shard_comm().reduce_scatter(reduced, to_reduce, ReduceOp::kSum)->wait(timeout).with_context(where));
+    ++counts_.reduce_scatter;
+    if (options_.strategy == ShardingStrategy::kHybridShard && replica_group_->size() > 1) {
+      SHARDLAB_RETURN_IF_ERROR(replica_group_->all_reduce(reduced, ReduceOp::kSum)->wait(timeout).with_context(where));
+      ++counts_.all_reduce;
+    }
+  }
+  if (rd != DType::kF32) {  // back to fp32 for the master gradient
+    SHARDLAB_ASSIGN_OR_RETURN(Tensor wide, dev_.empty({reduced.numel()}, DType::kF32, MemoryCategory::kCommBuffers,
+                                                      "unit" + std::to_string(unit) + ".reduced_grad_fp32"));
+    SHARDLAB_RETURN_IF_ERROR(dev_.cast(reduced, wide));
+    reduced = wide;
+  }
+  if (post != 1.0) SHARDLAB_RETURN_IF_ERROR(dev_.scale(reduced, static_cast<float>(1.0 / post)));
+  if (fp.grad_shard_valid) {
+    SHARDLAB_RETURN_IF_ERROR(dev_.axpy(1.0f, reduced, fp.grad_shard));
+  } else {
+    SHARDLAB_RETURN_IF_ERROR(dev_.copy(reduced, fp.grad_shard));
+    fp.grad_shard_valid = true;
+  }
+  fp.full_grad = Tensor();
+  return Status::ok();
+}
+
+void FullyShardedModel::zero_grad() {
+  for (auto& u : units_) u.grad_shard_valid = false;
+}
+
+Result<double> FullyShardedModel::clip_grad_norm(double max_norm, bool inf_norm) {
+  const int shard_rank = options_.strategy == ShardingStrategy::kNoShard ? 0 : shard_comm().rank();
+  double local = 0.0;
+  for (const FlatParameter& fp : units_) {
+    if (!fp.grad_shard_valid) continue;
+    const float* g = fp.grad_shard.data<float>();
+    for (const ShardPiece& piece : fp.layout.shard(shard_rank).pieces) {
+      for (std::int64_t i = 0; i < piece.numel(); ++i) {
+        const double v = std::fabs(static_cast<double>(g[piece.offset_in_shard + i]));
+        local = inf_norm ? std::max(local, v) : local + v * v;
+      }
+    }
+  }
+  SHARDLAB_ASSIGN_OR_RETURN(Tensor t, dev_.empty({1}, DType::kF32, MemoryCategory::kOther, "grad_norm"));
+  t.data<float>()[0] = static_cast<float>(local);
+  if (options_.strategy != ShardingStrategy::kNoShard) {
+    SHARDLAB_RETURN_IF_ERROR(shard_comm()
+                                 .all_reduce(t, inf_norm ? ReduceOp::kMax : ReduceOp::kSum)
+                                 ->wait(options_.collective_timeout)
+                                 .with_context("FSDP clip_grad_norm"));
+  }
+  const double total = static_cast<double>(t.data<float>()[0]);
+  const double norm = inf_norm ? total : std::sqrt(total);
+  if (max_norm > 0.0) {
+    const double coef = max_norm / (norm + 1e-6);
+    if (coef < 1.0) {
+      for (FlatParameter& fp : units_) {
+        if (fp.grad_shard_valid) SHARDLAB_RETURN_IF_ERROR(dev_.scale(fp.grad_shard, static_cast<float>(coef)));
+      }
+    }
+  }
+  return norm;
+}
+
+Status FullyShardedModel::set_optimizer(const optim::OptimizerConfig& config) {
+  optimizers_.clear();
+  for (const FlatParameter& fp : units_) {
+    device::Device& state_dev = options_.offload_device ? *options_.offload_device : dev_;
+    SHARDLAB_ASSIGN_OR_RETURN(optim::Optimizer o, optim::Optimizer::create(state_dev, config, fp.layout.shard_numel(),
+                                                                           "unit" + std::to_string(fp.unit)));
+    optimizers_.push_back(std::move(o));
+  }
+  return Status::ok();
+}
+
+Status FullyShardedModel::optimizer_step() {
+  if (optimizers_.size() != units_.size()) return Status::failed_precondition("FSDP: set_optimizer was not called");
+  delay(DelayPoint::kBeforeOptimizerStep);
+  for (std::size_t u = 0; u < units_.size(); ++u) {
+    if (!units_[u].grad_shard_valid) continue;  // no gradient: PyTorch skips the parameter
+    SHARDLAB_RETURN_IF_ERROR(optimizers_[u].step(units_[u].shard, units_[u].grad_shard));
+  }
+  return Status::ok();
+}
+
+Status FullyShardedModel::gather_full(bool grads, const Tensor& out) {
+  const char* what = grads ? "gather_full_grads" : "gather_full_params";
+  if (out.dtype() != DType::kF32 || out.numel() != model::total_numel(specs_)) {
+    return Status::invalid_argument(std::string(what) + ": output must be fp32 with " +
+                                    std::to_string(model::total_numel(specs_)) + " elements, got " + out.describe());
+  }
+  for (FlatParameter& fp : units_) {
+    const Tensor& shard = grads ? fp.grad_shard : fp.shard;
+    Tensor full = shard;
+    if (options_.strategy != ShardingStrategy::kNoShard) {
+      SHARDLAB_ASSIGN_OR_RETURN(full, dev_.empty({fp.layout.total_numel()}, DType::kF32, MemoryCategory::kCommBuffers, what));
+      SHARDLAB_ASSIGN_OR_RETURN(Tensor mine, full.narrow(shard_comm().rank() * fp.layout.shard_numel(), fp.layout.shard_numel()));
+      SHARDLAB_RETURN_IF_ERROR(dev_.copy(shard, mine));
+      SHARDLAB_RETURN_IF_ERROR(shard_comm().all_gather_into(full, mine)->wait(options_.collective_timeout).with_context(what));
+    }
+    for (std::size_t i = 0; i < fp.param_indices.size(); ++i) {
+      SHARDLAB_ASSIGN_OR_RETURN(Tensor v, fp.view(full, static_cast<int>(i)));
+      SHARDLAB_ASSIGN_OR_RETURN(Tensor dst, out.narrow(model_offset_[static_cast<std::size_t>(fp.param_indices[i])], v.numel()));
+      SHARDLAB_RETURN_IF_ERROR(dev_.copy(*v.reshape({v.numel()}), dst));
+    }
+  }
+  return Status::ok();
+}
+
+}  // namespace shardlab::runtime::fsdp

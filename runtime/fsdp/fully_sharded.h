@@ -1,0 +1,120 @@
+// FullyShardedModel: PyTorch FSDP's runtime for one rank, as a model::ParamAccess.
+//
+// The model calls pre/post_forward and pre/post_backward per layer; this class maps
+// layers to FSDP units (wrap policy), unshards a unit before its first use (all-gather
+// into a padded full buffer), reshards after (free) per the strategy, prefetches the next
+// unit (forward_prefetch, BACKWARD_PRE / BACKWARD_POST; order recorded in forward), and
+// reduces each unit's gradient after its backward: pad to W·S, divide by PyTorch's
+// pre-factor, reduce-scatter (sum), divide by the post-factor, then assign-or-accumulate
+// into the gradient shard. NO_SHARD all-reduces instead; HYBRID_SHARD reduce-scatters
+// inside a node-sized group and all-reduces across the replica groups. Under no_sync the
+// unsharded gradients accumulate and are reduced by the next synced backward.
+//
+// Training state machine: IDLE → FORWARD → BACKWARD → IDLE, checked at each hook.
+//
+// Thread safety: one rank's thread.
+#pragma once
+
+#include <array>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/comm/communicator.h"
+#include "runtime/device/device.h"
+#include "runtime/fsdp/flat_parameter.h"
+#include "runtime/fsdp/options.h"
+#include "runtime/optim/optimizer.h"
+
+namespace shardlab::runtime::fsdp {
+
+// Which layers form units. Layers of `unit_of_layer[l] == -1` go to the root unit.
+struct WrapPlan {
+  std::vector<int> unit_of_layer;
+  // Every layer its own unit (the transformer-layer policy applied to each layer).
+  static WrapPlan per_layer(int num_layers);
+  // One unit for everything (no auto-wrap).
+  static WrapPlan single(int num_layers);
+  // Consecutive layers grouped until a unit holds at least min_num_params elements.
+  static WrapPlan by_size(const std::vector<model::ParamSpec>& specs, int num_layers, std::int64_t min_num_params);
+};
+
+enum class TrainingState { kIdle, kForward, kBackward };
+
+struct CollectiveCounts {
+  int all_gather = 0, reduce_scatter = 0, all_reduce = 0;
+  friend bool operator==(const CollectiveCounts&, const CollectiveCounts&) = default;
+};
+
+class FullyShardedModel final : public model::ParamAccess {
+ public:
+  // `full_init` holds every parameter's initial value in spec order (flat fp32, on any
+  // host-visible device); only this rank's shard is kept.
+  static Result<std::unique_ptr<FullyShardedModel>> create(comm::Communicator& comm, device::Device& dev,
+                                                           std::vector<model::ParamSpec> specs, const WrapPlan& plan,
+                                                           FsdpOptions options, const Tensor& full_init);
+
+  // ParamAccess (called by the model).
+  Result<Tensor> param(int index) override;
+  Result<Tensor> grad(int index) override;
+  Status pre_forward(int layer) override;
+  Status post_forward(int layer) override;
+  Status pre_backward(int layer) override;
+  Status post_backward(int layer) override;
+
+  // Begins/ends an iteration's forward+backward. With no_sync, gradients are not reduced.
+  Status begin_iteration(bool no_sync = false);
+  Status end_iteration();
+  // Forgets accumulated gradient shards (optimizer.zero_grad()).
+  void zero_grad();
+  // Global gradient norm over all shards (p = 2 or inf), padding excluded; clips when
+  // max_norm > 0. Returns the norm before clipping.
+  Result<double> clip_grad_norm(double max_norm, bool inf_norm = false);
+  // One optimizer step on every shard.
+  Status optimizer_step();
+  Status set_optimizer(const optim::OptimizerConfig& config);
+
+  // Gathers the full (unpadded) parameters / gradients in spec order into `out` (fp32,
+  // total_numel(specs) elements). Collective: every rank must call it.
+  Status gather_full_params(const Tensor& out) { return gather_full(false, out); }
+  Status gather_full_grads(const Tensor& out) { return gather_full(true, out); }
+
+  const std::vector<FlatParameter>& units() const { return units_; }
+  int num_units() const { return static_cast<int>(units_.size()); }
+  int max_live_unsharded() const { return max_live_; }  // non-root units, peak
+  const CollectiveCounts& counts() const { return counts_; }  // this iteration
+  TrainingState training_state() const { return state_; }
+  int shard_world_size() const;
+
+ private:
+  FullyShardedModel(comm::Communicator& comm, device::Device& dev, FsdpOptions options);
+  Status unshard(int unit, bool prefetch);
+  Status wait_unsharded(int unit);
+  Status reshard(int unit);
+  Status reduce_grad(int unit);
+  bool reshard_after_forward() const;
+  int live_non_root() const;
+  void delay(DelayPoint p) const;
+  comm::Communicator& shard_comm();
+  // All-gathers the master shards (or gradient shards) and copies out the unpadded parameters.
+  Status gather_full(bool grads, const Tensor& out);
+
+  comm::Communicator& comm_;
+  device::Device& dev_;
+  FsdpOptions options_;
+  std::unique_ptr<comm::Communicator> shard_group_, replica_group_;  // HYBRID_SHARD
+  std::vector<model::ParamSpec> specs_;
+  std::vector<FlatParameter> units_;
+  std::vector<int> unit_of_param_;
+  std::vector<std::int64_t> model_offset_;  // where each parameter starts in the unpadded model order
+  std::vector<int> first_layer_, last_layer_;  // per unit, in forward order
+  int root_unit_ = -1;
+  std::vector<int> forward_order_, recorded_order_;
+  std::vector<optim::Optimizer> optimizers_;
+  TrainingState state_ = TrainingState::kIdle;
+  bool no_sync_ = false;
+  int max_live_ = 0;
+  CollectiveCounts counts_;
+};
+
+}  // namespace shardlab::runtime::fsdp

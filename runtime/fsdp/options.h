@@ -1,0 +1,67 @@
+// FSDP options, named and defaulted as in PyTorch FSDP (see reference/fsdp-semantics.md).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "runtime/core/clock.h"
+#include "runtime/core/dtype.h"
+#include "runtime/core/status.h"
+#include "runtime/device/device.h"
+
+namespace shardlab::runtime::fsdp {
+
+enum class ShardingStrategy { kFullShard, kShardGradOp, kNoShard, kHybridShard };
+enum class BackwardPrefetch { kNone, kBackwardPre, kBackwardPost };
+
+std::string_view strategy_name(ShardingStrategy s);   // "FULL_SHARD", …
+std::string_view prefetch_name(BackwardPrefetch p);    // "BACKWARD_PRE", …, "NONE"
+// Accept PyTorch's names (any case) and accelerate's numbers 1-4 for strategies.
+Result<ShardingStrategy> parse_strategy(std::string_view text);
+Result<BackwardPrefetch> parse_prefetch(std::string_view text);
+
+// Points where tests inject delays (PyTorch's delay-injection tests); results must not change.
+enum class DelayPoint { kBeforeAllGather, kBeforeReduceScatter, kAfterForward, kBeforeOptimizerStep };
+
+struct FsdpOptions {
+  ShardingStrategy strategy = ShardingStrategy::kFullShard;
+  BackwardPrefetch backward_prefetch = BackwardPrefetch::kBackwardPre;
+  bool forward_prefetch = false;
+  // At most 2 non-root units unsharded at once (PyTorch's limit_all_gathers rate limiter);
+  // a prefetch that would exceed it is skipped (prefetch costs memory, never correctness).
+  bool limit_all_gathers = true;
+  // use_orig_params alignment: 16 bytes (PyTorch) or 0.
+  std::int64_t align_bytes = 16;
+  // HYBRID_SHARD: ranks per node (shard group size); must divide the world size.
+  int devices_per_node = 0;
+  // Broadcast rank 0's initial parameters before sharding.
+  bool sync_module_states = false;
+  // The device this rank computes on, as the user wrote it ("hpu:0", or "hpu" for the
+  // current device). Empty: the compute device. A mismatch with the compute device is an
+  // error naming both (PyTorch: "Inconsistent compute device and `device_id`").
+  std::string device_id;
+  // Mixed precision: all-gather and compute parameters in param_dtype (values rounded
+  // to it; the math accumulates in fp32), reduce gradients in reduce_dtype; the master
+  // shard, its gradient and the optimizer stay fp32. fp32 or bf16.
+  DType param_dtype = DType::kF32;
+  DType reduce_dtype = DType::kF32;
+  // CPU offload: when set, shards, gradient shards and optimizer state live on this
+  // (host) device; unsharded buffers and activations stay on the compute device.
+  device::Device* offload_device = nullptr;
+  Nanos collective_timeout = 30 * kNanosPerSecond;
+  // Test hook: called at each DelayPoint (e.g. to advance a simulated clock).
+  std::function<void(DelayPoint)> delay_hook;
+};
+
+// Resolves `device_id` against the compute device: an index-less id of the same type
+// means the current device; anything else that differs is INVALID_ARGUMENT naming both.
+Result<device::DeviceId> resolve_device_id(const std::string& device_id, const device::DeviceId& compute, int rank);
+
+// PyTorch's gradient pre/post divide factors (≈ √W each): exactly the loop of
+// torch.distributed.fsdp._get_gradient_predivide_factor; post = W / pre.
+std::pair<double, double> divide_factors(int world_size);
+
+}  // namespace shardlab::runtime::fsdp

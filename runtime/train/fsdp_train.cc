@@ -1,0 +1,240 @@
+#include "runtime/train/fsdp_train.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+
+namespace shardlab::runtime::train {
+
+namespace {
+
+// Parameters and gradients as views of two flat buffers (for the oracle).
+class FlatAccess final : public model::ParamAccess {
+ public:
+  FlatAccess(const std::vector<model::ParamSpec>& specs, const Tensor& params, const Tensor& grads) {
+    std::int64_t off = 0;
+    for (const auto& s : specs) {
+      const std::int64_t n = *checked_numel(s.shape);
+      params_.push_back(*params.narrow(off, n, s.name)->reshape(s.shape));
+      grads_.push_back(*grads.narrow(off, n, s.name + ".grad")->reshape(s.shape));
+      off += n;
+    }
+  }
+  Result<Tensor> param(int i) override { return params_[static_cast<std::size_t>(i)]; }
+  Result<Tensor> grad(int i) override { return grads_[static_cast<std::size_t>(i)]; }
+  const std::vector<Tensor>& params() const { return params_; }
+
+ private:
+  std::vector<Tensor> params_, grads_;
+};
+
+Result<Tensor> init_full(device::Device& dev, const model::Mlp& mlp, std::uint64_t seed) {
+  const std::int64_t total = model::total_numel(mlp.params());
+  SHARDLAB_ASSIGN_OR_RETURN(Tensor full, dev.empty({total}, DType::kF32, MemoryCategory::kOther, "init"));
+  SHARDLAB_ASSIGN_OR_RETURN(Tensor scratch, dev.empty({total}, DType::kF32, MemoryCategory::kOther, "init_grads"));
+  FlatAccess access(mlp.params(), full, scratch);
+  SHARDLAB_RETURN_IF_ERROR(mlp.init_params(dev, access.params(), seed));
+  return full;
+}
+
+}  // namespace
+
+Status validate(const FsdpTrainOptions& o, int world) {
+  if (o.steps < 1) return Status::invalid_argument("steps must be >= 1, got " + std::to_string(o.steps));
+  if (o.model.input_dim < 1 || o.model.hidden_dim < 1 || o.model.num_classes < 2 || o.model.num_hidden_layers < 0) {
+    return Status::invalid_argument("MLP dims must be positive and num_classes >= 2");
+  }
+  if (!(o.optimizer.lr > 0.0f) || !std::isfinite(o.optimizer.lr)) {
+    return Status::invalid_argument("lr must be a positive finite number");
+  }
+  if (o.grad_accumulation < 1 || o.global_batch < 1 ||
+      o.global_batch % (static_cast<std::int64_t>(world) * o.grad_accumulation) != 0) {
+    return Status::invalid_argument("global batch " + std::to_string(o.global_batch) + " does not split evenly into " +
+                                    std::to_string(world) + " ranks × " + std::to_string(o.grad_accumulation) +
+                                    " micro-batches; use a multiple of " +
+                                    std::to_string(static_cast<std::int64_t>(world) * std::max(o.grad_accumulation, 1)));
+  }
+  if (o.fsdp.strategy == fsdp::ShardingStrategy::kHybridShard &&
+      (o.fsdp.devices_per_node < 1 || world % o.fsdp.devices_per_node != 0)) {
+    return Status::invalid_argument("HYBRID_SHARD needs devices_per_node dividing the world size " + std::to_string(world));
+  }
+  return Status::ok();
+}
+
+fsdp::WrapPlan wrap_plan(const FsdpTrainOptions& o, const model::Mlp& mlp) {
+  switch (o.wrap) {
+    case WrapPolicy::kPerLayer: return fsdp::WrapPlan::per_layer(mlp.num_layers());
+    case WrapPolicy::kNone: return fsdp::WrapPlan::single(mlp.num_layers());
+    case WrapPolicy::kBySize: return fsdp::WrapPlan::by_size(mlp.params(), mlp.num_layers(), o.min_num_params);
+  }
+  return fsdp::WrapPlan::single(mlp.num_layers());
+}
+
+Result<FsdpTrainResult> train_fsdp(comm::Communicator& comm, device::Device& dev, const Clock& clock,
+                                   const FsdpTrainOptions& o) {
+  SHARDLAB_RETURN_IF_ERROR(validate(o, comm.size()));
+  const model::Mlp mlp(o.model);
+  std::unique_ptr<fsdp::FullyShardedModel> fsdp_model;
+  {
+    SHARDLAB_ASSIGN_OR_RETURN(Tensor full, init_full(dev, mlp, o.seed));
+    SHARDLAB_ASSIGN_OR_RETURN(fsdp_model, fsdp::FullyShardedModel::create(comm, dev, mlp.params(), wrap_plan(o, mlp),
+                                                                          o.fsdp, full));
+  }  // the full initial copy is freed here: only shards remain
+  SHARDLAB_RETURN_IF_ERROR(fsdp_model->set_optimizer(o.optimizer));
+  const std::int64_t local = o.global_batch / comm.size();
+  const std::int64_t micro = local / o.grad_accumulation;
+  SHARDLAB_ASSIGN_OR_RETURN(Tensor x, dev.empty({micro, o.model.input_dim}, DType::kF32, MemoryCategory::kActivations, "x"));
+  SHARDLAB_ASSIGN_OR_RETURN(Tensor labels, dev.empty({micro}, DType::kI64, MemoryCategory::kActivations, "labels"));
+  SHARDLAB_ASSIGN_OR_RETURN(Tensor loss, dev.empty({1}, DType::kF32, MemoryCategory::kOther, "loss"));
+  FsdpTrainResult result;
+  for (int step = 0; step < o.steps; ++step) {
+    const Nanos start = clock.now();
+    fsdp_model->zero_grad();
+    float loss_sum = 0.0f;
+    for (int m = 0; m < o.grad_accumulation; ++m) {
+      SHARDLAB_RETURN_IF_ERROR(
+          model::synthetic_rows(dev, o.model, o.seed, step, comm.rank() * local + m * micro, x, labels));
+      SHARDLAB_RETURN_IF_ERROR(fsdp_model->begin_iteration(/*no_sync=*/m + 1 < o.grad_accumulation));
+      SHARDLAB_ASSIGN_OR_RETURN(double l, mlp.forward_backward(dev, *fsdp_model, x, labels,
+                                                               1.0f / static_cast<float>(local)));
+      SHARDLAB_RETURN_IF_ERROR(fsdp_model->end_iteration());
+      result.counts.push_back(fsdp_model->counts());
+      loss_sum += static_cast<float>(l);
+    }
+    loss.data<float>()[0] = loss_sum;
+    SHARDLAB_RETURN_IF_ERROR(comm.all_reduce(loss, comm::ReduceOp::kSum)->wait(o.fsdp.collective_timeout));
+    if (o.max_grad_norm > 0.0) {
+      SHARDLAB_ASSIGN_OR_RETURN(double norm, fsdp_model->clip_grad_norm(o.max_grad_norm));
+      result.grad_norms.push_back(norm);
+    }
+    if (step + 1 == o.steps) {
+      SHARDLAB_ASSIGN_OR_RETURN(Tensor g, dev.empty({model::total_numel(mlp.params())}, DType::kF32,
+                                                    MemoryCategory::kOther, "grads_out"));
+      SHARDLAB_RETURN_IF_ERROR(fsdp_model->gather_full_grads(g));
+      result.last_grads.assign(g.data<float>(), g.data<float>() + g.numel());
+    }
+    SHARDLAB_RETURN_IF_ERROR(fsdp_model->optimizer_step());
+    dev.synchronize(device::kComputeStream);
+    result.losses.push_back(static_cast<double>(loss.data<float>()[0]) / static_cast<double>(o.global_batch));
+    result.step_times.push_back(clock.now() - start);
+  }
+  SHARDLAB_ASSIGN_OR_RETURN(Tensor p, dev.empty({model::total_numel(mlp.params())}, DType::kF32, MemoryCategory::kOther,
+                                                "params_out"));
+  SHARDLAB_RETURN_IF_ERROR(fsdp_model->gather_full_params(p));
+  result.final_params.assign(p.data<float>(), p.data<float>() + p.numel());
+  result.max_live_unsharded = fsdp_model->max_live_unsharded();
+  result.num_units = fsdp_model->num_units();
+  result.memory = dev.memory().stats();
+  return result;
+}
+
+Result<FsdpTrainResult> train_oracle(device::Device& dev, const FsdpTrainOptions& o, int world) {
+  SHARDLAB_RETURN_IF_ERROR(validate(o, world));
+  const model::Mlp mlp(o.model);
+  const std::int64_t total = model::total_numel(mlp.params());
+  SHARDLAB_ASSIGN_OR_RETURN(Tensor params, init_full(dev, mlp, o.seed));
+  SHARDLAB_ASSIGN_OR_RETURN(Tensor chunk_grad, dev.empty({total}, DType::kF32, MemoryCategory::kGradients, "chunk_grad"));
+  SHARDLAB_ASSIGN_OR_RETURN(Tensor node_sum, dev.empty({total}, DType::kF32, MemoryCategory::kGradients, "node_sum"));
+  SHARDLAB_ASSIGN_OR_RETURN(Tensor world_sum, dev.empty({total}, DType::kF32, MemoryCategory::kGradients, "world_sum"));
+  SHARDLAB_ASSIGN_OR_RETURN(Tensor grads, dev.empty({total}, DType::kF32, MemoryCategory::kGradients, "grads"));
+  SHARDLAB_ASSIGN_OR_RETURN(optim::Optimizer opt, optim::Optimizer::create(dev, o.optimizer, total, "oracle"));
+  FlatAccess access(mlp.params(), params, chunk_grad);
+  const std::int64_t local = o.global_batch / world;
+  const std::int64_t micro = local / o.grad_accumulation;
+  SHARDLAB_ASSIGN_OR_RETURN(Tensor x, dev.empty({micro, o.model.input_dim}, DType::kF32, MemoryCategory::kActivations, "x"));
+  SHARDLAB_ASSIGN_OR_RETURN(Tensor labels, dev.empty({micro}, DType::kI64, MemoryCategory::kActivations, "labels"));
+  // The reduction tree of the collectives: groups of `group` ranks summed in order, then
+  // the group sums in order (one group unless HYBRID_SHARD).
+  const int group = o.fsdp.strategy == fsdp::ShardingStrategy::kHybridShard ? o.fsdp.devices_per_node : world;
+  const auto [pre, post] = fsdp::divide_factors(world);
+  FsdpTrainResult result;
+  for (int step = 0; step < o.steps; ++step) {
+    float loss_total = 0.0f;
+    for (int r = 0; r < world; ++r) {
+      SHARDLAB_RETURN_IF_ERROR(dev.fill(chunk_grad, 0.0f));
+      float rank_loss = 0.0f;
+      for (int m = 0; m < o.grad_accumulation; ++m) {
+        SHARDLAB_RETURN_IF_ERROR(model::synthetic_rows(dev, o.model, o.seed, step, r * local + m * micro, x, labels));
+        SHARDLAB_ASSIGN_OR_RETURN(double l, mlp.forward_backward(dev, access, x, labels, 1.0f / static_cast<float>(local)));
+        rank_loss += static_cast<float>(l);
+      }
+      loss_total = r == 0 ? rank_loss : loss_total + rank_loss;
+      if (pre != 1.0) SHARDLAB_RETURN_IF_ERROR(dev.scale(chunk_grad, static_cast<float>(1.0 / pre)));
+      if (r % group == 0) {
+        SHARDLAB_RETURN_IF_ERROR(dev.copy(chunk_grad, node_sum));
+      } else {
+        SHARDLAB_RETURN_IF_ERROR(dev.axpy(1.0f, chunk_grad, node_sum));
+      }
+      if (r % group == group - 1) {
+        if (r == group - 1) {
+          SHARDLAB_RETURN_IF_ERROR(dev.copy(node_sum, world_sum));
+        } else {
+          SHARDLAB_RETURN_IF_ERROR(dev.axpy(1.0f, node_sum, world_sum));
+        }
+      }
+    }
+    if (post != 1.0) SHARDLAB_RETURN_IF_ERROR(dev.scale(world_sum, static_cast<float>(1.0 / post)));
+    SHARDLAB_RETURN_IF_ERROR(dev.copy(world_sum, grads));
+    if (o.max_grad_norm > 0.0) {
+      double sq = 0.0;
+      for (std::int64_t i = 0; i < total; ++i) sq += static_cast<double>(grads.data<float>()[i]) * grads.data<float>()[i];
+      const double norm = std::sqrt(static_cast<double>(static_cast<float>(sq)));
+      result.grad_norms.push_back(norm);
+      const double coef = o.max_grad_norm / (norm + 1e-6);
+      if (coef < 1.0) SHARDLAB_RETURN_IF_ERROR(dev.scale(grads, static_cast<float>(coef)));
+    }
+    if (step + 1 == o.steps) result.last_grads.assign(grads.data<float>(), grads.data<float>() + total);
+    SHARDLAB_RETURN_IF_ERROR(opt.step(params, grads));
+    result.losses.push_back(static_cast<double>(loss_total) / static_cast<double>(o.global_batch));
+    result.step_times.push_back(0);
+  }
+  result.final_params.assign(params.data<float>(), params.data<float>() + total);
+  result.memory = dev.memory().stats();
+  return result;
+}
+
+namespace {
+double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b, double rtol, double atol, bool* ok) {
+  double worst = 0;
+  if (a.size() != b.size()) *ok = false;
+  for (std::size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+    const double d = std::fabs(static_cast<double>(a[i]) - b[i]);
+    worst = std::max(worst, d);
+    if (!(d <= atol + rtol * std::fabs(static_cast<double>(b[i])))) *ok = false;
+  }
+  return worst;
+}
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+std::string sci(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2e", v);
+  return buf;
+}
+}  // namespace
+
+Comparison compare(const FsdpTrainResult& a, const FsdpTrainResult& b, double rtol, double atol) {
+  Comparison c;
+  c.rtol = rtol;
+  c.atol = atol;
+  c.within_tolerance = a.losses.size() == b.losses.size();
+  c.max_grad_diff = max_abs_diff(a.last_grads, b.last_grads, rtol, atol, &c.within_tolerance);
+  c.max_param_diff = max_abs_diff(a.final_params, b.final_params, rtol, atol, &c.within_tolerance);
+  for (std::size_t i = 0; i < std::min(a.losses.size(), b.losses.size()); ++i) {
+    const double d = std::fabs(a.losses[i] - b.losses[i]);
+    c.max_loss_diff = std::max(c.max_loss_diff, d);
+    if (!(d <= atol + rtol * std::fabs(b.losses[i]))) c.within_tolerance = false;
+  }
+  c.bitwise = same_bits(a.last_grads, b.last_grads) && same_bits(a.final_params, b.final_params) && a.losses == b.losses;
+  return c;
+}
+
+std::string Comparison::describe() const {
+  if (bitwise) return "MATCH (bitwise): gradients, parameters and losses are identical";
+  return std::string(within_tolerance ? "MATCH" : "MISMATCH") + ": max |Δgrad| " + sci(max_grad_diff) +
+         ", max |Δparam| " + sci(max_param_diff) + ", max |Δloss| " + sci(max_loss_diff) + " (tolerance |Δ| <= " +
+         sci(atol) + " + " + sci(rtol) + "·|oracle|)";
+}
+
+}  // namespace shardlab::runtime::train
