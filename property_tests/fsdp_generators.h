@@ -57,7 +57,7 @@ inline std::ostream& operator<<(std::ostream& os, const FsdpCase& c) {
             << ", batch=" << o.global_batch << ", accum=" << o.grad_accumulation << ", steps=" << o.steps
             << ", wrap=" << static_cast<int>(o.wrap) << ", min_params=" << o.min_num_params
             << ", optimizer=" << (o.optimizer.kind == runtime::optim::OptimizerConfig::Kind::kSgd ? "sgd" : "adamw")
-            << ", seed=" << o.seed << "}";
+            << ", frozen_mask=" << o.model.frozen_mask << ", seed=" << o.seed << "}";
 }
 
 // A small random FSDP run: MLP dims, world size 1–8, every strategy and prefetch mode,
@@ -74,6 +74,9 @@ inline rc::Gen<FsdpCase> gen_fsdp_case() {
     o.model.num_hidden_layers = *rc::gen::inRange(0, 4);
     o.model.activation = *rc::gen::element(device::Activation::kRelu, device::Activation::kGelu,
                                             device::Activation::kGeluTanh);
+    // Frozen parameters (LoRA-style mixed requires_grad) in a quarter of the cases.
+    o.model.frozen_mask = *rc::gen::weightedOneOf<std::uint64_t>(
+        {{3, rc::gen::just<std::uint64_t>(0)}, {1, rc::gen::inRange<std::uint64_t>(0, 1u << 10)}});
     o.grad_accumulation = *rc::gen::inRange(1, 3);
     o.global_batch = static_cast<std::int64_t>(c.world_size) * o.grad_accumulation * *rc::gen::inRange(1, 4);
     o.steps = *rc::gen::inRange(1, 4);

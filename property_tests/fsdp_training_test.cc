@@ -72,6 +72,36 @@ RC_GTEST_PROP(FsdpTraining, GradientsAndOptimizerStepsEqualTheUnshardedOracleBit
   }
 }
 
+// Frozen parameters (mixed requires_grad inside a unit) keep their initial values and
+// report zero gradients, while the trainable ones still match the oracle (above).
+RC_GTEST_PROP(FsdpTraining, FrozenParametersNeverChange, ()) {
+  FsdpCase c = *gen_fsdp_case();
+  c.options.model.frozen_mask = *rc::gen::inRange<std::uint64_t>(1, 1u << 10);
+  const auto ranks = run_fsdp(c);
+  const runtime::model::Mlp mlp(c.options.model);
+  runtime::device::cpu::CpuDevice dev;
+  auto init = dev.empty({runtime::model::total_numel(mlp.params())}, DType::kF32, MemoryCategory::kOther, "init");
+  RC_ASSERT(init.is_ok());
+  std::vector<Tensor> views;
+  std::int64_t off = 0;
+  for (const auto& s : mlp.params()) {
+    views.push_back(*init->narrow(off, *checked_numel(s.shape)));
+    off += *checked_numel(s.shape);
+  }
+  RC_ASSERT(mlp.init_params(dev, views, c.options.seed).is_ok());
+  off = 0;
+  for (const auto& s : mlp.params()) {
+    const std::int64_t n = *checked_numel(s.shape);
+    if (!s.requires_grad) {
+      for (std::int64_t i = off; i < off + n; ++i) {
+        RC_ASSERT(ranks[0].final_params[static_cast<std::size_t>(i)] == init->data<float>()[i]);
+        RC_ASSERT(ranks[0].last_grads[static_cast<std::size_t>(i)] == 0.0f);
+      }
+    }
+    off += n;
+  }
+}
+
 // 6. Global grad-norm clipping over shards equals the unsharded norm and clip (the norm
 // is summed in a different order, so within fp32 tolerance).
 RC_GTEST_PROP(FsdpTraining, GradNormClippingEqualsTheUnshardedNormAndClip, ()) {
@@ -115,6 +145,7 @@ RC_GTEST_PROP(FsdpTraining, CollectiveCountsPerIterationMatchTheStrategy, ()) {
   const auto& o = c.options;
   for (const auto& r : ranks) {
     const int u = r.num_units;
+    const int t = r.num_trainable_units;  // frozen units reduce nothing
     RC_ASSERT(u >= 1);
     RC_ASSERT(r.counts.size() == static_cast<std::size_t>(o.steps * o.grad_accumulation));
     for (std::size_t i = 0; i < r.counts.size(); ++i) {
@@ -122,16 +153,16 @@ RC_GTEST_PROP(FsdpTraining, CollectiveCountsPerIterationMatchTheStrategy, ()) {
       runtime::fsdp::CollectiveCounts want;
       switch (o.fsdp.strategy) {
         case ShardingStrategy::kFullShard:
-          want = {2 * u, synced ? u : 0, 0};
+          want = {2 * u, synced ? t : 0, 0};
           break;
         case ShardingStrategy::kHybridShard:
-          want = {2 * u, synced ? u : 0, synced && c.world_size / o.fsdp.devices_per_node > 1 ? u : 0};
+          want = {2 * u, synced ? t : 0, synced && c.world_size / o.fsdp.devices_per_node > 1 ? t : 0};
           break;
         case ShardingStrategy::kShardGradOp:
-          want = {u, synced ? u : 0, 0};
+          want = {u, synced ? t : 0, 0};
           break;
         case ShardingStrategy::kNoShard:
-          want = {0, 0, synced ? u : 0};
+          want = {0, 0, synced ? t : 0};
           break;
       }
       RC_ASSERT(r.counts[i] == want);

@@ -36,6 +36,8 @@ struct FlatParameter {
   Tensor full_grad;   // [W·S] during backward (and across no_sync micro-batches)
   comm::WorkPtr gather;  // the in-flight all-gather while kUnsharding
   UnitState state = UnitState::kSharded;
+  bool has_trainable = false;           // any parameter with requires_grad
+  std::vector<std::uint8_t> trainable;  // [S]: 1 where this rank's shard holds a trainable element
 
   // Index of a model parameter inside this unit, or -1.
   int local_index(int model_param) const;

@@ -134,8 +134,13 @@ Result<std::unique_ptr<FullyShardedModel>> FullyShardedModel::create(comm::Commu
     SHARDLAB_ASSIGN_OR_RETURN(fp.shard, state_dev.zeros({s}, DType::kF32, MemoryCategory::kParameters, name + ".shard"));
     SHARDLAB_ASSIGN_OR_RETURN(fp.grad_shard,
                               state_dev.zeros({s}, DType::kF32, MemoryCategory::kGradients, name + ".grad_shard"));
+    fp.trainable.assign(static_cast<std::size_t>(s), 0);
+    for (const auto& spec : fp.specs) fp.has_trainable |= spec.requires_grad;
     for (const ShardPiece& piece : fp.layout.shard(shard_rank).pieces) {
       const int model_index = fp.param_indices[static_cast<std::size_t>(piece.param)];
+      if (fp.specs[static_cast<std::size_t>(piece.param)].requires_grad) {
+        std::fill_n(fp.trainable.begin() + piece.offset_in_shard, piece.numel(), std::uint8_t{1});
+      }
       SHARDLAB_ASSIGN_OR_RETURN(Tensor src, full_init.narrow(m->model_offset_[static_cast<std::size_t>(model_index)] +
                                                                  piece.param_begin, piece.numel()));
       SHARDLAB_ASSIGN_OR_RETURN(Tensor dst, fp.shard.narrow(piece.offset_in_shard, piece.numel()));
@@ -254,6 +259,10 @@ Result<Tensor> FullyShardedModel::param(int index) {
 Result<Tensor> FullyShardedModel::grad(int index) {
   const int u = unit_of_param_[static_cast<std::size_t>(index)];
   FlatParameter& fp = units_[static_cast<std::size_t>(u)];
+  if (!specs_[static_cast<std::size_t>(index)].requires_grad) {
+    return Status::failed_precondition("FSDP: '" + specs_[static_cast<std::size_t>(index)].name +
+                                       "' is frozen (requires_grad = false) and has no gradient");
+  }
   if (!fp.full_grad.defined()) {
     return Status::failed_precondition("FSDP: gradient of '" + specs_[static_cast<std::size_t>(index)].name +
                                        "' requested outside its unit's backward");
@@ -333,7 +342,7 @@ Status FullyShardedModel::pre_backward(int layer) {
     if (last_layer_[static_cast<std::size_t>(u)] != layer) continue;
     SHARDLAB_RETURN_IF_ERROR(wait_unsharded(u));
     FlatParameter& fp = units_[static_cast<std::size_t>(u)];
-    if (!fp.full_grad.defined()) {
+    if (fp.has_trainable && !fp.full_grad.defined()) {
       SHARDLAB_ASSIGN_OR_RETURN(fp.full_grad, dev_.zeros({fp.layout.total_numel()}, DType::kF32,
                                                          MemoryCategory::kGradients,
                                                          "unit" + std::to_string(u) + ".unsharded_grad"));
@@ -353,7 +362,8 @@ Status FullyShardedModel::post_backward(int layer) {
       const int next = next_in_backward(last_layer_, u);
       if (next >= 0) SHARDLAB_RETURN_IF_ERROR(unshard(next, /*prefetch=*/true));
     }
-    if (!no_sync_) SHARDLAB_RETURN_IF_ERROR(reduce_grad(u));
+    // Frozen units produce no gradient and no reduction traffic.
+    if (!no_sync_ && units_[static_cast<std::size_t>(u)].has_trainable) SHARDLAB_RETURN_IF_ERROR(reduce_grad(u));
     SHARDLAB_RETURN_IF_ERROR(reshard(u));
   }
   return Status::ok();
@@ -449,7 +459,9 @@ Status FullyShardedModel::set_optimizer(const optim::OptimizerConfig& config) {
   optimizers_.clear();
   for (const FlatParameter& fp : units_) {
     device::Device& state_dev = options_.offload_device ? *options_.offload_device : dev_;
-    SHARDLAB_ASSIGN_OR_RETURN(optim::Optimizer o, optim::Optimizer::create(state_dev, config, fp.layout.shard_numel(),
+    // Frozen units keep no optimizer state.
+    SHARDLAB_ASSIGN_OR_RETURN(optim::Optimizer o, optim::Optimizer::create(state_dev, config,
+                                                                           fp.has_trainable ? fp.layout.shard_numel() : 0,
                                                                            "unit" + std::to_string(fp.unit)));
     optimizers_.push_back(std::move(o));
   }
@@ -461,7 +473,7 @@ Status FullyShardedModel::optimizer_step() {
   delay(DelayPoint::kBeforeOptimizerStep);
   for (std::size_t u = 0; u < units_.size(); ++u) {
     if (!units_[u].grad_shard_valid) continue;  // no gradient: PyTorch skips the parameter
-    SHARDLAB_RETURN_IF_ERROR(optimizers_[u].step(units_[u].shard, units_[u].grad_shard));
+    SHARDLAB_RETURN_IF_ERROR(optimizers_[u].step(units_[u].shard, units_[u].grad_shard, &units_[u].trainable));
   }
   return Status::ok();
 }

@@ -20,6 +20,7 @@ Mlp::Mlp(MlpConfig config) : config_(config) {
   }
   specs_.push_back({"head.weight", {config_.num_classes, in}, true, config_.num_hidden_layers});
   specs_.push_back({"head.bias", {config_.num_classes}, true, config_.num_hidden_layers});
+  for (std::size_t i = 0; i < specs_.size() && i < 64; ++i) specs_[i].requires_grad = !((config_.frozen_mask >> i) & 1u);
 }
 
 Status Mlp::init_params(device::Device&, const std::vector<Tensor>& params, std::uint64_t seed) const {
@@ -73,13 +74,16 @@ Result<double> Mlp::forward_backward(device::Device& dev, ParamAccess& access, c
   for (int l = layers - 1; l >= 0; --l) {
     SHARDLAB_RETURN_IF_ERROR(access.pre_backward(l));
     SHARDLAB_ASSIGN_OR_RETURN(Tensor w, access.param(2 * l));
-    SHARDLAB_ASSIGN_OR_RETURN(Tensor gw, access.grad(2 * l));
-    SHARDLAB_ASSIGN_OR_RETURN(Tensor gb, access.grad(2 * l + 1));
-    SHARDLAB_ASSIGN_OR_RETURN(Tensor gw2, gw.reshape(w.shape()));
     const Tensor& input = acts[static_cast<std::size_t>(l)];
-    // dW += dyᵀ·x, db += Σ dy, dx = dy·W
-    SHARDLAB_RETURN_IF_ERROR(dev.gemm(dy, true, input, false, gw2, 1.0f, 1.0f));
-    SHARDLAB_RETURN_IF_ERROR(dev.bias_grad(dy, gb, /*accumulate=*/true));
+    // dW += dyᵀ·x, db += Σ dy (trainable parameters only), dx = dy·W
+    if (specs_[static_cast<std::size_t>(2 * l)].requires_grad) {
+      SHARDLAB_ASSIGN_OR_RETURN(Tensor gw, access.grad(2 * l));
+      SHARDLAB_RETURN_IF_ERROR(dev.gemm(dy, true, input, false, gw, 1.0f, 1.0f));
+    }
+    if (specs_[static_cast<std::size_t>(2 * l + 1)].requires_grad) {
+      SHARDLAB_ASSIGN_OR_RETURN(Tensor gb, access.grad(2 * l + 1));
+      SHARDLAB_RETURN_IF_ERROR(dev.bias_grad(dy, gb, /*accumulate=*/true));
+    }
     if (l > 0) {
       SHARDLAB_ASSIGN_OR_RETURN(Tensor dx, dev.empty(input.shape(), DType::kF32, MemoryCategory::kActivations,
                                                      "dx" + std::to_string(l)));

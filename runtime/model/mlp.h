@@ -26,6 +26,8 @@ struct MlpConfig {
   std::int64_t num_classes = 4;
   int num_hidden_layers = 2;
   device::Activation activation = device::Activation::kGelu;
+  // Bit i set: parameter i is frozen (requires_grad = false), as with LoRA on a frozen base.
+  std::uint64_t frozen_mask = 0;
 };
 
 class Mlp {

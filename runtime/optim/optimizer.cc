@@ -23,8 +23,9 @@ Result<Optimizer> Optimizer::create(device::Device& dev, const OptimizerConfig& 
   return o;
 }
 
-Status Optimizer::step(const Tensor& param, const Tensor& grad) {
-  if (param.numel() != grad.numel() || (!state_.empty() && state_[0].numel() != param.numel())) {
+Status Optimizer::step(const Tensor& param, const Tensor& grad, const std::vector<std::uint8_t>* mask) {
+  if (param.numel() != grad.numel() || (!state_.empty() && state_[0].numel() != param.numel()) ||
+      (mask && static_cast<std::int64_t>(mask->size()) != param.numel())) {
     return Status::invalid_argument("optimizer step: param, grad and state sizes differ (" +
                                     std::to_string(param.numel()) + ", " + std::to_string(grad.numel()) + ")");
   }
@@ -36,6 +37,7 @@ Status Optimizer::step(const Tensor& param, const Tensor& grad) {
   if (c.kind == OptimizerConfig::Kind::kSgd) {
     float* buf = state_.empty() ? nullptr : state_[0].data<float>();
     for (std::int64_t i = 0; i < n; ++i) {
+      if (mask && !(*mask)[static_cast<std::size_t>(i)]) continue;
       float d = g[i];
       if (c.weight_decay != 0.0f) d += c.weight_decay * p[i];
       if (buf) {
@@ -53,6 +55,7 @@ Status Optimizer::step(const Tensor& param, const Tensor& grad) {
   const float step_size = static_cast<float>(c.lr / bc1);
   const float bc2_sqrt = static_cast<float>(std::sqrt(bc2));
   for (std::int64_t i = 0; i < n; ++i) {
+    if (mask && !(*mask)[static_cast<std::size_t>(i)]) continue;
     p[i] *= 1.0f - c.lr * c.weight_decay;
     m[i] = c.beta1 * m[i] + (1.0f - c.beta1) * g[i];
     v[i] = c.beta2 * v[i] + (1.0f - c.beta2) * g[i] * g[i];

@@ -34,8 +34,10 @@ class Optimizer {
   static Result<Optimizer> create(device::Device& dev, const OptimizerConfig& config, std::int64_t numel,
                                   const std::string& label);
 
-  // One step over param/grad (fp32, numel elements each).
-  Status step(const Tensor& param, const Tensor& grad);
+  // One step over param/grad (fp32, numel elements each). With a mask (numel bytes),
+  // elements whose mask byte is 0 (frozen parameters, padding) are left untouched, state
+  // included.
+  Status step(const Tensor& param, const Tensor& grad, const std::vector<std::uint8_t>* mask = nullptr);
 
   std::int64_t steps() const { return step_; }
   const std::vector<Tensor>& state() const { return state_; }  // SGD: [momentum]; AdamW: [m, v]

@@ -124,6 +124,7 @@ Result<FsdpTrainResult> train_fsdp(comm::Communicator& comm, device::Device& dev
   result.final_params.assign(p.data<float>(), p.data<float>() + p.numel());
   result.max_live_unsharded = fsdp_model->max_live_unsharded();
   result.num_units = fsdp_model->num_units();
+  for (const auto& u : fsdp_model->units()) result.num_trainable_units += u.has_trainable ? 1 : 0;
   result.memory = dev.memory().stats();
   return result;
 }
@@ -138,6 +139,8 @@ Result<FsdpTrainResult> train_oracle(device::Device& dev, const FsdpTrainOptions
   SHARDLAB_ASSIGN_OR_RETURN(Tensor world_sum, dev.empty({total}, DType::kF32, MemoryCategory::kGradients, "world_sum"));
   SHARDLAB_ASSIGN_OR_RETURN(Tensor grads, dev.empty({total}, DType::kF32, MemoryCategory::kGradients, "grads"));
   SHARDLAB_ASSIGN_OR_RETURN(optim::Optimizer opt, optim::Optimizer::create(dev, o.optimizer, total, "oracle"));
+  std::vector<std::uint8_t> trainable;
+  for (const auto& spec : mlp.params()) trainable.insert(trainable.end(), static_cast<std::size_t>(*checked_numel(spec.shape)), spec.requires_grad ? 1 : 0);
   FlatAccess access(mlp.params(), params, chunk_grad);
   const std::int64_t local = o.global_batch / world;
   const std::int64_t micro = local / o.grad_accumulation;
@@ -184,7 +187,7 @@ Result<FsdpTrainResult> train_oracle(device::Device& dev, const FsdpTrainOptions
       if (coef < 1.0) SHARDLAB_RETURN_IF_ERROR(dev.scale(grads, static_cast<float>(coef)));
     }
     if (step + 1 == o.steps) result.last_grads.assign(grads.data<float>(), grads.data<float>() + total);
-    SHARDLAB_RETURN_IF_ERROR(opt.step(params, grads));
+    SHARDLAB_RETURN_IF_ERROR(opt.step(params, grads, &trainable));
     result.losses.push_back(static_cast<double>(loss_total) / static_cast<double>(o.global_batch));
     result.step_times.push_back(0);
   }

@@ -48,6 +48,7 @@ struct FsdpTrainResult {
   std::vector<double> grad_norms;      // per step, when clipping
   int max_live_unsharded = 0;
   int num_units = 0;
+  int num_trainable_units = 0;  // units with at least one requires_grad parameter
   std::vector<fsdp::CollectiveCounts> counts;  // per micro-batch iteration
   MemoryStats memory;
 };
