@@ -53,6 +53,16 @@ int FullyShardedModel::shard_world_size() const {
   return comm_.size();
 }
 
+int FullyShardedModel::shard_rank() {
+  return options_.strategy == ShardingStrategy::kNoShard ? 0 : shard_comm().rank();
+}
+
+bool FullyShardedModel::writes_shard_files() {
+  if (options_.strategy == ShardingStrategy::kNoShard) return comm_.rank() == 0;
+  if (options_.strategy == ShardingStrategy::kHybridShard) return replica_group_->rank() == 0;
+  return true;
+}
+
 comm::Communicator& FullyShardedModel::shard_comm() {
   return options_.strategy == ShardingStrategy::kHybridShard ? *shard_group_ : comm_;
 }
@@ -478,14 +488,30 @@ Status FullyShardedModel::optimizer_step() {
   return Status::ok();
 }
 
-Status FullyShardedModel::gather_full(bool grads, const Tensor& out) {
-  const char* what = grads ? "gather_full_grads" : "gather_full_params";
+Status FullyShardedModel::gather_full_params(const Tensor& out) {
+  return gather_full("gather_full_params", [](const FlatParameter& fp, int) { return fp.shard; }, out);
+}
+
+Status FullyShardedModel::gather_full_grads(const Tensor& out) {
+  return gather_full("gather_full_grads", [](const FlatParameter& fp, int) { return fp.grad_shard; }, out);
+}
+
+Status FullyShardedModel::gather_full_optimizer_state(int k, const Tensor& out) {
+  return gather_full("gather_full_optimizer_state", [&](const FlatParameter& fp, int u) {
+    const auto& state = optimizers_[static_cast<std::size_t>(u)].state();
+    return fp.has_trainable && k < static_cast<int>(state.size()) ? state[static_cast<std::size_t>(k)] : Tensor();
+  }, out);
+}
+
+Status FullyShardedModel::gather_full(const char* what, const std::function<Tensor(const FlatParameter&, int)>& pick,
+                                      const Tensor& out) {
   if (out.dtype() != DType::kF32 || out.numel() != model::total_numel(specs_)) {
     return Status::invalid_argument(std::string(what) + ": output must be fp32 with " +
                                     std::to_string(model::total_numel(specs_)) + " elements, got " + out.describe());
   }
   for (FlatParameter& fp : units_) {
-    const Tensor& shard = grads ? fp.grad_shard : fp.shard;
+    const Tensor shard = pick(fp, fp.unit);
+    if (!shard.defined()) continue;
     Tensor full = shard;
     if (options_.strategy != ShardingStrategy::kNoShard) {
       SHARDLAB_ASSIGN_OR_RETURN(full, dev_.empty({fp.layout.total_numel()}, DType::kF32, MemoryCategory::kCommBuffers, what));

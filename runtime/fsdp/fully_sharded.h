@@ -76,10 +76,24 @@ class FullyShardedModel final : public model::ParamAccess {
 
   // Gathers the full (unpadded) parameters / gradients in spec order into `out` (fp32,
   // total_numel(specs) elements). Collective: every rank must call it.
-  Status gather_full_params(const Tensor& out) { return gather_full(false, out); }
-  Status gather_full_grads(const Tensor& out) { return gather_full(true, out); }
+  Status gather_full_params(const Tensor& out);
+  Status gather_full_grads(const Tensor& out);
+  // Optimizer state tensor `k` (e.g. AdamW's exp_avg) of every trainable unit; frozen
+  // units' parameters are left untouched in `out`.
+  Status gather_full_optimizer_state(int k, const Tensor& out);
 
   const std::vector<FlatParameter>& units() const { return units_; }
+  const std::vector<model::ParamSpec>& specs() const { return specs_; }
+  const std::vector<optim::Optimizer>& optimizers() const { return optimizers_; }
+  std::vector<optim::Optimizer>& mutable_optimizers() { return optimizers_; }
+  const FsdpOptions& options() const { return options_; }
+  comm::Communicator& world() { return comm_; }
+  device::Device& device() { return dev_; }
+  // This rank's index among the ranks that hold distinct shards (0 for NO_SHARD).
+  int shard_rank();
+  // True on the ranks that write sharded checkpoint files: one replica of each shard
+  // (HYBRID_SHARD: the first node; NO_SHARD: rank 0).
+  bool writes_shard_files();
   int num_units() const { return static_cast<int>(units_.size()); }
   int max_live_unsharded() const { return max_live_; }  // non-root units, peak
   const CollectiveCounts& counts() const { return counts_; }  // this iteration
@@ -96,8 +110,9 @@ class FullyShardedModel final : public model::ParamAccess {
   int live_non_root() const;
   void delay(DelayPoint p) const;
   comm::Communicator& shard_comm();
-  // All-gathers the master shards (or gradient shards) and copies out the unpadded parameters.
-  Status gather_full(bool grads, const Tensor& out);
+  // All-gathers pick(unit) (a shard-sized tensor, or undefined to skip the unit) and copies
+  // out the unpadded parameters.
+  Status gather_full(const char* what, const std::function<Tensor(const FlatParameter&, int)>& pick, const Tensor& out);
 
   comm::Communicator& comm_;
   device::Device& dev_;

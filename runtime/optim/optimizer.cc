@@ -23,6 +23,12 @@ Result<Optimizer> Optimizer::create(device::Device& dev, const OptimizerConfig& 
   return o;
 }
 
+std::vector<std::string> Optimizer::state_names() const {
+  if (config_.kind == OptimizerConfig::Kind::kAdamW) return {"exp_avg", "exp_avg_sq"};
+  if (config_.momentum != 0.0f) return {"momentum_buffer"};
+  return {};
+}
+
 Status Optimizer::step(const Tensor& param, const Tensor& grad, const std::vector<std::uint8_t>* mask) {
   if (param.numel() != grad.numel() || (!state_.empty() && state_[0].numel() != param.numel()) ||
       (mask && static_cast<std::int64_t>(mask->size()) != param.numel())) {

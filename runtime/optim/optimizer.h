@@ -40,6 +40,9 @@ class Optimizer {
   Status step(const Tensor& param, const Tensor& grad, const std::vector<std::uint8_t>* mask = nullptr);
 
   std::int64_t steps() const { return step_; }
+  void set_steps(std::int64_t steps) { step_ = steps; }
+  // PyTorch's names of the state tensors: SGD "momentum_buffer"; AdamW "exp_avg", "exp_avg_sq".
+  std::vector<std::string> state_names() const;
   const std::vector<Tensor>& state() const { return state_; }  // SGD: [momentum]; AdamW: [m, v]
   const OptimizerConfig& config() const { return config_; }
 

@@ -70,63 +70,77 @@ fsdp::WrapPlan wrap_plan(const FsdpTrainOptions& o, const model::Mlp& mlp) {
   return fsdp::WrapPlan::single(mlp.num_layers());
 }
 
+FsdpTrainer::FsdpTrainer(comm::Communicator& comm, device::Device& dev, const Clock& clock,
+                         const FsdpTrainOptions& options)
+    : comm_(comm), dev_(dev), clock_(clock), options_(options), mlp_(options.model) {}
+
+Result<std::unique_ptr<FsdpTrainer>> FsdpTrainer::create(comm::Communicator& comm, device::Device& dev,
+                                                         const Clock& clock, const FsdpTrainOptions& o) {
+  SHARDLAB_RETURN_IF_ERROR(validate(o, comm.size()));
+  std::unique_ptr<FsdpTrainer> t(new FsdpTrainer(comm, dev, clock, o));
+  {
+    SHARDLAB_ASSIGN_OR_RETURN(Tensor full, init_full(dev, t->mlp_, o.seed));
+    SHARDLAB_ASSIGN_OR_RETURN(t->fsdp_, fsdp::FullyShardedModel::create(comm, dev, t->mlp_.params(),
+                                                                        wrap_plan(o, t->mlp_), o.fsdp, full));
+  }  // the full initial copy is freed here: only shards remain
+  SHARDLAB_RETURN_IF_ERROR(t->fsdp_->set_optimizer(o.optimizer));
+  const std::int64_t micro = o.global_batch / comm.size() / o.grad_accumulation;
+  SHARDLAB_ASSIGN_OR_RETURN(t->x_, dev.empty({micro, o.model.input_dim}, DType::kF32, MemoryCategory::kActivations, "x"));
+  SHARDLAB_ASSIGN_OR_RETURN(t->labels_, dev.empty({micro}, DType::kI64, MemoryCategory::kActivations, "labels"));
+  SHARDLAB_ASSIGN_OR_RETURN(t->loss_, dev.empty({1}, DType::kF32, MemoryCategory::kOther, "loss"));
+  t->result_.num_units = t->fsdp_->num_units();
+  for (const auto& u : t->fsdp_->units()) t->result_.num_trainable_units += u.has_trainable ? 1 : 0;
+  return t;
+}
+
+Status FsdpTrainer::step() {
+  const FsdpTrainOptions& o = options_;
+  const std::int64_t local = o.global_batch / comm_.size();
+  const std::int64_t micro = local / o.grad_accumulation;
+  const Nanos start = clock_.now();
+  fsdp_->zero_grad();
+  float loss_sum = 0.0f;
+  for (int m = 0; m < o.grad_accumulation; ++m) {
+    SHARDLAB_RETURN_IF_ERROR(
+        model::synthetic_rows(dev_, o.model, o.seed, step_, comm_.rank() * local + m * micro, x_, labels_));
+    SHARDLAB_RETURN_IF_ERROR(fsdp_->begin_iteration(/*no_sync=*/m + 1 < o.grad_accumulation));
+    SHARDLAB_ASSIGN_OR_RETURN(double l, mlp_.forward_backward(dev_, *fsdp_, x_, labels_, 1.0f / static_cast<float>(local)));
+    SHARDLAB_RETURN_IF_ERROR(fsdp_->end_iteration());
+    result_.counts.push_back(fsdp_->counts());
+    loss_sum += static_cast<float>(l);
+  }
+  loss_.data<float>()[0] = loss_sum;
+  SHARDLAB_RETURN_IF_ERROR(comm_.all_reduce(loss_, comm::ReduceOp::kSum)->wait(o.fsdp.collective_timeout));
+  if (o.max_grad_norm > 0.0) {
+    SHARDLAB_ASSIGN_OR_RETURN(double norm, fsdp_->clip_grad_norm(o.max_grad_norm));
+    result_.grad_norms.push_back(norm);
+  }
+  if (step_ + 1 == o.steps) {
+    SHARDLAB_ASSIGN_OR_RETURN(Tensor g, dev_.empty({model::total_numel(mlp_.params())}, DType::kF32,
+                                                   MemoryCategory::kOther, "grads_out"));
+    SHARDLAB_RETURN_IF_ERROR(fsdp_->gather_full_grads(g));
+    result_.last_grads.assign(g.data<float>(), g.data<float>() + g.numel());
+  }
+  SHARDLAB_RETURN_IF_ERROR(fsdp_->optimizer_step());
+  dev_.synchronize(device::kComputeStream);
+  result_.losses.push_back(static_cast<double>(loss_.data<float>()[0]) / static_cast<double>(o.global_batch));
+  result_.step_times.push_back(clock_.now() - start);
+  ++step_;
+  return Status::ok();
+}
+
 Result<FsdpTrainResult> train_fsdp(comm::Communicator& comm, device::Device& dev, const Clock& clock,
                                    const FsdpTrainOptions& o) {
-  SHARDLAB_RETURN_IF_ERROR(validate(o, comm.size()));
-  const model::Mlp mlp(o.model);
-  std::unique_ptr<fsdp::FullyShardedModel> fsdp_model;
-  {
-    SHARDLAB_ASSIGN_OR_RETURN(Tensor full, init_full(dev, mlp, o.seed));
-    SHARDLAB_ASSIGN_OR_RETURN(fsdp_model, fsdp::FullyShardedModel::create(comm, dev, mlp.params(), wrap_plan(o, mlp),
-                                                                          o.fsdp, full));
-  }  // the full initial copy is freed here: only shards remain
-  SHARDLAB_RETURN_IF_ERROR(fsdp_model->set_optimizer(o.optimizer));
-  const std::int64_t local = o.global_batch / comm.size();
-  const std::int64_t micro = local / o.grad_accumulation;
-  SHARDLAB_ASSIGN_OR_RETURN(Tensor x, dev.empty({micro, o.model.input_dim}, DType::kF32, MemoryCategory::kActivations, "x"));
-  SHARDLAB_ASSIGN_OR_RETURN(Tensor labels, dev.empty({micro}, DType::kI64, MemoryCategory::kActivations, "labels"));
-  SHARDLAB_ASSIGN_OR_RETURN(Tensor loss, dev.empty({1}, DType::kF32, MemoryCategory::kOther, "loss"));
-  FsdpTrainResult result;
-  for (int step = 0; step < o.steps; ++step) {
-    const Nanos start = clock.now();
-    fsdp_model->zero_grad();
-    float loss_sum = 0.0f;
-    for (int m = 0; m < o.grad_accumulation; ++m) {
-      SHARDLAB_RETURN_IF_ERROR(
-          model::synthetic_rows(dev, o.model, o.seed, step, comm.rank() * local + m * micro, x, labels));
-      SHARDLAB_RETURN_IF_ERROR(fsdp_model->begin_iteration(/*no_sync=*/m + 1 < o.grad_accumulation));
-      SHARDLAB_ASSIGN_OR_RETURN(double l, mlp.forward_backward(dev, *fsdp_model, x, labels,
-                                                               1.0f / static_cast<float>(local)));
-      SHARDLAB_RETURN_IF_ERROR(fsdp_model->end_iteration());
-      result.counts.push_back(fsdp_model->counts());
-      loss_sum += static_cast<float>(l);
-    }
-    loss.data<float>()[0] = loss_sum;
-    SHARDLAB_RETURN_IF_ERROR(comm.all_reduce(loss, comm::ReduceOp::kSum)->wait(o.fsdp.collective_timeout));
-    if (o.max_grad_norm > 0.0) {
-      SHARDLAB_ASSIGN_OR_RETURN(double norm, fsdp_model->clip_grad_norm(o.max_grad_norm));
-      result.grad_norms.push_back(norm);
-    }
-    if (step + 1 == o.steps) {
-      SHARDLAB_ASSIGN_OR_RETURN(Tensor g, dev.empty({model::total_numel(mlp.params())}, DType::kF32,
-                                                    MemoryCategory::kOther, "grads_out"));
-      SHARDLAB_RETURN_IF_ERROR(fsdp_model->gather_full_grads(g));
-      result.last_grads.assign(g.data<float>(), g.data<float>() + g.numel());
-    }
-    SHARDLAB_RETURN_IF_ERROR(fsdp_model->optimizer_step());
-    dev.synchronize(device::kComputeStream);
-    result.losses.push_back(static_cast<double>(loss.data<float>()[0]) / static_cast<double>(o.global_batch));
-    result.step_times.push_back(clock.now() - start);
-  }
-  SHARDLAB_ASSIGN_OR_RETURN(Tensor p, dev.empty({model::total_numel(mlp.params())}, DType::kF32, MemoryCategory::kOther,
-                                                "params_out"));
-  SHARDLAB_RETURN_IF_ERROR(fsdp_model->gather_full_params(p));
+  SHARDLAB_ASSIGN_OR_RETURN(std::unique_ptr<FsdpTrainer> t, FsdpTrainer::create(comm, dev, clock, o));
+  for (int s = 0; s < o.steps; ++s) SHARDLAB_RETURN_IF_ERROR(t->step());
+  FsdpTrainResult& result = t->result();
+  SHARDLAB_ASSIGN_OR_RETURN(Tensor p, dev.empty({model::total_numel(t->model().specs())}, DType::kF32,
+                                                MemoryCategory::kOther, "params_out"));
+  SHARDLAB_RETURN_IF_ERROR(t->model().gather_full_params(p));
   result.final_params.assign(p.data<float>(), p.data<float>() + p.numel());
-  result.max_live_unsharded = fsdp_model->max_live_unsharded();
-  result.num_units = fsdp_model->num_units();
-  for (const auto& u : fsdp_model->units()) result.num_trainable_units += u.has_trainable ? 1 : 0;
+  result.max_live_unsharded = t->model().max_live_unsharded();
   result.memory = dev.memory().stats();
-  return result;
+  return std::move(result);
 }
 
 Result<FsdpTrainResult> train_oracle(device::Device& dev, const FsdpTrainOptions& o, int world) {

@@ -13,6 +13,7 @@
 // comparison needs a tolerance.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -56,6 +57,31 @@ struct FsdpTrainResult {
 Status validate(const FsdpTrainOptions& options, int world_size);
 fsdp::WrapPlan wrap_plan(const FsdpTrainOptions& options, const model::Mlp& mlp);
 
+// One rank's FSDP training loop, step by step (train_fsdp runs it to the end).
+class FsdpTrainer {
+ public:
+  static Result<std::unique_ptr<FsdpTrainer>> create(comm::Communicator& comm, device::Device& dev, const Clock& clock,
+                                                     const FsdpTrainOptions& options);
+  // One optimizer step over the step's global batch; records into result().
+  Status step();
+  fsdp::FullyShardedModel& model() { return *fsdp_; }
+  int steps_done() const { return step_; }
+  FsdpTrainResult& result() { return result_; }
+
+ private:
+  FsdpTrainer(comm::Communicator& comm, device::Device& dev, const Clock& clock, const FsdpTrainOptions& options);
+  comm::Communicator& comm_;
+  device::Device& dev_;
+  const Clock& clock_;
+  FsdpTrainOptions options_;
+  model::Mlp mlp_;
+  std::unique_ptr<fsdp::FullyShardedModel> fsdp_;
+  Tensor x_, labels_, loss_;
+  int step_ = 0;
+  FsdpTrainResult result_;
+};
+
+// Runs options.steps steps, then gathers the final parameters (and the last step's gradients).
 Result<FsdpTrainResult> train_fsdp(comm::Communicator& comm, device::Device& dev, const Clock& clock,
                                    const FsdpTrainOptions& options);
 Result<FsdpTrainResult> train_oracle(device::Device& dev, const FsdpTrainOptions& options, int world_size);

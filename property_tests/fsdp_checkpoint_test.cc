@@ -1,0 +1,165 @@
+// Property 7 of the FSDP core: checkpoints reshard. Save at W1, load at W2 (any strategy),
+// and every full parameter and optimizer state is identical; an interrupted save leaves
+// the previous checkpoint loadable.
+#include <gtest/gtest.h>
+#include <rapidcheck/gtest.h>
+
+#include <atomic>
+#include <filesystem>
+#include <unistd.h>
+
+#include "property_tests/fsdp_generators.h"
+#include "runtime/fsdp/checkpoint.h"
+#include "sim/world.h"
+
+namespace shardlab::property {
+namespace {
+
+namespace fs = std::filesystem;
+using runtime::fsdp::StateDictType;
+using runtime::train::FsdpTrainer;
+
+struct Snapshot {
+  std::vector<float> params;
+  std::vector<std::vector<float>> states;
+  std::int64_t optimizer_steps = 0;
+  bool operator==(const Snapshot&) const = default;
+};
+
+Result<Snapshot> snapshot(runtime::fsdp::FullyShardedModel& m) {
+  Snapshot s;
+  const std::int64_t total = runtime::model::total_numel(m.specs());
+  SHARDLAB_ASSIGN_OR_RETURN(Tensor out, m.device().zeros({total}, DType::kF32, MemoryCategory::kOther, "snapshot"));
+  SHARDLAB_RETURN_IF_ERROR(m.gather_full_params(out));
+  s.params.assign(out.data<float>(), out.data<float>() + total);
+  const std::size_t n_states = m.optimizers().empty() ? 0 : m.optimizers()[0].state_names().size();
+  for (std::size_t k = 0; k < n_states; ++k) {
+    SHARDLAB_RETURN_IF_ERROR(m.device().fill(out, 0.0f));
+    SHARDLAB_RETURN_IF_ERROR(m.gather_full_optimizer_state(static_cast<int>(k), out));
+    s.states.emplace_back(out.data<float>(), out.data<float>() + total);
+  }
+  s.optimizer_steps = m.optimizers().empty() ? 0 : m.optimizers()[0].steps();
+  return s;
+}
+
+std::string fresh_dir() {
+  static std::atomic<int> counter{0};
+  const fs::path p = fs::temp_directory_path() /
+                     ("shardlab-ckpt-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
+  fs::remove_all(p);
+  return p.string();
+}
+
+// Runs `body` with a trainer on every rank of a sim world; returns rank 0's snapshot.
+Snapshot on_world(int world, const runtime::train::FsdpTrainOptions& options,
+                  const std::function<Status(FsdpTrainer&, sim::RankContext&)>& body) {
+  sim::WorldOptions wo;
+  wo.world_size = world;
+  sim::World w(wo);
+  std::vector<Snapshot> snaps(static_cast<std::size_t>(world));
+  const auto results = w.run([&](sim::RankContext& ctx) -> Status {
+    SHARDLAB_ASSIGN_OR_RETURN(auto trainer, FsdpTrainer::create(ctx.comm, ctx.device, ctx.clock, options));
+    SHARDLAB_RETURN_IF_ERROR(body(*trainer, ctx));
+    SHARDLAB_ASSIGN_OR_RETURN(snaps[static_cast<std::size_t>(ctx.rank)], snapshot(trainer->model()));
+    return Status::ok();
+  });
+  for (const auto& r : results) {
+    if (!r.status.is_ok()) RC_FAIL(r.status.to_string());
+  }
+  for (const auto& s : snaps) RC_ASSERT(s == snaps[0]);  // every rank sees the same full state
+  return snaps[0];
+}
+
+runtime::train::FsdpTrainOptions at_world(runtime::train::FsdpTrainOptions o, int world) {
+  o.global_batch = static_cast<std::int64_t>(world) * o.grad_accumulation;
+  if (o.fsdp.strategy == runtime::fsdp::ShardingStrategy::kHybridShard) o.fsdp.devices_per_node = 1;
+  return o;
+}
+
+RC_GTEST_PROP(FsdpCheckpoint, SaveAtOneWorldSizeLoadAtAnotherGivesIdenticalState, ()) {
+  const FsdpCase c = *gen_fsdp_case();
+  const StateDictType type = *rc::gen::element(StateDictType::kFull, StateDictType::kSharded, StateDictType::kLocal);
+  RC_TAG(runtime::fsdp::state_dict_type_name(type));
+  const int w1 = c.world_size;
+  const int w2 = type == StateDictType::kLocal ? w1 : *rc::gen::inRange(1, 9);
+  const std::string dir = fresh_dir();
+  const int failing_rank = *rc::gen::oneOf(rc::gen::just(0), rc::gen::inRange(0, w1));
+
+  // World 1: two steps, save, one more step, then a save that dies on one rank if that
+  // rank writes any file (under FULL only rank 0 writes; under NO_SHARD and HYBRID_SHARD
+  // only one replica does) — otherwise that save legitimately succeeds.
+  Snapshot saved2, saved3;
+  std::atomic<bool> crashed{false};
+  on_world(w1, c.options, [&](FsdpTrainer& t, sim::RankContext& ctx) -> Status {
+    SHARDLAB_RETURN_IF_ERROR(t.step());
+    SHARDLAB_RETURN_IF_ERROR(t.step());
+    runtime::fsdp::CheckpointOptions opts;
+    opts.type = type;
+    SHARDLAB_RETURN_IF_ERROR(runtime::fsdp::save_checkpoint(t.model(), dir, 2, opts));
+    SHARDLAB_ASSIGN_OR_RETURN(Snapshot s2, snapshot(t.model()));
+    if (ctx.rank == 0) saved2 = s2;
+    SHARDLAB_RETURN_IF_ERROR(t.step());
+    SHARDLAB_ASSIGN_OR_RETURN(Snapshot s3, snapshot(t.model()));
+    if (ctx.rank == 0) saved3 = s3;
+    opts.before_write = [&](const std::string& path) -> Status {
+      if (ctx.rank != failing_rank) return Status::ok();
+      crashed = true;
+      return Status::unavailable("simulated crash before writing " + path);
+    };
+    const Status second = runtime::fsdp::save_checkpoint(t.model(), dir, 3, opts);
+    if (second.is_ok() && ctx.rank == failing_rank && crashed) return Status::internal("the interrupted save reported success");
+    return Status::ok();
+  });
+  std::error_code ec;
+  RC_ASSERT(fs::exists(dir + "/latest"));
+
+  // World 2 (another size, strategy and initial values): load and compare.
+  runtime::train::FsdpTrainOptions o2 = at_world(c.options, w2);
+  if (type != StateDictType::kLocal) {
+    o2.fsdp.strategy = *rc::gen::element(runtime::fsdp::ShardingStrategy::kFullShard,
+                                         runtime::fsdp::ShardingStrategy::kShardGradOp,
+                                         runtime::fsdp::ShardingStrategy::kNoShard);
+    o2.fsdp.align_bytes = *rc::gen::element<std::int64_t>(0, 16);
+    o2.wrap = *rc::gen::element(runtime::train::WrapPolicy::kPerLayer, runtime::train::WrapPolicy::kNone);
+  } else {
+    o2 = c.options;
+  }
+  o2.seed = c.options.seed + 1;
+  std::int64_t loaded_step = -1;
+  const Snapshot loaded = on_world(w2, o2, [&](FsdpTrainer& t, sim::RankContext&) -> Status {
+    SHARDLAB_ASSIGN_OR_RETURN(loaded_step, runtime::fsdp::load_checkpoint(t.model(), dir));
+    return Status::ok();
+  });
+  fs::remove_all(dir, ec);
+  RC_TAG(crashed ? "interrupted" : "second save completed");
+  RC_ASSERT(loaded_step == (crashed ? 2 : 3));  // an interrupted step-3 save never becomes `latest`
+  RC_ASSERT(loaded == (crashed ? saved2 : saved3));
+}
+
+TEST(FsdpCheckpoint, LocalStateDictRefusesAnotherWorldSizeWithAClearMessage) {
+  FsdpCase c;
+  c.world_size = 2;
+  c.options.global_batch = 4;
+  const std::string dir = fresh_dir();
+  sim::WorldOptions wo;
+  wo.world_size = 2;
+  sim::World(wo).run([&](sim::RankContext& ctx) -> Status {
+    SHARDLAB_ASSIGN_OR_RETURN(auto t, FsdpTrainer::create(ctx.comm, ctx.device, ctx.clock, c.options));
+    runtime::fsdp::CheckpointOptions opts;
+    opts.type = StateDictType::kLocal;
+    return runtime::fsdp::save_checkpoint(t->model(), dir, 0, opts);
+  });
+  wo.world_size = 4;
+  c.options.global_batch = 8;
+  const auto results = sim::World(wo).run([&](sim::RankContext& ctx) -> Status {
+    SHARDLAB_ASSIGN_OR_RETURN(auto t, FsdpTrainer::create(ctx.comm, ctx.device, ctx.clock, c.options));
+    return runtime::fsdp::load_checkpoint(t->model(), dir).status();
+  });
+  std::filesystem::remove_all(dir);
+  EXPECT_EQ(results[0].status.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(results[0].status.message().find("LOCAL_STATE_DICT was saved at world size 2"), std::string::npos)
+      << results[0].status.message();
+}
+
+}  // namespace
+}  // namespace shardlab::property

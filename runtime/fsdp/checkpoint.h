@@ -1,0 +1,48 @@
+// FSDP checkpoints: a directory of safetensors files plus a JSON index, written
+// atomically, loadable at any world size.
+//
+//   DIR/latest                     "step-00000012" — replaced atomically (temp + rename)
+//   DIR/step-00000012/index.json   what every piece is: global shape, dtype, file, key, (offset, length)
+//   DIR/step-00000012/*.safetensors
+//
+// State dict types (PyTorch's names):
+//   FULL_STATE_DICT    rank 0 writes model.safetensors with the full parameters under their
+//                      model names (what other tools load) and optimizer.safetensors.
+//   SHARDED_STATE_DICT each shard holder writes rank-NNNNN.safetensors with its pieces of
+//                      each parameter and optimizer state ("model/<name>@<begin>").
+//   LOCAL_STATE_DICT   each rank writes its raw padded flat shards; reloads only at the
+//                      same world size and layout (it says so otherwise).
+// Loading (torch.distributed.checkpoint's rule): each rank reads, for every piece of
+// its new layout, the overlap with every saved piece, so FULL and SHARDED checkpoints
+// reload at any world size — larger ones and ones where ranks own nothing included.
+//
+// A save is committed only when every rank wrote its files: the ranks agree through an
+// all-reduce, then rank 0 writes index.json and moves `latest`. An interrupted or
+// failed save leaves `latest` at the previous checkpoint.
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "runtime/fsdp/fully_sharded.h"
+
+namespace shardlab::runtime::fsdp {
+
+enum class StateDictType { kFull, kSharded, kLocal };
+std::string_view state_dict_type_name(StateDictType t);  // "FULL_STATE_DICT", …
+Result<StateDictType> parse_state_dict_type(std::string_view text);
+
+struct CheckpointOptions {
+  StateDictType type = StateDictType::kSharded;
+  // Test hook: called before each file this rank writes; a non-ok status aborts the save
+  // on this rank as if the process had died there.
+  std::function<Status(const std::string& path)> before_write;
+};
+
+// Collective over the model's world.
+Status save_checkpoint(FullyShardedModel& model, const std::string& dir, std::int64_t step,
+                       const CheckpointOptions& options = {});
+// Collective. Loads the checkpoint `latest` names; returns its step.
+Result<std::int64_t> load_checkpoint(FullyShardedModel& model, const std::string& dir);
+
+}  // namespace shardlab::runtime::fsdp

@@ -1,0 +1,132 @@
+// The safetensors reader must reject every malformed file with a clear message and never
+// read outside the file; the writer must round-trip.
+#include "runtime/io/safetensors.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+
+namespace shardlab::runtime::io {
+namespace {
+
+std::vector<std::byte> image(const std::string& header, std::size_t data_bytes, std::uint64_t claimed_len = ~0ull) {
+  const std::uint64_t n = claimed_len == ~0ull ? header.size() : claimed_len;
+  std::vector<std::byte> out(8 + header.size() + data_bytes, std::byte{0});
+  for (int i = 0; i < 8; ++i) out[static_cast<std::size_t>(i)] = static_cast<std::byte>((n >> (8 * i)) & 0xff);
+  std::memcpy(out.data() + 8, header.data(), header.size());
+  return out;
+}
+
+std::string error_of(const std::vector<std::byte>& bytes) {
+  auto r = parse_safetensors("x.safetensors", bytes);
+  EXPECT_FALSE(r.is_ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  return r.status().message();
+}
+
+TEST(Safetensors, RoundTripsEveryDtypeAndMetadata) {
+  SafetensorsFile f;
+  f.metadata["loss"] = "0.5";
+  for (DType d : {DType::kF32, DType::kBF16, DType::kF16, DType::kI64}) {
+    StoredTensor t;
+    t.name = std::string("t_") + std::string(dtype_name(d));
+    t.dtype = d;
+    t.shape = {2, 3};
+    t.data.resize(6 * element_size(d));
+    for (std::size_t i = 0; i < t.data.size(); ++i) t.data[i] = static_cast<std::byte>(i * 7 + 1);
+    f.tensors.push_back(t);
+  }
+  StoredTensor empty;
+  empty.name = "empty";
+  empty.shape = {0, 4};
+  f.tensors.push_back(empty);
+  const std::string path = (std::filesystem::temp_directory_path() / "shardlab_roundtrip.safetensors").string();
+  ASSERT_TRUE(write_safetensors(path, f).is_ok());
+  auto back = read_safetensors(path);
+  std::filesystem::remove(path);
+  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  ASSERT_EQ(back->tensors.size(), f.tensors.size());
+  for (std::size_t i = 0; i < f.tensors.size(); ++i) {
+    EXPECT_EQ(back->tensors[i].name, f.tensors[i].name);
+    EXPECT_EQ(back->tensors[i].dtype, f.tensors[i].dtype);
+    EXPECT_EQ(back->tensors[i].shape, f.tensors[i].shape);
+    EXPECT_EQ(back->tensors[i].data, f.tensors[i].data);
+  }
+  EXPECT_EQ(back->metadata.at("loss"), "0.5");
+}
+
+TEST(Safetensors, RejectsATruncatedLengthPrefix) {
+  EXPECT_NE(error_of(std::vector<std::byte>(5)).find("file is 5 bytes"), std::string::npos);
+}
+
+TEST(Safetensors, RejectsAHeaderLengthLargerThanTheFile) {
+  EXPECT_NE(error_of(image("{}", 0, 1000)).find("header length 1000 exceeds the 2 bytes"), std::string::npos);
+  EXPECT_NE(error_of(image("{}", 0, ~0ull - 1)).find("exceeds"), std::string::npos);
+}
+
+TEST(Safetensors, RejectsAHeaderThatIsNotAJsonObject) {
+  EXPECT_NE(error_of(image("{\"a\": ", 0)).find("not a JSON object"), std::string::npos);
+  EXPECT_NE(error_of(image("[1, 2]", 0)).find("not a JSON object"), std::string::npos);
+  EXPECT_NE(error_of(image(std::string("\xff\xfe\x00garbage", 10), 0)).find("not a JSON object"), std::string::npos);
+}
+
+TEST(Safetensors, RejectsUnknownDtypes) {
+  const auto msg = error_of(image(R"({"w": {"dtype": "F8_E4M3", "shape": [1], "data_offsets": [0, 1]}})", 1));
+  EXPECT_NE(msg.find("tensor 'w': unknown dtype 'F8_E4M3'; allowed: F32, BF16, F16, I64, I32"), std::string::npos) << msg;
+}
+
+TEST(Safetensors, RejectsOffsetsOutOfRange) {
+  const auto msg = error_of(image(R"({"w": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}})", 8));
+  EXPECT_NE(msg.find("data_offsets [0, 16] are outside the 8 data bytes"), std::string::npos) << msg;
+  EXPECT_NE(error_of(image(R"({"w": {"dtype": "F32", "shape": [1], "data_offsets": [8, 4]}})", 8)).find("outside"),
+            std::string::npos);
+  EXPECT_NE(error_of(image(R"({"w": {"dtype": "F32", "shape": [1], "data_offsets": [-1, 4]}})", 8)).find("non-negative"),
+            std::string::npos);
+}
+
+TEST(Safetensors, RejectsOverlapsGapsAndTrailingBytes) {
+  EXPECT_NE(error_of(image(R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+                               "b": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}})", 8))
+                .find("overlaps"),
+            std::string::npos);
+  EXPECT_NE(error_of(image(R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}})", 8)).find("gap of 4 bytes"),
+            std::string::npos);
+  EXPECT_NE(error_of(image(R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}})", 8)).find("4 trailing bytes"),
+            std::string::npos);
+}
+
+TEST(Safetensors, RejectsAShapeThatDisagreesWithTheByteLength) {
+  const auto msg = error_of(image(R"({"w": {"dtype": "BF16", "shape": [3, 2], "data_offsets": [0, 8]}})", 8));
+  EXPECT_NE(msg.find("shape [3, 2] × BF16 needs 12 bytes but data_offsets span 8"), std::string::npos) << msg;
+  const auto huge = error_of(image(R"({"w": {"dtype": "F32", "shape": [4611686018427387904, 8], "data_offsets": [0, 8]}})", 8));
+  EXPECT_NE(huge.find("2^63"), std::string::npos) << huge;
+  EXPECT_NE(error_of(image(R"({"w": {"dtype": "F32", "shape": [1.5], "data_offsets": [0, 4]}})", 4)).find("non-negative integers"),
+            std::string::npos);
+}
+
+TEST(Safetensors, RejectsMalformedEntriesAndMetadata) {
+  EXPECT_NE(error_of(image(R"({"w": 3})", 0)).find("expected an object with dtype, shape and data_offsets"), std::string::npos);
+  EXPECT_NE(error_of(image(R"({"__metadata__": {"k": 1}})", 0)).find("not a string"), std::string::npos);
+}
+
+TEST(Safetensors, WidensI32ToI64) {
+  auto img = image(R"({"ids": {"dtype": "I32", "shape": [2], "data_offsets": [0, 8]}})", 8);
+  const std::int32_t v[2] = {-3, 70000};
+  std::memcpy(img.data() + img.size() - 8, v, 8);
+  auto f = parse_safetensors("ids.safetensors", img);
+  ASSERT_TRUE(f.is_ok()) << f.status().to_string();
+  std::int64_t w[2];
+  std::memcpy(w, f->tensors[0].data.data(), 16);
+  EXPECT_EQ(w[0], -3);
+  EXPECT_EQ(w[1], 70000);
+}
+
+TEST(Safetensors, AMissingFileNamesThePath) {
+  auto r = read_safetensors("/nonexistent/dir/model.safetensors");
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("/nonexistent/dir/model.safetensors: cannot open"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace shardlab::runtime::io
