@@ -29,6 +29,8 @@
 
 #include <benchmark/benchmark.h>
 
+#include "sim/world.h"
+
 #include "runtime/comm/communicator.h"
 #include "runtime/comm/mpi/communicator.h"
 #include "runtime/core/clock.h"
@@ -180,6 +182,56 @@ class MpiCommunicatorBackend final : public CommBenchBackend {
   MpiBuffers buffers_;
 };
 
+// The simulator's communicator: a World of the same size as the MPI world in this
+// process (ranks are threads), moving real bytes. run_once() times kRepeats collectives
+// between two barriers on the host clock and returns the mean; every MPI process runs
+// its own world, and the max over processes keeps the iteration counts identical.
+class SimCommunicatorBackend final : public CommBenchBackend {
+ public:
+  SimCommunicatorBackend(const Clock& clock, int world_size) : clock_(clock), world_size_(world_size) {}
+
+  std::string name() const override { return "sim_communicator"; }
+  int world_size() const override { return world_size_; }
+  void prepare(Collective c, std::int64_t bytes) override {
+    collective_ = c;
+    chunk_ = bytes / 4 / world_size_;
+  }
+  void release() override {}
+
+  double run_once() override {
+    sim::WorldOptions o;
+    o.world_size = world_size_;
+    sim::World world(o);
+    double seconds = 0;
+    const auto results = world.run([&](sim::RankContext& ctx) -> Status {
+      SHARDLAB_ASSIGN_OR_RETURN(Tensor full, ctx.device.zeros({chunk_ * world_size_}, DType::kF32, MemoryCategory::kCommBuffers, "full"));
+      SHARDLAB_ASSIGN_OR_RETURN(Tensor part, ctx.device.zeros({chunk_}, DType::kF32, MemoryCategory::kCommBuffers, "part"));
+      SHARDLAB_RETURN_IF_ERROR(ctx.comm.barrier()->wait(runtime::comm::kDefaultTimeout));
+      const Nanos t0 = clock_.now();
+      for (int i = 0; i < kRepeats; ++i) {
+        runtime::comm::WorkPtr w = collective_ == Collective::kAllGather
+                                       ? ctx.comm.all_gather_into(full, part)
+                                       : ctx.comm.reduce_scatter(part, full, runtime::comm::ReduceOp::kSum);
+        SHARDLAB_RETURN_IF_ERROR(w->wait(runtime::comm::kDefaultTimeout));
+      }
+      SHARDLAB_RETURN_IF_ERROR(ctx.comm.barrier()->wait(runtime::comm::kDefaultTimeout));
+      if (ctx.rank == 0) seconds = static_cast<double>(clock_.now() - t0) / 1e9 / kRepeats;
+      return Status::ok();
+    });
+    for (const auto& r : results) if (!r.status.is_ok()) die(r.status.to_string());
+    double max = 0;
+    MPI_Allreduce(&seconds, &max, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    return max;
+  }
+
+ private:
+  static constexpr int kRepeats = 8;
+  const Clock& clock_;
+  int world_size_;
+  Collective collective_ = Collective::kAllGather;
+  std::int64_t chunk_ = 0;
+};
+
 void run_benchmark(benchmark::State& state, CommBenchBackend& backend, Collective c, std::int64_t bytes) {
   backend.prepare(c, bytes);
   backend.run_once();  // warm-up (connections, page faults), not timed
@@ -253,10 +305,11 @@ int main(int argc, char** argv) {
     shardlab::SteadyClock clock;
     std::vector<std::int64_t> sizes;
     for (std::int64_t b = 1024; b <= 64 * 1024 * 1024; b *= 4) sizes.push_back(b);
-    // Backends compared side by side; a sim backend would be appended here.
+    // Backends compared side by side with raw MPI in the same run.
     const std::vector<std::shared_ptr<CommBenchBackend>> backends = {
         std::make_shared<RawMpiBackend>(clock),
         std::make_shared<MpiCommunicatorBackend>(clock),
+        std::make_shared<SimCommunicatorBackend>(clock, (*env)->world_size()),
     };
     // Registration order is run order: per collective and size, every backend in turn.
     for (Collective c : {Collective::kAllGather, Collective::kReduceScatter}) {

@@ -26,15 +26,19 @@ function(shardlab_add_test)
   endif()
 endfunction()
 
-# shardlab_add_gtest(<name> SOURCES ... LIBS ... [LABEL unit] [TIMEOUT s])
-# Builds a gtest executable and registers it as one ctest entry.
+# shardlab_add_gtest(<name> SOURCES ... LIBS ... [LABEL unit] [TIMEOUT s] [OWN_MAIN])
+# Builds a gtest executable and registers it as one ctest entry (OWN_MAIN: the sources
+# provide main(); otherwise gtest_main does).
 function(shardlab_add_gtest name)
-  cmake_parse_arguments(G "" "LABEL;TIMEOUT" "SOURCES;LIBS;ARGS;ENVIRONMENT" ${ARGN})
+  cmake_parse_arguments(G "OWN_MAIN" "LABEL;TIMEOUT" "SOURCES;LIBS;ARGS;ENVIRONMENT" ${ARGN})
   if(NOT G_LABEL)
     set(G_LABEL unit)
   endif()
   add_executable(${name} ${G_SOURCES})
-  target_link_libraries(${name} PRIVATE ${G_LIBS} GTest::gtest GTest::gtest_main shardlab_options)
+  target_link_libraries(${name} PRIVATE ${G_LIBS} GTest::gtest shardlab_options)
+  if(NOT G_OWN_MAIN)
+    target_link_libraries(${name} PRIVATE GTest::gtest_main)
+  endif()
   set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/tests)
   shardlab_add_test(NAME ${name} TARGET ${name} LABEL ${G_LABEL} TIMEOUT ${G_TIMEOUT}
                     ARGS ${G_ARGS} ENVIRONMENT ${G_ENVIRONMENT})

@@ -136,6 +136,43 @@ RC_GTEST_PROP(FsdpCheckpoint, SaveAtOneWorldSizeLoadAtAnotherGivesIdenticalState
   RC_ASSERT(loaded == (crashed ? saved2 : saved3));
 }
 
+// Regression: loading at a world size far larger than most parameters' numel (ranks that
+// own nothing but padding), for model and AdamW state.
+TEST(FsdpCheckpoint, ShardedSaveAtThreeLoadsAtSixtyFour) {
+  FsdpCase c;
+  c.world_size = 3;
+  c.options.global_batch = 6;
+  c.options.optimizer.kind = runtime::optim::OptimizerConfig::Kind::kAdamW;
+  c.options.optimizer.lr = 0.01f;
+  const std::string dir = fresh_dir();
+  std::vector<Snapshot> saved(3), loaded(64);
+  sim::WorldOptions wo;
+  wo.world_size = 3;
+  for (const auto& r : sim::World(wo).run([&](sim::RankContext& ctx) -> Status {
+         SHARDLAB_ASSIGN_OR_RETURN(auto t, FsdpTrainer::create(ctx.comm, ctx.device, ctx.clock, c.options));
+         SHARDLAB_RETURN_IF_ERROR(t->step());
+         SHARDLAB_RETURN_IF_ERROR(runtime::fsdp::save_checkpoint(t->model(), dir, 1));
+         SHARDLAB_ASSIGN_OR_RETURN(saved[static_cast<std::size_t>(ctx.rank)], snapshot(t->model()));
+         return Status::ok();
+       })) {
+    ASSERT_TRUE(r.status.is_ok()) << r.status.to_string();
+  }
+  wo.world_size = 64;
+  c.options.global_batch = 64;
+  c.options.seed = 99;
+  for (const auto& r : sim::World(wo).run([&](sim::RankContext& ctx) -> Status {
+         SHARDLAB_ASSIGN_OR_RETURN(auto t, FsdpTrainer::create(ctx.comm, ctx.device, ctx.clock, c.options));
+         SHARDLAB_RETURN_IF_ERROR(runtime::fsdp::load_checkpoint(t->model(), dir).status());
+         SHARDLAB_ASSIGN_OR_RETURN(loaded[static_cast<std::size_t>(ctx.rank)], snapshot(t->model()));
+         return Status::ok();
+       })) {
+    ASSERT_TRUE(r.status.is_ok()) << r.status.to_string();
+  }
+  std::filesystem::remove_all(dir);
+  ASSERT_EQ(saved[0].states.size(), 2u);  // exp_avg, exp_avg_sq
+  for (const auto& l : loaded) EXPECT_TRUE(l == saved[0]);
+}
+
 TEST(FsdpCheckpoint, LocalStateDictRefusesAnotherWorldSizeWithAClearMessage) {
   FsdpCase c;
   c.world_size = 2;

@@ -94,7 +94,8 @@ inline rc::Gen<FsdpCase> gen_fsdp_case() {
     o.fsdp.forward_prefetch = *rc::gen::arbitrary<bool>();
     o.fsdp.limit_all_gathers = *rc::gen::arbitrary<bool>();
     o.fsdp.align_bytes = *rc::gen::element<std::int64_t>(0, 16);
-    o.wrap = *rc::gen::element(train::WrapPolicy::kPerLayer, train::WrapPolicy::kNone, train::WrapPolicy::kBySize);
+    o.wrap = *rc::gen::element(train::WrapPolicy::kPerLayer, train::WrapPolicy::kNone, train::WrapPolicy::kBySize,
+                               train::WrapPolicy::kByClass);
     o.min_num_params = *rc::gen::inRange<std::int64_t>(1, 200);
     o.optimizer.kind = *rc::gen::element(optim::OptimizerConfig::Kind::kSgd, optim::OptimizerConfig::Kind::kAdamW);
     o.optimizer.lr = o.optimizer.kind == optim::OptimizerConfig::Kind::kSgd ? 0.1f : 0.01f;

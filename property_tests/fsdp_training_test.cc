@@ -102,11 +102,13 @@ RC_GTEST_PROP(FsdpTraining, FrozenParametersNeverChange, ()) {
   }
 }
 
-// 6. Global grad-norm clipping over shards equals the unsharded norm and clip (the norm
-// is summed in a different order, so within fp32 tolerance).
+// 6. Global grad-norm clipping over shards (p = 2 and inf) equals the unsharded norm and
+// clip (the 2-norm is summed in a different order, so within fp32 tolerance).
 RC_GTEST_PROP(FsdpTraining, GradNormClippingEqualsTheUnshardedNormAndClip, ()) {
   FsdpCase c = *gen_fsdp_case();
   c.options.max_grad_norm = *rc::gen::element(0.01, 0.1, 1.0, 100.0);
+  c.options.clip_inf_norm = *rc::gen::arbitrary<bool>();
+  RC_TAG(c.options.clip_inf_norm ? "inf-norm" : "2-norm");
   const auto ranks = run_fsdp(c);
   const FsdpTrainResult want = oracle(c);
   for (const auto& r : ranks) {

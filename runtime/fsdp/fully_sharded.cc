@@ -22,6 +22,18 @@ WrapPlan WrapPlan::single(int num_layers) {
   return p;
 }
 
+WrapPlan WrapPlan::by_class(const std::vector<model::ParamSpec>& specs, int num_layers,
+                            const std::vector<std::string>& classes) {
+  WrapPlan p;
+  p.unit_of_layer.assign(static_cast<std::size_t>(num_layers), -1);
+  for (const auto& s : specs) {
+    if (std::find(classes.begin(), classes.end(), s.module_class) != classes.end()) {
+      p.unit_of_layer[static_cast<std::size_t>(s.layer)] = s.layer;
+    }
+  }
+  return p;
+}
+
 WrapPlan WrapPlan::by_size(const std::vector<model::ParamSpec>& specs, int num_layers, std::int64_t min_num_params) {
   std::vector<std::int64_t> per_layer(static_cast<std::size_t>(num_layers), 0);
   for (const auto& s : specs) per_layer[static_cast<std::size_t>(s.layer)] += *checked_numel(s.shape);
@@ -278,6 +290,22 @@ Result<Tensor> FullyShardedModel::grad(int index) {
                                        "' requested outside its unit's backward");
   }
   return fp.view(fp.full_grad, fp.local_index(index));
+}
+
+Status FullyShardedModel::summon_full_params(bool on) {
+  if (on) {
+    if (state_ != TrainingState::kIdle) return Status::failed_precondition("FSDP: summon_full_params while not IDLE");
+    state_ = TrainingState::kSummonFullParams;
+    for (int u = 0; u < num_units(); ++u) SHARDLAB_RETURN_IF_ERROR(unshard(u, /*prefetch=*/false));
+    for (int u = 0; u < num_units(); ++u) SHARDLAB_RETURN_IF_ERROR(wait_unsharded(u));
+    return Status::ok();
+  }
+  if (state_ != TrainingState::kSummonFullParams) {
+    return Status::failed_precondition("FSDP: summon_full_params(false) without summon_full_params(true)");
+  }
+  for (int u = 0; u < num_units(); ++u) SHARDLAB_RETURN_IF_ERROR(reshard(u));
+  state_ = TrainingState::kIdle;
+  return Status::ok();
 }
 
 Status FullyShardedModel::begin_iteration(bool no_sync) {

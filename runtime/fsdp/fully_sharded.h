@@ -35,11 +35,15 @@ struct WrapPlan {
   static WrapPlan per_layer(int num_layers);
   // One unit for everything (no auto-wrap).
   static WrapPlan single(int num_layers);
+  // The transformer-layer policy: each layer whose module class is in `classes` is its
+  // own unit; the other layers go to the root unit.
+  static WrapPlan by_class(const std::vector<model::ParamSpec>& specs, int num_layers,
+                           const std::vector<std::string>& classes);
   // Consecutive layers grouped until a unit holds at least min_num_params elements.
   static WrapPlan by_size(const std::vector<model::ParamSpec>& specs, int num_layers, std::int64_t min_num_params);
 };
 
-enum class TrainingState { kIdle, kForward, kBackward };
+enum class TrainingState { kIdle, kForward, kBackward, kSummonFullParams };
 
 struct CollectiveCounts {
   int all_gather = 0, reduce_scatter = 0, all_reduce = 0;
@@ -61,6 +65,10 @@ class FullyShardedModel final : public model::ParamAccess {
   Status post_forward(int layer) override;
   Status pre_backward(int layer) override;
   Status post_backward(int layer) override;
+
+  // PyTorch's summon_full_params: with `on`, unshard every unit (state SUMMON_FULL_PARAMS;
+  // param() views are valid); with `on` false, reshard them all (back to IDLE).
+  Status summon_full_params(bool on);
 
   // Begins/ends an iteration's forward+backward. With no_sync, gradients are not reduced.
   Status begin_iteration(bool no_sync = false);

@@ -14,7 +14,7 @@ namespace shardlab::runtime::fsdp {
 namespace {
 
 std::vector<model::ParamSpec> specs() {
-  return {{"a.weight", {3, 3}, true, 0}, {"a.bias", {3}, true, 0}, {"b.weight", {2, 3}, true, 1}};
+  return {{"a.weight", {3, 3}, true, 0, "Linear"}, {"a.bias", {3}, true, 0, "Linear"}, {"b.weight", {2, 3}, true, 1, "Linear"}};
 }
 
 // Runs `body` on `world` sim ranks with a fresh FullyShardedModel per rank.
@@ -148,6 +148,17 @@ TEST(FsdpMemory, UnshardedBuffersAreFreedAndCpuOffloadKeepsShardsOnTheHost) {
   EXPECT_EQ(plain_params, offload_params);
   EXPECT_LT(offload_param_peak, plain_param_peak);
   EXPECT_GT(host_optimizer_bytes, 0);
+}
+
+TEST(FsdpWrapPlan, TransformerLayerPolicyWrapsTheNamedClassAndLeavesTheRestToTheRoot) {
+  std::vector<model::ParamSpec> s = {{"emb", {4}, true, 0, "Embedding"},
+                                     {"l0", {4}, true, 1, "Layer"},
+                                     {"l1", {4}, true, 2, "Layer"},
+                                     {"head", {4}, true, 3, "Head"}};
+  const WrapPlan p = WrapPlan::by_class(s, 4, {"Layer"});
+  EXPECT_EQ(p.unit_of_layer, (std::vector<int>{-1, 1, 2, -1}));
+  const WrapPlan q = WrapPlan::by_size(s, 4, 8);
+  EXPECT_EQ(q.unit_of_layer, (std::vector<int>{0, 0, 1, 1}));
 }
 
 TEST(FsdpDivideFactors, MirrorPyTorchsLoop) {

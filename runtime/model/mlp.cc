@@ -10,17 +10,27 @@ std::int64_t total_numel(const std::vector<ParamSpec>& specs) {
   return n;
 }
 
+FlatParamAccess::FlatParamAccess(const std::vector<ParamSpec>& specs, const Tensor& params, const Tensor& grads) {
+  std::int64_t off = 0;
+  for (const auto& s : specs) {
+    const std::int64_t n = *checked_numel(s.shape);
+    params_.push_back(*params.narrow(off, n, s.name)->reshape(s.shape));
+    grads_.push_back(*grads.narrow(off, n, s.name + ".grad")->reshape(s.shape));
+    off += n;
+  }
+}
+
 Mlp::Mlp(MlpConfig config) : config_(config) {
   std::int64_t in = config_.input_dim;
   for (int l = 0; l < config_.num_hidden_layers; ++l) {
     const std::string p = "layers." + std::to_string(l) + ".";
-    specs_.push_back({p + "weight", {config_.hidden_dim, in}, true, l});
-    specs_.push_back({p + "bias", {config_.hidden_dim}, true, l});
+    specs_.push_back({p + "weight", {config_.hidden_dim, in}, true, l, "Linear"});
+    specs_.push_back({p + "bias", {config_.hidden_dim}, true, l, "Linear"});
     in = config_.hidden_dim;
   }
-  specs_.push_back({"head.weight", {config_.num_classes, in}, true, config_.num_hidden_layers});
-  specs_.push_back({"head.bias", {config_.num_classes}, true, config_.num_hidden_layers});
-  for (std::size_t i = 0; i < specs_.size() && i < 64; ++i) specs_[i].requires_grad = !((config_.frozen_mask >> i) & 1u);
+  specs_.push_back({"head.weight", {config_.num_classes, in}, true, config_.num_hidden_layers, "ClassifierHead"});
+  specs_.push_back({"head.bias", {config_.num_classes}, true, config_.num_hidden_layers, "ClassifierHead"});
+  for (std::size_t i = 0; i < specs_.size(); ++i) specs_[i].requires_grad = i >= 64 || !((config_.frozen_mask >> i) & 1u);
 }
 
 Status Mlp::init_params(device::Device&, const std::vector<Tensor>& params, std::uint64_t seed) const {

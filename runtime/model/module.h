@@ -22,6 +22,7 @@ struct ParamSpec {
   Shape shape;
   bool requires_grad = true;
   int layer = 0;     // which layer (module) owns it, in forward order
+  std::string module_class;  // the owning module's class, for the transformer-layer wrap policy ("Linear", "BertLayer")
 };
 
 class ParamAccess {
@@ -39,5 +40,19 @@ class ParamAccess {
 
 // Total elements of all specs.
 std::int64_t total_numel(const std::vector<ParamSpec>& specs);
+
+// Parameters and gradients as shaped views of two flat fp32 buffers in spec order (the
+// unsharded case: the oracle, tests, initialization). No hooks.
+class FlatParamAccess final : public ParamAccess {
+ public:
+  FlatParamAccess(const std::vector<ParamSpec>& specs, const Tensor& params, const Tensor& grads);
+  Result<Tensor> param(int i) override { return params_[static_cast<std::size_t>(i)]; }
+  Result<Tensor> grad(int i) override { return grads_[static_cast<std::size_t>(i)]; }
+  const std::vector<Tensor>& params() const { return params_; }
+  const std::vector<Tensor>& grads() const { return grads_; }
+
+ private:
+  std::vector<Tensor> params_, grads_;
+};
 
 }  // namespace shardlab::runtime::model

@@ -8,31 +8,13 @@ namespace shardlab::runtime::train {
 
 namespace {
 
-// Parameters and gradients as views of two flat buffers (for the oracle).
-class FlatAccess final : public model::ParamAccess {
- public:
-  FlatAccess(const std::vector<model::ParamSpec>& specs, const Tensor& params, const Tensor& grads) {
-    std::int64_t off = 0;
-    for (const auto& s : specs) {
-      const std::int64_t n = *checked_numel(s.shape);
-      params_.push_back(*params.narrow(off, n, s.name)->reshape(s.shape));
-      grads_.push_back(*grads.narrow(off, n, s.name + ".grad")->reshape(s.shape));
-      off += n;
-    }
-  }
-  Result<Tensor> param(int i) override { return params_[static_cast<std::size_t>(i)]; }
-  Result<Tensor> grad(int i) override { return grads_[static_cast<std::size_t>(i)]; }
-  const std::vector<Tensor>& params() const { return params_; }
-
- private:
-  std::vector<Tensor> params_, grads_;
-};
+using model::FlatParamAccess;
 
 Result<Tensor> init_full(device::Device& dev, const model::Mlp& mlp, std::uint64_t seed) {
   const std::int64_t total = model::total_numel(mlp.params());
   SHARDLAB_ASSIGN_OR_RETURN(Tensor full, dev.empty({total}, DType::kF32, MemoryCategory::kOther, "init"));
   SHARDLAB_ASSIGN_OR_RETURN(Tensor scratch, dev.empty({total}, DType::kF32, MemoryCategory::kOther, "init_grads"));
-  FlatAccess access(mlp.params(), full, scratch);
+  FlatParamAccess access(mlp.params(), full, scratch);
   SHARDLAB_RETURN_IF_ERROR(mlp.init_params(dev, access.params(), seed));
   return full;
 }
@@ -66,6 +48,7 @@ fsdp::WrapPlan wrap_plan(const FsdpTrainOptions& o, const model::Mlp& mlp) {
     case WrapPolicy::kPerLayer: return fsdp::WrapPlan::per_layer(mlp.num_layers());
     case WrapPolicy::kNone: return fsdp::WrapPlan::single(mlp.num_layers());
     case WrapPolicy::kBySize: return fsdp::WrapPlan::by_size(mlp.params(), mlp.num_layers(), o.min_num_params);
+    case WrapPolicy::kByClass: return fsdp::WrapPlan::by_class(mlp.params(), mlp.num_layers(), o.wrap_classes);
   }
   return fsdp::WrapPlan::single(mlp.num_layers());
 }
@@ -112,7 +95,7 @@ Status FsdpTrainer::step() {
   loss_.data<float>()[0] = loss_sum;
   SHARDLAB_RETURN_IF_ERROR(comm_.all_reduce(loss_, comm::ReduceOp::kSum)->wait(o.fsdp.collective_timeout));
   if (o.max_grad_norm > 0.0) {
-    SHARDLAB_ASSIGN_OR_RETURN(double norm, fsdp_->clip_grad_norm(o.max_grad_norm));
+    SHARDLAB_ASSIGN_OR_RETURN(double norm, fsdp_->clip_grad_norm(o.max_grad_norm, o.clip_inf_norm));
     result_.grad_norms.push_back(norm);
   }
   if (step_ + 1 == o.steps) {
@@ -155,7 +138,7 @@ Result<FsdpTrainResult> train_oracle(device::Device& dev, const FsdpTrainOptions
   SHARDLAB_ASSIGN_OR_RETURN(optim::Optimizer opt, optim::Optimizer::create(dev, o.optimizer, total, "oracle"));
   std::vector<std::uint8_t> trainable;
   for (const auto& spec : mlp.params()) trainable.insert(trainable.end(), static_cast<std::size_t>(*checked_numel(spec.shape)), spec.requires_grad ? 1 : 0);
-  FlatAccess access(mlp.params(), params, chunk_grad);
+  FlatParamAccess access(mlp.params(), params, chunk_grad);
   const std::int64_t local = o.global_batch / world;
   const std::int64_t micro = local / o.grad_accumulation;
   SHARDLAB_ASSIGN_OR_RETURN(Tensor x, dev.empty({micro, o.model.input_dim}, DType::kF32, MemoryCategory::kActivations, "x"));
@@ -193,9 +176,12 @@ Result<FsdpTrainResult> train_oracle(device::Device& dev, const FsdpTrainOptions
     if (post != 1.0) SHARDLAB_RETURN_IF_ERROR(dev.scale(world_sum, static_cast<float>(1.0 / post)));
     SHARDLAB_RETURN_IF_ERROR(dev.copy(world_sum, grads));
     if (o.max_grad_norm > 0.0) {
-      double sq = 0.0;
-      for (std::int64_t i = 0; i < total; ++i) sq += static_cast<double>(grads.data<float>()[i]) * grads.data<float>()[i];
-      const double norm = std::sqrt(static_cast<double>(static_cast<float>(sq)));
+      double acc = 0.0;
+      for (std::int64_t i = 0; i < total; ++i) {
+        const double g = std::fabs(static_cast<double>(grads.data<float>()[i]));
+        acc = o.clip_inf_norm ? std::max(acc, g) : acc + g * g;
+      }
+      const double norm = o.clip_inf_norm ? acc : std::sqrt(static_cast<double>(static_cast<float>(acc)));
       result.grad_norms.push_back(norm);
       const double coef = o.max_grad_norm / (norm + 1e-6);
       if (coef < 1.0) SHARDLAB_RETURN_IF_ERROR(dev.scale(grads, static_cast<float>(coef)));

@@ -26,7 +26,10 @@
 
 namespace shardlab::runtime::train {
 
-enum class WrapPolicy { kPerLayer, kNone, kBySize };
+// kPerLayer: every layer its own unit; kByClass: layers whose module class is in
+// wrap_classes (the transformer-layer policy), the rest in the root unit; kBySize:
+// min_num_params; kNone: one unit.
+enum class WrapPolicy { kPerLayer, kNone, kBySize, kByClass };
 
 struct FsdpTrainOptions {
   model::MlpConfig model;
@@ -34,9 +37,11 @@ struct FsdpTrainOptions {
   std::int64_t global_batch = 32;  // divisible by world size × grad_accumulation
   int grad_accumulation = 1;
   double max_grad_norm = 0.0;      // 0: no clipping
+  bool clip_inf_norm = false;      // clip by the max |g| (norm_type = inf) instead of the 2-norm
   std::uint64_t seed = 0;
   WrapPolicy wrap = WrapPolicy::kPerLayer;
   std::int64_t min_num_params = 0;  // for kBySize
+  std::vector<std::string> wrap_classes = {"Linear"};  // for kByClass
   fsdp::FsdpOptions fsdp;
   optim::OptimizerConfig optimizer;
 };

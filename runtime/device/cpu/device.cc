@@ -103,13 +103,45 @@ void store_from_float(DType dtype, std::byte* p, std::int64_t i, float v) {
 }  // namespace
 
 CpuDevice::CpuDevice(DeviceId id, std::int64_t capacity_bytes)
-    : id_(std::move(id)), memory_(id_.to_string(), capacity_bytes) {}
+    : id_(std::move(id)), memory_(id_.to_string(), capacity_bytes), cache_(std::make_shared<BlockCache>()) {}
+
+CpuDevice::~CpuDevice() { cache_->clear(); }
+
+void* CpuDevice::BlockCache::take(std::size_t rounded) {
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = blocks.find(rounded);
+  if (it == blocks.end()) return nullptr;
+  void* p = it->second;
+  blocks.erase(it);
+  cached -= rounded;
+  return p;
+}
+
+void CpuDevice::BlockCache::give(void* p, std::size_t rounded) {
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (cached + rounded <= kLimitBytes) {
+      blocks.emplace(rounded, p);
+      cached += rounded;
+      return;
+    }
+  }
+  std::free(p);
+}
+
+void CpuDevice::BlockCache::clear() {
+  std::lock_guard<std::mutex> lock(mu);
+  for (auto& [size, p] : blocks) std::free(p);
+  blocks.clear();
+  cached = 0;
+}
 
 Result<std::shared_ptr<Storage>> CpuDevice::allocate(std::int64_t nbytes, MemoryCategory category,
                                                      std::string_view label) {
   SHARDLAB_RETURN_IF_ERROR(memory_.reserve(nbytes, category, label));
   const std::size_t rounded = (static_cast<std::size_t>(nbytes) + kAlignment - 1) / kAlignment * kAlignment;
-  void* p = rounded == 0 ? nullptr : std::aligned_alloc(kAlignment, rounded);
+  void* p = rounded == 0 ? nullptr : cache_->take(rounded);
+  if (rounded != 0 && p == nullptr) p = std::aligned_alloc(kAlignment, rounded);
   if (rounded != 0 && p == nullptr) {
     memory_.release(nbytes, category);
     return Status::out_of_memory("host allocation of " + format_bytes(nbytes) + " for '" + std::string(label) +
@@ -119,9 +151,10 @@ Result<std::shared_ptr<Storage>> CpuDevice::allocate(std::int64_t nbytes, Memory
   static std::byte empty_bytes[kAlignment];
   std::byte* data = p ? static_cast<std::byte*>(p) : empty_bytes;
   MemoryTracker* tracker = &memory_;
+  std::shared_ptr<BlockCache> cache = cache_;
   return std::make_shared<Storage>(data, reinterpret_cast<std::uint64_t>(data), nbytes, category, std::string(label),
-                                   id_.to_string(), [tracker, p](Storage& s) {
-                                     std::free(p);
+                                   id_.to_string(), [tracker, cache, p, rounded](Storage& s) {
+                                     if (p) cache->give(p, rounded);
                                      tracker->release(s.nbytes(), s.category());
                                    });
 }

@@ -7,6 +7,9 @@
 // Thread safety: as for Device (one owning thread; the MemoryTracker is thread-safe).
 #pragma once
 
+#include <map>
+#include <memory>
+#include <mutex>
 #include <string>
 
 #include "runtime/device/device.h"
@@ -17,6 +20,9 @@ class CpuDevice final : public Device {
  public:
   // capacity_bytes <= 0: unlimited (still tracked).
   explicit CpuDevice(DeviceId id = {"cpu", DeviceId::kNoIndex}, std::int64_t capacity_bytes = 0);
+  ~CpuDevice() override;
+  CpuDevice(const CpuDevice&) = delete;
+  CpuDevice& operator=(const CpuDevice&) = delete;
 
   DeviceId id() const override { return id_; }
   MemoryTracker& memory() override { return memory_; }
@@ -49,8 +55,23 @@ class CpuDevice final : public Device {
  private:
   Status check_stream(std::string_view op, StreamId stream) const;
 
+  // Freed host blocks kept for reuse by size (like PyTorch's caching allocator): FSDP frees
+  // and re-allocates the same unsharded buffers every iteration, and fresh pages cost a
+  // page fault each. Accounting (MemoryTracker) counts live storages only; the cache holds
+  // at most kLimitBytes. Thread-safe: storages die on any thread.
+  struct BlockCache {
+    static constexpr std::size_t kLimitBytes = std::size_t{1} << 30;
+    std::mutex mu;
+    std::multimap<std::size_t, void*> blocks;
+    std::size_t cached = 0;
+    void* take(std::size_t rounded);            // a cached block of exactly that size, or null
+    void give(void* p, std::size_t rounded);    // caches or frees
+    void clear();
+  };
+
   DeviceId id_;
   MemoryTracker memory_;
+  std::shared_ptr<BlockCache> cache_;
   int num_streams_ = 1;
   std::uint64_t next_event_ = 1;
 };
