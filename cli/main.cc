@@ -62,6 +62,8 @@ int main_impl(int argc, char** argv) {
   run_cmd->add_option("--lr", run.train.optimizer.lr, "Learning rate")->check(CLI::PositiveNumber)->capture_default_str();
   run_cmd->add_option("--seed", run.train.seed, "Seed of data and initial parameters")->capture_default_str();
   run_cmd->add_flag("!--no-check", run.check, "Skip the comparison with the unsharded oracle");
+  run_cmd->add_flag("--check-collectives", run.check_collectives,
+                    "Verify that every rank issues the same collective sequence; report the first divergence");
 
   std::string layout_shapes, layout_dtype = "fp32";
   int layout_world = 1;

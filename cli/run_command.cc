@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <string>
 
+#include "runtime/comm/checking_communicator.h"
 #include "runtime/comm/mpi/communicator.h"
 #include "runtime/device/cpu/device.h"
 #include "sim/world.h"
@@ -66,8 +67,10 @@ int run_sim(const RunArgs& a) {
   sim::World world(o);
   std::vector<FsdpTrainResult> per_rank(static_cast<std::size_t>(a.world_size));
   const auto results = world.run([&](sim::RankContext& ctx) -> Status {
+    runtime::comm::CheckingCommunicator checked(&ctx.comm, a.train.fsdp.collective_timeout);
+    runtime::comm::Communicator& comm = a.check_collectives ? checked : ctx.comm;
     SHARDLAB_ASSIGN_OR_RETURN(per_rank[static_cast<std::size_t>(ctx.rank)],
-                              runtime::train::train_fsdp(ctx.comm, ctx.device, ctx.clock, a.train));
+                              runtime::train::train_fsdp(comm, ctx.device, ctx.clock, a.train));
     return Status::ok();
   });
   for (std::size_t r = 0; r < results.size(); ++r) {
@@ -85,7 +88,8 @@ int run_mpi(const RunArgs& a, int* argc, char*** argv) {
   SteadyClock clock;
   auto comm = runtime::comm::mpi::MpiEnvironment::create_world(clock);
   if (!comm.is_ok()) return fail(comm.status());
-  runtime::comm::Communicator& c = **comm;
+  runtime::comm::CheckingCommunicator checked(comm->get(), a.train.fsdp.collective_timeout);
+  runtime::comm::Communicator& c = a.check_collectives ? static_cast<runtime::comm::Communicator&>(checked) : **comm;
   if (Status s = runtime::train::validate(a.train, c.size()); !s.is_ok()) return fail(s);
   runtime::device::cpu::CpuDevice dev({"cpu", c.rank()});
   auto result = runtime::train::train_fsdp(c, dev, clock, a.train);

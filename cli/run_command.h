@@ -12,6 +12,7 @@ struct RunArgs {
   std::string backend = "sim";  // sim | mpi
   int world_size = 4;           // sim only; mpi takes the MPI world size
   bool check = true;            // compare with the unsharded oracle
+  bool check_collectives = false;  // verify every rank issues the same collective sequence
   runtime::train::FsdpTrainOptions train;
 };
 

@@ -175,9 +175,11 @@ RC_GTEST_PROP(FsdpTraining, CollectiveCountsPerIterationMatchTheStrategy, ()) {
 // 10. Mixed precision: bf16 parameters (all-gather and compute copies rounded to bf16)
 // with fp32 or bf16 gradient reduction stays within bf16 tolerance of the fp32 run.
 // Stated tolerance: every gradient element within 5e-2 × the fp32 gradient's largest
-// magnitude + 1e-5. (One bf16 rounding is 2^-8 ≈ 3.9e-3 relative; PyTorch's per-op bf16
-// rtol is 1.6e-2; through up to 4 layers and 2 micro-batches we measured at most
-// ~4e-2 over 4,000 random cases.)
+// magnitude + 1e-3. (One bf16 rounding is 2^-8 ≈ 3.9e-3 relative; PyTorch's per-op bf16
+// rtol is 1.6e-2; through up to 4 layers and 2 micro-batches we measured at most ~4e-2
+// relative over 4,000 random cases. The absolute 1e-3 covers gradients that are tiny
+// because of cancellation — e.g. a 2-class head with nearly equal rows, where bf16
+// rounding of the two rows moves a 7e-4 gradient by 1e-4.)
 RC_GTEST_PROP(FsdpTraining, MixedPrecisionStaysWithinBf16ToleranceOfFp32, ()) {
   FsdpCase c = *gen_fsdp_case();
   c.options.steps = 1;
@@ -189,6 +191,8 @@ RC_GTEST_PROP(FsdpTraining, MixedPrecisionStaysWithinBf16ToleranceOfFp32, ()) {
   const auto fp32 = run_fsdp(c);
   c.options.fsdp.param_dtype = DType::kBF16;
   c.options.fsdp.reduce_dtype = *rc::gen::element(DType::kF32, DType::kBF16);
+  c.options.fsdp.keep_low_precision_grads = *rc::gen::arbitrary<bool>();
+  RC_TAG(c.options.fsdp.keep_low_precision_grads ? "bf16 grads kept" : "fp32 grads");
   const auto bf16 = run_fsdp(c);
   for (std::size_t r = 0; r < fp32.size(); ++r) {
     const auto& want = fp32[r].last_grads;
@@ -197,7 +201,9 @@ RC_GTEST_PROP(FsdpTraining, MixedPrecisionStaysWithinBf16ToleranceOfFp32, ()) {
     double scale = 0;
     for (float g : want) scale = std::max(scale, std::fabs(static_cast<double>(g)));
     for (std::size_t i = 0; i < want.size(); ++i) {
-      RC_ASSERT(std::fabs(static_cast<double>(got[i]) - want[i]) <= 5e-2 * scale + 1e-5);
+      RC_ASSERT(std::fabs(static_cast<double>(got[i]) - want[i]) <= 5e-2 * scale + 1e-3);
+      // keep_low_precision_grads: the gradients really are bf16 values.
+      if (c.options.fsdp.keep_low_precision_grads) RC_ASSERT(round_to_bf16(got[i]) == got[i]);
     }
   }
 }

@@ -154,8 +154,9 @@ Result<std::unique_ptr<FullyShardedModel>> FullyShardedModel::create(comm::Commu
     const std::string name = "unit" + std::to_string(fp.unit);
     const std::int64_t s = fp.layout.shard_numel();
     SHARDLAB_ASSIGN_OR_RETURN(fp.shard, state_dev.zeros({s}, DType::kF32, MemoryCategory::kParameters, name + ".shard"));
+    const DType grad_dtype = o.keep_low_precision_grads ? o.param_dtype : DType::kF32;
     SHARDLAB_ASSIGN_OR_RETURN(fp.grad_shard,
-                              state_dev.zeros({s}, DType::kF32, MemoryCategory::kGradients, name + ".grad_shard"));
+                              state_dev.zeros({s}, grad_dtype, MemoryCategory::kGradients, name + ".grad_shard"));
     fp.trainable.assign(static_cast<std::size_t>(s), 0);
     for (const auto& spec : fp.specs) fp.has_trainable |= spec.requires_grad;
     for (const ShardPiece& piece : fp.layout.shard(shard_rank).pieces) {
@@ -446,13 +447,28 @@ Status FullyShardedModel::reduce_grad(int unit) {
   }
   if (post != 1.0) SHARDLAB_RETURN_IF_ERROR(dev_.scale(reduced, static_cast<float>(1.0 / post)));
   if (fp.grad_shard_valid) {
-    SHARDLAB_RETURN_IF_ERROR(dev_.axpy(1.0f, reduced, fp.grad_shard));
+    SHARDLAB_ASSIGN_OR_RETURN(Tensor acc, grad_fp32(fp));
+    SHARDLAB_RETURN_IF_ERROR(dev_.axpy(1.0f, reduced, acc));
+    SHARDLAB_RETURN_IF_ERROR(store_grad(fp, acc));
   } else {
-    SHARDLAB_RETURN_IF_ERROR(dev_.copy(reduced, fp.grad_shard));
+    SHARDLAB_RETURN_IF_ERROR(store_grad(fp, reduced));
     fp.grad_shard_valid = true;
   }
   fp.full_grad = Tensor();
   return Status::ok();
+}
+
+Result<Tensor> FullyShardedModel::grad_fp32(const FlatParameter& fp) {
+  if (fp.grad_shard.dtype() == DType::kF32) return fp.grad_shard;
+  SHARDLAB_ASSIGN_OR_RETURN(Tensor wide, dev_.empty({fp.grad_shard.numel()}, DType::kF32, MemoryCategory::kGradients,
+                                                    "unit" + std::to_string(fp.unit) + ".grad_fp32"));
+  SHARDLAB_RETURN_IF_ERROR(dev_.cast(fp.grad_shard, wide));
+  return wide;
+}
+
+Status FullyShardedModel::store_grad(FlatParameter& fp, const Tensor& value) {
+  if (value.same_view(fp.grad_shard)) return Status::ok();
+  return fp.grad_shard.dtype() == DType::kF32 ? dev_.copy(value, fp.grad_shard) : dev_.cast(value, fp.grad_shard);
 }
 
 void FullyShardedModel::zero_grad() {
@@ -464,7 +480,8 @@ Result<double> FullyShardedModel::clip_grad_norm(double max_norm, bool inf_norm)
   double local = 0.0;
   for (const FlatParameter& fp : units_) {
     if (!fp.grad_shard_valid) continue;
-    const float* g = fp.grad_shard.data<float>();
+    SHARDLAB_ASSIGN_OR_RETURN(Tensor wide, grad_fp32(fp));
+    const float* g = wide.data<float>();
     for (const ShardPiece& piece : fp.layout.shard(shard_rank).pieces) {
       for (std::int64_t i = 0; i < piece.numel(); ++i) {
         const double v = std::fabs(static_cast<double>(g[piece.offset_in_shard + i]));
@@ -486,7 +503,10 @@ Result<double> FullyShardedModel::clip_grad_norm(double max_norm, bool inf_norm)
     const double coef = max_norm / (norm + 1e-6);
     if (coef < 1.0) {
       for (FlatParameter& fp : units_) {
-        if (fp.grad_shard_valid) SHARDLAB_RETURN_IF_ERROR(dev_.scale(fp.grad_shard, static_cast<float>(coef)));
+        if (!fp.grad_shard_valid) continue;
+        SHARDLAB_ASSIGN_OR_RETURN(Tensor wide, grad_fp32(fp));
+        SHARDLAB_RETURN_IF_ERROR(dev_.scale(wide, static_cast<float>(coef)));
+        SHARDLAB_RETURN_IF_ERROR(store_grad(fp, wide));
       }
     }
   }
@@ -511,7 +531,8 @@ Status FullyShardedModel::optimizer_step() {
   delay(DelayPoint::kBeforeOptimizerStep);
   for (std::size_t u = 0; u < units_.size(); ++u) {
     if (!units_[u].grad_shard_valid) continue;  // no gradient: PyTorch skips the parameter
-    SHARDLAB_RETURN_IF_ERROR(optimizers_[u].step(units_[u].shard, units_[u].grad_shard, &units_[u].trainable));
+    SHARDLAB_ASSIGN_OR_RETURN(Tensor grad, grad_fp32(units_[u]));
+    SHARDLAB_RETURN_IF_ERROR(optimizers_[u].step(units_[u].shard, grad, &units_[u].trainable));
   }
   return Status::ok();
 }
@@ -542,7 +563,7 @@ Status FullyShardedModel::gather_full(const char* what, const std::function<Tens
     if (!shard.defined()) continue;
     Tensor full = shard;
     if (options_.strategy != ShardingStrategy::kNoShard) {
-      SHARDLAB_ASSIGN_OR_RETURN(full, dev_.empty({fp.layout.total_numel()}, DType::kF32, MemoryCategory::kCommBuffers, what));
+      SHARDLAB_ASSIGN_OR_RETURN(full, dev_.empty({fp.layout.total_numel()}, shard.dtype(), MemoryCategory::kCommBuffers, what));
       SHARDLAB_ASSIGN_OR_RETURN(Tensor mine, full.narrow(shard_comm().rank() * fp.layout.shard_numel(), fp.layout.shard_numel()));
       SHARDLAB_RETURN_IF_ERROR(dev_.copy(shard, mine));
       SHARDLAB_RETURN_IF_ERROR(shard_comm().all_gather_into(full, mine)->wait(options_.collective_timeout).with_context(what));
@@ -550,7 +571,7 @@ Status FullyShardedModel::gather_full(const char* what, const std::function<Tens
     for (std::size_t i = 0; i < fp.param_indices.size(); ++i) {
       SHARDLAB_ASSIGN_OR_RETURN(Tensor v, fp.view(full, static_cast<int>(i)));
       SHARDLAB_ASSIGN_OR_RETURN(Tensor dst, out.narrow(model_offset_[static_cast<std::size_t>(fp.param_indices[i])], v.numel()));
-      SHARDLAB_RETURN_IF_ERROR(dev_.copy(*v.reshape({v.numel()}), dst));
+      SHARDLAB_RETURN_IF_ERROR(dev_.cast(*v.reshape({v.numel()}), dst));  // a copy when already fp32
     }
   }
   return Status::ok();

@@ -118,6 +118,10 @@ class FullyShardedModel final : public model::ParamAccess {
   int live_non_root() const;
   void delay(DelayPoint p) const;
   comm::Communicator& shard_comm();
+  // The gradient shard as fp32 (itself, or a widened copy under keep_low_precision_grads),
+  // and the way back.
+  Result<Tensor> grad_fp32(const FlatParameter& fp);
+  Status store_grad(FlatParameter& fp, const Tensor& value);
   // All-gathers pick(unit) (a shard-sized tensor, or undefined to skip the unit) and copies
   // out the unpadded parameters.
   Status gather_full(const char* what, const std::function<Tensor(const FlatParameter&, int)>& pick, const Tensor& out);

@@ -48,6 +48,9 @@ struct FsdpOptions {
   // shard, its gradient and the optimizer stay fp32. fp32 or bf16.
   DType param_dtype = DType::kF32;
   DType reduce_dtype = DType::kF32;
+  // Keep the gradient shards in param_dtype (bf16: half the gradient memory); the
+  // optimizer reads them widened to fp32. Off: fp32 gradient shards.
+  bool keep_low_precision_grads = false;
   // CPU offload: when set, shards, gradient shards and optimizer state live on this
   // (host) device; unsharded buffers and activations stay on the compute device.
   device::Device* offload_device = nullptr;
