@@ -52,6 +52,13 @@ Status SimDevice::gemm(const Tensor& a, bool trans_a, const Tensor& b, bool tran
   return charge(inner_.gemm(a, trans_a, b, trans_b, c, alpha, beta, stream), flops,
                 static_cast<double>(a.nbytes() + b.nbytes() + 2 * c.nbytes()), true);
 }
+Status SimDevice::batched_gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c,
+                               float alpha, float beta, StreamId stream) {
+  const double k = a.ndim() == 3 ? static_cast<double>(trans_a ? a.dim(1) : a.dim(2)) : 0.0;
+  const double flops = 2.0 * static_cast<double>(c.numel()) * k;
+  return charge(inner_.batched_gemm(a, trans_a, b, trans_b, c, alpha, beta, stream), flops,
+                static_cast<double>(a.nbytes() + b.nbytes() + 2 * c.nbytes()), true);
+}
 Status SimDevice::add_bias(const Tensor& x, const Tensor& bias, StreamId stream) {
   return charge(inner_.add_bias(x, bias, stream), static_cast<double>(x.numel()), 2.0 * static_cast<double>(x.nbytes()),
                 false);
@@ -68,6 +75,47 @@ Status SimDevice::activation_backward(Activation act, const Tensor& x, const Ten
                                       StreamId stream) {
   return charge(inner_.activation_backward(act, x, dy, dx, stream), 12.0 * static_cast<double>(x.numel()),
                 static_cast<double>(x.nbytes() + dy.nbytes() + dx.nbytes()), false);
+}
+// Normalization, softmax and embedding ops are memory-bound: one read of each input and
+// one write of each output (read-modify-write for accumulated gradients).
+Status SimDevice::layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps, const Tensor& y,
+                             const Tensor& mean, const Tensor& rstd, StreamId stream) {
+  return charge(inner_.layer_norm(x, gamma, beta, eps, y, mean, rstd, stream), 8.0 * static_cast<double>(x.numel()),
+                static_cast<double>(x.nbytes() + y.nbytes() + gamma.nbytes() + beta.nbytes() + mean.nbytes() +
+                                    rstd.nbytes()),
+                false);
+}
+Status SimDevice::layer_norm_backward(const Tensor& x, const Tensor& dy, const Tensor& mean, const Tensor& rstd,
+                                      const Tensor& gamma, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,
+                                      bool accumulate, StreamId stream) {
+  return charge(inner_.layer_norm_backward(x, dy, mean, rstd, gamma, dx, dgamma, dbeta, accumulate, stream),
+                14.0 * static_cast<double>(x.numel()),
+                static_cast<double>(x.nbytes() + dy.nbytes() + dx.nbytes() + mean.nbytes() + rstd.nbytes() +
+                                    gamma.nbytes() + 2 * (dgamma.nbytes() + dbeta.nbytes())),
+                false);
+}
+Status SimDevice::attention_softmax(const Tensor& scores, const Tensor& attention_mask, float scale,
+                                    const Tensor& probs, StreamId stream) {
+  return charge(inner_.attention_softmax(scores, attention_mask, scale, probs, stream),
+                6.0 * static_cast<double>(scores.numel()),
+                static_cast<double>(scores.nbytes() + attention_mask.nbytes() + probs.nbytes()), false);
+}
+Status SimDevice::attention_softmax_backward(const Tensor& probs, const Tensor& dprobs, float scale,
+                                             const Tensor& dscores, StreamId stream) {
+  return charge(inner_.attention_softmax_backward(probs, dprobs, scale, dscores, stream),
+                5.0 * static_cast<double>(probs.numel()),
+                static_cast<double>(probs.nbytes() + dprobs.nbytes() + dscores.nbytes()), false);
+}
+Status SimDevice::embedding(const Tensor& table, const Tensor& ids, const Tensor& out, StreamId stream) {
+  // Only the gathered rows of the table are read.
+  return charge(inner_.embedding(table, ids, out, stream), 0,
+                static_cast<double>(ids.nbytes() + 2 * out.nbytes()), false);
+}
+Status SimDevice::embedding_backward(const Tensor& dout, const Tensor& ids, const Tensor& dtable, bool accumulate,
+                                     StreamId stream) {
+  const double zeroing = accumulate ? 0.0 : static_cast<double>(dtable.nbytes());
+  return charge(inner_.embedding_backward(dout, ids, dtable, accumulate, stream), static_cast<double>(dout.numel()),
+                static_cast<double>(ids.nbytes() + 3 * dout.nbytes()) + zeroing, false);
 }
 Status SimDevice::softmax_cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& loss_sum,
                                         const Tensor& dlogits, float grad_scale, std::int64_t ignore_index,

@@ -49,7 +49,7 @@ struct EventId {
   std::uint64_t value = 0;
 };
 
-enum class Activation { kRelu, kGelu /* exact erf */, kGeluTanh /* "gelu_new" */ };
+enum class Activation { kRelu, kGelu /* exact erf */, kGeluTanh /* "gelu_new" */, kTanh };
 
 class Device {
  public:
@@ -94,6 +94,10 @@ class Device {
   // beta == 0 ignores c's previous contents (even NaN).
   virtual Status gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c, float alpha,
                       float beta, StreamId stream = kComputeStream) = 0;
+  // gemm per batch entry: c[i] = alpha * op(a[i]) * op(b[i]) + beta * c[i] for 3-D fp32
+  // a, b, c of one batch size; c is [batch, M, N]. beta == 0 ignores c's previous contents.
+  virtual Status batched_gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c,
+                              float alpha, float beta, StreamId stream = kComputeStream) = 0;
   // x[n, f] += bias[f]; x is [N, F] (or any shape whose last dim is F).
   virtual Status add_bias(const Tensor& x, const Tensor& bias, StreamId stream = kComputeStream) = 0;
   // dbias[f] (+)= sum_n dy[n, f]; accumulate adds to dbias instead of overwriting.
@@ -104,6 +108,41 @@ class Device {
   // dx = act'(x) * dy; dx may alias dy.
   virtual Status activation_backward(Activation act, const Tensor& x, const Tensor& dy, const Tensor& dx,
                                      StreamId stream = kComputeStream) = 0;
+  // LayerNorm over the last dim H of x (PyTorch semantics, biased variance): per row n,
+  //   mean[n] = avg_h x[n, h], rstd[n] = 1 / sqrt(avg_h (x[n, h] - mean[n])² + eps),
+  //   y[n, h] = (x[n, h] - mean[n]) * rstd[n] * gamma[h] + beta[h].
+  // x is [N, H] (or any shape whose last dim is H; N = numel / H); gamma and beta are [H];
+  // y has x's shape and may be the same view as x; mean and rstd hold N elements and are
+  // kept for the backward. Row statistics accumulate in fp64.
+  virtual Status layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps, const Tensor& y,
+                            const Tensor& mean, const Tensor& rstd, StreamId stream = kComputeStream) = 0;
+  // The backward of layer_norm given its saved mean and rstd: writes dx, and
+  // dgamma[h] (+)= sum_n dy[n, h] * xhat[n, h], dbeta[h] (+)= sum_n dy[n, h], summed in row
+  // order (independent of the thread count); accumulate adds instead of overwriting.
+  // dx may be the same view as dy.
+  virtual Status layer_norm_backward(const Tensor& x, const Tensor& dy, const Tensor& mean, const Tensor& rstd,
+                                     const Tensor& gamma, const Tensor& dx, const Tensor& dgamma,
+                                     const Tensor& dbeta, bool accumulate, StreamId stream = kComputeStream) = 0;
+  // Masked attention softmax as Hugging Face BERT computes it, over the last dim:
+  //   probs[b, a, q, :] = softmax(scale * scores[b, a, q, :] + (1 - attention_mask[b, :]) * lowest_float).
+  // scores is [B, A, Tq, Tk]; attention_mask is fp32 [B, Tk] (1 = attend, 0 = masked);
+  // probs has scores' shape and may be the same view. The sum is taken in fp32 like HF, so
+  // the mask term absorbs the score and a fully masked row comes out uniform (1 / Tk), not NaN.
+  virtual Status attention_softmax(const Tensor& scores, const Tensor& attention_mask, float scale,
+                                   const Tensor& probs, StreamId stream = kComputeStream) = 0;
+  // dscores = scale * probs * (dprobs - sum_k probs * dprobs) over the last dim; all three
+  // have one shape; dscores may be the same view as dprobs.
+  virtual Status attention_softmax_backward(const Tensor& probs, const Tensor& dprobs, float scale,
+                                            const Tensor& dscores, StreamId stream = kComputeStream) = 0;
+  // out[n, :] = table[ids[n], :]; table is fp32 [V, H], ids int64 with N elements (any
+  // shape), out has N * H elements and last dim H. An id outside [0, V) is
+  // INVALID_ARGUMENT naming its index and value (nothing is written).
+  virtual Status embedding(const Tensor& table, const Tensor& ids, const Tensor& out,
+                           StreamId stream = kComputeStream) = 0;
+  // dtable[ids[n], :] += dout[n, :], scattered in order of n so repeated ids sum
+  // deterministically; without accumulate dtable is zeroed first. Ids as for embedding.
+  virtual Status embedding_backward(const Tensor& dout, const Tensor& ids, const Tensor& dtable, bool accumulate,
+                                    StreamId stream = kComputeStream) = 0;
   // Softmax cross-entropy over the last dim of logits [N, C] with int64 labels [N].
   // Rows whose label == ignore_index contribute nothing. Writes:
   //   loss_sum[0]  = sum over valid rows of -log softmax(logits)[label]  (fp32, accumulated in fp64

@@ -1,9 +1,11 @@
 #include "runtime/device/cpu/device.h"
 
 #include <Eigen/Core>
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <new>
 
 namespace shardlab::runtime::device::cpu {
@@ -40,6 +42,46 @@ Status as_matrix(std::string_view op, const Tensor& t, std::int64_t* rows, std::
   if (t.ndim() != 2) return Status::invalid_argument(std::string(op) + ": " + t.describe() + " must be 2-D");
   *rows = t.dim(0);
   *cols = t.dim(1);
+  return Status::ok();
+}
+
+Status expect_shape(std::string_view op, const Tensor& t, const Shape& shape, const char* what) {
+  if (t.shape() != shape) {
+    return Status::invalid_argument(std::string(op) + ": " + t.describe() + " must be " + shape_to_string(shape) + " (" +
+                                    what + ")");
+  }
+  return Status::ok();
+}
+
+// An output must not overlap `input`, except as the very same view when may_alias (in place).
+Status expect_no_overlap(std::string_view op, const Tensor& out, const Tensor& input, bool may_alias) {
+  if (out.overlaps(input) && !(may_alias && out.same_view(input))) {
+    return Status::invalid_argument(std::string(op) + ": " + out.describe() + " overlaps " + input.describe() +
+                                    (may_alias ? " (only the same view is allowed)" : ""));
+  }
+  return Status::ok();
+}
+
+// The last dim of a fp32 tensor, as [rows, cols], or an error.
+Status as_rows(std::string_view op, const Tensor& t, std::int64_t* rows, std::int64_t* cols) {
+  SHARDLAB_RETURN_IF_ERROR(expect_dtype(op, t, DType::kF32));
+  if (t.ndim() < 1) return Status::invalid_argument(std::string(op) + ": " + t.describe() + " must have a last dim");
+  *cols = t.dim(-1);
+  *rows = *cols == 0 ? 0 : t.numel() / *cols;
+  return Status::ok();
+}
+
+// Checks every id against [0, vocab) before anything is written.
+Status expect_ids_in_range(std::string_view op, const Tensor& ids, std::int64_t vocab) {
+  const std::int64_t* id = ids.data<std::int64_t>();
+  for (std::int64_t n = 0; n < ids.numel(); ++n) {
+    if (id[n] < 0 || id[n] >= vocab) {
+      return Status::invalid_argument(std::string(op) + ": id " + std::to_string(id[n]) + " at index " +
+                                      std::to_string(n) + " of " + ids.describe() + " is outside [0, " +
+                                      std::to_string(vocab) + ") (the table has V = " + std::to_string(vocab) +
+                                      " rows)");
+    }
+  }
   return Status::ok();
 }
 
@@ -262,6 +304,45 @@ Status CpuDevice::gemm(const Tensor& a, bool trans_a, const Tensor& b, bool tran
   return Status::ok();
 }
 
+Status CpuDevice::batched_gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c,
+                               float alpha, float beta, StreamId stream) {
+  constexpr std::string_view kOp = "batched_gemm";
+  SHARDLAB_RETURN_IF_ERROR(check_stream(kOp, stream));
+  for (const Tensor* t : {&a, &b, &c}) {
+    SHARDLAB_RETURN_IF_ERROR(expect_dtype(kOp, *t, DType::kF32));
+    if (t->ndim() != 3) {
+      return Status::invalid_argument(std::string(kOp) + ": " + t->describe() + " must be 3-D [batch, rows, cols]");
+    }
+  }
+  const std::int64_t batch = c.dim(0);
+  const std::int64_t ar = a.dim(1), ac = a.dim(2), br = b.dim(1), bc = b.dim(2), cr = c.dim(1), cc = c.dim(2);
+  const std::int64_t m = trans_a ? ac : ar, k = trans_a ? ar : ac;
+  const std::int64_t kb = trans_b ? bc : br, n = trans_b ? br : bc;
+  if (a.dim(0) != batch || b.dim(0) != batch || k != kb || cr != m || cc != n) {
+    return Status::invalid_argument(std::string(kOp) + ": a is " + shape_to_string(a.shape()) + ", b is " +
+                                    shape_to_string(b.shape()) + ", c is " + shape_to_string(c.shape()) +
+                                    " with op(a[i]) [" + std::to_string(m) + ", " + std::to_string(k) +
+                                    "] and op(b[i]) [" + std::to_string(kb) + ", " + std::to_string(n) +
+                                    "]; expected [batch, M, K] × [batch, K, N] = c [batch, M, N]");
+  }
+  if (c.overlaps(a) || c.overlaps(b)) return Status::invalid_argument(std::string(kOp) + ": c overlaps an input");
+  for (std::int64_t i = 0; i < batch; ++i) {
+    MatMap A(a.data<float>() + i * ar * ac, ar, ac), B(b.data<float>() + i * br * bc, br, bc),
+        C(c.data<float>() + i * cr * cc, cr, cc);
+    if (beta == 0.0f) {
+      C.setZero();
+    } else if (beta != 1.0f) {
+      C *= beta;
+    }
+    if (m == 0 || n == 0 || k == 0) continue;
+    if (!trans_a && !trans_b) C.noalias() += alpha * A * B;
+    else if (trans_a && !trans_b) C.noalias() += alpha * A.transpose() * B;
+    else if (!trans_a && trans_b) C.noalias() += alpha * A * B.transpose();
+    else C.noalias() += alpha * A.transpose() * B.transpose();
+  }
+  return Status::ok();
+}
+
 Status CpuDevice::add_bias(const Tensor& x, const Tensor& bias, StreamId stream) {
   SHARDLAB_RETURN_IF_ERROR(check_stream("add_bias", stream));
   SHARDLAB_RETURN_IF_ERROR(expect_dtype("add_bias", x, DType::kF32));
@@ -317,6 +398,9 @@ Status CpuDevice::activation(Activation act, const Tensor& x, const Tensor& y, S
     case Activation::kGeluTanh:
       for (std::int64_t i = 0; i < n; ++i) out[i] = gelu_tanh(in[i]);
       break;
+    case Activation::kTanh:
+      for (std::int64_t i = 0; i < n; ++i) out[i] = std::tanh(in[i]);
+      break;
   }
   return Status::ok();
 }
@@ -343,6 +427,234 @@ Status CpuDevice::activation_backward(Activation act, const Tensor& x, const Ten
     case Activation::kGeluTanh:
       for (std::int64_t i = 0; i < n; ++i) out[i] = g[i] * gelu_tanh_grad(in[i]);
       break;
+    case Activation::kTanh:
+      for (std::int64_t i = 0; i < n; ++i) {
+        const float t = std::tanh(in[i]);
+        out[i] = g[i] * (1.0f - t * t);
+      }
+      break;
+  }
+  return Status::ok();
+}
+
+Status CpuDevice::layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps, const Tensor& y,
+                             const Tensor& mean, const Tensor& rstd, StreamId stream) {
+  constexpr std::string_view kOp = "layer_norm";
+  SHARDLAB_RETURN_IF_ERROR(check_stream(kOp, stream));
+  std::int64_t n, h;
+  SHARDLAB_RETURN_IF_ERROR(as_rows(kOp, x, &n, &h));
+  for (const Tensor* t : {&gamma, &beta, &y, &mean, &rstd}) SHARDLAB_RETURN_IF_ERROR(expect_dtype(kOp, *t, DType::kF32));
+  SHARDLAB_RETURN_IF_ERROR(expect_shape(kOp, gamma, {h}, "gamma is [H], H = the last dim of x"));
+  SHARDLAB_RETURN_IF_ERROR(expect_shape(kOp, beta, {h}, "beta is [H], H = the last dim of x"));
+  SHARDLAB_RETURN_IF_ERROR(expect_shape(kOp, y, x.shape(), "y has x's shape"));
+  SHARDLAB_RETURN_IF_ERROR(expect_numel(kOp, mean, n, "one mean per row of x"));
+  SHARDLAB_RETURN_IF_ERROR(expect_numel(kOp, rstd, n, "one rstd per row of x"));
+  if (!(eps >= 0.0f)) return Status::invalid_argument(std::string(kOp) + ": eps " + std::to_string(eps) + " must be >= 0");
+  SHARDLAB_RETURN_IF_ERROR(expect_no_overlap(kOp, y, x, true));
+  for (const Tensor* in : {&gamma, &beta}) SHARDLAB_RETURN_IF_ERROR(expect_no_overlap(kOp, y, *in, false));
+  for (const Tensor* out : {&mean, &rstd}) {
+    for (const Tensor* other : {&x, &gamma, &beta, &y}) SHARDLAB_RETURN_IF_ERROR(expect_no_overlap(kOp, *out, *other, false));
+  }
+  SHARDLAB_RETURN_IF_ERROR(expect_no_overlap(kOp, mean, rstd, false));
+  const float* in = x.data<float>();
+  const float* g = gamma.data<float>();
+  const float* bt = beta.data<float>();
+  float* out = y.data<float>();
+  for (std::int64_t r = 0; r < n; ++r) {
+    const float* row = in + r * h;
+    float* orow = out + r * h;
+    double sum = 0.0;
+    for (std::int64_t j = 0; j < h; ++j) sum += row[j];
+    const double mu = sum / static_cast<double>(h);
+    double sq = 0.0;
+    for (std::int64_t j = 0; j < h; ++j) sq += (row[j] - mu) * (row[j] - mu);
+    const float mu_f = static_cast<float>(mu);
+    const float rs = static_cast<float>(1.0 / std::sqrt(sq / static_cast<double>(h) + static_cast<double>(eps)));
+    for (std::int64_t j = 0; j < h; ++j) orow[j] = (row[j] - mu_f) * rs * g[j] + bt[j];
+    mean.data<float>()[r] = mu_f;
+    rstd.data<float>()[r] = rs;
+  }
+  return Status::ok();
+}
+
+Status CpuDevice::layer_norm_backward(const Tensor& x, const Tensor& dy, const Tensor& mean, const Tensor& rstd,
+                                      const Tensor& gamma, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,
+                                      bool accumulate, StreamId stream) {
+  constexpr std::string_view kOp = "layer_norm_backward";
+  SHARDLAB_RETURN_IF_ERROR(check_stream(kOp, stream));
+  std::int64_t n, h;
+  SHARDLAB_RETURN_IF_ERROR(as_rows(kOp, x, &n, &h));
+  for (const Tensor* t : {&dy, &mean, &rstd, &gamma, &dx, &dgamma, &dbeta}) {
+    SHARDLAB_RETURN_IF_ERROR(expect_dtype(kOp, *t, DType::kF32));
+  }
+  SHARDLAB_RETURN_IF_ERROR(expect_shape(kOp, dy, x.shape(), "dy has x's shape"));
+  SHARDLAB_RETURN_IF_ERROR(expect_shape(kOp, dx, x.shape(), "dx has x's shape"));
+  SHARDLAB_RETURN_IF_ERROR(expect_numel(kOp, mean, n, "one mean per row of x"));
+  SHARDLAB_RETURN_IF_ERROR(expect_numel(kOp, rstd, n, "one rstd per row of x"));
+  SHARDLAB_RETURN_IF_ERROR(expect_shape(kOp, gamma, {h}, "gamma is [H], H = the last dim of x"));
+  SHARDLAB_RETURN_IF_ERROR(expect_shape(kOp, dgamma, {h}, "dgamma is [H], H = the last dim of x"));
+  SHARDLAB_RETURN_IF_ERROR(expect_shape(kOp, dbeta, {h}, "dbeta is [H], H = the last dim of x"));
+  SHARDLAB_RETURN_IF_ERROR(expect_no_overlap(kOp, dx, dy, true));
+  for (const Tensor* in : {&x, &mean, &rstd, &gamma}) SHARDLAB_RETURN_IF_ERROR(expect_no_overlap(kOp, dx, *in, false));
+  for (const Tensor* out : {&dgamma, &dbeta}) {
+    for (const Tensor* other : {&x, &dy, &mean, &rstd, &gamma, &dx}) {
+      SHARDLAB_RETURN_IF_ERROR(expect_no_overlap(kOp, *out, *other, false));
+    }
+  }
+  SHARDLAB_RETURN_IF_ERROR(expect_no_overlap(kOp, dgamma, dbeta, false));
+  const float* in = x.data<float>();
+  const float* g = dy.data<float>();
+  const float* mu = mean.data<float>();
+  const float* rs = rstd.data<float>();
+  const float* w = gamma.data<float>();
+  float* out = dx.data<float>();
+  float* dw = dgamma.data<float>();
+  float* db = dbeta.data<float>();
+  if (!accumulate) {
+    std::fill(dw, dw + h, 0.0f);
+    std::fill(db, db + h, 0.0f);
+  }
+  const double inv_h = h == 0 ? 0.0 : 1.0 / static_cast<double>(h);
+  for (std::int64_t r = 0; r < n; ++r) {
+    const float* row = in + r * h;
+    const float* grow = g + r * h;
+    float* orow = out + r * h;
+    // dx = rstd * (g·w - mean(g·w) - xhat * mean(g·w·xhat)); every read of the row
+    // (including dgamma/dbeta) happens before dx is written, so dx may alias dy.
+    double sum_gw = 0.0, sum_gw_xhat = 0.0;
+    for (std::int64_t j = 0; j < h; ++j) {
+      const float xhat = (row[j] - mu[r]) * rs[r];
+      const float gw = grow[j] * w[j];
+      sum_gw += gw;
+      sum_gw_xhat += static_cast<double>(gw) * xhat;
+      dw[j] += grow[j] * xhat;
+      db[j] += grow[j];
+    }
+    const float mean_gw = static_cast<float>(sum_gw * inv_h);
+    const float mean_gw_xhat = static_cast<float>(sum_gw_xhat * inv_h);
+    for (std::int64_t j = 0; j < h; ++j) {
+      const float xhat = (row[j] - mu[r]) * rs[r];
+      orow[j] = rs[r] * (grow[j] * w[j] - mean_gw - xhat * mean_gw_xhat);
+    }
+  }
+  return Status::ok();
+}
+
+Status CpuDevice::attention_softmax(const Tensor& scores, const Tensor& attention_mask, float scale,
+                                    const Tensor& probs, StreamId stream) {
+  constexpr std::string_view kOp = "attention_softmax";
+  SHARDLAB_RETURN_IF_ERROR(check_stream(kOp, stream));
+  SHARDLAB_RETURN_IF_ERROR(expect_dtype(kOp, scores, DType::kF32));
+  SHARDLAB_RETURN_IF_ERROR(expect_dtype(kOp, attention_mask, DType::kF32));
+  SHARDLAB_RETURN_IF_ERROR(expect_dtype(kOp, probs, DType::kF32));
+  if (scores.ndim() != 4) {
+    return Status::invalid_argument(std::string(kOp) + ": " + scores.describe() + " must be 4-D [B, A, Tq, Tk]");
+  }
+  const std::int64_t batch = scores.dim(0), heads = scores.dim(1), tq = scores.dim(2), tk = scores.dim(3);
+  SHARDLAB_RETURN_IF_ERROR(expect_shape(kOp, attention_mask, {batch, tk}, "the mask is [B, Tk] of scores [B, A, Tq, Tk]"));
+  SHARDLAB_RETURN_IF_ERROR(expect_shape(kOp, probs, scores.shape(), "probs has scores' shape"));
+  SHARDLAB_RETURN_IF_ERROR(expect_no_overlap(kOp, probs, scores, true));
+  SHARDLAB_RETURN_IF_ERROR(expect_no_overlap(kOp, probs, attention_mask, false));
+  constexpr float kLowest = std::numeric_limits<float>::lowest();
+  const float* s = scores.data<float>();
+  const float* mask = attention_mask.data<float>();
+  float* p = probs.data<float>();
+  for (std::int64_t b = 0; b < batch; ++b) {
+    const float* mrow = mask + b * tk;
+    for (std::int64_t r = 0; r < heads * tq; ++r) {
+      const std::int64_t off = (b * heads * tq + r) * tk;
+      const float* srow = s + off;
+      float* prow = p + off;
+      // The fp32 sum is deliberate (as HF): lowest absorbs any moderate score, so a fully
+      // masked row is all `lowest` and normalizes to uniform. std::max turns an overflow to
+      // -inf back into lowest (NaN still propagates), so max - max never makes a NaN.
+      auto logit = [&](std::int64_t j) { return std::max(scale * srow[j] + (1.0f - mrow[j]) * kLowest, kLowest); };
+      float mx = kLowest;
+      for (std::int64_t j = 0; j < tk; ++j) mx = std::max(mx, logit(j));
+      double sum = 0.0;
+      for (std::int64_t j = 0; j < tk; ++j) {
+        prow[j] = std::exp(logit(j) - mx);  // reads srow[j] before writing prow[j]: in place is fine
+        sum += prow[j];
+      }
+      const float inv = static_cast<float>(1.0 / sum);
+      for (std::int64_t j = 0; j < tk; ++j) prow[j] *= inv;
+    }
+  }
+  return Status::ok();
+}
+
+Status CpuDevice::attention_softmax_backward(const Tensor& probs, const Tensor& dprobs, float scale,
+                                             const Tensor& dscores, StreamId stream) {
+  constexpr std::string_view kOp = "attention_softmax_backward";
+  SHARDLAB_RETURN_IF_ERROR(check_stream(kOp, stream));
+  std::int64_t rows, cols;
+  SHARDLAB_RETURN_IF_ERROR(as_rows(kOp, probs, &rows, &cols));
+  SHARDLAB_RETURN_IF_ERROR(expect_dtype(kOp, dprobs, DType::kF32));
+  SHARDLAB_RETURN_IF_ERROR(expect_dtype(kOp, dscores, DType::kF32));
+  SHARDLAB_RETURN_IF_ERROR(expect_shape(kOp, dprobs, probs.shape(), "dprobs has probs' shape"));
+  SHARDLAB_RETURN_IF_ERROR(expect_shape(kOp, dscores, probs.shape(), "dscores has probs' shape"));
+  SHARDLAB_RETURN_IF_ERROR(expect_no_overlap(kOp, dscores, dprobs, true));
+  SHARDLAB_RETURN_IF_ERROR(expect_no_overlap(kOp, dscores, probs, false));
+  const float* p = probs.data<float>();
+  const float* dp = dprobs.data<float>();
+  float* ds = dscores.data<float>();
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const std::int64_t off = r * cols;
+    double dot = 0.0;
+    for (std::int64_t j = 0; j < cols; ++j) dot += static_cast<double>(p[off + j]) * dp[off + j];
+    const float d = static_cast<float>(dot);
+    for (std::int64_t j = 0; j < cols; ++j) ds[off + j] = scale * p[off + j] * (dp[off + j] - d);
+  }
+  return Status::ok();
+}
+
+Status CpuDevice::embedding(const Tensor& table, const Tensor& ids, const Tensor& out, StreamId stream) {
+  constexpr std::string_view kOp = "embedding";
+  SHARDLAB_RETURN_IF_ERROR(check_stream(kOp, stream));
+  std::int64_t v, h;
+  SHARDLAB_RETURN_IF_ERROR(as_matrix(kOp, table, &v, &h));
+  SHARDLAB_RETURN_IF_ERROR(expect_dtype(kOp, ids, DType::kI64));
+  SHARDLAB_RETURN_IF_ERROR(expect_dtype(kOp, out, DType::kF32));
+  const std::int64_t n = ids.numel();
+  if (out.ndim() < 1 || out.dim(-1) != h || out.numel() != n * h) {
+    return Status::invalid_argument(std::string(kOp) + ": " + out.describe() + " must hold " + std::to_string(n) +
+                                    " rows of H = " + std::to_string(h) + " (one per id; table is " +
+                                    shape_to_string(table.shape()) + ")");
+  }
+  SHARDLAB_RETURN_IF_ERROR(expect_no_overlap(kOp, out, table, false));
+  SHARDLAB_RETURN_IF_ERROR(expect_no_overlap(kOp, out, ids, false));
+  SHARDLAB_RETURN_IF_ERROR(expect_ids_in_range(kOp, ids, v));
+  const std::int64_t* id = ids.data<std::int64_t>();
+  const float* t = table.data<float>();
+  float* o = out.data<float>();
+  for (std::int64_t i = 0; i < n; ++i) std::copy(t + id[i] * h, t + (id[i] + 1) * h, o + i * h);
+  return Status::ok();
+}
+
+Status CpuDevice::embedding_backward(const Tensor& dout, const Tensor& ids, const Tensor& dtable, bool accumulate,
+                                     StreamId stream) {
+  constexpr std::string_view kOp = "embedding_backward";
+  SHARDLAB_RETURN_IF_ERROR(check_stream(kOp, stream));
+  std::int64_t v, h;
+  SHARDLAB_RETURN_IF_ERROR(as_matrix(kOp, dtable, &v, &h));
+  SHARDLAB_RETURN_IF_ERROR(expect_dtype(kOp, ids, DType::kI64));
+  SHARDLAB_RETURN_IF_ERROR(expect_dtype(kOp, dout, DType::kF32));
+  const std::int64_t n = ids.numel();
+  if (dout.ndim() < 1 || dout.dim(-1) != h || dout.numel() != n * h) {
+    return Status::invalid_argument(std::string(kOp) + ": " + dout.describe() + " must hold " + std::to_string(n) +
+                                    " rows of H = " + std::to_string(h) + " (one per id; dtable is " +
+                                    shape_to_string(dtable.shape()) + ")");
+  }
+  SHARDLAB_RETURN_IF_ERROR(expect_no_overlap(kOp, dtable, dout, false));
+  SHARDLAB_RETURN_IF_ERROR(expect_no_overlap(kOp, dtable, ids, false));
+  SHARDLAB_RETURN_IF_ERROR(expect_ids_in_range(kOp, ids, v));
+  const std::int64_t* id = ids.data<std::int64_t>();
+  const float* g = dout.data<float>();
+  float* d = dtable.data<float>();
+  if (!accumulate) std::fill(d, d + v * h, 0.0f);
+  for (std::int64_t i = 0; i < n; ++i) {
+    float* row = d + id[i] * h;
+    for (std::int64_t j = 0; j < h; ++j) row[j] += g[i * h + j];
   }
   return Status::ok();
 }

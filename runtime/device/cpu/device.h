@@ -43,11 +43,25 @@ class CpuDevice final : public Device {
 
   Status gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c, float alpha, float beta,
               StreamId stream) override;
+  Status batched_gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c, float alpha,
+                      float beta, StreamId stream) override;
   Status add_bias(const Tensor& x, const Tensor& bias, StreamId stream) override;
   Status bias_grad(const Tensor& dy, const Tensor& dbias, bool accumulate, StreamId stream) override;
   Status activation(Activation act, const Tensor& x, const Tensor& y, StreamId stream) override;
   Status activation_backward(Activation act, const Tensor& x, const Tensor& dy, const Tensor& dx,
                              StreamId stream) override;
+  Status layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps, const Tensor& y,
+                    const Tensor& mean, const Tensor& rstd, StreamId stream) override;
+  Status layer_norm_backward(const Tensor& x, const Tensor& dy, const Tensor& mean, const Tensor& rstd,
+                             const Tensor& gamma, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,
+                             bool accumulate, StreamId stream) override;
+  Status attention_softmax(const Tensor& scores, const Tensor& attention_mask, float scale, const Tensor& probs,
+                           StreamId stream) override;
+  Status attention_softmax_backward(const Tensor& probs, const Tensor& dprobs, float scale, const Tensor& dscores,
+                                    StreamId stream) override;
+  Status embedding(const Tensor& table, const Tensor& ids, const Tensor& out, StreamId stream) override;
+  Status embedding_backward(const Tensor& dout, const Tensor& ids, const Tensor& dtable, bool accumulate,
+                            StreamId stream) override;
   Status softmax_cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& loss_sum,
                                const Tensor& dlogits, float grad_scale, std::int64_t ignore_index,
                                StreamId stream) override;

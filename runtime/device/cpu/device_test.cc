@@ -503,6 +503,7 @@ double ref_act(Activation act, double x) {
       const double c = std::sqrt(2.0 / std::numbers::pi);
       return 0.5 * x * (1.0 + std::tanh(c * (x + 0.044715 * x * x * x)));
     }
+    case Activation::kTanh: return std::tanh(x);
   }
   return 0;
 }
