@@ -118,16 +118,19 @@ class MpiBuffers {
   runtime::device::cpu::CpuDevice device_;
 };
 
-// Blocking MPI_Allgather / MPI_Reduce_scatter_block on a private duplicate of the world.
+// Raw MPI on a private duplicate of the world: blocking MPI_Allgather /
+// MPI_Reduce_scatter_block ("raw_mpi", the reference), or their nonblocking forms followed
+// by MPI_Wait ("raw_mpi_nonblocking") — what MpiCommunicator builds on, so the pair
+// separates our wrapper's cost from Open MPI's nonblocking-collective (libnbc) algorithms.
 class RawMpiBackend final : public CommBenchBackend {
  public:
-  explicit RawMpiBackend(const Clock& clock) : clock_(clock) {
+  explicit RawMpiBackend(const Clock& clock, bool nonblocking = false) : clock_(clock), nonblocking_(nonblocking) {
     MPI_Comm_dup(MPI_COMM_WORLD, &comm_);
     MPI_Comm_size(comm_, &size_);
   }
   ~RawMpiBackend() override { MPI_Comm_free(&comm_); }
 
-  std::string name() const override { return "raw_mpi"; }
+  std::string name() const override { return nonblocking_ ? "raw_mpi_nonblocking" : "raw_mpi"; }
   int world_size() const override { return size_; }
   void prepare(Collective c, std::int64_t bytes) override { buffers_.allocate(size_, c, bytes); }
   void release() override { buffers_.release(); }
@@ -136,16 +139,25 @@ class RawMpiBackend final : public CommBenchBackend {
     const int n = static_cast<int>(buffers_.chunk_);
     float* full = buffers_.full_.data<float>();
     float* part = buffers_.part_.data<float>();
+    const bool gather = buffers_.collective_ == Collective::kAllGather;
     return timed_max(comm_, clock_, [&] {
-      const int rc = buffers_.collective_ == Collective::kAllGather
-                         ? MPI_Allgather(part, n, MPI_FLOAT, full, n, MPI_FLOAT, comm_)
-                         : MPI_Reduce_scatter_block(full, part, n, MPI_FLOAT, MPI_SUM, comm_);
+      int rc;
+      if (nonblocking_) {
+        MPI_Request request;
+        rc = gather ? MPI_Iallgather(part, n, MPI_FLOAT, full, n, MPI_FLOAT, comm_, &request)
+                    : MPI_Ireduce_scatter_block(full, part, n, MPI_FLOAT, MPI_SUM, comm_, &request);
+        if (rc == MPI_SUCCESS) rc = MPI_Wait(&request, MPI_STATUS_IGNORE);
+      } else {
+        rc = gather ? MPI_Allgather(part, n, MPI_FLOAT, full, n, MPI_FLOAT, comm_)
+                    : MPI_Reduce_scatter_block(full, part, n, MPI_FLOAT, MPI_SUM, comm_);
+      }
       if (rc != MPI_SUCCESS) die("raw MPI collective failed");
     });
   }
 
  private:
   const Clock& clock_;
+  bool nonblocking_;
   MPI_Comm comm_ = MPI_COMM_NULL;
   int size_ = 1;
   MpiBuffers buffers_;
@@ -308,6 +320,7 @@ int main(int argc, char** argv) {
     // Backends compared side by side with raw MPI in the same run.
     const std::vector<std::shared_ptr<CommBenchBackend>> backends = {
         std::make_shared<RawMpiBackend>(clock),
+        std::make_shared<RawMpiBackend>(clock, /*nonblocking=*/true),
         std::make_shared<MpiCommunicatorBackend>(clock),
         std::make_shared<SimCommunicatorBackend>(clock, (*env)->world_size()),
     };
