@@ -10,6 +10,7 @@
 
 #include "property_tests/fsdp_generators.h"
 #include "runtime/fsdp/checkpoint.h"
+#include "runtime/io/safetensors.h"
 #include "sim/world.h"
 
 namespace shardlab::property {
@@ -195,6 +196,43 @@ TEST(FsdpCheckpoint, LocalStateDictRefusesAnotherWorldSizeWithAClearMessage) {
   std::filesystem::remove_all(dir);
   EXPECT_EQ(results[0].status.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(results[0].status.message().find("LOCAL_STATE_DICT was saved at world size 2"), std::string::npos)
+      << results[0].status.message();
+}
+
+TEST(FsdpCheckpoint, AMalformedIndexIsBadInputNamingTheFile) {
+  FsdpCase c;
+  c.world_size = 1;
+  c.options.global_batch = 2;
+  const std::string dir = fresh_dir();
+  sim::WorldOptions wo;
+  const auto results = sim::World(wo).run([&](sim::RankContext& ctx) -> Status {
+    SHARDLAB_ASSIGN_OR_RETURN(auto t, FsdpTrainer::create(ctx.comm, ctx.device, ctx.clock, c.options));
+    SHARDLAB_RETURN_IF_ERROR(runtime::fsdp::save_checkpoint(t->model(), dir, 5));
+    // Corrupt one piece's offset type, as a hand-edited or truncated index would.
+    SHARDLAB_ASSIGN_OR_RETURN(std::string text, runtime::io::read_file(dir + "/step-00000005/index.json"));
+    const auto at = text.find("\"offset\": 0");
+    if (at == std::string::npos) return Status::internal("no offset in index.json");
+    text.replace(at, 11, "\"offset\": \"zero\"");
+    SHARDLAB_RETURN_IF_ERROR(runtime::io::write_file_atomic(dir + "/step-00000005/index.json", text));
+    return runtime::fsdp::load_checkpoint(t->model(), dir).status();
+  });
+  std::filesystem::remove_all(dir);
+  EXPECT_EQ(results[0].status.code(), StatusCode::kInvalidArgument) << results[0].status.to_string();
+  EXPECT_NE(results[0].status.message().find("malformed checkpoint index.json"), std::string::npos)
+      << results[0].status.message();
+}
+
+TEST(FsdpCheckpoint, AMissingCheckpointNamesThePath) {
+  FsdpCase c;
+  c.world_size = 1;
+  c.options.global_batch = 2;
+  sim::WorldOptions wo;
+  const auto results = sim::World(wo).run([&](sim::RankContext& ctx) -> Status {
+    SHARDLAB_ASSIGN_OR_RETURN(auto t, FsdpTrainer::create(ctx.comm, ctx.device, ctx.clock, c.options));
+    return runtime::fsdp::load_checkpoint(t->model(), "/nonexistent/ckpt").status();
+  });
+  EXPECT_EQ(results[0].status.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(results[0].status.message().find("/nonexistent/ckpt/latest: cannot open"), std::string::npos)
       << results[0].status.message();
 }
 

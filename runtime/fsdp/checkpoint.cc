@@ -271,7 +271,22 @@ class Loader {
 
 }  // namespace
 
+namespace {
+Result<std::int64_t> load_checkpoint_impl(FullyShardedModel& m, const std::string& dir);
+}  // namespace
+
 Result<std::int64_t> load_checkpoint(FullyShardedModel& m, const std::string& dir) {
+  // A malformed index.json (wrong types, missing fields) surfaces as a json exception
+  // somewhere in the walk; it is bad input, reported as such.
+  try {
+    return load_checkpoint_impl(m, dir);
+  } catch (const nlohmann::json::exception& e) {
+    return Status::invalid_argument(dir + ": malformed checkpoint index.json: " + e.what());
+  }
+}
+
+namespace {
+Result<std::int64_t> load_checkpoint_impl(FullyShardedModel& m, const std::string& dir) {
   SHARDLAB_ASSIGN_OR_RETURN(std::string latest, io::read_file(dir + "/latest"));
   while (!latest.empty() && (latest.back() == '\n' || latest.back() == ' ')) latest.pop_back();
   if (latest.rfind("step-", 0) != 0 || latest.find('/') != std::string::npos) {
@@ -338,5 +353,6 @@ Result<std::int64_t> load_checkpoint(FullyShardedModel& m, const std::string& di
   for (auto& o : m.mutable_optimizers()) o.set_steps(index["optimizer"]["steps"].get<std::int64_t>());
   return index["step"].get<std::int64_t>();
 }
+}  // namespace
 
 }  // namespace shardlab::runtime::fsdp

@@ -74,7 +74,7 @@ class CpuDevice final : public Device {
   // page fault each. Accounting (MemoryTracker) counts live storages only; the cache holds
   // at most kLimitBytes. Thread-safe: storages die on any thread.
   struct BlockCache {
-    static constexpr std::size_t kLimitBytes = std::size_t{1} << 30;
+    static constexpr std::size_t kLimitBytes = std::size_t{256} << 20;  // per device: worlds have many
     std::mutex mu;
     std::multimap<std::size_t, void*> blocks;
     std::size_t cached = 0;
