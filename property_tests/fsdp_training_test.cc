@@ -80,16 +80,13 @@ RC_GTEST_PROP(FsdpTraining, FrozenParametersNeverChange, ()) {
   const auto ranks = run_fsdp(c);
   const runtime::model::Mlp mlp(c.options.model);
   runtime::device::cpu::CpuDevice dev;
-  auto init = dev.empty({runtime::model::total_numel(mlp.params())}, DType::kF32, MemoryCategory::kOther, "init");
-  RC_ASSERT(init.is_ok());
-  std::vector<Tensor> views;
+  const std::int64_t total = runtime::model::total_numel(mlp.params());
+  auto init = dev.empty({total}, DType::kF32, MemoryCategory::kOther, "init");
+  auto scratch = dev.empty({total}, DType::kF32, MemoryCategory::kOther, "scratch");
+  RC_ASSERT(init.is_ok() && scratch.is_ok());
+  const runtime::model::FlatParamAccess views(mlp.params(), *init, *scratch);
+  RC_ASSERT(mlp.init_params(dev, views.params(), c.options.seed).is_ok());
   std::int64_t off = 0;
-  for (const auto& s : mlp.params()) {
-    views.push_back(*init->narrow(off, *checked_numel(s.shape)));
-    off += *checked_numel(s.shape);
-  }
-  RC_ASSERT(mlp.init_params(dev, views, c.options.seed).is_ok());
-  off = 0;
   for (const auto& s : mlp.params()) {
     const std::int64_t n = *checked_numel(s.shape);
     if (!s.requires_grad) {

@@ -109,20 +109,17 @@ Status write_rank_files(FullyShardedModel& m, const std::string& step_dir, const
   SHARDLAB_ASSIGN_OR_RETURN(Tensor full, dev.empty({total}, DType::kF32, MemoryCategory::kOther, "full_state"));
   SHARDLAB_RETURN_IF_ERROR(m.gather_full_params(full));
   SafetensorsFile model_file, optim_file;
-  std::int64_t off = 0;
-  std::vector<std::int64_t> offsets;
-  for (const auto& spec : m.specs()) {
-    const std::int64_t n = *checked_numel(spec.shape);
-    offsets.push_back(off);
-    model_file.tensors.push_back(stored(spec.name, full, off, n, spec.shape));
-    off += n;
+  for (std::size_t i = 0; i < m.specs().size(); ++i) {
+    const auto& spec = m.specs()[i];
+    model_file.tensors.push_back(stored(spec.name, full, m.model_offset(static_cast<int>(i)), *checked_numel(spec.shape), spec.shape));
   }
   for (std::size_t k = 0; k < names.size(); ++k) {
     SHARDLAB_RETURN_IF_ERROR(m.gather_full_optimizer_state(static_cast<int>(k), full));
     for (std::size_t i = 0; i < m.specs().size(); ++i) {
       const auto& spec = m.specs()[i];
       if (!spec.requires_grad) continue;
-      optim_file.tensors.push_back(stored(names[k] + "/" + spec.name, full, offsets[i], *checked_numel(spec.shape), spec.shape));
+      optim_file.tensors.push_back(stored(names[k] + "/" + spec.name, full, m.model_offset(static_cast<int>(i)),
+                                          *checked_numel(spec.shape), spec.shape));
     }
   }
   if (m.world().rank() != 0) return Status::ok();

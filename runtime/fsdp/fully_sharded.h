@@ -92,6 +92,8 @@ class FullyShardedModel final : public model::ParamAccess {
 
   const std::vector<FlatParameter>& units() const { return units_; }
   const std::vector<model::ParamSpec>& specs() const { return specs_; }
+  // Where parameter i starts in the unpadded, spec-ordered flat view (gather_full_* output).
+  std::int64_t model_offset(int i) const { return model_offset_[static_cast<std::size_t>(i)]; }
   const std::vector<optim::Optimizer>& optimizers() const { return optimizers_; }
   std::vector<optim::Optimizer>& mutable_optimizers() { return optimizers_; }
   const FsdpOptions& options() const { return options_; }

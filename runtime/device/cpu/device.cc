@@ -608,22 +608,36 @@ Status CpuDevice::attention_softmax_backward(const Tensor& probs, const Tensor& 
   return Status::ok();
 }
 
+namespace {
+
+// Shared validation of embedding and its backward: `table` is the fp32 [V, H] table (or
+// its gradient), `rows` the fp32 per-id rows (out or dout) with N·H elements and last
+// dim H. `written` is the tensor the op writes; it must not overlap the other two.
+Status validate_embedding(std::string_view op, const Tensor& table, const Tensor& ids, const Tensor& rows,
+                          const Tensor& written, std::int64_t* v, std::int64_t* h) {
+  SHARDLAB_RETURN_IF_ERROR(as_matrix(op, table, v, h));
+  SHARDLAB_RETURN_IF_ERROR(expect_dtype(op, ids, DType::kI64));
+  SHARDLAB_RETURN_IF_ERROR(expect_dtype(op, rows, DType::kF32));
+  const std::int64_t n = ids.numel();
+  if (rows.ndim() < 1 || rows.dim(-1) != *h || rows.numel() != n * *h) {
+    return Status::invalid_argument(std::string(op) + ": " + rows.describe() + " must hold " + std::to_string(n) +
+                                    " rows of H = " + std::to_string(*h) + " (one per id; the table is " +
+                                    shape_to_string(table.shape()) + ")");
+  }
+  const Tensor& other = written.same_view(rows) ? table : rows;
+  SHARDLAB_RETURN_IF_ERROR(expect_no_overlap(op, written, other, false));
+  SHARDLAB_RETURN_IF_ERROR(expect_no_overlap(op, written, ids, false));
+  return expect_ids_in_range(op, ids, *v);
+}
+
+}  // namespace
+
 Status CpuDevice::embedding(const Tensor& table, const Tensor& ids, const Tensor& out, StreamId stream) {
   constexpr std::string_view kOp = "embedding";
   SHARDLAB_RETURN_IF_ERROR(check_stream(kOp, stream));
   std::int64_t v, h;
-  SHARDLAB_RETURN_IF_ERROR(as_matrix(kOp, table, &v, &h));
-  SHARDLAB_RETURN_IF_ERROR(expect_dtype(kOp, ids, DType::kI64));
-  SHARDLAB_RETURN_IF_ERROR(expect_dtype(kOp, out, DType::kF32));
+  SHARDLAB_RETURN_IF_ERROR(validate_embedding(kOp, table, ids, out, out, &v, &h));
   const std::int64_t n = ids.numel();
-  if (out.ndim() < 1 || out.dim(-1) != h || out.numel() != n * h) {
-    return Status::invalid_argument(std::string(kOp) + ": " + out.describe() + " must hold " + std::to_string(n) +
-                                    " rows of H = " + std::to_string(h) + " (one per id; table is " +
-                                    shape_to_string(table.shape()) + ")");
-  }
-  SHARDLAB_RETURN_IF_ERROR(expect_no_overlap(kOp, out, table, false));
-  SHARDLAB_RETURN_IF_ERROR(expect_no_overlap(kOp, out, ids, false));
-  SHARDLAB_RETURN_IF_ERROR(expect_ids_in_range(kOp, ids, v));
   const std::int64_t* id = ids.data<std::int64_t>();
   const float* t = table.data<float>();
   float* o = out.data<float>();
@@ -636,18 +650,8 @@ Status CpuDevice::embedding_backward(const Tensor& dout, const Tensor& ids, cons
   constexpr std::string_view kOp = "embedding_backward";
   SHARDLAB_RETURN_IF_ERROR(check_stream(kOp, stream));
   std::int64_t v, h;
-  SHARDLAB_RETURN_IF_ERROR(as_matrix(kOp, dtable, &v, &h));
-  SHARDLAB_RETURN_IF_ERROR(expect_dtype(kOp, ids, DType::kI64));
-  SHARDLAB_RETURN_IF_ERROR(expect_dtype(kOp, dout, DType::kF32));
+  SHARDLAB_RETURN_IF_ERROR(validate_embedding(kOp, dtable, ids, dout, dtable, &v, &h));
   const std::int64_t n = ids.numel();
-  if (dout.ndim() < 1 || dout.dim(-1) != h || dout.numel() != n * h) {
-    return Status::invalid_argument(std::string(kOp) + ": " + dout.describe() + " must hold " + std::to_string(n) +
-                                    " rows of H = " + std::to_string(h) + " (one per id; dtable is " +
-                                    shape_to_string(dtable.shape()) + ")");
-  }
-  SHARDLAB_RETURN_IF_ERROR(expect_no_overlap(kOp, dtable, dout, false));
-  SHARDLAB_RETURN_IF_ERROR(expect_no_overlap(kOp, dtable, ids, false));
-  SHARDLAB_RETURN_IF_ERROR(expect_ids_in_range(kOp, ids, v));
   const std::int64_t* id = ids.data<std::int64_t>();
   const float* g = dout.data<float>();
   float* d = dtable.data<float>();
