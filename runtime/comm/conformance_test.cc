@@ -306,9 +306,15 @@ TEST_P(CommConformance, MissingPeerTimesOutThenLatePeerCompletes) {
       const Status s = work->wait(env.short_timeout);
       EXPECT_EQ(s.code(), StatusCode::kTimeout) << s.to_string();
       EXPECT_NE(s.message().find("all_reduce"), std::string::npos) << s.message();
+      // Rank 0 lets the late rank in only after every waiting rank has timed out;
+      // otherwise a slow-to-schedule rank could see the collective complete.
       if (r == 0) {
+        for (int peer = 1; peer < late; ++peer) expect_ok(env.comm.recv(go, peer, 98), "recv timed-out ack");
         set(go, 0, 1);
         expect_ok(env.comm.send(go, late, 99), "send go");
+      } else {
+        set(go, 0, 1);
+        expect_ok(env.comm.send(go, 0, 98), "send timed-out ack");
       }
       expect_ok(work, "all_reduce after the late peer arrived");
     }

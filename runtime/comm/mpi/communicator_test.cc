@@ -87,6 +87,19 @@ class MpiCommunicatorTest : public ::testing::Test {
     EXPECT_TRUE(s.is_ok()) << what << ": " << s.to_string();
   }
 
+  // Called by every rank but `late` after its wait timed out: rank 0 collects an ack from
+  // each other waiting rank, then sends "go" to the late rank (tag `tag`). Without the acks
+  // a rank scheduled late could see the collective complete inside its own timeout.
+  void release_late_rank(Tensor& go, int late, int tag) {
+    const int ack_tag = tag + 1000;
+    if (comm_->rank() == 0) {
+      for (int peer = 1; peer < late; ++peer) expect_ok(comm_->recv(go, peer, ack_tag), "recv timed-out ack");
+      expect_ok(comm_->send(go, late, tag), "send go");
+    } else {
+      expect_ok(comm_->send(go, 0, ack_tag), "send timed-out ack");
+    }
+  }
+
   // Declared before comm_ so that it outlives the communicator and its pending requests.
   SteadyClock clock_;
   device::cpu::CpuDevice device_{device::DeviceId{"cpu", device::DeviceId::kNoIndex}};
@@ -142,7 +155,7 @@ TEST_F(MpiCommunicatorTest, TimeoutNamesOpRankGroupCountAndDtype) {
       // Only rank 0 knows the late rank has not joined yet (it has not sent "go").
       EXPECT_FALSE(work->is_completed());
     }
-    if (r == 0) expect_ok(comm_->send(go, late, 7), "send go");
+    release_late_rank(go, late, 7);
     expect_ok(work, "all_gather after the late peer arrived");
   }
   for (int src = 0; src < w; ++src) {
@@ -168,7 +181,7 @@ TEST_F(MpiCommunicatorTest, DroppedPendingWorkStillCompletesForThePeers) {
       EXPECT_EQ(work->wait(10 * kNanosPerMilli).code(), StatusCode::kTimeout);
     }  // dropped while pending
     t = Tensor();  // the caller lets go of its tensor too
-    if (r == 0) expect_ok(comm_->send(go, late, 3), "send go");
+    release_late_rank(go, late, 3);
   }
   // Later operations progress the orphan and the group stays in step.
   expect_ok(comm_->barrier(), "barrier");
