@@ -125,4 +125,12 @@ Status SimDevice::softmax_cross_entropy(const Tensor& logits, const Tensor& labe
                 false);
 }
 
+Status SimDevice::transpose_1_2(const Tensor& x, const Tensor& y, StreamId stream) {
+  return charge(inner_.transpose_1_2(x, y, stream), 0, 2.0 * static_cast<double>(x.nbytes()), false);
+}
+Status SimDevice::multiply(const Tensor& a, const Tensor& b, const Tensor& c, StreamId stream) {
+  return charge(inner_.multiply(a, b, c, stream), static_cast<double>(a.numel()),
+                static_cast<double>(a.nbytes() + b.nbytes() + c.nbytes()), false);
+}
+
 }  // namespace shardlab::sim

@@ -63,6 +63,8 @@ class SimDevice final : public runtime::device::Device {
   Status softmax_cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& loss_sum,
                                const Tensor& dlogits, float grad_scale, std::int64_t ignore_index,
                                runtime::device::StreamId stream) override;
+  Status transpose_1_2(const Tensor& x, const Tensor& y, runtime::device::StreamId stream) override;
+  Status multiply(const Tensor& a, const Tensor& b, const Tensor& c, runtime::device::StreamId stream) override;
 
  private:
   // Charges an op's roofline time when it succeeded.

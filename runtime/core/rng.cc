@@ -65,6 +65,14 @@ float Rng::uniform(float lo, float hi) {
   return x < hi ? x : std::nextafter(hi, lo);
 }
 
+float Rng::normal() {
+  // u1 in (0, 1] so the log is finite; 53 random bits each.
+  const double u1 = (static_cast<double>(next_u64() >> 11) + 1.0) * 0x1.0p-53;
+  const double u2 = static_cast<double>(next_u64() >> 11) * 0x1.0p-53;
+  constexpr double kTwoPi = 6.283185307179586476925286766559;
+  return static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(kTwoPi * u2));
+}
+
 std::uint64_t Rng::uniform_int(std::uint64_t n) {
   if (n <= 1) return 0;
   const std::uint64_t limit = ~std::uint64_t{0} - (~std::uint64_t{0} % n);

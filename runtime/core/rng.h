@@ -40,6 +40,10 @@ class Rng {
   float uniform(float lo, float hi);
   // Uniform integer in [0, n), n > 0 (unbiased, by rejection).
   std::uint64_t uniform_int(std::uint64_t n);
+  // Standard normal N(0, 1) by Box–Muller from two uniforms (one value per call; the
+  // computation is done in double and rounded, so it is identical wherever libm's log,
+  // sqrt and cos are correctly rounded — glibc's are).
+  float normal();
 
   std::uint64_t key() const { return key_; }
 

@@ -152,6 +152,13 @@ class Device {
   virtual Status softmax_cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& loss_sum,
                                        const Tensor& dlogits, float grad_scale, std::int64_t ignore_index = -100,
                                        StreamId stream = kComputeStream) = 0;
+  // y[p, r, q, s] = x[p, q, r, s]: swaps dims 1 and 2 of a 4-D fp32 tensor (BERT's head
+  // split [B, T, A, d] → [B, A, T, d] and back). y has shape [P, R, Q, S] and must not
+  // overlap x.
+  virtual Status transpose_1_2(const Tensor& x, const Tensor& y, StreamId stream = kComputeStream) = 0;
+  // c = a * b elementwise (fp32, equal element counts); c may be the same view as a or b.
+  // Dropout applies a mask of 0 and 1/(1-p) this way, forward and backward.
+  virtual Status multiply(const Tensor& a, const Tensor& b, const Tensor& c, StreamId stream = kComputeStream) = 0;
 };
 
 }  // namespace shardlab::runtime::device

@@ -107,6 +107,32 @@ Result<double> Mlp::forward_backward(device::Device& dev, ParamAccess& access, c
   return static_cast<double>(loss.data<float>()[0]);
 }
 
+Result<std::vector<std::int64_t>> Mlp::count_targets(const Batch& batch) const {
+  SHARDLAB_ASSIGN_OR_RETURN(Tensor labels, batch.get("labels"));
+  return std::vector<std::int64_t>{labels.numel()};
+}
+
+Result<Batch> Mlp::synthetic_batch(device::Device& dev, std::uint64_t seed, std::int64_t step, std::int64_t first_row,
+                                   std::int64_t rows) const {
+  Batch b;
+  b.rows = rows;
+  SHARDLAB_ASSIGN_OR_RETURN(Tensor x, dev.empty({rows, config_.input_dim}, DType::kF32, MemoryCategory::kActivations, "x"));
+  SHARDLAB_ASSIGN_OR_RETURN(Tensor labels, dev.empty({rows}, DType::kI64, MemoryCategory::kActivations, "labels"));
+  SHARDLAB_RETURN_IF_ERROR(synthetic_rows(dev, config_, seed, step, first_row, x, labels));
+  b.tensors["x"] = x;
+  b.tensors["labels"] = labels;
+  return b;
+}
+
+Result<std::vector<double>> Mlp::forward_backward(device::Device& dev, ParamAccess& access, const Batch& batch,
+                                                  const std::vector<float>& term_scale, const ForwardContext&) const {
+  if (term_scale.size() != 1) return Status::invalid_argument("MLP forward_backward takes one loss scale");
+  SHARDLAB_ASSIGN_OR_RETURN(Tensor x, batch.get("x"));
+  SHARDLAB_ASSIGN_OR_RETURN(Tensor labels, batch.get("labels"));
+  SHARDLAB_ASSIGN_OR_RETURN(double loss, forward_backward(dev, access, x, labels, term_scale[0]));
+  return std::vector<double>{loss};
+}
+
 Status synthetic_rows(device::Device&, const MlpConfig& config, std::uint64_t seed, std::int64_t step,
                       std::int64_t first_row, const Tensor& x, const Tensor& labels) {
   const std::int64_t rows = x.dim(0), d = config.input_dim, c = config.num_classes;

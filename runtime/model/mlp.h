@@ -16,6 +16,7 @@
 
 #include "runtime/core/rng.h"
 #include "runtime/device/device.h"
+#include "runtime/model/model.h"
 #include "runtime/model/module.h"
 
 namespace shardlab::runtime::model {
@@ -30,21 +31,30 @@ struct MlpConfig {
   std::uint64_t frozen_mask = 0;
 };
 
-class Mlp {
+class Mlp final : public Model {
  public:
   explicit Mlp(MlpConfig config);
 
   const MlpConfig& config() const { return config_; }
-  const std::vector<ParamSpec>& params() const { return specs_; }
-  int num_layers() const { return config_.num_hidden_layers + 1; }
+  const std::vector<ParamSpec>& params() const override { return specs_; }
+  int num_layers() const override { return config_.num_hidden_layers + 1; }
+  std::vector<std::string> default_wrap_classes() const override { return {"Linear"}; }
 
   // Fills params (views in spec order) like torch.nn.Linear's default init:
   // U(-1/√fan_in, 1/√fan_in) for weights and biases, from Rng(seed) split per parameter.
-  Status init_params(device::Device& dev, const std::vector<Tensor>& params, std::uint64_t seed) const;
+  Status init_params(device::Device& dev, const std::vector<Tensor>& params, std::uint64_t seed) const override;
 
   // x [B, input_dim] fp32, labels [B] int64. Returns the sum of per-sample losses.
   Result<double> forward_backward(device::Device& dev, ParamAccess& access, const Tensor& x, const Tensor& labels,
                                   float grad_scale) const;
+
+  // Model: batches hold "x" and "labels" (every row is a target).
+  Result<std::vector<std::int64_t>> count_targets(const Batch& batch) const override;
+  Result<Batch> synthetic_batch(device::Device& dev, std::uint64_t seed, std::int64_t step, std::int64_t first_row,
+                                std::int64_t rows) const override;
+  Result<std::vector<double>> forward_backward(device::Device& dev, ParamAccess& access, const Batch& batch,
+                                               const std::vector<float>& term_scale,
+                                               const ForwardContext& ctx) const override;
 
  private:
   MlpConfig config_;

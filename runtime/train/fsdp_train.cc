@@ -10,21 +10,75 @@ namespace {
 
 using model::FlatParamAccess;
 
-Result<Tensor> init_full(device::Device& dev, const model::Mlp& mlp, std::uint64_t seed) {
-  const std::int64_t total = model::total_numel(mlp.params());
+Result<Tensor> init_full(device::Device& dev, const model::Model& m, std::uint64_t seed) {
+  const std::int64_t total = model::total_numel(m.params());
   SHARDLAB_ASSIGN_OR_RETURN(Tensor full, dev.empty({total}, DType::kF32, MemoryCategory::kOther, "init"));
   SHARDLAB_ASSIGN_OR_RETURN(Tensor scratch, dev.empty({total}, DType::kF32, MemoryCategory::kOther, "init_grads"));
-  FlatParamAccess access(mlp.params(), full, scratch);
-  SHARDLAB_RETURN_IF_ERROR(mlp.init_params(dev, access.params(), seed));
+  FlatParamAccess access(m.params(), full, scratch);
+  SHARDLAB_RETURN_IF_ERROR(m.init_params(dev, access.params(), seed));
   return full;
+}
+
+Result<model::Batch> load_batch(const FsdpTrainOptions& o, const model::Model& m, device::Device& dev, std::int64_t step,
+                                std::int64_t first_row, std::int64_t rows) {
+  if (o.data) return o.data(dev, step, first_row, rows);
+  return m.synthetic_batch(dev, o.seed, step, first_row, rows);
+}
+
+// Per-term gradient scale for a rank's chunk: weight · W / (global valid targets), so the
+// average over W ranks is the single-process mean. A term without targets scales by 0.
+std::vector<float> term_scales(const model::Model& m, const std::vector<std::int64_t>& global_counts, int world) {
+  const std::vector<double> w = m.loss_term_weights();
+  std::vector<float> scale(w.size(), 0.0f);
+  for (std::size_t t = 0; t < w.size(); ++t) {
+    if (global_counts[t] > 0) scale[t] = static_cast<float>(w[t] * world / static_cast<double>(global_counts[t]));
+  }
+  return scale;
+}
+
+// The micro-batch's share of the step's mean loss.
+float loss_share(const model::Model& m, const std::vector<double>& sums, const std::vector<std::int64_t>& global_counts) {
+  const std::vector<double> w = m.loss_term_weights();
+  float share = 0.0f;
+  for (std::size_t t = 0; t < w.size(); ++t) {
+    if (global_counts[t] > 0) share += static_cast<float>(w[t] * sums[t] / static_cast<double>(global_counts[t]));
+  }
+  return share;
+}
+
+Status add_counts(const model::Model& m, const model::Batch& b, std::vector<std::int64_t>& acc) {
+  SHARDLAB_ASSIGN_OR_RETURN(std::vector<std::int64_t> c, m.count_targets(b));
+  if (acc.empty()) acc.assign(c.size(), 0);
+  for (std::size_t t = 0; t < c.size() && t < acc.size(); ++t) acc[t] += c[t];
+  return Status::ok();
 }
 
 }  // namespace
 
+std::unique_ptr<model::Model> make_model(const FsdpTrainOptions& o) {
+  if (o.model_kind == ModelKind::kBert) return std::make_unique<model::Bert>(o.bert);
+  return std::make_unique<model::Mlp>(o.model);
+}
+
 Status validate(const FsdpTrainOptions& o, int world) {
   if (o.steps < 1) return Status::invalid_argument("steps must be >= 1, got " + std::to_string(o.steps));
-  if (o.model.input_dim < 1 || o.model.hidden_dim < 1 || o.model.num_classes < 2 || o.model.num_hidden_layers < 0) {
-    return Status::invalid_argument("MLP dims must be positive and num_classes >= 2");
+  if (o.model_kind == ModelKind::kMlp) {
+    if (o.model.input_dim < 1 || o.model.hidden_dim < 1 || o.model.num_classes < 2 || o.model.num_hidden_layers < 0) {
+      return Status::invalid_argument("MLP dims must be positive and num_classes >= 2");
+    }
+  } else {
+    SHARDLAB_RETURN_IF_ERROR(o.bert.config.validate());
+    if (o.bert.head == model::BertHead::kSequenceClassification && o.bert.config.num_labels < 2) {
+      return Status::invalid_argument("BERT classification needs num_labels >= 2 (num_labels = 1 is regression, not supported)");
+    }
+    if (o.bert.seq_len < 1 || o.bert.seq_len > o.bert.config.max_position_embeddings) {
+      return Status::invalid_argument("sequence length " + std::to_string(o.bert.seq_len) + " must be in [1, " +
+                                      std::to_string(o.bert.config.max_position_embeddings) +
+                                      "] (max_position_embeddings)");
+    }
+    if (o.bert.compute_dtype != DType::kF32 && o.bert.compute_dtype != DType::kBF16) {
+      return Status::invalid_argument("BERT compute dtype must be fp32 or bf16");
+    }
   }
   if (!(o.optimizer.lr > 0.0f) || !std::isfinite(o.optimizer.lr)) {
     return Status::invalid_argument("lr must be a positive finite number");
@@ -43,34 +97,35 @@ Status validate(const FsdpTrainOptions& o, int world) {
   return Status::ok();
 }
 
-fsdp::WrapPlan wrap_plan(const FsdpTrainOptions& o, const model::Mlp& mlp) {
+fsdp::WrapPlan wrap_plan(const FsdpTrainOptions& o, const model::Model& m) {
   switch (o.wrap) {
-    case WrapPolicy::kPerLayer: return fsdp::WrapPlan::per_layer(mlp.num_layers());
-    case WrapPolicy::kNone: return fsdp::WrapPlan::single(mlp.num_layers());
-    case WrapPolicy::kBySize: return fsdp::WrapPlan::by_size(mlp.params(), mlp.num_layers(), o.min_num_params);
-    case WrapPolicy::kByClass: return fsdp::WrapPlan::by_class(mlp.params(), mlp.num_layers(), o.wrap_classes);
+    case WrapPolicy::kPerLayer: return fsdp::WrapPlan::per_layer(m.num_layers());
+    case WrapPolicy::kNone: return fsdp::WrapPlan::single(m.num_layers());
+    case WrapPolicy::kBySize: return fsdp::WrapPlan::by_size(m.params(), m.num_layers(), o.min_num_params);
+    case WrapPolicy::kByClass:
+      return fsdp::WrapPlan::by_class(m.params(), m.num_layers(),
+                                      o.wrap_classes.empty() ? m.default_wrap_classes() : o.wrap_classes);
   }
-  return fsdp::WrapPlan::single(mlp.num_layers());
+  return fsdp::WrapPlan::single(m.num_layers());
 }
 
 FsdpTrainer::FsdpTrainer(comm::Communicator& comm, device::Device& dev, const Clock& clock,
                          const FsdpTrainOptions& options)
-    : comm_(comm), dev_(dev), clock_(clock), options_(options), mlp_(options.model) {}
+    : comm_(comm), dev_(dev), clock_(clock), options_(options), model_(make_model(options)) {}
 
 Result<std::unique_ptr<FsdpTrainer>> FsdpTrainer::create(comm::Communicator& comm, device::Device& dev,
                                                          const Clock& clock, const FsdpTrainOptions& o) {
   SHARDLAB_RETURN_IF_ERROR(validate(o, comm.size()));
   std::unique_ptr<FsdpTrainer> t(new FsdpTrainer(comm, dev, clock, o));
   {
-    SHARDLAB_ASSIGN_OR_RETURN(Tensor full, init_full(dev, t->mlp_, o.seed));
-    SHARDLAB_ASSIGN_OR_RETURN(t->fsdp_, fsdp::FullyShardedModel::create(comm, dev, t->mlp_.params(),
-                                                                        wrap_plan(o, t->mlp_), o.fsdp, full));
+    SHARDLAB_ASSIGN_OR_RETURN(Tensor full, init_full(dev, *t->model_, o.seed));
+    SHARDLAB_ASSIGN_OR_RETURN(t->fsdp_, fsdp::FullyShardedModel::create(comm, dev, t->model_->params(),
+                                                                        wrap_plan(o, *t->model_), o.fsdp, full));
   }  // the full initial copy is freed here: only shards remain
   SHARDLAB_RETURN_IF_ERROR(t->fsdp_->set_optimizer(o.optimizer));
-  const std::int64_t micro = o.global_batch / comm.size() / o.grad_accumulation;
-  SHARDLAB_ASSIGN_OR_RETURN(t->x_, dev.empty({micro, o.model.input_dim}, DType::kF32, MemoryCategory::kActivations, "x"));
-  SHARDLAB_ASSIGN_OR_RETURN(t->labels_, dev.empty({micro}, DType::kI64, MemoryCategory::kActivations, "labels"));
   SHARDLAB_ASSIGN_OR_RETURN(t->loss_, dev.empty({1}, DType::kF32, MemoryCategory::kOther, "loss"));
+  SHARDLAB_ASSIGN_OR_RETURN(t->counts_, dev.empty({static_cast<std::int64_t>(t->model_->loss_term_weights().size())},
+                                                  DType::kI64, MemoryCategory::kOther, "target_counts"));
   t->result_.num_units = t->fsdp_->num_units();
   for (const auto& u : t->fsdp_->units()) t->result_.num_trainable_units += u.has_trainable ? 1 : 0;
   return t;
@@ -78,19 +133,33 @@ Result<std::unique_ptr<FsdpTrainer>> FsdpTrainer::create(comm::Communicator& com
 
 Status FsdpTrainer::step() {
   const FsdpTrainOptions& o = options_;
-  const std::int64_t local = o.global_batch / comm_.size();
+  const int world = comm_.size();
+  const std::int64_t local = o.global_batch / world;
   const std::int64_t micro = local / o.grad_accumulation;
   const Nanos start = clock_.now();
   fsdp_->zero_grad();
+  // The step's micro-batches first: the loss is normalized by the global target count.
+  std::vector<model::Batch> batches;
+  std::vector<std::int64_t> counts;
+  for (int m = 0; m < o.grad_accumulation; ++m) {
+    SHARDLAB_ASSIGN_OR_RETURN(model::Batch b, load_batch(o, *model_, dev_, step_, comm_.rank() * local + m * micro, micro));
+    SHARDLAB_RETURN_IF_ERROR(add_counts(*model_, b, counts));
+    batches.push_back(std::move(b));
+  }
+  for (std::size_t t = 0; t < counts.size(); ++t) counts_.data<std::int64_t>()[t] = counts[t];
+  SHARDLAB_RETURN_IF_ERROR(comm_.all_reduce(counts_, comm::ReduceOp::kSum)->wait(o.fsdp.collective_timeout));
+  for (std::size_t t = 0; t < counts.size(); ++t) counts[t] = counts_.data<std::int64_t>()[t];
+  const std::vector<float> scale = term_scales(*model_, counts, world);
   float loss_sum = 0.0f;
   for (int m = 0; m < o.grad_accumulation; ++m) {
-    SHARDLAB_RETURN_IF_ERROR(
-        model::synthetic_rows(dev_, o.model, o.seed, step_, comm_.rank() * local + m * micro, x_, labels_));
     SHARDLAB_RETURN_IF_ERROR(fsdp_->begin_iteration(/*no_sync=*/m + 1 < o.grad_accumulation));
-    SHARDLAB_ASSIGN_OR_RETURN(double l, mlp_.forward_backward(dev_, *fsdp_, x_, labels_, 1.0f / static_cast<float>(local)));
+    const model::ForwardContext ctx{o.seed, step_, comm_.rank() * local + m * micro, true};
+    SHARDLAB_ASSIGN_OR_RETURN(std::vector<double> sums,
+                              model_->forward_backward(dev_, *fsdp_, batches[static_cast<std::size_t>(m)], scale, ctx));
     SHARDLAB_RETURN_IF_ERROR(fsdp_->end_iteration());
+    batches[static_cast<std::size_t>(m)] = model::Batch();
     result_.counts.push_back(fsdp_->counts());
-    loss_sum += static_cast<float>(l);
+    loss_sum += loss_share(*model_, sums, counts);
   }
   loss_.data<float>()[0] = loss_sum;
   SHARDLAB_RETURN_IF_ERROR(comm_.all_reduce(loss_, comm::ReduceOp::kSum)->wait(o.fsdp.collective_timeout));
@@ -99,14 +168,14 @@ Status FsdpTrainer::step() {
     result_.grad_norms.push_back(norm);
   }
   if (step_ + 1 == o.steps) {
-    SHARDLAB_ASSIGN_OR_RETURN(Tensor g, dev_.empty({model::total_numel(mlp_.params())}, DType::kF32,
+    SHARDLAB_ASSIGN_OR_RETURN(Tensor g, dev_.empty({model::total_numel(model_->params())}, DType::kF32,
                                                    MemoryCategory::kOther, "grads_out"));
     SHARDLAB_RETURN_IF_ERROR(fsdp_->gather_full_grads(g));
     result_.last_grads.assign(g.data<float>(), g.data<float>() + g.numel());
   }
   SHARDLAB_RETURN_IF_ERROR(fsdp_->optimizer_step());
   dev_.synchronize(device::kComputeStream);
-  result_.losses.push_back(static_cast<double>(loss_.data<float>()[0]) / static_cast<double>(o.global_batch));
+  result_.losses.push_back(static_cast<double>(loss_.data<float>()[0]));
   result_.step_times.push_back(clock_.now() - start);
   ++step_;
   return Status::ok();
@@ -128,35 +197,41 @@ Result<FsdpTrainResult> train_fsdp(comm::Communicator& comm, device::Device& dev
 
 Result<FsdpTrainResult> train_oracle(device::Device& dev, const FsdpTrainOptions& o, int world) {
   SHARDLAB_RETURN_IF_ERROR(validate(o, world));
-  const model::Mlp mlp(o.model);
-  const std::int64_t total = model::total_numel(mlp.params());
-  SHARDLAB_ASSIGN_OR_RETURN(Tensor params, init_full(dev, mlp, o.seed));
+  const std::unique_ptr<model::Model> net = make_model(o);
+  const std::int64_t total = model::total_numel(net->params());
+  SHARDLAB_ASSIGN_OR_RETURN(Tensor params, init_full(dev, *net, o.seed));
   SHARDLAB_ASSIGN_OR_RETURN(Tensor chunk_grad, dev.empty({total}, DType::kF32, MemoryCategory::kGradients, "chunk_grad"));
   SHARDLAB_ASSIGN_OR_RETURN(Tensor node_sum, dev.empty({total}, DType::kF32, MemoryCategory::kGradients, "node_sum"));
   SHARDLAB_ASSIGN_OR_RETURN(Tensor world_sum, dev.empty({total}, DType::kF32, MemoryCategory::kGradients, "world_sum"));
   SHARDLAB_ASSIGN_OR_RETURN(Tensor grads, dev.empty({total}, DType::kF32, MemoryCategory::kGradients, "grads"));
   SHARDLAB_ASSIGN_OR_RETURN(optim::Optimizer opt, optim::Optimizer::create(dev, o.optimizer, total, "oracle"));
   std::vector<std::uint8_t> trainable;
-  for (const auto& spec : mlp.params()) trainable.insert(trainable.end(), static_cast<std::size_t>(*checked_numel(spec.shape)), spec.requires_grad ? 1 : 0);
-  FlatParamAccess access(mlp.params(), params, chunk_grad);
+  for (const auto& spec : net->params()) trainable.insert(trainable.end(), static_cast<std::size_t>(*checked_numel(spec.shape)), spec.requires_grad ? 1 : 0);
+  FlatParamAccess access(net->params(), params, chunk_grad);
   const std::int64_t local = o.global_batch / world;
   const std::int64_t micro = local / o.grad_accumulation;
-  SHARDLAB_ASSIGN_OR_RETURN(Tensor x, dev.empty({micro, o.model.input_dim}, DType::kF32, MemoryCategory::kActivations, "x"));
-  SHARDLAB_ASSIGN_OR_RETURN(Tensor labels, dev.empty({micro}, DType::kI64, MemoryCategory::kActivations, "labels"));
   // The reduction tree of the collectives: groups of `group` ranks summed in order, then
   // the group sums in order (one group unless HYBRID_SHARD).
   const int group = o.fsdp.strategy == fsdp::ShardingStrategy::kHybridShard ? o.fsdp.devices_per_node : world;
   const auto [pre, post] = fsdp::divide_factors(world);
   FsdpTrainResult result;
   for (int step = 0; step < o.steps; ++step) {
+    std::vector<std::int64_t> counts;
+    for (std::int64_t row = 0; row < o.global_batch; row += micro) {
+      SHARDLAB_ASSIGN_OR_RETURN(model::Batch b, load_batch(o, *net, dev, step, row, micro));
+      SHARDLAB_RETURN_IF_ERROR(add_counts(*net, b, counts));
+    }
+    const std::vector<float> scale = term_scales(*net, counts, world);
     float loss_total = 0.0f;
     for (int r = 0; r < world; ++r) {
       SHARDLAB_RETURN_IF_ERROR(dev.fill(chunk_grad, 0.0f));
       float rank_loss = 0.0f;
       for (int m = 0; m < o.grad_accumulation; ++m) {
-        SHARDLAB_RETURN_IF_ERROR(model::synthetic_rows(dev, o.model, o.seed, step, r * local + m * micro, x, labels));
-        SHARDLAB_ASSIGN_OR_RETURN(double l, mlp.forward_backward(dev, access, x, labels, 1.0f / static_cast<float>(local)));
-        rank_loss += static_cast<float>(l);
+        const std::int64_t first = r * local + m * micro;
+        SHARDLAB_ASSIGN_OR_RETURN(model::Batch b, load_batch(o, *net, dev, step, first, micro));
+        const model::ForwardContext ctx{o.seed, step, first, true};
+        SHARDLAB_ASSIGN_OR_RETURN(std::vector<double> sums, net->forward_backward(dev, access, b, scale, ctx));
+        rank_loss += loss_share(*net, sums, counts);
       }
       loss_total = r == 0 ? rank_loss : loss_total + rank_loss;
       if (pre != 1.0) SHARDLAB_RETURN_IF_ERROR(dev.scale(chunk_grad, static_cast<float>(1.0 / pre)));
@@ -188,7 +263,7 @@ Result<FsdpTrainResult> train_oracle(device::Device& dev, const FsdpTrainOptions
     }
     if (step + 1 == o.steps) result.last_grads.assign(grads.data<float>(), grads.data<float>() + total);
     SHARDLAB_RETURN_IF_ERROR(opt.step(params, grads, &trainable));
-    result.losses.push_back(static_cast<double>(loss_total) / static_cast<double>(o.global_batch));
+    result.losses.push_back(static_cast<double>(loss_total));
     result.step_times.push_back(0);
   }
   result.final_params.assign(params.data<float>(), params.data<float>() + total);

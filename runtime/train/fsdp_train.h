@@ -1,9 +1,13 @@
-// FSDP training of the MLP, and the unsharded oracle it must equal bitwise.
+// FSDP training of a model (the MLP or BERT), and the unsharded oracle it must equal bitwise.
 //
 // train_fsdp: each rank trains its slice of the global batch (rows [r·B/W, (r+1)·B/W)),
-// in `grad_accumulation` micro-batches (all but the last under no_sync), with the loss
-// scaled by 1/(B/W) as PyTorch users do; FSDP averages over ranks; then optional global
-// grad-norm clipping and a sharded optimizer step.
+// in `grad_accumulation` micro-batches (all but the last under no_sync). The loss is
+// normalized by the global count of valid targets of the step (all-reduced across ranks,
+// summed over micro-batches; per loss term, e.g. QA's start and end): each rank's
+// gradient is scaled by W / count so that FSDP's average over ranks gives exactly the
+// single-process mean — never a mean of per-rank means, and a rank without any valid
+// target contributes zeros, not NaN. Then optional global grad-norm clipping and a
+// sharded optimizer step.
 //
 // train_oracle: one process, no sharding, the same concatenated global batch. It computes
 // each rank's chunk gradient separately and combines them exactly as the collectives do
@@ -13,6 +17,7 @@
 // comparison needs a tolerance.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -22,7 +27,9 @@
 #include "runtime/comm/communicator.h"
 #include "runtime/core/clock.h"
 #include "runtime/device/device.h"
+#include "runtime/model/bert.h"
 #include "runtime/model/mlp.h"
+#include "runtime/model/model.h"
 
 namespace shardlab::runtime::train {
 
@@ -31,8 +38,17 @@ namespace shardlab::runtime::train {
 // min_num_params; kNone: one unit.
 enum class WrapPolicy { kPerLayer, kNone, kBySize, kByClass };
 
+enum class ModelKind { kMlp, kBert };
+
+// Rows [first_row, first_row + rows) of step `step`'s global batch, on `dev`.
+using DataSource =
+    std::function<Result<model::Batch>(device::Device& dev, std::int64_t step, std::int64_t first_row, std::int64_t rows)>;
+
 struct FsdpTrainOptions {
-  model::MlpConfig model;
+  ModelKind model_kind = ModelKind::kMlp;
+  model::MlpConfig model;   // kMlp
+  model::BertOptions bert;  // kBert
+  DataSource data;          // empty: the model's seeded synthetic batches
   int steps = 3;
   std::int64_t global_batch = 32;  // divisible by world size × grad_accumulation
   int grad_accumulation = 1;
@@ -41,7 +57,7 @@ struct FsdpTrainOptions {
   std::uint64_t seed = 0;
   WrapPolicy wrap = WrapPolicy::kPerLayer;
   std::int64_t min_num_params = 0;  // for kBySize
-  std::vector<std::string> wrap_classes = {"Linear"};  // for kByClass
+  std::vector<std::string> wrap_classes;  // for kByClass; empty: the model's (Linear for the MLP, BertLayer for BERT)
   fsdp::FsdpOptions fsdp;
   optim::OptimizerConfig optimizer;
 };
@@ -60,7 +76,8 @@ struct FsdpTrainResult {
 };
 
 Status validate(const FsdpTrainOptions& options, int world_size);
-fsdp::WrapPlan wrap_plan(const FsdpTrainOptions& options, const model::Mlp& mlp);
+std::unique_ptr<model::Model> make_model(const FsdpTrainOptions& options);
+fsdp::WrapPlan wrap_plan(const FsdpTrainOptions& options, const model::Model& model);
 
 // One rank's FSDP training loop, step by step (train_fsdp runs it to the end).
 class FsdpTrainer {
@@ -70,6 +87,7 @@ class FsdpTrainer {
   // One optimizer step over the step's global batch; records into result().
   Status step();
   fsdp::FullyShardedModel& model() { return *fsdp_; }
+  const model::Model& network() const { return *model_; }
   int steps_done() const { return step_; }
   FsdpTrainResult& result() { return result_; }
 
@@ -79,9 +97,9 @@ class FsdpTrainer {
   device::Device& dev_;
   const Clock& clock_;
   FsdpTrainOptions options_;
-  model::Mlp mlp_;
+  std::unique_ptr<model::Model> model_;
   std::unique_ptr<fsdp::FullyShardedModel> fsdp_;
-  Tensor x_, labels_, loss_;
+  Tensor loss_, counts_;
   int step_ = 0;
   FsdpTrainResult result_;
 };

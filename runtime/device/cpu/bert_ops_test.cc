@@ -545,5 +545,51 @@ TEST(CpuTanhActivationTest, ValuesAndBackwardMatchReferenceAndFiniteDifferences)
   expect_matches_fd(dx, finite_differences(x, loss), "dx");
 }
 
+// ---- transpose_1_2 and multiply (head split and dropout) --------------------------
+
+TEST(BertOps, Transpose12SwapsTheMiddleDimsAndIsItsOwnInverse) {
+  CpuDevice dev;
+  Rng rng(41);
+  const std::int64_t P = 2, Q = 3, R = 4, S = 5;
+  Tensor x = random_f32(dev, {P, Q, R, S}, rng, "x");
+  Tensor y = make(dev, {P, R, Q, S}, DType::kF32, "y");
+  ASSERT_TRUE(dev.transpose_1_2(x, y, kComputeStream).is_ok());
+  for (std::int64_t p = 0; p < P; ++p)
+    for (std::int64_t q = 0; q < Q; ++q)
+      for (std::int64_t r = 0; r < R; ++r)
+        for (std::int64_t s = 0; s < S; ++s)
+          ASSERT_EQ(y.data<float>()[((p * R + r) * Q + q) * S + s], x.data<float>()[((p * Q + q) * R + r) * S + s]);
+  Tensor back = make(dev, {P, Q, R, S}, DType::kF32, "back");
+  ASSERT_TRUE(dev.transpose_1_2(y, back, kComputeStream).is_ok());
+  EXPECT_EQ(get(back), get(x));
+}
+
+TEST(BertOps, Transpose12RejectsWrongShapesAndOverlap) {
+  CpuDevice dev;
+  Tensor x = make(dev, {1, 2, 3, 4}), wrong = make(dev, {1, 2, 3, 4}), three = make(dev, {2, 3, 4});
+  Status s = dev.transpose_1_2(x, wrong, kComputeStream);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("[P, R, Q, S]"));
+  EXPECT_EQ(dev.transpose_1_2(three, wrong, kComputeStream).code(), StatusCode::kInvalidArgument);
+  Tensor sq = make(dev, {1, 2, 2, 1});
+  EXPECT_THAT(dev.transpose_1_2(sq, sq, kComputeStream).message(), HasSubstr("overlaps"));
+}
+
+TEST(BertOps, MultiplyIsElementwiseAndMayWorkInPlace) {
+  CpuDevice dev;
+  Rng rng(42);
+  Tensor a = random_f32(dev, {3, 7}, rng, "a"), b = random_f32(dev, {21}, rng, "b"), c = make(dev, {21});
+  ASSERT_TRUE(dev.multiply(a, b, c, kComputeStream).is_ok());
+  for (int i = 0; i < 21; ++i) EXPECT_EQ(c.data<float>()[i], a.data<float>()[i] * b.data<float>()[i]);
+  const std::vector<float> expected = get(c);
+  ASSERT_TRUE(dev.multiply(a, b, a, kComputeStream).is_ok());
+  EXPECT_EQ(get(a), expected);
+  Tensor short_one = make(dev, {20});
+  EXPECT_THAT(dev.multiply(a, short_one, c, kComputeStream).message(), HasSubstr("element count"));
+  Tensor shifted = *c.narrow(1, 20);
+  Tensor base = *c.narrow(0, 20);
+  EXPECT_THAT(dev.multiply(base, short_one, shifted, kComputeStream).message(), HasSubstr("partially overlaps"));
+}
+
 }  // namespace
 }  // namespace shardlab::runtime::device::cpu

@@ -713,4 +713,39 @@ Status CpuDevice::softmax_cross_entropy(const Tensor& logits, const Tensor& labe
   return Status::ok();
 }
 
+Status CpuDevice::transpose_1_2(const Tensor& x, const Tensor& y, StreamId stream) {
+  constexpr std::string_view kOp = "transpose_1_2";
+  SHARDLAB_RETURN_IF_ERROR(check_stream(kOp, stream));
+  SHARDLAB_RETURN_IF_ERROR(expect_dtype(kOp, x, DType::kF32));
+  SHARDLAB_RETURN_IF_ERROR(expect_dtype(kOp, y, DType::kF32));
+  if (x.ndim() != 4 || y.shape() != Shape{x.ndim() == 4 ? x.dim(0) : 0, x.ndim() == 4 ? x.dim(2) : 0,
+                                          x.ndim() == 4 ? x.dim(1) : 0, x.ndim() == 4 ? x.dim(3) : 0}) {
+    return Status::invalid_argument(std::string(kOp) + ": x " + x.describe() + " must be 4-D [P, Q, R, S] and y " +
+                                    y.describe() + " must be [P, R, Q, S]");
+  }
+  if (y.overlaps(x)) return Status::invalid_argument(std::string(kOp) + ": y overlaps x");
+  const std::int64_t P = x.dim(0), Q = x.dim(1), R = x.dim(2), S = x.dim(3);
+  const float* in = x.data<float>();
+  float* out = y.data<float>();
+  const std::size_t row = static_cast<std::size_t>(S) * sizeof(float);
+  for (std::int64_t p = 0; p < P; ++p)
+    for (std::int64_t r = 0; r < R; ++r)
+      for (std::int64_t q = 0; q < Q; ++q) std::memcpy(out + ((p * R + r) * Q + q) * S, in + ((p * Q + q) * R + r) * S, row);
+  return Status::ok();
+}
+
+Status CpuDevice::multiply(const Tensor& a, const Tensor& b, const Tensor& c, StreamId stream) {
+  constexpr std::string_view kOp = "multiply";
+  SHARDLAB_RETURN_IF_ERROR(check_stream(kOp, stream));
+  for (const Tensor* t : {&a, &b, &c}) SHARDLAB_RETURN_IF_ERROR(expect_dtype(kOp, *t, DType::kF32));
+  SHARDLAB_RETURN_IF_ERROR(expect_numel(kOp, b, a.numel(), "a's element count"));
+  SHARDLAB_RETURN_IF_ERROR(expect_numel(kOp, c, a.numel(), "a's element count"));
+  // Element-wise: c may be a or b exactly, but not a shifted overlap.
+  if ((c.overlaps(a) && !c.same_view(a)) || (c.overlaps(b) && !c.same_view(b))) {
+    return Status::invalid_argument(std::string(kOp) + ": c partially overlaps an input");
+  }
+  VecMap(c.data<float>(), c.numel()) = VecMap(a.data<float>(), a.numel()).cwiseProduct(VecMap(b.data<float>(), b.numel()));
+  return Status::ok();
+}
+
 }  // namespace shardlab::runtime::device::cpu

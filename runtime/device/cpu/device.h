@@ -65,6 +65,8 @@ class CpuDevice final : public Device {
   Status softmax_cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& loss_sum,
                                const Tensor& dlogits, float grad_scale, std::int64_t ignore_index,
                                StreamId stream) override;
+  Status transpose_1_2(const Tensor& x, const Tensor& y, StreamId stream) override;
+  Status multiply(const Tensor& a, const Tensor& b, const Tensor& c, StreamId stream) override;
 
  private:
   Status check_stream(std::string_view op, StreamId stream) const;

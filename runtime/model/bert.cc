@@ -1,0 +1,250 @@
+#include "runtime/model/bert.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace shardlab::runtime::model {
+
+std::string_view bert_head_name(BertHead head) {
+  switch (head) {
+    case BertHead::kSequenceClassification: return "classification";
+    case BertHead::kMaskedLM: return "mlm";
+    case BertHead::kQuestionAnswering: return "qa";
+  }
+  return "?";
+}
+
+std::string_view bert_architecture_name(BertHead head) {
+  switch (head) {
+    case BertHead::kSequenceClassification: return "BertForSequenceClassification";
+    case BertHead::kMaskedLM: return "BertForMaskedLM";
+    case BertHead::kQuestionAnswering: return "BertForQuestionAnswering";
+  }
+  return "?";
+}
+
+Result<BertHead> parse_bert_head(std::string_view name) {
+  for (BertHead h : {BertHead::kSequenceClassification, BertHead::kMaskedLM, BertHead::kQuestionAnswering}) {
+    if (name == bert_head_name(h) || name == bert_architecture_name(h)) return h;
+  }
+  return Status::invalid_argument("unknown BERT head '" + std::string(name) +
+                                  "'; allowed: classification, mlm, qa (or BertForSequenceClassification, "
+                                  "BertForMaskedLM, BertForQuestionAnswering)");
+}
+
+Status BertConfig::validate() const {
+  auto bad = [](const std::string& what) { return Status::invalid_argument("BERT config: " + what); };
+  if (vocab_size < 1) return bad("vocab_size must be >= 1, got " + std::to_string(vocab_size));
+  if (hidden_size < 1) return bad("hidden_size must be >= 1, got " + std::to_string(hidden_size));
+  if (num_hidden_layers < 0) return bad("num_hidden_layers must be >= 0, got " + std::to_string(num_hidden_layers));
+  if (num_attention_heads < 1 || hidden_size % num_attention_heads != 0) {
+    return bad("num_attention_heads (" + std::to_string(num_attention_heads) + ") must be >= 1 and divide hidden_size (" +
+               std::to_string(hidden_size) + ")");
+  }
+  if (intermediate_size < 1) return bad("intermediate_size must be >= 1, got " + std::to_string(intermediate_size));
+  if (max_position_embeddings < 1) return bad("max_position_embeddings must be >= 1");
+  if (type_vocab_size < 1) return bad("type_vocab_size must be >= 1");
+  if (!(layer_norm_eps > 0.0f) || !std::isfinite(layer_norm_eps)) return bad("layer_norm_eps must be a positive number");
+  if (!(hidden_dropout_prob >= 0.0f && hidden_dropout_prob < 1.0f)) return bad("hidden_dropout_prob must be in [0, 1)");
+  if (!(attention_probs_dropout_prob >= 0.0f && attention_probs_dropout_prob < 1.0f)) {
+    return bad("attention_probs_dropout_prob must be in [0, 1)");
+  }
+  if (num_labels < 1) return bad("num_labels must be >= 1, got " + std::to_string(num_labels));
+  if (pad_token_id < 0 || pad_token_id >= vocab_size) {
+    return bad("pad_token_id " + std::to_string(pad_token_id) + " is outside the vocabulary [0, " +
+               std::to_string(vocab_size) + ")");
+  }
+  if (!(initializer_range >= 0.0f) || !std::isfinite(initializer_range)) return bad("initializer_range must be >= 0");
+  return Status::ok();
+}
+
+namespace {
+struct Preset {
+  const char* name;
+  int layers;
+  std::int64_t hidden;
+  int heads;
+  std::int64_t intermediate;
+};
+constexpr Preset kPresets[] = {{"bert-tiny", 2, 128, 2, 512},
+                               {"bert-mini", 4, 256, 4, 1024},
+                               {"bert-small", 4, 512, 8, 2048},
+                               {"bert-base", 12, 768, 12, 3072},
+                               {"bert-large", 24, 1024, 16, 4096}};
+}  // namespace
+
+std::vector<std::string> bert_preset_names() {
+  std::vector<std::string> names;
+  for (const auto& p : kPresets) names.emplace_back(p.name);
+  return names;
+}
+
+Result<BertConfig> bert_preset(std::string_view name) {
+  for (const auto& p : kPresets) {
+    if (name != p.name) continue;
+    BertConfig c;
+    c.num_hidden_layers = p.layers;
+    c.hidden_size = p.hidden;
+    c.num_attention_heads = p.heads;
+    c.intermediate_size = p.intermediate;
+    return c;
+  }
+  std::string list;
+  for (const auto& n : bert_preset_names()) list += (list.empty() ? "" : ", ") + n;
+  return Status::invalid_argument("unknown BERT preset '" + std::string(name) + "'; allowed: " + list);
+}
+
+std::vector<ParamSpec> bert_param_specs(const BertConfig& c, BertHead head) {
+  const std::int64_t H = c.hidden_size, I = c.intermediate_size;
+  std::vector<ParamSpec> s;
+  auto add = [&](std::string name, Shape shape, int layer, const char* cls) {
+    s.push_back({std::move(name), std::move(shape), true, layer, cls});
+  };
+  add("bert.embeddings.word_embeddings.weight", {c.vocab_size, H}, 0, "BertEmbeddings");
+  add("bert.embeddings.position_embeddings.weight", {c.max_position_embeddings, H}, 0, "BertEmbeddings");
+  add("bert.embeddings.token_type_embeddings.weight", {c.type_vocab_size, H}, 0, "BertEmbeddings");
+  add("bert.embeddings.LayerNorm.weight", {H}, 0, "BertEmbeddings");
+  add("bert.embeddings.LayerNorm.bias", {H}, 0, "BertEmbeddings");
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    const std::string p = "bert.encoder.layer." + std::to_string(l) + ".";
+    const int layer = l + 1;
+    for (const char* qkv : {"query", "key", "value"}) {
+      add(p + "attention.self." + qkv + ".weight", {H, H}, layer, "BertLayer");
+      add(p + "attention.self." + qkv + ".bias", {H}, layer, "BertLayer");
+    }
+    add(p + "attention.output.dense.weight", {H, H}, layer, "BertLayer");
+    add(p + "attention.output.dense.bias", {H}, layer, "BertLayer");
+    add(p + "attention.output.LayerNorm.weight", {H}, layer, "BertLayer");
+    add(p + "attention.output.LayerNorm.bias", {H}, layer, "BertLayer");
+    add(p + "intermediate.dense.weight", {I, H}, layer, "BertLayer");
+    add(p + "intermediate.dense.bias", {I}, layer, "BertLayer");
+    add(p + "output.dense.weight", {H, I}, layer, "BertLayer");
+    add(p + "output.dense.bias", {H}, layer, "BertLayer");
+    add(p + "output.LayerNorm.weight", {H}, layer, "BertLayer");
+    add(p + "output.LayerNorm.bias", {H}, layer, "BertLayer");
+  }
+  const int hl = c.num_hidden_layers + 1;
+  switch (head) {
+    case BertHead::kSequenceClassification:
+      add("bert.pooler.dense.weight", {H, H}, hl, "BertPooler");
+      add("bert.pooler.dense.bias", {H}, hl, "BertPooler");
+      add("classifier.weight", {c.num_labels, H}, hl, "Linear");
+      add("classifier.bias", {c.num_labels}, hl, "Linear");
+      break;
+    case BertHead::kMaskedLM:
+      add("cls.predictions.transform.dense.weight", {H, H}, hl, "BertOnlyMLMHead");
+      add("cls.predictions.transform.dense.bias", {H}, hl, "BertOnlyMLMHead");
+      add("cls.predictions.transform.LayerNorm.weight", {H}, hl, "BertOnlyMLMHead");
+      add("cls.predictions.transform.LayerNorm.bias", {H}, hl, "BertOnlyMLMHead");
+      add("cls.predictions.bias", {c.vocab_size}, hl, "BertOnlyMLMHead");
+      break;
+    case BertHead::kQuestionAnswering:
+      add("qa_outputs.weight", {2, H}, hl, "Linear");
+      add("qa_outputs.bias", {2}, hl, "Linear");
+      break;
+  }
+  return s;
+}
+
+Bert::Bert(BertOptions options) : options_(std::move(options)), specs_(bert_param_specs(options_.config, options_.head)) {}
+
+std::vector<double> Bert::loss_term_weights() const {
+  if (options_.head == BertHead::kQuestionAnswering) return {0.5, 0.5};
+  return {1.0};
+}
+
+Status Bert::validate_batch(const Batch& batch) const {
+  const BertConfig& c = options_.config;
+  auto bad = [](const std::string& m) { return Status::invalid_argument("BERT batch: " + m); };
+  SHARDLAB_ASSIGN_OR_RETURN(Tensor ids, batch.get("input_ids"));
+  if (ids.dtype() != DType::kI64 || ids.shape().size() != 2) {
+    return bad("input_ids must be int64 [B, T], got " + std::string(dtype_name(ids.dtype())) + " " + shape_to_string(ids.shape()));
+  }
+  const std::int64_t B = ids.dim(0), T = ids.dim(1);
+  if (B != batch.rows) return bad("input_ids has " + std::to_string(B) + " rows, the batch " + std::to_string(batch.rows));
+  if (B < 1 || T < 1) return bad("input_ids " + shape_to_string(ids.shape()) + " is empty");
+  if (T > c.max_position_embeddings) {
+    return bad("sequence length T = " + std::to_string(T) + " exceeds max_position_embeddings = " +
+               std::to_string(c.max_position_embeddings));
+  }
+  auto check_ids = [&](const char* name, const Tensor& t, std::int64_t limit) -> Status {
+    const std::int64_t* p = t.data<std::int64_t>();
+    for (std::int64_t i = 0; i < t.numel(); ++i) {
+      if (p[i] < 0 || p[i] >= limit) {
+        return bad(std::string(name) + "[" + std::to_string(i / T) + ", " + std::to_string(i % T) + "] = " +
+                   std::to_string(p[i]) + " is outside [0, " + std::to_string(limit) + ")");
+      }
+    }
+    return Status::ok();
+  };
+  SHARDLAB_RETURN_IF_ERROR(check_ids("input_ids", ids, c.vocab_size));
+  SHARDLAB_ASSIGN_OR_RETURN(Tensor mask, batch.get("attention_mask"));
+  if (mask.dtype() != DType::kF32 || mask.shape() != Shape{B, T}) {
+    return bad("attention_mask must be fp32 [" + std::to_string(B) + ", " + std::to_string(T) + "], got " +
+               std::string(dtype_name(mask.dtype())) + " " + shape_to_string(mask.shape()));
+  }
+  SHARDLAB_ASSIGN_OR_RETURN(Tensor types, batch.get("token_type_ids"));
+  if (types.dtype() != DType::kI64 || types.shape() != Shape{B, T}) {
+    return bad("token_type_ids must be int64 [" + std::to_string(B) + ", " + std::to_string(T) + "], got " +
+               std::string(dtype_name(types.dtype())) + " " + shape_to_string(types.shape()));
+  }
+  SHARDLAB_RETURN_IF_ERROR(check_ids("token_type_ids", types, c.type_vocab_size));
+  auto check_labels = [&](const char* name, const Shape& shape, std::int64_t lo, std::int64_t hi,
+                          std::int64_t ignore) -> Status {
+    SHARDLAB_ASSIGN_OR_RETURN(Tensor t, batch.get(name));
+    if (t.dtype() != DType::kI64 || t.shape() != shape) {
+      return bad(std::string(name) + " must be int64 " + shape_to_string(shape) + ", got " +
+                 std::string(dtype_name(t.dtype())) + " " + shape_to_string(t.shape()));
+    }
+    const std::int64_t* p = t.data<std::int64_t>();
+    for (std::int64_t i = 0; i < t.numel(); ++i) {
+      if (p[i] != ignore && (p[i] < lo || p[i] >= hi)) {
+        return bad(std::string(name) + " element " + std::to_string(i) + " = " + std::to_string(p[i]) +
+                   " is outside [" + std::to_string(lo) + ", " + std::to_string(hi) + ") and is not the ignore index " +
+                   std::to_string(ignore));
+      }
+    }
+    return Status::ok();
+  };
+  switch (options_.head) {
+    case BertHead::kSequenceClassification:
+      return check_labels("labels", {B}, 0, c.num_labels, -100);
+    case BertHead::kMaskedLM:
+      return check_labels("labels", {B, T}, 0, c.vocab_size, -100);
+    case BertHead::kQuestionAnswering:
+      // Hugging Face clamps positions to [0, T] and ignores T; negative ones clamp to 0.
+      SHARDLAB_RETURN_IF_ERROR(check_labels("start_positions", {B}, std::numeric_limits<std::int64_t>::min(),
+                                            std::numeric_limits<std::int64_t>::max(), 0));
+      return check_labels("end_positions", {B}, std::numeric_limits<std::int64_t>::min(),
+                          std::numeric_limits<std::int64_t>::max(), 0);
+  }
+  return Status::ok();
+}
+
+Result<std::vector<std::int64_t>> Bert::count_targets(const Batch& batch) const {
+  SHARDLAB_RETURN_IF_ERROR(validate_batch(batch));
+  SHARDLAB_ASSIGN_OR_RETURN(Tensor ids, batch.get("input_ids"));
+  const std::int64_t T = ids.dim(1);
+  auto count = [](const Tensor& t, auto valid) {
+    std::int64_t n = 0;
+    for (std::int64_t i = 0; i < t.numel(); ++i) n += valid(t.data<std::int64_t>()[i]) ? 1 : 0;
+    return n;
+  };
+  switch (options_.head) {
+    case BertHead::kSequenceClassification:
+    case BertHead::kMaskedLM: {
+      SHARDLAB_ASSIGN_OR_RETURN(Tensor labels, batch.get("labels"));
+      return std::vector<std::int64_t>{count(labels, [](std::int64_t v) { return v != -100; })};
+    }
+    case BertHead::kQuestionAnswering: {
+      SHARDLAB_ASSIGN_OR_RETURN(Tensor s, batch.get("start_positions"));
+      SHARDLAB_ASSIGN_OR_RETURN(Tensor e, batch.get("end_positions"));
+      auto valid = [T](std::int64_t v) { return std::clamp<std::int64_t>(v, 0, T) != T; };
+      return std::vector<std::int64_t>{count(s, valid), count(e, valid)};
+    }
+  }
+  return Status::internal("unreachable");
+}
+
+}  // namespace shardlab::runtime::model

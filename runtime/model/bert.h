@@ -1,0 +1,95 @@
+// BERT as Hugging Face transformers defines it (../shared/reference/bert.md): the same
+// function and parameter names as BertForSequenceClassification, BertForMaskedLM and
+// BertForQuestionAnswering, written against the Device op set.
+//
+// Layers (FSDP hook granularity): 0 = embeddings ("BertEmbeddings"), 1..L = encoder
+// layers ("BertLayer", the transformer wrap class), L+1 = the head. The MLM decoder is
+// tied to the word embeddings, so under FSDP the embeddings and the MLM head must share
+// a unit (the root unit of the transformer policy), as in PyTorch.
+//
+// Dropout masks come from Rng(seed) keyed by (step, global row, layer, site), so a row
+// sees the same mask on any world size and any backend.
+//
+// Compute: fp32, or bf16 (every activation stored rounded to bf16, accumulation in fp32;
+// parameters arrive rounded by FSDP's param_dtype).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "runtime/model/model.h"
+
+namespace shardlab::runtime::model {
+
+enum class BertHead { kSequenceClassification, kMaskedLM, kQuestionAnswering };
+std::string_view bert_head_name(BertHead head);            // "classification", "mlm", "qa"
+std::string_view bert_architecture_name(BertHead head);    // "BertForSequenceClassification", …
+// Accepts the short names and the Hugging Face architecture names.
+Result<BertHead> parse_bert_head(std::string_view name);
+
+struct BertConfig {
+  std::int64_t vocab_size = 30522;
+  std::int64_t hidden_size = 128;
+  int num_hidden_layers = 2;
+  int num_attention_heads = 2;
+  std::int64_t intermediate_size = 512;
+  device::Activation hidden_act = device::Activation::kGelu;  // "gelu" (erf) or "gelu_new" (kGeluTanh)
+  std::int64_t max_position_embeddings = 512;
+  std::int64_t type_vocab_size = 2;
+  float layer_norm_eps = 1e-12f;
+  float hidden_dropout_prob = 0.1f;
+  float attention_probs_dropout_prob = 0.1f;
+  std::int64_t num_labels = 2;
+  std::int64_t pad_token_id = 0;  // nn.Embedding(padding_idx): zero at init, no gradient from the lookup
+  float initializer_range = 0.02f;
+  // Checks the invariants (positive sizes, heads dividing hidden, probabilities in [0, 1)).
+  Status validate() const;
+};
+
+// bert-tiny, bert-mini, bert-small, bert-base, bert-large (bert.md); anything else is
+// INVALID_ARGUMENT listing the presets.
+Result<BertConfig> bert_preset(std::string_view name);
+std::vector<std::string> bert_preset_names();
+
+struct BertOptions {
+  BertConfig config;
+  BertHead head = BertHead::kSequenceClassification;
+  std::int64_t seq_len = 32;           // synthetic batches
+  bool activation_checkpointing = false;  // recompute each BertLayer's forward in backward
+  DType compute_dtype = DType::kF32;   // kF32 or kBF16
+};
+
+// Parameter specs in forward order with Hugging Face names (no decoder weight: tied).
+std::vector<ParamSpec> bert_param_specs(const BertConfig& config, BertHead head);
+
+class Bert final : public Model {
+ public:
+  explicit Bert(BertOptions options);
+  const BertOptions& options() const { return options_; }
+  const BertConfig& config() const { return options_.config; }
+
+  const std::vector<ParamSpec>& params() const override { return specs_; }
+  int num_layers() const override { return options_.config.num_hidden_layers + 2; }
+  std::vector<std::string> default_wrap_classes() const override { return {"BertLayer"}; }
+  // Hugging Face's _init_weights: N(0, initializer_range) for Linear and Embedding weights,
+  // zero biases, LayerNorm weight 1 and bias 0.
+  Status init_params(device::Device& dev, const std::vector<Tensor>& params, std::uint64_t seed) const override;
+  std::vector<double> loss_term_weights() const override;
+  Result<std::vector<std::int64_t>> count_targets(const Batch& batch) const override;
+  Result<Batch> synthetic_batch(device::Device& dev, std::uint64_t seed, std::int64_t step, std::int64_t first_row,
+                                std::int64_t rows) const override;
+  Result<std::vector<double>> forward_backward(device::Device& dev, ParamAccess& access, const Batch& batch,
+                                               const std::vector<float>& term_scale,
+                                               const ForwardContext& ctx) const override;
+  // Checks a batch's tensors against the config and head: names, dtypes, shapes, token
+  // ids inside the vocabulary, T <= max_position_embeddings, labels in range.
+  Status validate_batch(const Batch& batch) const;
+
+ private:
+  BertOptions options_;
+  std::vector<ParamSpec> specs_;
+};
+
+}  // namespace shardlab::runtime::model

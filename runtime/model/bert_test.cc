@@ -1,0 +1,206 @@
+// Bert forward/backward: finite differences through the whole model for each head,
+// activation checkpointing (bitwise), dropout keyed by row, tied decoder, padding row.
+#include "runtime/model/bert.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "runtime/device/cpu/device.h"
+#include "runtime/model/bert_data.h"
+
+namespace shardlab::runtime::model {
+namespace {
+
+BertOptions small(BertHead head, float dropout = 0.1f) {
+  BertOptions o;
+  o.config.vocab_size = 120;
+  o.config.hidden_size = 16;
+  o.config.num_attention_heads = 2;
+  o.config.intermediate_size = 24;
+  o.config.num_hidden_layers = 2;
+  o.config.max_position_embeddings = 12;
+  o.config.num_labels = 3;
+  o.config.layer_norm_eps = 1e-5f;
+  o.config.hidden_dropout_prob = dropout;
+  o.config.attention_probs_dropout_prob = dropout;
+  o.config.initializer_range = 0.2f;  // larger than HF's 0.02 so every path carries signal
+  o.head = head;
+  o.seq_len = 8;
+  return o;
+}
+
+struct Fixture {
+  explicit Fixture(BertOptions o) : bert(std::move(o)) {
+    const std::int64_t total = total_numel(bert.params());
+    params = *dev.empty({total}, DType::kF32, MemoryCategory::kParameters, "params");
+    grads = *dev.zeros({total}, DType::kF32, MemoryCategory::kGradients, "grads");
+    access = std::make_unique<FlatParamAccess>(bert.params(), params, grads);
+    EXPECT_TRUE(bert.init_params(dev, access->params(), 7).is_ok());
+    batch = *bert.synthetic_batch(dev, 11, 0, 0, 3);
+  }
+  // Loss (Σ per-term sums · scale) and, optionally, fresh gradients.
+  double run(const std::vector<float>& scale, const ForwardContext& ctx = {5, 0, 0, true}) {
+    EXPECT_TRUE(dev.fill(grads, 0.0f).is_ok());
+    auto sums = bert.forward_backward(dev, *access, batch, scale, ctx);
+    EXPECT_TRUE(sums.is_ok()) << sums.status().to_string();
+    double loss = 0;
+    for (std::size_t t = 0; t < sums->size(); ++t) loss += scale[t] * (*sums)[t];
+    return loss;
+  }
+  std::vector<float> grad_copy() const { return {grads.data<float>(), grads.data<float>() + grads.numel()}; }
+
+  device::cpu::CpuDevice cpu;
+  device::Device& dev = cpu;
+  Bert bert;
+  Tensor params, grads;
+  std::unique_ptr<FlatParamAccess> access;
+  Batch batch;
+};
+
+class BertHeads : public ::testing::TestWithParam<BertHead> {};
+
+// Central differences on the 40 largest-gradient entries and 40 spread over all parameters.
+TEST_P(BertHeads, GradientsMatchFiniteDifferences) {
+  Fixture f(small(GetParam()));
+  const std::vector<float> scale(f.bert.loss_term_weights().size(), 1.0f);
+  f.run(scale);
+  const std::vector<float> g = f.grad_copy();
+  std::vector<std::int64_t> idx(g.size());
+  for (std::size_t i = 0; i < idx.size(); ++i) idx[i] = static_cast<std::int64_t>(i);
+  std::partial_sort(idx.begin(), idx.begin() + 40, idx.end(),
+                    [&](std::int64_t a, std::int64_t b) { return std::fabs(g[a]) > std::fabs(g[b]); });
+  idx.resize(40);
+  // Spread entries start past the word embeddings' padding row: nn.Embedding(padding_idx)
+  // gives it no gradient even where padded positions reach the loss (QA logits), so a
+  // finite difference there disagrees by design (checked in its own test).
+  for (std::int64_t k = 0; k < 40; ++k) idx.push_back(k * static_cast<std::int64_t>(g.size()) / 40 + 16 + 3);
+  float* p = f.params.data<float>();
+  int checked = 0;
+  for (std::int64_t i : idx) {
+    const float saved = p[i];
+    const float eps = 1e-2f;
+    p[i] = saved + eps;
+    const double up = f.run(scale);
+    p[i] = saved - eps;
+    const double down = f.run(scale);
+    p[i] = saved;
+    const double fd = (up - down) / (2.0 * eps);
+    EXPECT_NEAR(fd, g[static_cast<std::size_t>(i)], 4e-3 + 3e-2 * std::fabs(fd))
+        << "parameter element " << i << " (head " << bert_head_name(GetParam()) << ")";
+    ++checked;
+  }
+  EXPECT_EQ(checked, 80);
+}
+
+TEST_P(BertHeads, ActivationCheckpointingLeavesGradientsBitwiseUnchanged) {
+  Fixture plain(small(GetParam()));
+  BertOptions o = small(GetParam());
+  o.activation_checkpointing = true;
+  Fixture ckpt(o);
+  const std::vector<float> scale(plain.bert.loss_term_weights().size(), 0.25f);
+  const double a = plain.run(scale), b = ckpt.run(scale);
+  EXPECT_EQ(a, b);
+  const auto ga = plain.grad_copy(), gb = ckpt.grad_copy();
+  ASSERT_EQ(ga.size(), gb.size());
+  EXPECT_EQ(std::memcmp(ga.data(), gb.data(), ga.size() * sizeof(float)), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllHeads, BertHeads,
+                         ::testing::Values(BertHead::kSequenceClassification, BertHead::kMaskedLM,
+                                           BertHead::kQuestionAnswering),
+                         [](const auto& info) { return std::string(bert_head_name(info.param)); });
+
+TEST(Bert, DropoutMasksAreKeyedByGlobalRowNotBatchPosition) {
+  // Rows 1..2 of a 3-row batch equal a 2-row batch starting at global row 1.
+  Fixture whole(small(BertHead::kSequenceClassification, 0.3f));
+  whole.run({1.0f}, {5, 2, 0, true});
+  BertOptions o = small(BertHead::kSequenceClassification, 0.3f);
+  Fixture part(o);
+  part.batch = *part.bert.synthetic_batch(part.dev, 11, 0, 1, 2);
+  Fixture first(o);
+  first.batch = *first.bert.synthetic_batch(first.dev, 11, 0, 0, 1);
+  const double l_part = part.run({1.0f}, {5, 2, 1, true});
+  const double l_first = first.run({1.0f}, {5, 2, 0, true});
+  const double l_whole = whole.run({1.0f}, {5, 2, 0, true});
+  EXPECT_NEAR(l_part + l_first, l_whole, 1e-5 * std::fabs(l_whole));
+  // A different step draws different masks; no dropout at evaluation.
+  const double other_step = whole.run({1.0f}, {5, 3, 0, true});
+  EXPECT_NE(other_step, l_whole);
+  BertOptions no_drop = small(BertHead::kSequenceClassification, 0.0f);
+  Fixture eval(o), zero(no_drop);
+  EXPECT_EQ(eval.run({1.0f}, {5, 2, 0, false}), zero.run({1.0f}, {5, 2, 0, true}));
+}
+
+TEST(Bert, PaddingRowOfTheWordEmbeddingsGetsNoGradientFromTheLookup) {
+  Fixture f(small(BertHead::kSequenceClassification));
+  // Synthetic rows have padding (id 0) after their length, and id 0 is never a real token.
+  bool has_pad = false;
+  const Tensor ids = *f.batch.get("input_ids");
+  for (std::int64_t i = 0; i < ids.numel(); ++i) has_pad |= ids.data<std::int64_t>()[i] == 0;
+  ASSERT_TRUE(has_pad);
+  f.run({1.0f});
+  const float* g = f.grads.data<float>();  // word embeddings come first; row 0 is the padding row
+  for (std::int64_t h = 0; h < 16; ++h) EXPECT_EQ(g[h], 0.0f) << h;
+  double other = 0;
+  for (std::int64_t h = 16 * 101; h < 16 * 102; ++h) other += std::fabs(g[h]);  // [CLS]
+  EXPECT_GT(other, 0.0);
+}
+
+TEST(Bert, MaskedLmWithoutTargetsContributesNothingAndNoNaN) {
+  Fixture f(small(BertHead::kMaskedLM));
+  Tensor labels = *f.batch.get("labels");
+  for (std::int64_t i = 0; i < labels.numel(); ++i) labels.data<std::int64_t>()[i] = -100;
+  const double loss = f.run({1.0f});
+  EXPECT_EQ(loss, 0.0);
+  for (float v : f.grad_copy()) ASSERT_EQ(v, 0.0f);
+}
+
+TEST(Bert, TiedDecoderGradientReachesWordRowsThatAreOnlyTargets) {
+  Fixture f(small(BertHead::kMaskedLM, 0.0f));
+  // Make every target the id 119, which never appears as an input: its embedding row's
+  // gradient can only come from the decoder.
+  Tensor labels = *f.batch.get("labels"), ids = *f.batch.get("input_ids");
+  int targets = 0;
+  for (std::int64_t i = 0; i < labels.numel(); ++i) {
+    ASSERT_NE(ids.data<std::int64_t>()[i], 119) << "pick another id for this seed";
+    if (labels.data<std::int64_t>()[i] != -100) {
+      labels.data<std::int64_t>()[i] = 119;
+      ++targets;
+    }
+  }
+  ASSERT_GT(targets, 0);
+  f.run({1.0f});
+  double row = 0;
+  for (std::int64_t h = 16 * 119; h < 16 * 120; ++h) row += std::fabs(f.grads.data<float>()[h]);
+  EXPECT_GT(row, 0.0);
+}
+
+TEST(Bert, BatchValidationNamesTheProblem) {
+  Fixture f(small(BertHead::kSequenceClassification));
+  Tensor ids = *f.batch.get("input_ids");
+  ids.data<std::int64_t>()[4] = 120;
+  auto r = f.bert.forward_backward(f.dev, *f.access, f.batch, {1.0f}, {});
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("input_ids[0, 4] = 120"), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find("[0, 120)"), std::string::npos) << r.status().message();
+}
+
+TEST(Bert, SpecsFollowHuggingFaceNamesAndLayers) {
+  BertConfig c = *bert_preset("bert-base");
+  const auto specs = bert_param_specs(c, BertHead::kMaskedLM);
+  std::int64_t total = total_numel(specs);
+  // bert-base-uncased BertForMaskedLM: 109,514,298 parameters (decoder tied).
+  EXPECT_EQ(total, 109514298);
+  EXPECT_EQ(specs.front().name, "bert.embeddings.word_embeddings.weight");
+  EXPECT_EQ(specs[5].name, "bert.encoder.layer.0.attention.self.query.weight");
+  EXPECT_EQ(specs[5].module_class, "BertLayer");
+  EXPECT_EQ(specs.back().name, "cls.predictions.bias");
+  EXPECT_EQ(specs.back().layer, 13);
+  EXPECT_FALSE(bert_preset("bert-huge").is_ok());
+}
+
+}  // namespace
+}  // namespace shardlab::runtime::model
