@@ -117,10 +117,20 @@ Result<std::unique_ptr<FsdpTrainer>> FsdpTrainer::create(comm::Communicator& com
                                                          const Clock& clock, const FsdpTrainOptions& o) {
   SHARDLAB_RETURN_IF_ERROR(validate(o, comm.size()));
   std::unique_ptr<FsdpTrainer> t(new FsdpTrainer(comm, dev, clock, o));
+  const fsdp::WrapPlan plan = wrap_plan(o, *t->model_);
+  if (o.model_kind == ModelKind::kBert && o.bert.head == model::BertHead::kMaskedLM) {
+    const int head_layer = t->model_->num_layers() - 1;
+    if (plan.unit_of_layer.front() != plan.unit_of_layer[static_cast<std::size_t>(head_layer)]) {
+      return Status::invalid_argument(
+          "BERT's masked-LM decoder is tied to the word embeddings, so the embeddings and the head must share an FSDP "
+          "unit (as in PyTorch); this wrap policy puts them in different units — use the transformer-layer policy "
+          "(wrap BertLayer) or no auto-wrap");
+    }
+  }
   {
     SHARDLAB_ASSIGN_OR_RETURN(Tensor full, init_full(dev, *t->model_, o.seed));
-    SHARDLAB_ASSIGN_OR_RETURN(t->fsdp_, fsdp::FullyShardedModel::create(comm, dev, t->model_->params(),
-                                                                        wrap_plan(o, *t->model_), o.fsdp, full));
+    SHARDLAB_ASSIGN_OR_RETURN(t->fsdp_, fsdp::FullyShardedModel::create(comm, dev, t->model_->params(), plan,
+                                                                        o.fsdp, full));
   }  // the full initial copy is freed here: only shards remain
   SHARDLAB_RETURN_IF_ERROR(t->fsdp_->set_optimizer(o.optimizer));
   SHARDLAB_ASSIGN_OR_RETURN(t->loss_, dev.empty({1}, DType::kF32, MemoryCategory::kOther, "loss"));

@@ -1,0 +1,182 @@
+// BERT under FSDP on simulated ranks: equal to the unsharded oracle bitwise for every
+// head and strategy (with dropout, gradient accumulation and activation checkpointing),
+// loss normalization by the global target count, tied-weight wrap check, bf16.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "runtime/device/cpu/device.h"
+#include "runtime/model/bert_data.h"
+#include "runtime/train/fsdp_train.h"
+#include "sim/world.h"
+
+namespace shardlab::runtime::train {
+namespace {
+
+using model::BertHead;
+
+FsdpTrainOptions bert_run(BertHead head) {
+  FsdpTrainOptions o;
+  o.model_kind = ModelKind::kBert;
+  o.bert.config.vocab_size = 128;
+  o.bert.config.hidden_size = 16;
+  o.bert.config.num_attention_heads = 2;
+  o.bert.config.intermediate_size = 32;
+  o.bert.config.num_hidden_layers = 2;
+  o.bert.config.max_position_embeddings = 16;
+  o.bert.config.num_labels = 3;
+  o.bert.head = head;
+  o.bert.seq_len = 8;
+  o.global_batch = 8;
+  o.grad_accumulation = 2;
+  o.steps = 2;
+  o.seed = 3;
+  o.wrap = WrapPolicy::kByClass;
+  o.optimizer.kind = optim::OptimizerConfig::Kind::kAdamW;
+  o.optimizer.lr = 1e-3f;
+  return o;
+}
+
+Result<FsdpTrainResult> run_sim(const FsdpTrainOptions& o, int world) {
+  sim::WorldOptions wo;
+  wo.world_size = world;
+  sim::World w(wo);
+  FsdpTrainResult rank0;
+  const auto results = w.run([&](sim::RankContext& ctx) -> Status {
+    SHARDLAB_ASSIGN_OR_RETURN(FsdpTrainResult r, train_fsdp(ctx.comm, ctx.device, ctx.clock, o));
+    if (ctx.rank == 0) rank0 = std::move(r);
+    return Status::ok();
+  });
+  for (const auto& r : results) SHARDLAB_RETURN_IF_ERROR(r.status);
+  return rank0;
+}
+
+struct Case {
+  BertHead head;
+  fsdp::ShardingStrategy strategy;
+};
+
+class BertFsdp : public ::testing::TestWithParam<Case> {};
+
+TEST_P(BertFsdp, EqualsTheUnshardedOracleBitwise) {
+  FsdpTrainOptions o = bert_run(GetParam().head);
+  o.fsdp.strategy = GetParam().strategy;
+  o.fsdp.devices_per_node = 2;
+  auto sharded = run_sim(o, 4);
+  ASSERT_TRUE(sharded.is_ok()) << sharded.status().to_string();
+  device::cpu::CpuDevice dev;
+  auto oracle = train_oracle(dev, o, 4);
+  ASSERT_TRUE(oracle.is_ok()) << oracle.status().to_string();
+  const Comparison c = compare(*sharded, *oracle);
+  EXPECT_TRUE(c.bitwise) << c.describe();
+  for (double l : sharded->losses) EXPECT_TRUE(std::isfinite(l) && l > 0) << l;
+  ASSERT_EQ(sharded->num_units, 3);  // root (embeddings + head) and two BertLayers
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    HeadsAndStrategies, BertFsdp,
+    ::testing::Values(Case{BertHead::kSequenceClassification, fsdp::ShardingStrategy::kFullShard},
+                      Case{BertHead::kMaskedLM, fsdp::ShardingStrategy::kFullShard},
+                      Case{BertHead::kQuestionAnswering, fsdp::ShardingStrategy::kFullShard},
+                      Case{BertHead::kMaskedLM, fsdp::ShardingStrategy::kShardGradOp},
+                      Case{BertHead::kQuestionAnswering, fsdp::ShardingStrategy::kNoShard},
+                      Case{BertHead::kSequenceClassification, fsdp::ShardingStrategy::kHybridShard}),
+    [](const auto& info) {
+      return std::string(model::bert_head_name(info.param.head)) + "_" +
+             std::to_string(static_cast<int>(info.param.strategy));
+    });
+
+TEST(BertFsdp, ShardedGradientsEqualSingleRankGradientsWithinFp32Tolerance) {
+  // World size changes the summation order (per-rank partial sums), so equality is to
+  // fp32 tolerance; dropout masks are keyed by global row, so they agree exactly.
+  for (BertHead head : {BertHead::kSequenceClassification, BertHead::kMaskedLM, BertHead::kQuestionAnswering}) {
+    FsdpTrainOptions o = bert_run(head);
+    o.steps = 1;
+    // SGD keeps parameters linear in the gradients (AdamW's g/√v amplifies last-bit
+    // differences of near-zero gradients into lr-sized steps).
+    o.optimizer.kind = optim::OptimizerConfig::Kind::kSgd;
+    auto one = run_sim(o, 1);
+    auto four = run_sim(o, 4);
+    ASSERT_TRUE(one.is_ok() && four.is_ok());
+    const Comparison c = compare(*four, *one, 1e-4, 1e-6);
+    EXPECT_TRUE(c.within_tolerance) << model::bert_head_name(head) << ": " << c.describe();
+    EXPECT_NEAR(four->losses[0], one->losses[0], 1e-5 * one->losses[0]);
+  }
+}
+
+TEST(BertFsdp, ARankWithoutMaskedTargetsContributesZerosNotNaN) {
+  // Rows of rank 1 (rows 2..3 of 8) have no MLM target: the global count normalizes.
+  FsdpTrainOptions o = bert_run(BertHead::kMaskedLM);
+  o.grad_accumulation = 1;
+  const model::Bert bert(o.bert);
+  o.data = [&](device::Device& dev, std::int64_t step, std::int64_t first, std::int64_t rows) -> Result<model::Batch> {
+    SHARDLAB_ASSIGN_OR_RETURN(model::Batch b, bert.synthetic_batch(dev, o.seed, step, first, rows));
+    Tensor labels = *b.get("labels");
+    for (std::int64_t r = 0; r < rows; ++r) {
+      if (first + r == 2 || first + r == 3) {
+        for (std::int64_t t = 0; t < labels.dim(1); ++t) labels.data<std::int64_t>()[r * labels.dim(1) + t] = -100;
+      }
+    }
+    return b;
+  };
+  auto sharded = run_sim(o, 4);
+  ASSERT_TRUE(sharded.is_ok()) << sharded.status().to_string();
+  for (float g : sharded->last_grads) ASSERT_TRUE(std::isfinite(g));
+  device::cpu::CpuDevice dev;
+  auto oracle = train_oracle(dev, o, 4);
+  ASSERT_TRUE(oracle.is_ok());
+  EXPECT_TRUE(compare(*sharded, *oracle).bitwise) << compare(*sharded, *oracle).describe();
+  o.optimizer.kind = optim::OptimizerConfig::Kind::kSgd;
+  auto single = run_sim(o, 1);
+  sharded = run_sim(o, 4);
+  ASSERT_TRUE(sharded.is_ok());
+  ASSERT_TRUE(single.is_ok());
+  EXPECT_TRUE(compare(*sharded, *single, 1e-4, 1e-6).within_tolerance) << compare(*sharded, *single, 1e-4, 1e-6).describe();
+}
+
+TEST(BertFsdp, ActivationCheckpointingChangesNothing) {
+  FsdpTrainOptions o = bert_run(BertHead::kQuestionAnswering);
+  auto plain = run_sim(o, 2);
+  o.bert.activation_checkpointing = true;
+  auto ckpt = run_sim(o, 2);
+  ASSERT_TRUE(plain.is_ok() && ckpt.is_ok());
+  EXPECT_TRUE(compare(*ckpt, *plain).bitwise) << compare(*ckpt, *plain).describe();
+  EXPECT_LT(ckpt->memory.peak[static_cast<int>(MemoryCategory::kActivations)],
+            plain->memory.peak[static_cast<int>(MemoryCategory::kActivations)]);
+}
+
+TEST(BertFsdp, Bf16StaysCloseToFp32) {
+  FsdpTrainOptions o = bert_run(BertHead::kSequenceClassification);
+  o.steps = 1;
+  auto fp32 = run_sim(o, 2);
+  o.bert.compute_dtype = DType::kBF16;
+  o.fsdp.param_dtype = DType::kBF16;
+  auto bf16 = run_sim(o, 2);
+  ASSERT_TRUE(fp32.is_ok() && bf16.is_ok());
+  double max_g = 0;
+  for (float g : fp32->last_grads) max_g = std::max(max_g, static_cast<double>(std::fabs(g)));
+  const Comparison c = compare(*bf16, *fp32, 0.0, 5e-2 * max_g + 1e-3);
+  EXPECT_FALSE(c.bitwise);
+  EXPECT_LT(c.max_grad_diff, 5e-2 * max_g + 1e-3) << c.describe();
+  EXPECT_NEAR(bf16->losses[0], fp32->losses[0], 2e-2 * fp32->losses[0]);
+}
+
+TEST(BertFsdp, PerLayerWrappingOfTheTiedMlmModelIsAClearError) {
+  FsdpTrainOptions o = bert_run(BertHead::kMaskedLM);
+  o.wrap = WrapPolicy::kPerLayer;
+  auto r = run_sim(o, 2);
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("tied to the word embeddings"), std::string::npos) << r.status().message();
+}
+
+TEST(BertFsdp, SequenceLongerThanThePositionTableIsRejected) {
+  FsdpTrainOptions o = bert_run(BertHead::kSequenceClassification);
+  o.bert.seq_len = 17;
+  auto r = run_sim(o, 2);
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_NE(r.status().message().find("max_position_embeddings"), std::string::npos) << r.status().message();
+}
+
+}  // namespace
+}  // namespace shardlab::runtime::train
