@@ -4,7 +4,9 @@
 #include <cstdio>
 #include <exception>
 
+#include "cli/grads_command.h"
 #include "cli/run_command.h"
+#include "runtime/model/bert.h"
 #include "runtime/fsdp/shard_layout.h"
 #include "runtime/core/check.h"
 
@@ -13,8 +15,10 @@ namespace {
 constexpr const char* kDescription =
     "shardlab — a harness for sharded (FSDP) training: one runtime that runs in a deterministic\n"
     "simulator, on CPUs with Open MPI, and (later) on Intel Gaudi.\n\n"
-    "Start with:  shardlab run             (FSDP on 4 simulated ranks, checked against unsharded training)\n"
-    "             mpiexec -n 2 shardlab run --backend mpi\n";
+    "Start with:  shardlab run             (bert-tiny, FSDP FULL_SHARD on 8 simulated ranks, checked against\n"
+    "                                       unsharded training)\n"
+    "             mpiexec -n 2 shardlab run --backend mpi\n"
+    "             shardlab grads --model DIR --inputs BATCH.safetensors --out GRADS.safetensors --world-size 4\n";
 
 int main_impl(int argc, char** argv) {
   CLI::App app{kDescription, "shardlab"};
@@ -23,12 +27,28 @@ int main_impl(int argc, char** argv) {
 
   shardlab::cli::RunArgs run;
   std::string strategy = "FULL_SHARD", prefetch = "BACKWARD_PRE", optimizer = "adamw";
-  run.train.optimizer.lr = 1e-2f;
+  std::string model_name = "bert-tiny", head_name = "mlm";
+  float dropout = -1.0f;
+  run.world_size = 8;
+  run.train.global_batch = 16;
+  run.train.optimizer.lr = 1e-3f;
   run.train.steps = 5;
+  run.train.bert.seq_len = 64;
   auto* run_cmd = app.add_subcommand(
       "run",
-      "Train a small MLP with FSDP for a few steps and check it against unsharded training on the\n"
-      "concatenated batch (the oracle): bitwise on the simulator, within fp32 tolerance under MPI.");
+      "Train BERT (a preset, seeded synthetic data) or a small MLP with FSDP for a few steps and check it\n"
+      "against unsharded training on the concatenated batch (the oracle): bitwise on the simulator, within\n"
+      "fp32 tolerance under MPI.");
+  run_cmd->add_option("--model", model_name, "bert-tiny, bert-mini, bert-small, bert-base, bert-large or mlp")
+      ->capture_default_str();
+  run_cmd->add_option("--head", head_name, "BERT head: classification, mlm or qa")->capture_default_str();
+  run_cmd->add_option("--seq-len", run.train.bert.seq_len, "BERT sequence length of the synthetic batches")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20))
+      ->capture_default_str();
+  run_cmd->add_option("--dropout", dropout, "Override BERT's hidden and attention dropout (default: the config's 0.1)")
+      ->check(CLI::Range(0.0f, 0.999f));
+  run_cmd->add_flag("--activation-checkpointing", run.train.bert.activation_checkpointing,
+                    "Recompute each BertLayer's forward in backward (gradients unchanged bitwise)");
   run_cmd->add_option("--backend", run.backend, "Where ranks run: sim (threads, virtual time) or mpi (under mpiexec)")
       ->check(CLI::IsMember({"sim", "mpi"}))
       ->capture_default_str();
@@ -52,18 +72,48 @@ int main_impl(int argc, char** argv) {
   run_cmd->add_option("--max-grad-norm", run.train.max_grad_norm, "Clip the global gradient norm (0: off)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
-  run_cmd->add_option("--hidden", run.train.model.hidden_dim, "Hidden width of the MLP")
+  run_cmd->add_option("--hidden", run.train.model.hidden_dim, "Hidden width of the MLP (--model mlp)")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 16))
       ->capture_default_str();
-  run_cmd->add_option("--layers", run.train.model.num_hidden_layers, "Hidden layers of the MLP (each is one FSDP unit)")
+  run_cmd->add_option("--layers", run.train.model.num_hidden_layers,
+                      "Hidden layers of the MLP (--model mlp; each is one FSDP unit)")
       ->check(CLI::Range(0, 1024))
       ->capture_default_str();
   run_cmd->add_option("--optimizer", optimizer, "adamw or sgd")->check(CLI::IsMember({"adamw", "sgd"}))->capture_default_str();
-  run_cmd->add_option("--lr", run.train.optimizer.lr, "Learning rate")->check(CLI::PositiveNumber)->capture_default_str();
+  auto* lr_opt = run_cmd->add_option("--lr", run.train.optimizer.lr, "Learning rate (default 1e-3; 1e-2 for the MLP)")
+                     ->check(CLI::PositiveNumber);
   run_cmd->add_option("--seed", run.train.seed, "Seed of data and initial parameters")->capture_default_str();
   run_cmd->add_flag("!--no-check", run.check, "Skip the comparison with the unsharded oracle");
   run_cmd->add_flag("--check-collectives", run.check_collectives,
                     "Verify that every rank issues the same collective sequence; report the first divergence");
+
+  shardlab::cli::GradsArgs grads;
+  std::string grads_strategy = "FULL_SHARD";
+  float grads_dropout = -1.0f;
+  auto* grads_cmd = app.add_subcommand(
+      "grads",
+      "One forward+backward of a Hugging Face BERT checkpoint (config.json + model.safetensors; the head\n"
+      "from architectures[0]) on a token batch, in training mode, on N simulated ranks under FSDP. Writes\n"
+      "one F32 gradient per parameter under its Hugging Face name, and the mean loss in __metadata__.");
+  grads_cmd->add_option("--model", grads.model_dir, "Folder with config.json and model.safetensors")->required();
+  grads_cmd->add_option("--inputs", grads.inputs,
+                        "Batch safetensors: input_ids [B, T], attention_mask [B, T], optional token_type_ids, and "
+                        "labels ([B] or [B, T]) or start_positions + end_positions [B]")
+      ->required();
+  grads_cmd->add_option("--out", grads.out, "Where to write the gradients (safetensors)")->required();
+  grads_cmd->add_option("--world-size,-n", grads.world_size, "Simulated ranks the batch is split over (must divide B)")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+  grads_cmd->add_option("--strategy", grads_strategy, "FULL_SHARD, SHARD_GRAD_OP, NO_SHARD or HYBRID_SHARD")
+      ->capture_default_str();
+  grads_cmd->add_option("--devices-per-node", grads.devices_per_node, "HYBRID_SHARD group size (default: half the ranks)")
+      ->check(CLI::Range(1, 4096));
+  grads_cmd->add_option("--dtype", grads.dtype, "fp32, or bf16 (bf16 parameters and activations, fp32 accumulation)")
+      ->check(CLI::IsMember({"fp32", "bf16"}))
+      ->capture_default_str();
+  grads_cmd->add_option("--dropout", grads_dropout, "Override the config's dropout (0 to compare with another framework)")
+      ->check(CLI::Range(0.0f, 0.999f));
+  grads_cmd->add_option("--seed", grads.seed, "Seed of the dropout masks")->capture_default_str();
 
   std::string layout_shapes, layout_dtype = "fp32";
   int layout_world = 1;
@@ -104,10 +154,35 @@ int main_impl(int argc, char** argv) {
     run.train.fsdp.strategy = *st;
     run.train.fsdp.backward_prefetch = *pf;
     run.train.optimizer.kind = *shardlab::runtime::optim::parse_optimizer(optimizer);
+    if (model_name == "mlp") {
+      run.train.model_kind = shardlab::runtime::train::ModelKind::kMlp;
+      if (lr_opt->count() == 0) run.train.optimizer.lr = 1e-2f;
+    } else {
+      auto preset = shardlab::runtime::model::bert_preset(model_name);
+      if (!preset.is_ok()) return bad(preset.status().with_context("--model (or mlp)"));
+      auto head = shardlab::runtime::model::parse_bert_head(head_name);
+      if (!head.is_ok()) return bad(head.status().with_context("--head"));
+      run.train.model_kind = shardlab::runtime::train::ModelKind::kBert;
+      run.train.bert.config = *preset;
+      run.train.bert.head = *head;
+      if (dropout >= 0.0f) run.train.bert.config.hidden_dropout_prob = run.train.bert.config.attention_probs_dropout_prob = dropout;
+      run.train.wrap = shardlab::runtime::train::WrapPolicy::kByClass;  // each BertLayer is a unit
+      run.model_name = model_name;
+    }
     if (*st == shardlab::runtime::fsdp::ShardingStrategy::kHybridShard && run.train.fsdp.devices_per_node == 0) {
       return bad(shardlab::Status::invalid_argument("--strategy HYBRID_SHARD needs --devices-per-node"));
     }
     return shardlab::cli::run_command(run, &argc, &argv);
+  }
+  if (*grads_cmd) {
+    auto st = shardlab::runtime::fsdp::parse_strategy(grads_strategy);
+    if (!st.is_ok()) {
+      std::fprintf(stderr, "shardlab grads: %s\n", st.status().with_context("--strategy").message().c_str());
+      return 2;
+    }
+    grads.strategy = *st;
+    if (grads_dropout >= 0.0f) grads.dropout = grads_dropout;
+    return shardlab::cli::grads_command(grads);
   }
   if (*layout_cmd) {
     const auto fail = [](const shardlab::Status& s) {

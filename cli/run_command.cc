@@ -15,10 +15,19 @@ namespace {
 using runtime::train::FsdpTrainResult;
 
 void print_header(const RunArgs& a, int world, int units) {
-  const auto& m = a.train.model;
-  std::string arch = "MLP " + std::to_string(m.input_dim);
-  for (int l = 0; l < m.num_hidden_layers; ++l) arch += "→" + std::to_string(m.hidden_dim);
-  arch += "→" + std::to_string(m.num_classes);
+  std::string arch;
+  if (a.train.model_kind == runtime::train::ModelKind::kBert) {
+    const auto& b = a.train.bert;
+    const auto& c = b.config;
+    arch = "BERT " + a.model_name + " (L" + std::to_string(c.num_hidden_layers) + " H" + std::to_string(c.hidden_size) +
+           " A" + std::to_string(c.num_attention_heads) + ", " + std::string(runtime::model::bert_architecture_name(b.head)) +
+           ", seq " + std::to_string(b.seq_len) + (b.activation_checkpointing ? ", activation checkpointing" : "") + ")";
+  } else {
+    const auto& m = a.train.model;
+    arch = "MLP " + std::to_string(m.input_dim);
+    for (int l = 0; l < m.num_hidden_layers; ++l) arch += "→" + std::to_string(m.hidden_dim);
+    arch += "→" + std::to_string(m.num_classes);
+  }
   std::printf("shardlab run: %s · FSDP %s (%s) · %d %s rank%s · %d unit%s · global batch %lld · %d steps · seed %llu\n",
               arch.c_str(), std::string(runtime::fsdp::strategy_name(a.train.fsdp.strategy)).c_str(),
               std::string(runtime::fsdp::prefetch_name(a.train.fsdp.backward_prefetch)).c_str(), world,

@@ -1,4 +1,4 @@
-// `shardlab run`: FSDP training of a small MLP on simulated ranks or under Open MPI,
+// `shardlab run`: FSDP training of BERT (a preset) or a small MLP on simulated ranks or under Open MPI,
 // checked against the unsharded oracle (bitwise on sim, fp32 tolerance on MPI).
 #pragma once
 
@@ -10,7 +10,8 @@ namespace shardlab::cli {
 
 struct RunArgs {
   std::string backend = "sim";  // sim | mpi
-  int world_size = 4;           // sim only; mpi takes the MPI world size
+  int world_size = 8;           // sim only; mpi takes the MPI world size
+  std::string model_name = "mlp";  // for the header line: a BERT preset name or "mlp"
   bool check = true;            // compare with the unsharded oracle
   bool check_collectives = false;  // verify every rank issues the same collective sequence
   runtime::train::FsdpTrainOptions train;

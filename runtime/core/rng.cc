@@ -73,6 +73,17 @@ float Rng::normal() {
   return static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(kTwoPi * u2));
 }
 
+void Rng::fill_normal(float* out, std::int64_t n, float stddev) {
+  constexpr double kTwoPi = 6.283185307179586476925286766559;
+  for (std::int64_t i = 0; i < n; i += 2) {
+    const double u1 = (static_cast<double>(next_u64() >> 11) + 1.0) * 0x1.0p-53;
+    const double u2 = static_cast<double>(next_u64() >> 11) * 0x1.0p-53;
+    const double r = std::sqrt(-2.0 * std::log(u1)) * stddev;
+    out[i] = static_cast<float>(r * std::cos(kTwoPi * u2));
+    if (i + 1 < n) out[i + 1] = static_cast<float>(r * std::sin(kTwoPi * u2));
+  }
+}
+
 std::uint64_t Rng::uniform_int(std::uint64_t n) {
   if (n <= 1) return 0;
   const std::uint64_t limit = ~std::uint64_t{0} - (~std::uint64_t{0} % n);

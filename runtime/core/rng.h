@@ -44,6 +44,9 @@ class Rng {
   // computation is done in double and rounded, so it is identical wherever libm's log,
   // sqrt and cos are correctly rounded — glibc's are).
   float normal();
+  // out[i] = stddev · N(0, 1) for i < n, using both values of each Box–Muller pair (twice
+  // as fast as calling normal() n times; a different, equally reproducible stream).
+  void fill_normal(float* out, std::int64_t n, float stddev);
 
   std::uint64_t key() const { return key_; }
 

@@ -257,3 +257,39 @@ RC_GTEST_PROP(RngProperty, SplitNeverCollidesWithTheParentOrASibling, (std::uint
 
 }  // namespace
 }  // namespace shardlab
+
+namespace shardlab {
+namespace {
+
+TEST(RngNormal, MomentsAndTailsOfBothGeneratorsMatchTheStandardNormal) {
+  constexpr int kN = 200000;
+  std::vector<float> pairs(kN);
+  Rng(99).fill_normal(pairs.data(), kN, 2.0f);
+  Rng single(98);
+  for (int which = 0; which < 2; ++which) {
+    double sum = 0, sq = 0, beyond3 = 0;
+    for (int i = 0; i < kN; ++i) {
+      const double v = which == 0 ? pairs[static_cast<std::size_t>(i)] / 2.0 : single.normal();
+      ASSERT_TRUE(std::isfinite(v));
+      sum += v;
+      sq += v * v;
+      beyond3 += std::fabs(v) > 3.0 ? 1 : 0;
+    }
+    const double mean = sum / kN, var = sq / kN - mean * mean;
+    EXPECT_NEAR(mean, 0.0, 0.01) << which;   // 4.5 standard errors
+    EXPECT_NEAR(var, 1.0, 0.015) << which;
+    EXPECT_NEAR(beyond3 / kN, 0.0027, 0.0006) << which;
+  }
+}
+
+TEST(RngNormal, FillNormalIsDeterministicAndHandlesOddLengths) {
+  std::vector<float> a(7), b(7), c(8);
+  Rng(5).fill_normal(a.data(), 7, 1.0f);
+  Rng(5).fill_normal(b.data(), 7, 1.0f);
+  Rng(5).fill_normal(c.data(), 8, 1.0f);
+  EXPECT_EQ(a, b);
+  for (int i = 0; i < 7; ++i) EXPECT_EQ(a[static_cast<std::size_t>(i)], c[static_cast<std::size_t>(i)]);
+}
+
+}  // namespace
+}  // namespace shardlab

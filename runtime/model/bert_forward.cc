@@ -352,8 +352,7 @@ Status Bert::init_params(device::Device&, const std::vector<Tensor>& params, std
     if (name.find("LayerNorm") != std::string::npos) {
       std::fill(p, p + n, ends_with(".weight") ? 1.0f : 0.0f);
     } else if (ends_with(".weight")) {  // Linear and Embedding weights: N(0, initializer_range)
-      Rng rng = root.split(i);
-      for (std::int64_t k = 0; k < n; ++k) p[k] = rng.normal() * c.initializer_range;
+      root.split(i).fill_normal(p, n, c.initializer_range);
       if (name == "bert.embeddings.word_embeddings.weight" && c.pad_token_id >= 0 && c.pad_token_id < c.vocab_size) {
         std::fill(p + c.pad_token_id * c.hidden_size, p + (c.pad_token_id + 1) * c.hidden_size, 0.0f);
       }

@@ -1,5 +1,6 @@
 #include "runtime/train/fsdp_train.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -10,9 +11,18 @@ namespace {
 
 using model::FlatParamAccess;
 
-Result<Tensor> init_full(device::Device& dev, const model::Model& m, std::uint64_t seed) {
+Result<Tensor> init_full(device::Device& dev, const model::Model& m, const FsdpTrainOptions& o) {
+  const std::uint64_t seed = o.seed;
   const std::int64_t total = model::total_numel(m.params());
   SHARDLAB_ASSIGN_OR_RETURN(Tensor full, dev.empty({total}, DType::kF32, MemoryCategory::kOther, "init"));
+  if (o.initial_params) {
+    if (static_cast<std::int64_t>(o.initial_params->size()) != total) {
+      return Status::invalid_argument("initial parameters hold " + std::to_string(o.initial_params->size()) +
+                                      " values; the model has " + std::to_string(total));
+    }
+    std::copy(o.initial_params->begin(), o.initial_params->end(), full.data<float>());
+    return full;
+  }
   SHARDLAB_ASSIGN_OR_RETURN(Tensor scratch, dev.empty({total}, DType::kF32, MemoryCategory::kOther, "init_grads"));
   FlatParamAccess access(m.params(), full, scratch);
   SHARDLAB_RETURN_IF_ERROR(m.init_params(dev, access.params(), seed));
@@ -128,7 +138,7 @@ Result<std::unique_ptr<FsdpTrainer>> FsdpTrainer::create(comm::Communicator& com
     }
   }
   {
-    SHARDLAB_ASSIGN_OR_RETURN(Tensor full, init_full(dev, *t->model_, o.seed));
+    SHARDLAB_ASSIGN_OR_RETURN(Tensor full, init_full(dev, *t->model_, o));
     SHARDLAB_ASSIGN_OR_RETURN(t->fsdp_, fsdp::FullyShardedModel::create(comm, dev, t->model_->params(), plan,
                                                                         o.fsdp, full));
   }  // the full initial copy is freed here: only shards remain
@@ -209,7 +219,7 @@ Result<FsdpTrainResult> train_oracle(device::Device& dev, const FsdpTrainOptions
   SHARDLAB_RETURN_IF_ERROR(validate(o, world));
   const std::unique_ptr<model::Model> net = make_model(o);
   const std::int64_t total = model::total_numel(net->params());
-  SHARDLAB_ASSIGN_OR_RETURN(Tensor params, init_full(dev, *net, o.seed));
+  SHARDLAB_ASSIGN_OR_RETURN(Tensor params, init_full(dev, *net, o));
   SHARDLAB_ASSIGN_OR_RETURN(Tensor chunk_grad, dev.empty({total}, DType::kF32, MemoryCategory::kGradients, "chunk_grad"));
   SHARDLAB_ASSIGN_OR_RETURN(Tensor node_sum, dev.empty({total}, DType::kF32, MemoryCategory::kGradients, "node_sum"));
   SHARDLAB_ASSIGN_OR_RETURN(Tensor world_sum, dev.empty({total}, DType::kF32, MemoryCategory::kGradients, "world_sum"));

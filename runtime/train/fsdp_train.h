@@ -49,6 +49,9 @@ struct FsdpTrainOptions {
   model::MlpConfig model;   // kMlp
   model::BertOptions bert;  // kBert
   DataSource data;          // empty: the model's seeded synthetic batches
+  // Initial parameters (flat fp32, spec order, e.g. loaded from a checkpoint); empty: the
+  // model's seeded initialization.
+  std::shared_ptr<const std::vector<float>> initial_params;
   int steps = 3;
   std::int64_t global_batch = 32;  // divisible by world size × grad_accumulation
   int grad_accumulation = 1;

@@ -1,0 +1,136 @@
+#include "cli/grads_command.h"
+
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <vector>
+
+#include "runtime/device/cpu/device.h"
+#include "runtime/model/bert_io.h"
+#include "runtime/train/fsdp_train.h"
+#include "sim/world.h"
+
+namespace shardlab::cli {
+
+namespace {
+
+int fail(const Status& s) {
+  std::fprintf(stderr, "shardlab grads: %s\n", s.to_string().c_str());
+  return s.exit_code();
+}
+
+// Rows [first, first + rows) of every tensor of `batch`, copied to `dev`.
+Result<runtime::model::Batch> slice(const runtime::model::Batch& batch, runtime::device::Device& dev, std::int64_t first,
+                                    std::int64_t rows) {
+  runtime::model::Batch out;
+  out.rows = rows;
+  for (const auto& [name, t] : batch.tensors) {
+    const std::int64_t per_row = t.numel() / std::max<std::int64_t>(batch.rows, 1);
+    Shape shape = t.shape();
+    shape[0] = rows;
+    SHARDLAB_ASSIGN_OR_RETURN(Tensor src, t.narrow(first * per_row, rows * per_row));
+    SHARDLAB_ASSIGN_OR_RETURN(Tensor dst, dev.empty(shape, t.dtype(), MemoryCategory::kActivations, name));
+    SHARDLAB_ASSIGN_OR_RETURN(Tensor flat, dst.reshape({rows * per_row}));
+    SHARDLAB_RETURN_IF_ERROR(dev.copy(src, flat));
+    out.tensors[name] = dst;
+  }
+  return out;
+}
+
+}  // namespace
+
+int grads_command(const GradsArgs& a) {
+  using namespace runtime;
+  if (a.dtype != "fp32" && a.dtype != "bf16") {
+    return fail(Status::invalid_argument("--dtype must be fp32 or bf16, got '" + a.dtype + "'"));
+  }
+  auto hf = model::read_bert_config(a.model_dir + "/config.json");
+  if (!hf.is_ok()) return fail(hf.status());
+  if (a.dropout) {
+    if (!(*a.dropout >= 0.0f && *a.dropout < 1.0f)) {
+      return fail(Status::invalid_argument("--dropout must be in [0, 1), got " + std::to_string(*a.dropout)));
+    }
+    hf->config.hidden_dropout_prob = hf->config.attention_probs_dropout_prob = *a.dropout;
+  }
+  train::FsdpTrainOptions o;
+  o.model_kind = train::ModelKind::kBert;
+  o.bert.config = hf->config;
+  o.bert.head = hf->head;
+  if (a.dtype == "bf16") {
+    o.bert.compute_dtype = DType::kBF16;
+    o.fsdp.param_dtype = DType::kBF16;
+  }
+  // The batch, read once on the host; each rank copies its rows.
+  device::cpu::CpuDevice host;
+  model::Bert probe(o.bert);
+  auto batch = model::read_bert_batch(a.inputs, probe, host);
+  if (!batch.is_ok()) return fail(batch.status());
+  const std::int64_t B = batch->rows, T = batch->get("input_ids")->dim(1);
+  if (B % a.world_size != 0) {
+    return fail(Status::invalid_argument("the batch in " + a.inputs + " has B = " + std::to_string(B) +
+                                         " rows, which do not split evenly over --world-size " +
+                                         std::to_string(a.world_size) + "; use a world size dividing " +
+                                         std::to_string(B)));
+  }
+  o.bert.seq_len = T;
+  // Weights.
+  const auto specs = model::bert_param_specs(o.bert.config, o.bert.head);
+  const std::int64_t total = model::total_numel(specs);
+  auto params = host.empty({total}, DType::kF32, MemoryCategory::kParameters, "checkpoint");
+  auto scratch = host.empty({total}, DType::kF32, MemoryCategory::kOther, "scratch");
+  if (!params.is_ok() || !scratch.is_ok()) return fail(params.is_ok() ? scratch.status() : params.status());
+  model::FlatParamAccess views(specs, *params, *scratch);
+  if (Status s = model::load_bert_weights(a.model_dir + "/model.safetensors", specs, views.params()); !s.is_ok()) {
+    return fail(s);
+  }
+  o.initial_params = std::make_shared<const std::vector<float>>(params->data<float>(), params->data<float>() + total);
+  o.global_batch = B;
+  o.steps = 1;
+  o.seed = a.seed;
+  o.wrap = train::WrapPolicy::kByClass;
+  o.optimizer.kind = optim::OptimizerConfig::Kind::kSgd;
+  o.optimizer.lr = 1e-3f;  // the step after the gradients are taken does not matter here
+  o.fsdp.strategy = a.strategy;
+  if (a.strategy == fsdp::ShardingStrategy::kHybridShard) {
+    o.fsdp.devices_per_node = a.devices_per_node > 0 ? a.devices_per_node : std::max(1, a.world_size / 2);
+  }
+  const model::Batch& full = *batch;
+  o.data = [&full](device::Device& dev, std::int64_t, std::int64_t first, std::int64_t rows) {
+    return slice(full, dev, first, rows);
+  };
+  if (Status s = train::validate(o, a.world_size); !s.is_ok()) return fail(s);
+
+  sim::WorldOptions wo;
+  wo.world_size = a.world_size;
+  sim::World world(wo);
+  train::FsdpTrainResult result;
+  const auto results = world.run([&](sim::RankContext& ctx) -> Status {
+    SHARDLAB_ASSIGN_OR_RETURN(train::FsdpTrainResult r, train::train_fsdp(ctx.comm, ctx.device, ctx.clock, o));
+    if (ctx.rank == 0) result = std::move(r);
+    return Status::ok();
+  });
+  for (std::size_t r = 0; r < results.size(); ++r) {
+    if (!results[r].status.is_ok()) return fail(results[r].status.with_context("rank " + std::to_string(r)));
+  }
+  // Write the gradients under their Hugging Face names.
+  auto grads = host.empty({total}, DType::kF32, MemoryCategory::kGradients, "grads");
+  if (!grads.is_ok()) return fail(grads.status());
+  std::copy(result.last_grads.begin(), result.last_grads.end(), grads->data<float>());
+  model::FlatParamAccess out_views(specs, *grads, *scratch);
+  char loss[64];
+  std::snprintf(loss, sizeof loss, "%.9g", result.losses.at(0));
+  if (Status s = model::save_bert_tensors(a.out, specs, out_views.params(), {{"loss", loss}}); !s.is_ok()) return fail(s);
+  if (!a.quiet) {
+    double max_abs = 0;
+    for (float g : result.last_grads) max_abs = std::max(max_abs, static_cast<double>(std::fabs(g)));
+    std::printf("shardlab grads: %s (%s, %lld parameters) · batch %lld × %lld · %d simulated rank%s, FSDP %s, %s\n",
+                std::string(model::bert_architecture_name(o.bert.head)).c_str(), a.model_dir.c_str(),
+                static_cast<long long>(total), static_cast<long long>(B), static_cast<long long>(T), a.world_size,
+                a.world_size == 1 ? "" : "s", std::string(fsdp::strategy_name(a.strategy)).c_str(), a.dtype.c_str());
+    std::printf("loss %s · max |grad| %.6g · %zu gradient tensors written to %s\n", loss, max_abs, specs.size(),
+                a.out.c_str());
+  }
+  return 0;
+}
+
+}  // namespace shardlab::cli

@@ -1,0 +1,204 @@
+// `shardlab grads` end to end: a Hugging Face-style model folder and batch file written
+// here, gradients at world size 4 (every strategy) against world size 1, and each kind of
+// bad input → exit 2 with a message naming the problem.
+#include "cli/grads_command.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "runtime/device/cpu/device.h"
+#include "runtime/io/safetensors.h"
+#include "runtime/model/bert_io.h"
+
+namespace shardlab::cli {
+namespace {
+
+namespace fs = std::filesystem;
+namespace io = runtime::io;
+using runtime::model::BertHead;
+
+io::StoredTensor int_tensor(const std::string& name, const Shape& shape, const std::vector<std::int64_t>& v) {
+  io::StoredTensor t;
+  t.name = name;
+  t.dtype = DType::kI64;
+  t.shape = shape;
+  t.data.resize(v.size() * sizeof(std::int64_t));
+  std::memcpy(t.data.data(), v.data(), t.data.size());
+  return t;
+}
+
+// A small BERT checkpoint folder and an 8-row batch for `head`.
+struct Files {
+  explicit Files(BertHead head, const std::string& tag) {
+    dir = fs::path(::testing::TempDir()) / ("grads_" + tag);
+    fs::create_directories(dir);
+    const char* arch = head == BertHead::kMaskedLM            ? "BertForMaskedLM"
+                       : head == BertHead::kQuestionAnswering ? "BertForQuestionAnswering"
+                                                               : "BertForSequenceClassification";
+    std::ofstream(dir / "config.json") << R"({"model_type": "bert", "architectures": [")" << arch << R"("],
+      "vocab_size": 200, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
+      "intermediate_size": 64, "hidden_act": "gelu", "max_position_embeddings": 16, "type_vocab_size": 2,
+      "layer_norm_eps": 1e-12, "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1,
+      "num_labels": 3, "initializer_range": 0.1})";
+    runtime::model::BertOptions o;
+    o.config = runtime::model::read_bert_config((dir / "config.json").string())->config;
+    o.head = head;
+    runtime::model::Bert bert(o);
+    runtime::device::cpu::CpuDevice cpu;
+    runtime::device::Device& dev = cpu;
+    const std::int64_t total = runtime::model::total_numel(bert.params());
+    Tensor p = *dev.empty({total}, DType::kF32, MemoryCategory::kParameters, "p");
+    Tensor g = *dev.empty({total}, DType::kF32, MemoryCategory::kGradients, "g");
+    runtime::model::FlatParamAccess views(bert.params(), p, g);
+    EXPECT_TRUE(bert.init_params(dev, views.params(), 17).is_ok());
+    EXPECT_TRUE(runtime::model::save_bert_tensors((dir / "model.safetensors").string(), bert.params(), views.params()).is_ok());
+    // The batch: synthetic rows written as a user's file would hold them.
+    o.seq_len = 12;
+    runtime::model::Bert sized(o);
+    auto batch = *sized.synthetic_batch(dev, 23, 0, 0, 8);
+    io::SafetensorsFile f;
+    for (const auto& [name, t] : batch.tensors) {
+      std::vector<std::int64_t> v(static_cast<std::size_t>(t.numel()));
+      for (std::int64_t i = 0; i < t.numel(); ++i) {
+        v[static_cast<std::size_t>(i)] =
+            t.dtype() == DType::kF32 ? static_cast<std::int64_t>(t.data<float>()[i]) : t.data<std::int64_t>()[i];
+      }
+      f.tensors.push_back(int_tensor(name, t.shape(), v));
+    }
+    EXPECT_TRUE(io::write_safetensors((dir / "batch.safetensors").string(), f).is_ok());
+  }
+  GradsArgs args(int world, const std::string& out) const {
+    GradsArgs a;
+    a.model_dir = dir.string();
+    a.inputs = (dir / "batch.safetensors").string();
+    a.out = (dir / out).string();
+    a.world_size = world;
+    a.quiet = true;
+    return a;
+  }
+  fs::path dir;
+};
+
+// Largest |a - b| over every tensor of two gradient files, and the largest |b|.
+std::pair<double, double> max_diff(const std::string& a, const std::string& b) {
+  auto fa = io::read_safetensors(a), fb = io::read_safetensors(b);
+  EXPECT_TRUE(fa.is_ok() && fb.is_ok());
+  double worst = 0, scale = 0;
+  EXPECT_EQ(fa->tensors.size(), fb->tensors.size());
+  for (const auto& t : fa->tensors) {
+    const io::StoredTensor* u = fb->find(t.name);
+    EXPECT_NE(u, nullptr) << t.name;
+    if (u == nullptr) continue;
+    EXPECT_EQ(t.dtype, DType::kF32);
+    const auto* x = reinterpret_cast<const float*>(t.data.data());
+    const auto* y = reinterpret_cast<const float*>(u->data.data());
+    for (std::size_t i = 0; i < t.data.size() / 4; ++i) {
+      worst = std::max(worst, static_cast<double>(std::fabs(x[i] - y[i])));
+      scale = std::max(scale, static_cast<double>(std::fabs(y[i])));
+    }
+  }
+  return {worst, scale};
+}
+
+class GradsCommand : public ::testing::TestWithParam<BertHead> {};
+
+TEST_P(GradsCommand, FourShardedRanksEqualOneRankForEveryStrategy) {
+  const BertHead head = GetParam();
+  Files files(head, std::string(runtime::model::bert_head_name(head)));
+  ASSERT_EQ(grads_command(files.args(1, "g1.safetensors")), 0);
+  auto g1 = io::read_safetensors((files.dir / "g1.safetensors").string());
+  ASSERT_TRUE(g1.is_ok());
+  ASSERT_TRUE(g1->metadata.count("loss"));
+  const double loss = std::stod(g1->metadata.at("loss"));
+  EXPECT_GT(loss, 0.0);
+  EXPECT_NE(g1->find("bert.encoder.layer.1.attention.self.query.weight"), nullptr);
+  for (auto strategy : {runtime::fsdp::ShardingStrategy::kFullShard, runtime::fsdp::ShardingStrategy::kShardGradOp,
+                        runtime::fsdp::ShardingStrategy::kNoShard, runtime::fsdp::ShardingStrategy::kHybridShard}) {
+    GradsArgs a = files.args(4, "g4.safetensors");
+    a.strategy = strategy;
+    ASSERT_EQ(grads_command(a), 0);
+    const auto [diff, scale] = max_diff((files.dir / "g4.safetensors").string(), (files.dir / "g1.safetensors").string());
+    EXPECT_GT(scale, 0.0);
+    // fp32, summation order differs by rank: a few ulps of the largest gradient.
+    EXPECT_LE(diff, 1e-6 * scale + 1e-9) << runtime::fsdp::strategy_name(strategy) << " max |Δ| " << diff;
+    std::printf("[ %s %s ] max |grad(W=4) - grad(W=1)| = %.3g (max |grad| %.3g)\n",
+                std::string(runtime::model::bert_head_name(head)).c_str(),
+                std::string(runtime::fsdp::strategy_name(strategy)).c_str(), diff, scale);
+    auto g4 = io::read_safetensors((files.dir / "g4.safetensors").string());
+    EXPECT_NEAR(std::stod(g4->metadata.at("loss")), loss, 1e-6 * loss);
+  }
+}
+
+TEST_P(GradsCommand, DropoutZeroAndBf16Run) {
+  const BertHead head = GetParam();
+  Files files(head, std::string(runtime::model::bert_head_name(head)) + "_bf16");
+  GradsArgs a = files.args(2, "fp32.safetensors");
+  a.dropout = 0.0f;
+  ASSERT_EQ(grads_command(a), 0);
+  a.dtype = "bf16";
+  a.out = (files.dir / "bf16.safetensors").string();
+  ASSERT_EQ(grads_command(a), 0);
+  const auto [diff, scale] = max_diff(a.out, (files.dir / "fp32.safetensors").string());
+  EXPECT_GT(diff, 0.0);              // bf16 really rounds
+  EXPECT_LT(diff, 0.1 * scale);      // and stays close (bf16 keeps 8 bits)
+}
+
+INSTANTIATE_TEST_SUITE_P(Heads, GradsCommand,
+                         ::testing::Values(BertHead::kSequenceClassification, BertHead::kMaskedLM,
+                                           BertHead::kQuestionAnswering),
+                         [](const auto& info) { return std::string(runtime::model::bert_head_name(info.param)); });
+
+TEST(GradsCommandErrors, BadInputsExitTwo) {
+  Files files(BertHead::kSequenceClassification, "errors");
+  testing::internal::CaptureStderr();
+  GradsArgs a = files.args(3, "x.safetensors");  // 8 rows do not split over 3 ranks
+  EXPECT_EQ(grads_command(a), 2);
+  a = files.args(1, "x.safetensors");
+  a.model_dir = (files.dir / "missing").string();
+  EXPECT_EQ(grads_command(a), 2);
+  a = files.args(1, "x.safetensors");
+  a.inputs = (files.dir / "config.json").string();  // not a safetensors file
+  EXPECT_EQ(grads_command(a), 2);
+  a = files.args(1, "x.safetensors");
+  a.dtype = "fp8";
+  EXPECT_EQ(grads_command(a), 2);
+  a = files.args(1, "x.safetensors");
+  a.dropout = 1.5f;
+  EXPECT_EQ(grads_command(a), 2);
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("B = 8 rows, which do not split evenly over --world-size 3"), std::string::npos) << err;
+  EXPECT_NE(err.find("config.json"), std::string::npos) << err;
+  EXPECT_NE(err.find("--dtype must be fp32 or bf16"), std::string::npos) << err;
+  EXPECT_NE(err.find("--dropout"), std::string::npos) << err;
+}
+
+TEST(GradsCommandErrors, TokenOutsideTheVocabularyAndTooLongSequences) {
+  Files files(BertHead::kSequenceClassification, "vocab");
+  io::SafetensorsFile f = *io::read_safetensors((files.dir / "batch.safetensors").string());
+  for (auto& t : f.tensors) {
+    if (t.name == "input_ids") reinterpret_cast<std::int64_t*>(t.data.data())[5] = 200;
+  }
+  ASSERT_TRUE(io::write_safetensors((files.dir / "bad.safetensors").string(), f).is_ok());
+  GradsArgs a = files.args(1, "x.safetensors");
+  a.inputs = (files.dir / "bad.safetensors").string();
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(grads_command(a), 2);
+  // T = 20 > max_position_embeddings = 16.
+  io::SafetensorsFile longer;
+  longer.tensors.push_back(int_tensor("input_ids", {1, 20}, std::vector<std::int64_t>(20, 5)));
+  longer.tensors.push_back(int_tensor("attention_mask", {1, 20}, std::vector<std::int64_t>(20, 1)));
+  longer.tensors.push_back(int_tensor("labels", {1}, {0}));
+  ASSERT_TRUE(io::write_safetensors((files.dir / "long.safetensors").string(), longer).is_ok());
+  a.inputs = (files.dir / "long.safetensors").string();
+  EXPECT_EQ(grads_command(a), 2);
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("input_ids[0, 5] = 200"), std::string::npos) << err;
+  EXPECT_NE(err.find("max_position_embeddings"), std::string::npos) << err;
+}
+
+}  // namespace
+}  // namespace shardlab::cli
