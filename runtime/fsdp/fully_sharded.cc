@@ -361,14 +361,14 @@ Status FullyShardedModel::post_forward(int layer) {
 }
 
 namespace {
-// The unit needed after `unit` in backward: the next one by descending last layer.
-int next_in_backward(const std::vector<int>& last_layer, int unit) {
-  int best = -1;
-  for (int u = 0; u < static_cast<int>(last_layer.size()); ++u) {
-    const int l = last_layer[static_cast<std::size_t>(u)];
-    if (l < last_layer[static_cast<std::size_t>(unit)] && (best < 0 || l > last_layer[static_cast<std::size_t>(best)])) best = u;
-  }
-  return best;
+// The unit PyTorch prefetches after `unit` in backward: backward runs in the reverse of the
+// recorded forward order, so it is the unit before `unit` there (-1 for the first). Not
+// "the next by layer": a root unit spanning the embeddings and the head is first in
+// forward order and so last in backward, although its last layer is the highest.
+int next_in_backward(const std::vector<int>& forward_order, int unit) {
+  const auto it = std::find(forward_order.begin(), forward_order.end(), unit);
+  if (it == forward_order.end() || it == forward_order.begin()) return -1;
+  return *(it - 1);
 }
 }  // namespace
 
@@ -387,7 +387,7 @@ Status FullyShardedModel::pre_backward(int layer) {
                                                          "unit" + std::to_string(u) + ".unsharded_grad"));
     }
     if (options_.backward_prefetch == BackwardPrefetch::kBackwardPre && !recorded_order_.empty()) {
-      const int next = next_in_backward(last_layer_, u);
+      const int next = next_in_backward(recorded_order_, u);
       if (next >= 0) SHARDLAB_RETURN_IF_ERROR(unshard(next, /*prefetch=*/true));
     }
   }
@@ -398,7 +398,7 @@ Status FullyShardedModel::post_backward(int layer) {
   for (int u = 0; u < num_units(); ++u) {
     if (first_layer_[static_cast<std::size_t>(u)] != layer) continue;
     if (options_.backward_prefetch == BackwardPrefetch::kBackwardPost && !recorded_order_.empty()) {
-      const int next = next_in_backward(last_layer_, u);
+      const int next = next_in_backward(recorded_order_, u);
       if (next >= 0) SHARDLAB_RETURN_IF_ERROR(unshard(next, /*prefetch=*/true));
     }
     // Frozen units produce no gradient and no reduction traffic.
