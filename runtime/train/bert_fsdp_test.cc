@@ -134,6 +134,24 @@ TEST(BertFsdp, ARankWithoutMaskedTargetsContributesZerosNotNaN) {
   EXPECT_TRUE(compare(*sharded, *single, 1e-4, 1e-6).within_tolerance) << compare(*sharded, *single, 1e-4, 1e-6).describe();
 }
 
+// Regression: BACKWARD_POST prefetch once followed "the next unit by layer", so after the
+// root unit (embeddings + head, first in forward order) finished its backward it
+// re-unsharded a BertLayer and the iteration ended with that unit unsharded.
+TEST(BertFsdp, BackwardPostPrefetchWithARootSpanningEmbeddingsAndHead) {
+  for (auto prefetch : {fsdp::BackwardPrefetch::kBackwardPost, fsdp::BackwardPrefetch::kBackwardPre}) {
+    FsdpTrainOptions o = bert_run(BertHead::kMaskedLM);
+    o.fsdp.backward_prefetch = prefetch;
+    o.fsdp.forward_prefetch = true;
+    auto sharded = run_sim(o, 2);
+    ASSERT_TRUE(sharded.is_ok()) << sharded.status().to_string();
+    device::cpu::CpuDevice dev;
+    auto oracle = train_oracle(dev, o, 2);
+    ASSERT_TRUE(oracle.is_ok());
+    EXPECT_TRUE(compare(*sharded, *oracle).bitwise);
+    EXPECT_LE(sharded->max_live_unsharded, 2);
+  }
+}
+
 TEST(BertFsdp, ActivationCheckpointingChangesNothing) {
   FsdpTrainOptions o = bert_run(BertHead::kQuestionAnswering);
   auto plain = run_sim(o, 2);
