@@ -152,6 +152,32 @@ TEST(BertFsdp, BackwardPostPrefetchWithARootSpanningEmbeddingsAndHead) {
   }
 }
 
+TEST(BertFsdp, MemoryTimelineSamplesEveryHookWithoutChangingResults) {
+  FsdpTrainOptions o = bert_run(BertHead::kSequenceClassification);
+  o.steps = 2;
+  o.grad_accumulation = 1;
+  auto plain = run_sim(o, 2);
+  o.record_memory_timeline = true;
+  auto sampled = run_sim(o, 2);
+  ASSERT_TRUE(plain.is_ok() && sampled.is_ok());
+  EXPECT_TRUE(compare(*sampled, *plain).bitwise);
+  const auto& t = sampled->memory_timeline;
+  // Per step: 4 layers × (pre/post forward + pre/post backward) + the optimizer step.
+  ASSERT_EQ(t.size(), 2u * (4 * 4 + 1));
+  EXPECT_EQ(t.front().event, "pre_forward:0");
+  EXPECT_EQ(t[16].event, "optimizer_step");
+  EXPECT_EQ(t.back().step, 1);
+  const int act = static_cast<int>(MemoryCategory::kActivations), grads = static_cast<int>(MemoryCategory::kGradients);
+  std::int64_t peak_act = 0;
+  for (std::size_t i = 1; i < t.size(); ++i) {
+    EXPECT_GE(t[i].time, t[i - 1].time);
+    peak_act = std::max(peak_act, t[i].bytes[static_cast<std::size_t>(act)]);
+  }
+  EXPECT_GT(peak_act, 0);
+  EXPECT_EQ(t[16].bytes[static_cast<std::size_t>(act)], 0);    // activations freed after the step
+  EXPECT_EQ(t[16].bytes[static_cast<std::size_t>(grads)] > 0, true);  // gradient shards kept for the optimizer
+}
+
 TEST(BertFsdp, ActivationCheckpointingChangesNothing) {
   FsdpTrainOptions o = bert_run(BertHead::kQuestionAnswering);
   auto plain = run_sim(o, 2);

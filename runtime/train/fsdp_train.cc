@@ -63,6 +63,44 @@ Status add_counts(const model::Model& m, const model::Batch& b, std::vector<std:
   return Status::ok();
 }
 
+// Forwards every ParamAccess call to FSDP and samples the device's memory after each hook.
+class MemorySampler final : public model::ParamAccess {
+ public:
+  MemorySampler(model::ParamAccess& inner, device::Device& dev, const Clock& clock, const int& step,
+                std::vector<MemorySample>& out)
+      : inner_(inner), dev_(dev), clock_(clock), step_(step), out_(out) {}
+  Result<Tensor> param(int i) override { return inner_.param(i); }
+  Result<Tensor> grad(int i) override { return inner_.grad(i); }
+  Status pre_forward(int l) override { return sampled(inner_.pre_forward(l), "pre_forward", l); }
+  Status post_forward(int l) override { return sampled(inner_.post_forward(l), "post_forward", l); }
+  Status pre_backward(int l) override { return sampled(inner_.pre_backward(l), "pre_backward", l); }
+  Status post_backward(int l) override { return sampled(inner_.post_backward(l), "post_backward", l); }
+
+ private:
+  Status sampled(Status s, const char* what, int layer) {
+    if (s.is_ok()) record(out_, dev_, clock_, step_, std::string(what) + ":" + std::to_string(layer));
+    return s;
+  }
+
+ public:
+  static void record(std::vector<MemorySample>& out, device::Device& dev, const Clock& clock, int step,
+                     std::string event) {
+    MemorySample m;
+    m.step = step;
+    m.event = std::move(event);
+    m.time = clock.now();
+    m.bytes = dev.memory().stats().current;
+    out.push_back(std::move(m));
+  }
+
+ private:
+  model::ParamAccess& inner_;
+  device::Device& dev_;
+  const Clock& clock_;
+  const int& step_;
+  std::vector<MemorySample>& out_;
+};
+
 }  // namespace
 
 std::unique_ptr<model::Model> make_model(const FsdpTrainOptions& o) {
@@ -143,6 +181,9 @@ Result<std::unique_ptr<FsdpTrainer>> FsdpTrainer::create(comm::Communicator& com
                                                                         o.fsdp, full));
   }  // the full initial copy is freed here: only shards remain
   SHARDLAB_RETURN_IF_ERROR(t->fsdp_->set_optimizer(o.optimizer));
+  if (o.record_memory_timeline) {
+    t->sampler_ = std::make_unique<MemorySampler>(*t->fsdp_, dev, clock, t->step_, t->result_.memory_timeline);
+  }
   SHARDLAB_ASSIGN_OR_RETURN(t->loss_, dev.empty({1}, DType::kF32, MemoryCategory::kOther, "loss"));
   SHARDLAB_ASSIGN_OR_RETURN(t->counts_, dev.empty({static_cast<std::int64_t>(t->model_->loss_term_weights().size())},
                                                   DType::kI64, MemoryCategory::kOther, "target_counts"));
@@ -175,7 +216,8 @@ Status FsdpTrainer::step() {
     SHARDLAB_RETURN_IF_ERROR(fsdp_->begin_iteration(/*no_sync=*/m + 1 < o.grad_accumulation));
     const model::ForwardContext ctx{o.seed, step_, comm_.rank() * local + m * micro, true};
     SHARDLAB_ASSIGN_OR_RETURN(std::vector<double> sums,
-                              model_->forward_backward(dev_, *fsdp_, batches[static_cast<std::size_t>(m)], scale, ctx));
+                              model_->forward_backward(dev_, sampler_ ? *sampler_ : static_cast<model::ParamAccess&>(*fsdp_),
+                                                       batches[static_cast<std::size_t>(m)], scale, ctx));
     SHARDLAB_RETURN_IF_ERROR(fsdp_->end_iteration());
     batches[static_cast<std::size_t>(m)] = model::Batch();
     result_.counts.push_back(fsdp_->counts());
@@ -195,6 +237,7 @@ Status FsdpTrainer::step() {
   }
   SHARDLAB_RETURN_IF_ERROR(fsdp_->optimizer_step());
   dev_.synchronize(device::kComputeStream);
+  if (o.record_memory_timeline) MemorySampler::record(result_.memory_timeline, dev_, clock_, step_, "optimizer_step");
   result_.losses.push_back(static_cast<double>(loss_.data<float>()[0]));
   result_.step_times.push_back(clock_.now() - start);
   ++step_;

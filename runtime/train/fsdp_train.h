@@ -17,6 +17,7 @@
 // comparison needs a tolerance.
 #pragma once
 
+#include <array>
 #include <functional>
 #include <memory>
 #include <string>
@@ -63,6 +64,16 @@ struct FsdpTrainOptions {
   std::vector<std::string> wrap_classes;  // for kByClass; empty: the model's (Linear for the MLP, BertLayer for BERT)
   fsdp::FsdpOptions fsdp;
   optim::OptimizerConfig optimizer;
+  // Sample this rank's memory (bytes per category) at every FSDP hook and after each
+  // optimizer step into FsdpTrainResult::memory_timeline (for memory.csv and reports).
+  bool record_memory_timeline = false;
+};
+
+struct MemorySample {
+  int step = 0;       // 0-based optimizer step
+  std::string event;  // "pre_forward:3", "post_backward:0", "optimizer_step", ...
+  Nanos time = 0;     // the rank's clock
+  std::array<std::int64_t, kNumMemoryCategories> bytes{};
 };
 
 struct FsdpTrainResult {
@@ -76,6 +87,7 @@ struct FsdpTrainResult {
   int num_trainable_units = 0;  // units with at least one requires_grad parameter
   std::vector<fsdp::CollectiveCounts> counts;  // per micro-batch iteration
   MemoryStats memory;
+  std::vector<MemorySample> memory_timeline;  // when record_memory_timeline
 };
 
 Status validate(const FsdpTrainOptions& options, int world_size);
@@ -102,6 +114,7 @@ class FsdpTrainer {
   FsdpTrainOptions options_;
   std::unique_ptr<model::Model> model_;
   std::unique_ptr<fsdp::FullyShardedModel> fsdp_;
+  std::unique_ptr<model::ParamAccess> sampler_;  // forwards to fsdp_, sampling memory at each hook
   Tensor loss_, counts_;
   int step_ = 0;
   FsdpTrainResult result_;
