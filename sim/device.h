@@ -11,6 +11,7 @@
 
 #include "runtime/device/cpu/device.h"
 #include "sim/cost_model.h"
+#include "sim/trace.h"
 #include "sim/virtual_clock.h"
 
 namespace shardlab::sim {
@@ -24,6 +25,8 @@ class SimDevice final : public runtime::device::Device {
   const DeviceProfile& profile() const { return profile_; }
   // Total simulated compute time charged so far (for metrics).
   Nanos busy_time() const { return busy_; }
+  // Records every op (name, virtual start, duration) into `trace` when set (not owned).
+  void set_trace(TraceRecorder* trace) { trace_ = trace; }
 
   Result<std::shared_ptr<Storage>> allocate(std::int64_t nbytes, MemoryCategory category,
                                             std::string_view label) override;
@@ -68,12 +71,13 @@ class SimDevice final : public runtime::device::Device {
 
  private:
   // Charges an op's roofline time when it succeeded.
-  Status charge(Status s, double flops, double bytes, bool matrix);
+  Status charge(const char* op, Status s, double flops, double bytes, bool matrix);
 
   DeviceProfile profile_;
   VirtualClock* clock_;
   runtime::device::cpu::CpuDevice inner_;
   Nanos busy_ = 0;
+  TraceRecorder* trace_ = nullptr;
 };
 
 }  // namespace shardlab::sim

@@ -2,6 +2,8 @@
 // One mutex guards all of it; see NOTE [Determinism] in world.h for the rules.
 #pragma once
 
+#include "sim/trace.h"
+
 #include <condition_variable>
 #include <deque>
 #include <list>
@@ -81,6 +83,8 @@ struct World::Shared {
   int blocked = 0;
   std::list<Waiter*> waiters;
   NetworkModel network;
+  // Per world rank, where collectives are recorded (null entries: tracing off).
+  std::vector<TraceRecorder*> traces;
   // (group, src world rank, dst world rank, tag) -> unmatched sends / recvs, FIFO.
   std::map<std::tuple<std::string, int, int, int>, std::deque<Message>> sends, recvs;
 

@@ -38,6 +38,11 @@ World::World(WorldOptions options) : options_(std::move(options)), shared_(std::
 
 World::~World() = default;
 
+std::vector<TraceEvent> World::trace(int rank) const {
+  if (rank < 0 || rank >= static_cast<int>(traces_.size())) return {};
+  return traces_[static_cast<std::size_t>(rank)]->events();
+}
+
 std::vector<RankResult> World::run(const std::function<Status(RankContext&)>& body) {
   const int n = options_.world_size;
   // Devices outlive every storage made on them: they are destroyed after the rendezvous
@@ -47,6 +52,18 @@ std::vector<RankResult> World::run(const std::function<Status(RankContext&)>& bo
   for (int r = 0; r < n; ++r) {
     clocks.push_back(std::make_unique<VirtualClock>());
     devices.push_back(std::make_unique<SimDevice>(r, options_.device, clocks.back().get()));
+  }
+  traces_.clear();
+  {
+    std::lock_guard<std::mutex> lock(shared_->mu);
+    shared_->traces.assign(static_cast<std::size_t>(n), nullptr);
+    if (options_.trace) {
+      for (int r = 0; r < n; ++r) {
+        traces_.push_back(std::make_unique<TraceRecorder>());
+        devices[static_cast<std::size_t>(r)]->set_trace(traces_.back().get());
+        shared_->traces[static_cast<std::size_t>(r)] = traces_.back().get();
+      }
+    }
   }
   auto group = std::make_shared<Group>();
   group->name = "world";
@@ -66,7 +83,7 @@ std::vector<RankResult> World::run(const std::function<Status(RankContext&)>& bo
       RankResult& out = results[ur];
       {
         SimCommunicator comm(shared_, group, r, clocks[ur].get(), options_.perturb_seed);
-        RankContext ctx{r, n, *clocks[ur], comm, *devices[ur]};
+        RankContext ctx{r, n, *clocks[ur], comm, *devices[ur], *devices[ur]};
         try {
           out.status = body(ctx);
         } catch (const std::exception& e) {

@@ -29,6 +29,8 @@
 #include "runtime/comm/communicator.h"
 #include "runtime/device/device.h"
 #include "sim/cost_model.h"
+#include "sim/device.h"
+#include "sim/trace.h"
 #include "sim/virtual_clock.h"
 
 namespace shardlab::sim {
@@ -41,6 +43,8 @@ struct WorldOptions {
   // few microseconds of host time, chosen by an Rng seeded with this value, to shake
   // out host-scheduling dependence. Results must not change.
   std::uint64_t perturb_seed = 0;
+  // Record every device op and collective per rank (World::trace) for trace.json.
+  bool trace = false;
 };
 
 struct RankContext {
@@ -49,6 +53,7 @@ struct RankContext {
   VirtualClock& clock;
   runtime::comm::Communicator& comm;
   runtime::device::Device& device;
+  SimDevice& sim_device;  // the same device, with its simulated busy time
 };
 
 struct RankResult {
@@ -68,12 +73,15 @@ class World {
   std::vector<RankResult> run(const std::function<Status(RankContext&)>& body);
 
   const WorldOptions& options() const { return options_; }
+  // Rank r's timeline of the last run() (empty unless WorldOptions::trace).
+  std::vector<TraceEvent> trace(int rank) const;
 
   struct Shared;  // rendezvous state shared by the ranks' communicators (world.cc)
 
  private:
   WorldOptions options_;
   std::shared_ptr<Shared> shared_;
+  std::vector<std::unique_ptr<TraceRecorder>> traces_;
 };
 
 }  // namespace shardlab::sim

@@ -1,0 +1,515 @@
+// bert_bench: BERT training on one CPU core, judged against Eigen's SGEMM speed measured
+// in the same run (CONVENTIONS.md rule 7). The simulator's numerics mode runs this code.
+//
+//   bert_peak/eigen/<M>x<N>x<K>    C[M,N] = A[M,K]·B[N,K]ᵀ through Eigen on warm 64-byte
+//                                  aligned buffers: the preset's Linear shapes (for bert-base,
+//                                  the shapes the peak below is taken from)
+//   bert_layer/eigen/<preset>      every GEMM one encoder layer issues in forward+backward
+//                                  (same shapes and transposes), straight through Eigen
+//   bert_layer/cpu_device/<preset> one encoder layer's forward+backward inside the model
+//                                  (Bert::forward_backward of a 1-layer model; manual time =
+//                                  the time between the layer's pre/post forward and pre/post
+//                                  backward hooks: projections, attention, dropout, GELU,
+//                                  LayerNorm, residuals — everything the layer does)
+//   bert_step/eigen/<preset>       every GEMM of a training step, straight through Eigen
+//   bert_step/cpu_device/<preset>  one training step: zero the gradients, forward+backward of
+//                                  the global batch, AdamW over all parameters (no FSDP: one
+//                                  process, flat parameter and gradient buffers, like
+//                                  train_oracle at world size 1). Batch synthesis is excluded.
+//                                  Counters share_{embeddings,encoder,head,rest} split the
+//                                  time by the model's hook layers (rest: zeroing the
+//                                  gradients, AdamW, forward_backward's setup).
+// compare.py pairs each cpu_device case with its eigen case (--reference eigen): the ratio
+// is the model's time over the time its GEMMs alone take at Eigen speed.
+//
+// Configuration (the issue's): BertForSequenceClassification, batch 8, sequence 128 (the
+// smoke preset bert-tiny uses the same), fp32, AdamW (lr 1e-4, PyTorch defaults otherwise),
+// dropout as configured by the preset (0.1 hidden and attention-probs dropout for
+// bert-base, so dropout masks are drawn and applied), no activation checkpointing.
+//
+// FLOPs (analytic; the GFLOPS counters and the peak fraction use them): only matrix
+// products count, 2·M·N·K each. With N = B·T tokens, H hidden, I intermediate, A heads of
+// d = H/A, one layer's forward is
+//   Linear:    2·N·(4·H·H + 2·H·I)            (Q, K, V, attention output; intermediate, output)
+//   attention: 2·(2·B·A·T²·d)                 (Q·Kᵀ and probs·V)
+// and its backward twice that (dX and dW of every Linear; four batched products for the
+// attention), so forward+backward = 3 × forward (the 6·params·tokens rule plus attention).
+// The step adds the head (pooler H×H and classifier H×labels on B rows, ×3). LayerNorm,
+// softmax, GELU, dropout, embeddings and the optimizer are not counted: they are the
+// overhead the ratio exposes.
+//
+// Peak: before any benchmark runs, main() times bert-base's three Linear shapes (whatever
+// the presets) with Eigen, best of three runs each, and takes the fastest as this run's
+// SGEMM peak; it is printed and recorded in the JSON context as eigen_peak_gflops, and
+// every case reports peak_fraction = its GFLOPS / that peak. Everything is single-threaded:
+// Eigen is built without OpenMP (many simulated ranks run as threads), so the peak is one
+// core's, for the build's instruction set (no -march flags by default: SSE2 kernels).
+//
+// Memory: bert_step/cpu_device reports the device's peak bytes per category (MiB counters
+// peak_<category>_MiB) next to an analytic count (analytic_<category>_MiB): parameters P,
+// gradients P, AdamW state 2·P (fp32), and the activations the forward saves for the
+// backward (listed in analytic_activation_floats below). The measured activation peak is
+// higher by the backward's transient working set of one layer.
+//
+// Times are the benchmark thread's CPU time, reported as manual time: every kernel runs on
+// that one thread, so on a quiet machine it equals wall time, and on a shared 2-core
+// machine it is less disturbed by other jobs (under a load average of 5.6, wall time was
+// 1.5× CPU time; CPU time still moves ±10% with cache and memory-bandwidth contention, which
+// the same-run ratios absorb). Thread variables are set only in the commands of
+// bench/README.md.
+#include <benchmark/benchmark.h>
+#include <time.h>
+
+#include <Eigen/Core>
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/core/clock.h"
+#include "runtime/core/rng.h"
+#include "runtime/device/cpu/device.h"
+#include "runtime/model/bert.h"
+#include "runtime/model/module.h"
+#include "runtime/optim/optimizer.h"
+
+namespace shardlab::bench {
+namespace {
+
+using runtime::device::cpu::CpuDevice;
+using runtime::model::Bert;
+using runtime::model::BertConfig;
+using runtime::model::BertOptions;
+using RowMajorMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using MatrixMap = Eigen::Map<RowMajorMatrix>;
+
+constexpr std::int64_t kBatch = 8;
+constexpr std::int64_t kSeqLen = 128;
+constexpr std::uint64_t kSeed = 7;
+constexpr double kMiB = 1024.0 * 1024.0;
+
+// CPU time of the calling thread (CLOCK_THREAD_CPUTIME_ID): the timer of every case here.
+class ThreadCpuClock final : public Clock {
+ public:
+  Nanos now() const override {
+    timespec ts{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return static_cast<Nanos>(ts.tv_sec) * kNanosPerSecond + ts.tv_nsec;
+  }
+};
+
+// One GEMM as the model issues it: `batch` products op(A)[M, K] · op(B)[K, N].
+struct GemmShape {
+  std::int64_t batch, m, n, k;
+  bool trans_a, trans_b;
+  double flops() const { return 2.0 * static_cast<double>(batch * m) * static_cast<double>(n * k); }
+};
+
+// The forward and backward GEMMs of a Linear y[rows, out] = x[rows, in]·Wᵀ, as
+// bert_forward.cc issues them: y = x·Wᵀ, dW = dyᵀ·x, dx = dy·W.
+void add_linear(std::vector<GemmShape>& out, std::int64_t rows, std::int64_t in, std::int64_t features) {
+  out.push_back({1, rows, features, in, false, true});
+  out.push_back({1, features, in, rows, true, false});
+  out.push_back({1, rows, in, features, false, false});
+}
+
+// Every GEMM of one encoder layer's forward and backward.
+std::vector<GemmShape> layer_gemms(const BertConfig& c) {
+  const std::int64_t n = kBatch * kSeqLen, h = c.hidden_size, i = c.intermediate_size;
+  const std::int64_t heads = kBatch * c.num_attention_heads, d = h / c.num_attention_heads, t = kSeqLen;
+  std::vector<GemmShape> g;
+  for (int p = 0; p < 4; ++p) add_linear(g, n, h, h);  // Q, K, V, attention output
+  add_linear(g, n, h, i);                              // intermediate
+  add_linear(g, n, i, h);                              // output
+  g.push_back({heads, t, t, d, false, true});          // scores = Q·Kᵀ
+  g.push_back({heads, t, d, t, false, false});         // ctx = probs·V
+  g.push_back({heads, t, t, d, false, true});          // dprobs = dctx·Vᵀ
+  g.push_back({heads, t, d, t, true, false});          // dV = probsᵀ·dctx
+  g.push_back({heads, t, d, t, false, false});         // dQ = dscores·K
+  g.push_back({heads, t, d, t, true, false});          // dK = dscoresᵀ·Q
+  return g;
+}
+
+// Every GEMM of a training step: the layers and the classification head.
+std::vector<GemmShape> step_gemms(const BertConfig& c) {
+  std::vector<GemmShape> g;
+  const std::vector<GemmShape> layer = layer_gemms(c);
+  for (int l = 0; l < c.num_hidden_layers; ++l) g.insert(g.end(), layer.begin(), layer.end());
+  add_linear(g, kBatch, c.hidden_size, c.hidden_size);  // pooler
+  add_linear(g, kBatch, c.hidden_size, c.num_labels);   // classifier
+  return g;
+}
+
+double total_flops(const std::vector<GemmShape>& gemms) {
+  double f = 0;
+  for (const GemmShape& s : gemms) f += s.flops();
+  return f;
+}
+
+// Floats the forward keeps alive for the backward (bert_forward.cc's LayerSaved, the
+// embeddings' saved tensors and the encoder output), with dropout on: per layer
+// x, q/k/v heads, ctx, dropout masks of attention output and output, s1, a, s2 (N·H each:
+// 10), i1 and g (N·I each), probs, dropped probs and their mask (B·A·T² each), four
+// LayerNorm statistics (N each); embeddings: the sum, its output and mask (N·H each), two
+// statistics (N); the last layer's output (N·H).
+double analytic_activation_floats(const BertConfig& c) {
+  const double n = kBatch * kSeqLen, h = static_cast<double>(c.hidden_size), i = static_cast<double>(c.intermediate_size);
+  const double probs = static_cast<double>(kBatch * c.num_attention_heads) * kSeqLen * kSeqLen;
+  const bool dropout = c.hidden_dropout_prob > 0.0f, attn_dropout = c.attention_probs_dropout_prob > 0.0f;
+  const double per_layer = n * h * (dropout ? 10 : 8) + 2 * n * i + probs * (attn_dropout ? 3 : 1) + 4 * n;
+  const double embeddings = n * h * (dropout ? 3 : 2) + 2 * n;
+  return c.num_hidden_layers * per_layer + embeddings + n * h;
+}
+
+BertConfig preset(const std::string& name) {
+  auto c = runtime::model::bert_preset(name);
+  SHARDLAB_CHECK_OK(c.status());
+  return *c;
+}
+
+// Uniform values in [-1, 1) for a buffer of `numel` floats from `device`.
+Tensor random_buffer(CpuDevice& device, std::int64_t numel, const char* name, std::uint64_t seed) {
+  auto t = device.empty({std::max<std::int64_t>(numel, 1)}, DType::kF32, MemoryCategory::kOther, name);
+  SHARDLAB_CHECK_OK(t.status());
+  Rng rng(seed);
+  float* data = t->data<float>();
+  for (std::int64_t i = 0; i < t->numel(); ++i) data[i] = rng.uniform(-1.0f, 1.0f);
+  return *t;
+}
+
+// Runs `gemms` through Eigen on buffers large enough for the biggest operand (the data
+// is irrelevant to the speed; the buffers are reused, as the model's allocator does).
+class EigenGemmPlan {
+ public:
+  explicit EigenGemmPlan(std::vector<GemmShape> gemms) : gemms_(std::move(gemms)) {
+    std::int64_t a = 0, b = 0, c = 0;
+    for (const GemmShape& s : gemms_) {
+      a = std::max(a, s.batch * s.m * s.k);
+      b = std::max(b, s.batch * s.k * s.n);
+      c = std::max(c, s.batch * s.m * s.n);
+    }
+    a_ = random_buffer(device_, a, "a", 1);
+    b_ = random_buffer(device_, b, "b", 2);
+    c_ = random_buffer(device_, c, "c", 3);
+  }
+  void run() {
+    for (const GemmShape& s : gemms_) {
+      for (std::int64_t i = 0; i < s.batch; ++i) {
+        const std::int64_t ar = s.trans_a ? s.k : s.m, ac = s.trans_a ? s.m : s.k;
+        const std::int64_t br = s.trans_b ? s.n : s.k, bc = s.trans_b ? s.k : s.n;
+        MatrixMap a(a_.data<float>() + i * s.m * s.k, ar, ac), b(b_.data<float>() + i * s.k * s.n, br, bc),
+            c(c_.data<float>() + i * s.m * s.n, s.m, s.n);
+        if (!s.trans_a && !s.trans_b) c.noalias() = a * b;
+        else if (s.trans_a && !s.trans_b) c.noalias() = a.transpose() * b;
+        else if (!s.trans_a && s.trans_b) c.noalias() = a * b.transpose();
+        else c.noalias() = a.transpose() * b.transpose();
+      }
+    }
+    benchmark::DoNotOptimize(c_.data<float>());
+    benchmark::ClobberMemory();
+  }
+  double flops() const { return total_flops(gemms_); }
+
+ private:
+  CpuDevice device_;
+  std::vector<GemmShape> gemms_;
+  Tensor a_, b_, c_;
+};
+
+void set_rate_counters(benchmark::State& state, double flops) {
+  state.counters["GFLOPS"] = benchmark::Counter(flops / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GFLOP"] = flops / 1e9;
+}
+
+// The peak fraction needs the mean iteration time, which benchmark only knows afterwards;
+// the benchmarks accumulate their manual times themselves.
+void set_peak_fraction(benchmark::State& state, double flops, double seconds, double peak_gflops) {
+  if (peak_gflops <= 0.0 || seconds <= 0.0) return;
+  const double gflops = flops / 1e9 / (seconds / static_cast<double>(state.iterations()));
+  state.counters["peak_fraction"] = gflops / peak_gflops;
+  state.counters["peak_GFLOPS"] = peak_gflops;
+}
+
+void BM_EigenPlan(benchmark::State& state, std::vector<GemmShape> gemms, double peak_gflops) {
+  EigenGemmPlan plan(std::move(gemms));
+  plan.run();  // warm-up
+  ThreadCpuClock clock;
+  double total = 0;
+  for (auto _ : state) {
+    const Nanos t0 = clock.now();
+    plan.run();
+    const double s = static_cast<double>(clock.now() - t0) / 1e9;
+    state.SetIterationTime(s);
+    total += s;
+  }
+  set_rate_counters(state, plan.flops());
+  set_peak_fraction(state, plan.flops(), total, peak_gflops);
+}
+
+// Times the model's work per hook layer (0 = embeddings, 1..L = encoder layers, L+1 = the
+// head): forward from pre_forward to post_forward, backward from pre_backward to
+// post_backward.
+class TimingAccess final : public runtime::model::ParamAccess {
+ public:
+  TimingAccess(runtime::model::ParamAccess& inner, int num_layers)
+      : inner_(inner), forward_(static_cast<std::size_t>(num_layers)), backward_(static_cast<std::size_t>(num_layers)) {}
+  Result<Tensor> param(int i) override { return inner_.param(i); }
+  Result<Tensor> grad(int i) override { return inner_.grad(i); }
+  Status pre_forward(int) override { return start(); }
+  Status post_forward(int l) override { return stop(forward_, l); }
+  Status pre_backward(int) override { return start(); }
+  Status post_backward(int l) override { return stop(backward_, l); }
+  // Seconds spent in layer l's forward plus backward since the last reset.
+  double seconds(int l) const {
+    return static_cast<double>(forward_.at(static_cast<std::size_t>(l)) + backward_.at(static_cast<std::size_t>(l))) /
+           1e9;
+  }
+  void reset() {
+    std::fill(forward_.begin(), forward_.end(), 0);
+    std::fill(backward_.begin(), backward_.end(), 0);
+  }
+
+ private:
+  Status start() {
+    start_ = clock_.now();
+    return Status::ok();
+  }
+  Status stop(std::vector<Nanos>& into, int l) {
+    into.at(static_cast<std::size_t>(l)) += clock_.now() - start_;
+    return Status::ok();
+  }
+  runtime::model::ParamAccess& inner_;
+  ThreadCpuClock clock_;
+  Nanos start_ = 0;
+  std::vector<Nanos> forward_, backward_;
+};
+
+// A model, its flat parameters and gradients, AdamW and one synthetic batch on a fresh
+// CpuDevice: what one unsharded training process holds.
+struct Trainee {
+  explicit Trainee(const BertOptions& options) : model(options) {
+    const std::int64_t total = runtime::model::total_numel(model.params());
+    auto p = dev.empty({total}, DType::kF32, MemoryCategory::kParameters, "params");
+    auto g = dev.zeros({total}, DType::kF32, MemoryCategory::kGradients, "grads");
+    SHARDLAB_CHECK_OK(p.status());
+    SHARDLAB_CHECK_OK(g.status());
+    params = *p;
+    grads = *g;
+    access = std::make_unique<runtime::model::FlatParamAccess>(model.params(), params, grads);
+    SHARDLAB_CHECK_OK(model.init_params(dev, access->params(), kSeed));
+    runtime::optim::OptimizerConfig oc;
+    oc.kind = runtime::optim::OptimizerConfig::Kind::kAdamW;
+    oc.lr = 1e-4f;
+    auto opt = runtime::optim::Optimizer::create(dev, oc, total, "bench");
+    SHARDLAB_CHECK_OK(opt.status());
+    optimizer = std::make_unique<runtime::optim::Optimizer>(std::move(*opt));
+    auto b = model.synthetic_batch(dev, kSeed, 0, 0, kBatch);
+    SHARDLAB_CHECK_OK(b.status());
+    batch = std::move(*b);
+    auto counts = model.count_targets(batch);
+    SHARDLAB_CHECK_OK(counts.status());
+    for (std::size_t t = 0; t < counts->size(); ++t) {
+      term_scale.push_back((*counts)[t] > 0 ? static_cast<float>(model.loss_term_weights()[t] / (*counts)[t]) : 0.0f);
+    }
+  }
+  Status step(runtime::model::ParamAccess& via, std::int64_t step_index, bool optimize) {
+    SHARDLAB_RETURN_IF_ERROR(dev.fill(grads, 0.0f, runtime::device::kComputeStream));
+    const runtime::model::ForwardContext ctx{kSeed, step_index, 0, true};
+    SHARDLAB_RETURN_IF_ERROR(model.forward_backward(dev, via, batch, term_scale, ctx).status());
+    if (optimize) SHARDLAB_RETURN_IF_ERROR(optimizer->step(params, grads));
+    return Status::ok();
+  }
+
+  CpuDevice dev;
+  Bert model;
+  Tensor params, grads;
+  std::unique_ptr<runtime::model::FlatParamAccess> access;
+  std::unique_ptr<runtime::optim::Optimizer> optimizer;
+  runtime::model::Batch batch;
+  std::vector<float> term_scale;
+};
+
+BertOptions bert_options(const BertConfig& config) {
+  BertOptions o;
+  o.config = config;
+  o.head = runtime::model::BertHead::kSequenceClassification;
+  o.seq_len = kSeqLen;
+  o.compute_dtype = DType::kF32;
+  return o;
+}
+
+void BM_Layer(benchmark::State& state, BertConfig config, double peak_gflops) {
+  config.num_hidden_layers = 1;
+  // The layer is what is timed; a small vocabulary keeps the untimed embeddings cheap.
+  config.vocab_size = std::min<std::int64_t>(config.vocab_size, 1024);
+  Trainee t(bert_options(config));
+  TimingAccess timing(*t.access, t.model.num_layers());
+  if (const Status s = t.step(timing, 0, false); !s.is_ok()) {  // warm-up (and the allocator's cache)
+    state.SkipWithError(s.to_string().c_str());
+    return;
+  }
+  double total = 0;
+  std::int64_t step = 1;
+  for (auto _ : state) {
+    timing.reset();
+    if (const Status s = t.step(timing, step++, false); !s.is_ok()) {
+      state.SkipWithError(s.to_string().c_str());
+      break;
+    }
+    const double seconds = timing.seconds(/*layer=*/1);
+    state.SetIterationTime(seconds);
+    total += seconds;
+  }
+  const double flops = total_flops(layer_gemms(config));
+  set_rate_counters(state, flops);
+  set_peak_fraction(state, flops, total, peak_gflops);
+}
+
+void BM_Step(benchmark::State& state, BertConfig config, double peak_gflops) {
+  Trainee t(bert_options(config));
+  TimingAccess timing(*t.access, t.model.num_layers());
+  if (const Status s = t.step(timing, 0, true); !s.is_ok()) {  // warm-up (and the allocator's cache)
+    state.SkipWithError(s.to_string().c_str());
+    return;
+  }
+  ThreadCpuClock clock;
+  double total = 0, embeddings = 0, encoder = 0, head = 0;
+  std::int64_t step = 1;
+  for (auto _ : state) {
+    timing.reset();
+    const Nanos t0 = clock.now();
+    if (const Status s = t.step(timing, step++, true); !s.is_ok()) {
+      state.SkipWithError(s.to_string().c_str());
+      break;
+    }
+    const double seconds = static_cast<double>(clock.now() - t0) / 1e9;
+    state.SetIterationTime(seconds);
+    total += seconds;
+    embeddings += timing.seconds(0);
+    for (int l = 1; l <= config.num_hidden_layers; ++l) encoder += timing.seconds(l);
+    head += timing.seconds(config.num_hidden_layers + 1);
+  }
+  const double flops = total_flops(step_gemms(config));
+  set_rate_counters(state, flops);
+  set_peak_fraction(state, flops, total, peak_gflops);
+  // Where the step's time goes, as fractions: the hooks' layers, and the rest (zeroing the
+  // gradients, the optimizer, forward_backward's own setup).
+  if (total > 0) {
+    state.counters["share_embeddings"] = embeddings / total;
+    state.counters["share_encoder"] = encoder / total;
+    state.counters["share_head"] = head / total;
+    state.counters["share_rest"] = (total - embeddings - encoder - head) / total;
+  }
+
+  // Peak memory per category, measured and analytic.
+  const MemoryStats m = t.dev.memory().stats();
+  const double p = static_cast<double>(runtime::model::total_numel(t.model.params())) * 4;
+  const double analytic[kNumMemoryCategories] = {p, p, 2 * p, analytic_activation_floats(config) * 4, 0, 0};
+  for (int c = 0; c < kNumMemoryCategories; ++c) {
+    const std::string name(category_name(static_cast<MemoryCategory>(c)));
+    state.counters["peak_" + name + "_MiB"] = static_cast<double>(m.peak[static_cast<std::size_t>(c)]) / kMiB;
+    if (analytic[c] > 0) state.counters["analytic_" + name + "_MiB"] = analytic[c] / kMiB;
+  }
+  state.counters["peak_total_MiB"] = static_cast<double>(m.peak_total) / kMiB;
+  state.counters["analytic_total_MiB"] = (4 * p + analytic_activation_floats(config) * 4) / kMiB;
+}
+
+// The fastest Eigen SGEMM over BERT's Linear shapes for `config` (best of `runs` each), in
+// GFLOP/s.
+}  // namespace
+
+double measure_peak(const BertConfig& config, int runs) {
+  const std::int64_t n = kBatch * kSeqLen, h = config.hidden_size, i = config.intermediate_size;
+  double best = 0;
+  for (const GemmShape& s : {GemmShape{1, n, h, h, false, true}, GemmShape{1, n, i, h, false, true},
+                             GemmShape{1, n, h, i, false, true}}) {
+    EigenGemmPlan plan({s});
+    plan.run();
+    ThreadCpuClock clock;
+    for (int r = 0; r < runs; ++r) {
+      const Nanos t0 = clock.now();
+      plan.run();
+      const double seconds = static_cast<double>(clock.now() - t0) / 1e9;
+      if (seconds > 0) best = std::max(best, plan.flops() / 1e9 / seconds);
+    }
+  }
+  return best;
+}
+
+namespace {
+std::string shape_name(const GemmShape& s) {
+  return std::to_string(s.m) + "x" + std::to_string(s.n) + "x" + std::to_string(s.k);
+}
+}  // namespace
+
+// Registers the cases for `preset_name` ("bert-base" → size "base"); peak_gflops is this
+// run's Eigen SGEMM peak (measure_peak).
+void register_bert_benchmarks(const std::string& preset_name, double peak_gflops) {
+  const BertConfig config = preset(preset_name);
+  const std::string size = preset_name.substr(preset_name.find('-') + 1);
+  const std::int64_t n = kBatch * kSeqLen, h = config.hidden_size, i = config.intermediate_size;
+  for (const GemmShape& s : {GemmShape{1, n, h, h, false, true}, GemmShape{1, n, i, h, false, true},
+                             GemmShape{1, n, h, i, false, true}}) {
+    benchmark::RegisterBenchmark(("bert_peak/eigen/" + shape_name(s)).c_str(), BM_EigenPlan, std::vector<GemmShape>{s}, peak_gflops)
+        ->UseManualTime()
+        ->Unit(benchmark::kMillisecond);
+  }
+  benchmark::RegisterBenchmark(("bert_layer/eigen/" + size).c_str(), BM_EigenPlan, layer_gemms(config), peak_gflops)
+      ->UseManualTime()
+      ->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark(("bert_layer/cpu_device/" + size).c_str(), BM_Layer, config, peak_gflops)
+      ->UseManualTime()
+      ->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark(("bert_step/eigen/" + size).c_str(), BM_EigenPlan, step_gemms(config), peak_gflops)
+      ->UseManualTime()
+      ->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark(("bert_step/cpu_device/" + size).c_str(), BM_Step, config, peak_gflops)
+      ->UseManualTime()
+      ->Unit(benchmark::kMillisecond);
+}
+
+}  // namespace shardlab::bench
+
+int main(int argc, char** argv) {
+  // --bert_preset=NAME[,NAME...] (default bert-base) picks the models; the smoke test uses
+  // bert-tiny, the baseline holds bert-tiny and bert-base (so the smoke run pairs with it).
+  std::string presets = "bert-base";
+  int out = 1;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg.rfind("--bert_preset=", 0) == 0) {
+      presets = arg.substr(14);
+    } else {
+      argv[out++] = argv[i];
+    }
+  }
+  argc = out;
+  std::vector<std::string> names;
+  for (std::size_t start = 0; start <= presets.size();) {
+    const std::size_t end = std::min(presets.find(',', start), presets.size());
+    names.push_back(presets.substr(start, end - start));
+    start = end + 1;
+  }
+  for (const std::string& name : names) {
+    if (const auto c = shardlab::runtime::model::bert_preset(name); !c.is_ok()) {
+      std::fprintf(stderr, "bert_bench: --bert_preset: %s\n", c.status().to_string().c_str());
+      return 2;
+    }
+  }
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 2;
+  // The peak is measured first, on bert-base's shapes whatever the presets, so every case
+  // (whatever the filter) is judged against the same machine peak.
+  const double peak = shardlab::bench::measure_peak(*shardlab::runtime::model::bert_preset("bert-base"), 3);
+  std::fprintf(stderr, "bert_bench: %s, batch %lld, sequence %lld; Eigen SGEMM peak (one thread) %.1f GFLOP/s\n",
+               presets.c_str(), static_cast<long long>(shardlab::bench::kBatch),
+               static_cast<long long>(shardlab::bench::kSeqLen), peak);
+  benchmark::AddCustomContext("bert_presets", presets);
+  benchmark::AddCustomContext("eigen_peak_gflops", std::to_string(peak));
+  for (const std::string& name : names) shardlab::bench::register_bert_benchmarks(name, peak);
+  const std::size_t ran = benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return ran > 0 ? 0 : 1;  // a filter that matches nothing is a broken smoke run
+}
