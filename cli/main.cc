@@ -84,6 +84,10 @@ int main_impl(int argc, char** argv) {
                      ->check(CLI::PositiveNumber);
   run_cmd->add_option("--seed", run.train.seed, "Seed of data and initial parameters")->capture_default_str();
   run_cmd->add_flag("!--no-check", run.check, "Skip the comparison with the unsharded oracle");
+  run_cmd->add_option("--out", run.out_dir,
+                      "Output folder: summary.txt, metrics.json, trace.json, loss.csv, memory.csv "
+                      "(reports/FORMATS.md; empty string: write nothing)")
+      ->capture_default_str();
   run_cmd->add_flag("--check-collectives", run.check_collectives,
                     "Verify that every rank issues the same collective sequence; report the first divergence");
 

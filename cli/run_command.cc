@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <string>
 
+#include "cli/run_outputs.h"
 #include "runtime/comm/checking_communicator.h"
 #include "runtime/comm/mpi/communicator.h"
 #include "runtime/device/cpu/device.h"
@@ -14,7 +15,46 @@ namespace {
 
 using runtime::train::FsdpTrainResult;
 
-void print_header(const RunArgs& a, int world, int units) {
+std::string header_line(const RunArgs& a, int world, int units);
+
+void print_header(const RunArgs& a, int world, int units) { std::printf("%s\n", header_line(a, world, units).c_str()); }
+
+RunRecord make_record(const RunArgs& a, int world, const std::string& backend) {
+  RunRecord r;
+  r.scenario = a.scenario;
+  r.backend = backend;
+  r.seed = a.train.seed;
+  r.world_size = world;
+  r.global_batch = a.train.global_batch;
+  const auto net = runtime::train::make_model(a.train);
+  if (a.train.model_kind == runtime::train::ModelKind::kBert) {
+    r.model = {{"name", a.model_name}, {"head", runtime::model::bert_head_name(a.train.bert.head)}};
+    r.seq_len = a.train.bert.seq_len;
+  } else {
+    r.model = {{"name", "mlp"}};
+  }
+  r.model["parameters"] = runtime::model::total_numel(net->params());
+  r.fsdp = {{"sharding_strategy", runtime::fsdp::strategy_name(a.train.fsdp.strategy)},
+            {"backward_prefetch", runtime::fsdp::prefetch_name(a.train.fsdp.backward_prefetch)},
+            {"forward_prefetch", a.train.fsdp.forward_prefetch},
+            {"limit_all_gathers", a.train.fsdp.limit_all_gathers},
+            {"devices_per_node", a.train.fsdp.devices_per_node > 0 ? a.train.fsdp.devices_per_node : world},
+            {"grad_accumulation", a.train.grad_accumulation}};
+  r.flops_per_step = analytic_step_flops(a.train);
+  return r;
+}
+
+// Writes the output folder; a failure to write is reported but does not change the verdict.
+void write_outputs(const RunArgs& a, const RunRecord& r) {
+  if (a.out_dir.empty()) return;
+  if (Status s = write_run_outputs(a.out_dir, r); !s.is_ok()) {
+    std::fprintf(stderr, "shardlab run: could not write outputs: %s\n", s.to_string().c_str());
+  } else {
+    std::printf("outputs: %s/ (summary.txt, metrics.json, trace.json, loss.csv, memory.csv)\n", a.out_dir.c_str());
+  }
+}
+
+std::string header_line(const RunArgs& a, int world, int units) {
   std::string arch;
   if (a.train.model_kind == runtime::train::ModelKind::kBert) {
     const auto& b = a.train.bert;
@@ -28,12 +68,14 @@ void print_header(const RunArgs& a, int world, int units) {
     for (int l = 0; l < m.num_hidden_layers; ++l) arch += "→" + std::to_string(m.hidden_dim);
     arch += "→" + std::to_string(m.num_classes);
   }
-  std::printf("shardlab run: %s · FSDP %s (%s) · %d %s rank%s · %d unit%s · global batch %lld · %d steps · seed %llu\n",
+  char line[512];
+  std::snprintf(line, sizeof line, "shardlab run: %s · FSDP %s (%s) · %d %s rank%s · %d unit%s · global batch %lld · %d steps · seed %llu",
               arch.c_str(), std::string(runtime::fsdp::strategy_name(a.train.fsdp.strategy)).c_str(),
               std::string(runtime::fsdp::prefetch_name(a.train.fsdp.backward_prefetch)).c_str(), world,
               a.backend == "sim" ? "simulated" : "MPI", world == 1 ? "" : "s", units, units == 1 ? "" : "s",
               static_cast<long long>(a.train.global_batch), a.train.steps,
               static_cast<unsigned long long>(a.train.seed));
+  return line;
 }
 
 void print_steps(const FsdpTrainResult& r, const char* time_label) {
@@ -45,8 +87,9 @@ void print_steps(const FsdpTrainResult& r, const char* time_label) {
               r.memory.breakdown(/*peaks=*/true).c_str());
 }
 
-// 0 when the run matches the oracle (bitwise when `need_bitwise`), 1 otherwise.
-int report_oracle(const RunArgs& a, const FsdpTrainResult& result, int world, bool need_bitwise) {
+// 0 when the run matches the oracle (bitwise when `need_bitwise`), 1 otherwise; fills the
+// record's check and oracle losses.
+int report_oracle(const RunArgs& a, const FsdpTrainResult& result, int world, bool need_bitwise, RunRecord& record) {
   if (!a.check) return 0;
   runtime::device::cpu::CpuDevice dev;
   auto oracle = runtime::train::train_oracle(dev, a.train, world);
@@ -55,6 +98,8 @@ int report_oracle(const RunArgs& a, const FsdpTrainResult& result, int world, bo
     return oracle.status().exit_code();
   }
   const auto cmp = runtime::train::compare(result, *oracle);
+  record.check = cmp;
+  record.oracle_loss = oracle->losses;
   std::printf("unsharded oracle (1 process, the concatenated batch of %lld, reductions in rank order): %s\n",
               static_cast<long long>(a.train.global_batch), cmp.describe().c_str());
   if (need_bitwise && !cmp.bitwise) {
@@ -73,22 +118,38 @@ int run_sim(const RunArgs& a) {
   if (Status s = runtime::train::validate(a.train, a.world_size); !s.is_ok()) return fail(s);
   sim::WorldOptions o;
   o.world_size = a.world_size;
+  o.trace = !a.out_dir.empty();
   sim::World world(o);
+  RunArgs args = a;
+  args.train.record_memory_timeline = !a.out_dir.empty();
   std::vector<FsdpTrainResult> per_rank(static_cast<std::size_t>(a.world_size));
   const auto results = world.run([&](sim::RankContext& ctx) -> Status {
     runtime::comm::CheckingCommunicator checked(&ctx.comm, a.train.fsdp.collective_timeout);
     runtime::comm::Communicator& comm = a.check_collectives ? checked : ctx.comm;
     SHARDLAB_ASSIGN_OR_RETURN(per_rank[static_cast<std::size_t>(ctx.rank)],
-                              runtime::train::train_fsdp(comm, ctx.device, ctx.clock, a.train));
+                              runtime::train::train_fsdp(comm, ctx.device, ctx.clock, args.train));
     return Status::ok();
   });
+  RunRecord record = make_record(a, a.world_size, "sim");
+  record.device_peak_flops = o.device.matrix_flops_per_s;
   for (std::size_t r = 0; r < results.size(); ++r) {
-    if (!results[r].status.is_ok()) return fail(results[r].status.with_context("rank " + std::to_string(r)));
+    if (!results[r].status.is_ok()) {
+      const Status s = results[r].status.with_context("rank " + std::to_string(r));
+      record.status = s.to_string();
+      write_outputs(a, record);
+      return fail(s);
+    }
   }
   const FsdpTrainResult& r0 = per_rank[0];
+  record.header = header_line(a, a.world_size, r0.num_units);
   print_header(a, a.world_size, r0.num_units);
   print_steps(r0, "simulated step time");
-  return report_oracle(a, r0, a.world_size, /*need_bitwise=*/true);
+  const int code = report_oracle(a, r0, a.world_size, /*need_bitwise=*/true, record);
+  record.ranks = std::move(per_rank);
+  for (int r = 0; r < a.world_size; ++r) record.traces.push_back(world.trace(r));
+  if (code != 0) record.status = "expect_failed";
+  write_outputs(a, record);
+  return code;
 }
 
 int run_mpi(const RunArgs& a, int* argc, char*** argv) {
@@ -101,13 +162,20 @@ int run_mpi(const RunArgs& a, int* argc, char*** argv) {
   runtime::comm::Communicator& c = a.check_collectives ? static_cast<runtime::comm::Communicator&>(checked) : **comm;
   if (Status s = runtime::train::validate(a.train, c.size()); !s.is_ok()) return fail(s);
   runtime::device::cpu::CpuDevice dev({"cpu", c.rank()});
-  auto result = runtime::train::train_fsdp(c, dev, clock, a.train);
+  RunArgs args = a;
+  args.train.record_memory_timeline = c.rank() == 0 && !a.out_dir.empty();
+  auto result = runtime::train::train_fsdp(c, dev, clock, args.train);
   if (!result.is_ok()) return fail(result.status().with_context("rank " + std::to_string(c.rank())));
   int code = 0;
   if (c.rank() == 0) {
     print_header(a, c.size(), result->num_units);
     print_steps(*result, "wall step time");
-    code = report_oracle(a, *result, c.size(), /*need_bitwise=*/false);
+    RunRecord record = make_record(a, c.size(), "mpi");
+    record.header = header_line(a, c.size(), result->num_units);
+    code = report_oracle(a, *result, c.size(), /*need_bitwise=*/false, record);
+    record.ranks.push_back(*result);
+    if (code != 0) record.status = "expect_failed";
+    write_outputs(a, record);
   }
   // Every rank leaves with rank 0's verdict.
   auto verdict = dev.zeros({1}, DType::kI64, MemoryCategory::kOther, "verdict");

@@ -15,6 +15,8 @@ struct RunArgs {
   bool check = true;            // compare with the unsharded oracle
   bool check_collectives = false;  // verify every rank issues the same collective sequence
   runtime::train::FsdpTrainOptions train;
+  std::string out_dir = "out/default";  // metrics.json, trace.json, loss.csv, memory.csv, summary.txt
+  std::string scenario = "default";
 };
 
 // Returns the process exit code: 0 ok, 1 an expectation failed (oracle mismatch),

@@ -240,6 +240,7 @@ Status FsdpTrainer::step() {
   if (o.record_memory_timeline) MemorySampler::record(result_.memory_timeline, dev_, clock_, step_, "optimizer_step");
   result_.losses.push_back(static_cast<double>(loss_.data<float>()[0]));
   result_.step_times.push_back(clock_.now() - start);
+  result_.step_starts.push_back(start);
   ++step_;
   return Status::ok();
 }

@@ -79,6 +79,7 @@ struct MemorySample {
 struct FsdpTrainResult {
   std::vector<double> losses;          // global mean loss per step
   std::vector<Nanos> step_times;
+  std::vector<Nanos> step_starts;      // the rank's clock when each step began
   std::vector<float> final_params;     // full, unpadded, spec order
   std::vector<float> last_grads;       // full gradients of the last step (after clipping)
   std::vector<double> grad_norms;      // per step, when clipping

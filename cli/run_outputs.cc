@@ -1,0 +1,242 @@
+#include "cli/run_outputs.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <sstream>
+
+#include "runtime/io/safetensors.h"
+
+namespace shardlab::cli {
+
+namespace {
+
+using runtime::train::FsdpTrainResult;
+using Json = nlohmann::json;
+
+double seconds(Nanos n) { return static_cast<double>(n) / 1e9; }
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  const std::size_t m = v.size() / 2;
+  return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
+}
+
+// Shortest text that reads back as the same double (for bitwise comparisons in reports).
+std::string exact(double v) {
+  char buf[40];
+  for (int precision = 9; precision <= 17; ++precision) {
+    std::snprintf(buf, sizeof buf, "%.*g", precision, v);
+    if (std::strtod(buf, nullptr) == v) break;
+  }
+  return buf;
+}
+
+// Per step of rank `r`: simulated compute time (sum of compute events inside the step).
+std::vector<double> compute_per_step(const FsdpTrainResult& res, const std::vector<sim::TraceEvent>& trace) {
+  std::vector<double> out(res.step_times.size(), 0.0);
+  for (const auto& e : trace) {
+    if (e.stream != sim::kTraceCompute) continue;
+    for (std::size_t s = 0; s < res.step_starts.size(); ++s) {
+      if (e.start >= res.step_starts[s] && e.start < res.step_starts[s] + res.step_times[s]) {
+        out[s] += seconds(e.duration);
+        break;
+      }
+    }
+  }
+  return out;
+}
+
+const char* comm_key(int stream) {
+  switch (stream) {
+    case sim::kTraceAllGather: return "all_gather";
+    case sim::kTraceReduceScatter: return "reduce_scatter";
+    case sim::kTraceAllReduce: return "all_reduce";
+    default: return "broadcast";
+  }
+}
+
+}  // namespace
+
+double analytic_step_flops(const runtime::train::FsdpTrainOptions& o) {
+  const auto B = static_cast<double>(o.global_batch);
+  if (o.model_kind == runtime::train::ModelKind::kMlp) {
+    const auto& m = o.model;
+    double weights = 0, in = static_cast<double>(m.input_dim);
+    for (int l = 0; l < m.num_hidden_layers; ++l) {
+      weights += in * static_cast<double>(m.hidden_dim);
+      in = static_cast<double>(m.hidden_dim);
+    }
+    weights += in * static_cast<double>(m.num_classes);
+    return 6.0 * weights * B;
+  }
+  const auto& c = o.bert.config;
+  const double T = static_cast<double>(o.bert.seq_len), N = B * T, H = static_cast<double>(c.hidden_size),
+               I = static_cast<double>(c.intermediate_size), A = static_cast<double>(c.num_attention_heads),
+               d = H / A, V = static_cast<double>(c.vocab_size);
+  // Per layer forward: Q, K, V, output (4·H²) and the two FFN GEMMs (2·H·I) per token, plus
+  // scores and context (2 · 2·T²·d per row and head).
+  double forward = c.num_hidden_layers * (2.0 * N * (4.0 * H * H + 2.0 * H * I) + 4.0 * B * A * T * T * d);
+  switch (o.bert.head) {
+    case runtime::model::BertHead::kSequenceClassification: forward += 2.0 * B * (H * H + H * c.num_labels); break;
+    case runtime::model::BertHead::kMaskedLM: forward += 2.0 * 0.15 * N * (H * H + H * V); break;  // masked tokens only
+    case runtime::model::BertHead::kQuestionAnswering: forward += 2.0 * N * H * 2.0; break;
+  }
+  return 3.0 * forward;
+}
+
+Json metrics_json(const RunRecord& r) {
+  Json j;
+  j["scenario"] = r.scenario;
+  j["seed"] = r.seed;
+  j["backend"] = r.backend;
+  j["mode"] = r.mode;
+  j["world_size"] = r.world_size;
+  j["model"] = r.model;
+  j["fsdp"] = r.fsdp;
+  j["global_batch"] = r.global_batch;
+  j["seq_len"] = r.seq_len;
+  j["status"] = r.status;
+  if (r.ranks.empty()) return j;
+  const FsdpTrainResult& r0 = r.ranks.front();
+  j["steps"] = r0.losses.size();
+  // Step time: the slowest rank per step (on sim every rank reports; under MPI rank 0).
+  std::vector<double> per_step(r0.step_times.size(), 0.0);
+  for (const auto& rank : r.ranks) {
+    for (std::size_t s = 0; s < per_step.size() && s < rank.step_times.size(); ++s) {
+      per_step[s] = std::max(per_step[s], seconds(rank.step_times[s]));
+    }
+  }
+  const double med = median(per_step);
+  j["step_time_s"] = {{"median", med},
+                      {"min", per_step.empty() ? 0.0 : *std::min_element(per_step.begin(), per_step.end())},
+                      {"max", per_step.empty() ? 0.0 : *std::max_element(per_step.begin(), per_step.end())},
+                      {"per_step", per_step}};
+  const double samples = med > 0 ? static_cast<double>(r.global_batch) / med : 0.0;
+  j["samples_per_s"] = samples;
+  j["tokens_per_s"] = samples * static_cast<double>(r.seq_len);
+  const double tflops = med > 0 ? r.flops_per_step / med / r.world_size / 1e12 : 0.0;
+  j["tflops_per_device"] = tflops;
+  j["mfu"] = r.device_peak_flops > 0 ? Json(tflops * 1e12 / r.device_peak_flops) : Json(nullptr);
+  // Breakdown (rank 0, median over steps): compute from the trace; on the simulator every
+  // other advance of a rank's clock inside a step is a wait on communication.
+  if (!r.traces.empty() && !r.traces.front().empty()) {
+    const std::vector<double> compute = compute_per_step(r0, r.traces.front());
+    std::vector<double> exposed;
+    for (std::size_t s = 0; s < compute.size(); ++s) exposed.push_back(std::max(0.0, seconds(r0.step_times[s]) - compute[s]));
+    j["step_breakdown_s"] = {{"compute", median(compute)}, {"exposed_comm", median(exposed)}, {"idle", 0.0}};
+    j["exposed_comm_s"] = median(exposed);
+    Json bytes = {{"all_gather", 0}, {"reduce_scatter", 0}, {"all_reduce", 0}, {"broadcast", 0}};
+    for (const auto& e : r.traces.front()) {
+      if (e.stream != sim::kTraceCompute && e.bytes > 0) bytes[comm_key(e.stream)] = bytes[comm_key(e.stream)].get<std::int64_t>() + e.bytes;
+    }
+    for (auto& [k, v] : bytes.items()) v = v.get<std::int64_t>() / std::max<std::int64_t>(1, static_cast<std::int64_t>(per_step.size()));
+    j["comm_bytes"] = bytes;
+  }
+  Json peaks = Json::array();
+  std::array<std::int64_t, kNumMemoryCategories> by_cat{};
+  for (const auto& rank : r.ranks) {
+    peaks.push_back(rank.memory.peak_total);
+    for (int c = 0; c < kNumMemoryCategories; ++c) by_cat[static_cast<std::size_t>(c)] = std::max(by_cat[static_cast<std::size_t>(c)], rank.memory.peak[static_cast<std::size_t>(c)]);
+  }
+  j["peak_memory_bytes"] = peaks;
+  Json cats = Json::object();
+  for (int c = 0; c < kNumMemoryCategories; ++c) {
+    cats[std::string(category_name(static_cast<MemoryCategory>(c)))] = by_cat[static_cast<std::size_t>(c)];
+  }
+  j["peak_memory_bytes_by_category"] = cats;
+  j["loss"] = r0.losses;
+  if (!r.oracle_loss.empty()) j["oracle_loss"] = r.oracle_loss;
+  if (r.check) {
+    j["grads_match_unsharded"] = {{"bitwise", r.check->bitwise},
+                                  {"within_tolerance", r.check->within_tolerance || r.check->bitwise},
+                                  {"max_grad_diff", r.check->max_grad_diff},
+                                  {"max_param_diff", r.check->max_param_diff},
+                                  {"rtol", r.check->rtol},
+                                  {"atol", r.check->atol}};
+  }
+  Json ex = Json::array();
+  for (const auto& e : r.expects) ex.push_back({{"name", e.name}, {"ok", e.ok}, {"detail", e.detail}});
+  j["expect"] = ex;
+  return j;
+}
+
+std::string summary_text(const RunRecord& r) {
+  std::ostringstream o;
+  o << (r.header.empty() ? "shardlab run: " + r.scenario : r.header) << "\n";
+  o << "scenario " << r.scenario << " · backend " << r.backend << " (" << r.mode << ") · " << r.world_size
+    << " rank" << (r.world_size == 1 ? "" : "s") << " · seed " << r.seed << "\n";
+  if (!r.ranks.empty()) {
+    const FsdpTrainResult& r0 = r.ranks.front();
+    char line[160];
+    std::snprintf(line, sizeof line, "%6s  %-14s  %s\n", "step", "loss", r.backend == "sim" ? "simulated step time" : "step time");
+    o << line;
+    for (std::size_t i = 0; i < r0.losses.size(); ++i) {
+      std::snprintf(line, sizeof line, "%6zu  %-14.8f  %.6f s\n", i + 1, r0.losses[i], seconds(r0.step_times[i]));
+      o << line;
+    }
+    const Json m = metrics_json(r);
+    std::snprintf(line, sizeof line, "throughput: %.1f samples/s, %.1f tokens/s, %.3g TFLOP/s per device\n",
+                  m.value("samples_per_s", 0.0), m.value("tokens_per_s", 0.0), m.value("tflops_per_device", 0.0));
+    o << line;
+    o << "peak memory per rank (rank 0): " << format_bytes(r0.memory.peak_total) << " (" << r0.memory.breakdown(true)
+      << ")\n";
+  }
+  if (r.check) o << "gradients vs unsharded training: " << r.check->describe() << "\n";
+  for (const auto& e : r.expects) o << "expect " << e.name << ": " << (e.ok ? "ok" : "FAILED") << " — " << e.detail << "\n";
+  o << "status: " << r.status << "\n";
+  return o.str();
+}
+
+Status write_run_outputs(const std::string& dir, const RunRecord& r) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return Status::invalid_argument("cannot create output folder '" + dir + "': " + ec.message());
+  const auto path = [&](const char* f) { return (std::filesystem::path(dir) / f).string(); };
+  SHARDLAB_RETURN_IF_ERROR(runtime::io::write_file_atomic(path("summary.txt"), summary_text(r)));
+  SHARDLAB_RETURN_IF_ERROR(runtime::io::write_file_atomic(path("metrics.json"), metrics_json(r).dump(2) + "\n"));
+  if (r.ranks.empty()) return Status::ok();
+  const FsdpTrainResult& r0 = r.ranks.front();
+  std::string loss = "step,loss,oracle_loss\n";
+  for (std::size_t i = 0; i < r0.losses.size(); ++i) {
+    loss += std::to_string(i + 1) + "," + exact(r0.losses[i]) + "," +
+            (i < r.oracle_loss.size() ? exact(r.oracle_loss[i]) : std::string()) + "\n";
+  }
+  SHARDLAB_RETURN_IF_ERROR(runtime::io::write_file_atomic(path("loss.csv"), loss));
+  std::string mem = "rank,step,event,time_s,parameters,gradients,optimizer_state,activations,comm_buffers,other\n";
+  for (std::size_t rank = 0; rank < r.ranks.size(); ++rank) {
+    for (const auto& s : r.ranks[rank].memory_timeline) {
+      mem += std::to_string(rank) + "," + std::to_string(s.step + 1) + "," + s.event + "," + exact(seconds(s.time));
+      for (std::int64_t b : s.bytes) mem += "," + std::to_string(b);
+      mem += "\n";
+    }
+  }
+  SHARDLAB_RETURN_IF_ERROR(runtime::io::write_file_atomic(path("memory.csv"), mem));
+  // trace.json (Chrome trace): pid = rank, tid = stream; microseconds.
+  Json events = Json::array();
+  for (std::size_t rank = 0; rank < r.traces.size(); ++rank) {
+    events.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", rank}, {"args", {{"name", "rank " + std::to_string(rank)}}}});
+    for (int t = sim::kTraceCompute; t <= sim::kTraceOtherComm; ++t) {
+      events.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", rank}, {"tid", t}, {"args", {{"name", sim::trace_stream_name(t)}}}});
+    }
+    for (const auto& e : r.traces[rank]) {
+      Json ev = {{"ph", "X"},
+                 {"name", e.name},
+                 {"cat", e.stream == sim::kTraceCompute ? "compute" : "comm"},
+                 {"pid", rank},
+                 {"tid", e.stream},
+                 {"ts", static_cast<double>(e.start) / 1e3},
+                 {"dur", static_cast<double>(e.duration) / 1e3}};
+      if (e.stream != sim::kTraceCompute) ev["args"] = {{"bytes", e.bytes}, {"algorithm", "ring"}, {"group", e.group}};
+      events.push_back(std::move(ev));
+    }
+  }
+  const Json trace = {{"traceEvents", events},
+                      {"displayTimeUnit", "ms"},
+                      {"otherData", {{"scenario", r.scenario}, {"seed", r.seed}, {"backend", r.backend}}}};
+  return runtime::io::write_file_atomic(path("trace.json"), trace.dump() + "\n");
+}
+
+}  // namespace shardlab::cli

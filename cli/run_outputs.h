@@ -1,0 +1,53 @@
+// The output folder of a run (reports/FORMATS.md): metrics.json, trace.json, loss.csv,
+// memory.csv and summary.txt, each written atomically. A failed run still gets a
+// readable summary.txt (and a metrics.json whose `status` says what failed).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/train/fsdp_train.h"
+#include "sim/trace.h"
+
+namespace shardlab::cli {
+
+struct ExpectResult {
+  std::string name;
+  bool ok = false;
+  std::string detail;
+};
+
+struct RunRecord {
+  std::string scenario = "adhoc";
+  std::string backend = "sim", mode = "numerics";
+  std::uint64_t seed = 0;
+  int world_size = 1;
+  nlohmann::json model = nlohmann::json::object();  // name, head, parameters
+  nlohmann::json fsdp = nlohmann::json::object();
+  std::int64_t global_batch = 0, seq_len = 1;
+  double flops_per_step = 0;          // analytic model FLOPs of one step over all ranks
+  double device_peak_flops = 0;       // per device; 0: unknown (mfu null)
+  std::vector<runtime::train::FsdpTrainResult> ranks;  // per rank (sim) or rank 0 only (mpi)
+  std::vector<std::vector<sim::TraceEvent>> traces;    // per rank; empty when not traced
+  std::optional<runtime::train::Comparison> check;
+  std::vector<double> oracle_loss;
+  std::vector<ExpectResult> expects;
+  std::string status = "ok";  // ok | expect_failed | the error
+  std::string header;          // the run's one-line description (summary.txt)
+};
+
+// Analytic training FLOPs of one optimizer step (forward + backward = 3 × forward GEMMs
+// and attention; elementwise ops not counted), over the global batch.
+double analytic_step_flops(const runtime::train::FsdpTrainOptions& options);
+
+// metrics.json as a JSON value (exposed for tests).
+nlohmann::json metrics_json(const RunRecord& r);
+std::string summary_text(const RunRecord& r);
+
+// Writes every file into `dir` (created if missing).
+Status write_run_outputs(const std::string& dir, const RunRecord& r);
+
+}  // namespace shardlab::cli
