@@ -94,6 +94,36 @@ TEST_P(BertHeads, GradientsMatchFiniteDifferences) {
   EXPECT_EQ(checked, 80);
 }
 
+// The real bert-tiny (V 30522, H 128, L 2, A 2, I 512) with HF's init, dropout on:
+// central differences on the 12 largest-gradient entries of each head.
+TEST_P(BertHeads, BertTinyGradientsMatchFiniteDifferences) {
+  BertOptions o;
+  o.config = *bert_preset("bert-tiny");
+  o.config.num_labels = 3;
+  o.head = GetParam();
+  o.seq_len = 12;
+  Fixture f(o);
+  const std::vector<float> scale(f.bert.loss_term_weights().size(), 1.0f);
+  f.run(scale);
+  const std::vector<float> g = f.grad_copy();
+  std::vector<std::int64_t> idx(g.size());
+  for (std::size_t i = 0; i < idx.size(); ++i) idx[i] = static_cast<std::int64_t>(i);
+  std::partial_sort(idx.begin(), idx.begin() + 12, idx.end(),
+                    [&](std::int64_t a, std::int64_t b) { return std::fabs(g[a]) > std::fabs(g[b]); });
+  float* p = f.params.data<float>();
+  for (int k = 0; k < 12; ++k) {
+    const std::int64_t i = idx[static_cast<std::size_t>(k)];
+    const float saved = p[i], eps = 1e-2f;
+    p[i] = saved + eps;
+    const double up = f.run(scale);
+    p[i] = saved - eps;
+    const double down = f.run(scale);
+    p[i] = saved;
+    const double fd = (up - down) / (2.0 * eps);
+    EXPECT_NEAR(fd, g[static_cast<std::size_t>(i)], 5e-3 + 3e-2 * std::fabs(fd)) << "parameter element " << i;
+  }
+}
+
 TEST_P(BertHeads, ActivationCheckpointingLeavesGradientsBitwiseUnchanged) {
   Fixture plain(small(GetParam()));
   BertOptions o = small(GetParam());
