@@ -1,0 +1,1647 @@
+#include "cli/scenario.h"
+
+#include <yaml-cpp/depthguard.h>
+#include <yaml-cpp/eventhandler.h>
+#include <yaml-cpp/exceptions.h>
+#include <yaml-cpp/mark.h>
+#include <yaml-cpp/parser.h>
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <new>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <sstream>
+#include <string_view>
+#include <system_error>
+#include <utility>
+
+#include "runtime/model/bert.h"
+
+namespace shardlab::cli {
+
+std::string SourcePos::to_string() const {
+  // Line 0 means "somewhere in this file" (a default, or a whole-file problem).
+  if (line <= 0) return file;
+  return file + ":" + std::to_string(line) + ":" + std::to_string(column > 0 ? column : 1);
+}
+
+SourcePos Scenario::where(const std::string& key) const {
+  auto it = positions.find(key);
+  if (it != positions.end()) return it->second;
+  return SourcePos{path, 0, 0};
+}
+
+std::string resolve_scenario_path(const Scenario& s, const std::string& p) {
+  if (p.empty()) return p;
+  std::filesystem::path fp(p);
+  if (fp.is_absolute()) return p;
+  return (std::filesystem::path(s.path).parent_path() / fp).lexically_normal().string();
+}
+
+namespace {
+
+// NOTE [Hostile scenarios]
+// Scenario text is untrusted. Before yaml-cpp sees it: at most 1 MiB, UTF-8 text without
+// NUL or other control bytes. yaml-cpp then drives our own event handler (no YAML::Node
+// tree is built) which refuses aliases on sight (so alias bombs never expand), counts
+// nodes and limits nesting to kMaxDepth (checked on every collection start, long before
+// yaml-cpp's own recursion guard). The walk over the tree stops at the first error.
+// Together this bounds time and memory by the input size.
+constexpr std::size_t kMaxTextBytes = std::size_t{1} << 20;
+constexpr std::size_t kMaxNodes = 100000;
+constexpr std::size_t kMaxDepth = 32;
+constexpr std::int64_t kMaxWorldSize = 65536;
+constexpr std::int64_t kPresetMaxPositions = 512;  // every BERT preset (and the MLP's synthetic data)
+constexpr std::int64_t kIntMax = std::numeric_limits<int>::max();
+constexpr std::int64_t kInt64Max = std::numeric_limits<std::int64_t>::max();
+
+// ---------------------------------------------------------------------------------------
+// Messages.
+
+Status bad(const SourcePos& at, const std::string& what, const std::string& allowed) {
+  return Status::invalid_argument(at.to_string() + ": " + what + "; " + allowed);
+}
+
+// A value as written, quoted, shortened and with control bytes escaped.
+std::string show(std::string_view text) {
+  std::string out = "'";
+  std::size_t n = 0;
+  for (unsigned char c : text) {
+    if (++n > 256) {
+      out += "...";
+      break;
+    }
+    if (c < 0x20 || c == 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", static_cast<unsigned>(c));
+      out += buf;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out + "'";
+}
+
+std::string join(const std::vector<std::string>& items, const std::string& sep = ", ") {
+  std::string out;
+  for (const auto& i : items) out += (out.empty() ? "" : sep) + i;
+  return out;
+}
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+// Optimal-string-alignment distance (an adjacent swap counts 1), case-insensitive.
+std::size_t edit_distance(std::string_view a_in, std::string_view b_in) {
+  const std::string a = lower(a_in.substr(0, 128)), b = lower(b_in.substr(0, 128));
+  std::vector<std::vector<std::size_t>> d(a.size() + 1, std::vector<std::size_t>(b.size() + 1));
+  for (std::size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (std::size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+    }
+  }
+  return d[a.size()][b.size()];
+}
+
+// The closest candidate, if it is close enough to be a plausible typo.
+std::optional<std::string> suggest(std::string_view word, const std::vector<std::string>& candidates) {
+  if (word.size() < 3) return std::nullopt;  // "9" is no typo of "1"
+  const std::size_t limit = word.size() == 3 ? 1 : std::min<std::size_t>(3, std::max<std::size_t>(2, word.size() / 4));
+  std::optional<std::string> best;
+  std::size_t best_d = limit + 1;
+  for (const auto& c : candidates) {
+    const std::size_t d = edit_distance(word, c);
+    if (d < best_d) {
+      best_d = d;
+      best = c;
+    }
+  }
+  return best;
+}
+
+// ---------------------------------------------------------------------------------------
+// Text screening (NOTE [Hostile scenarios]).
+
+// The first byte offset that is not acceptable text, and why; nullopt when all is well.
+std::optional<std::pair<std::size_t, std::string>> find_bad_byte(std::string_view t) {
+  std::size_t i = 0;
+  while (i < t.size()) {
+    const unsigned char c = static_cast<unsigned char>(t[i]);
+    if (c == 0) return std::make_pair(i, std::string("NUL byte"));
+    if (c < 0x80) {
+      if ((c < 0x20 && c != '\t' && c != '\n' && c != '\r') || c == 0x7f) {
+        char buf[48];
+        std::snprintf(buf, sizeof buf, "control byte 0x%02x", static_cast<unsigned>(c));
+        return std::make_pair(i, std::string(buf));
+      }
+      ++i;
+      continue;
+    }
+    // UTF-8: lead byte, then continuation bytes with the usual overlong/surrogate limits.
+    std::size_t len = 0;
+    unsigned char lo = 0x80, hi = 0xbf;
+    if (c >= 0xc2 && c <= 0xdf) {
+      len = 2;
+    } else if (c >= 0xe0 && c <= 0xef) {
+      len = 3;
+      if (c == 0xe0) lo = 0xa0;
+      if (c == 0xed) hi = 0x9f;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+      len = 4;
+      if (c == 0xf0) lo = 0x90;
+      if (c == 0xf4) hi = 0x8f;
+    } else {
+      return std::make_pair(i, std::string("invalid UTF-8 byte"));
+    }
+    if (i + len > t.size()) return std::make_pair(i, std::string("truncated UTF-8 sequence"));
+    for (std::size_t k = 1; k < len; ++k) {
+      const unsigned char cc = static_cast<unsigned char>(t[i + k]);
+      const unsigned char l = k == 1 ? lo : 0x80, h = k == 1 ? hi : 0xbf;
+      if (cc < l || cc > h) return std::make_pair(i, std::string("invalid UTF-8 sequence"));
+    }
+    i += len;
+  }
+  return std::nullopt;
+}
+
+// 1-based line and column of a byte offset.
+SourcePos pos_of_offset(const std::string& file, std::string_view text, std::size_t offset) {
+  int line = 1, col = 1;
+  for (std::size_t i = 0; i < offset && i < text.size(); ++i) {
+    if (text[i] == '\n') {
+      ++line;
+      col = 1;
+    } else {
+      ++col;
+    }
+  }
+  return SourcePos{file, line, col};
+}
+
+Status screen_text(const std::string& file, std::string_view text, const std::string& what) {
+  if (text.size() > kMaxTextBytes) {
+    return bad(SourcePos{file, 1, 1}, what + " is " + std::to_string(text.size()) + " bytes",
+               "allowed: at most 1 MiB (" + std::to_string(kMaxTextBytes) + " bytes)");
+  }
+  if (auto b = find_bad_byte(text)) {
+    return bad(pos_of_offset(file, text, b->first), b->second + " in " + what,
+               "allowed: UTF-8 text without NUL or control characters (tabs and newlines are fine)");
+  }
+  return Status::ok();
+}
+
+// Reads a regular file of at most kMaxTextBytes.
+Result<std::string> read_bounded(const std::string& path, const std::string& what) {
+  std::error_code ec;
+  const auto st = std::filesystem::status(path, ec);
+  if (ec || !std::filesystem::exists(st)) {
+    return Status::invalid_argument(path + ": cannot open " + what +
+                                    " (no such file); give the path of an existing file");
+  }
+  if (!std::filesystem::is_regular_file(st)) {
+    return Status::invalid_argument(path + ": " + what + " is not a regular file; give the path of a file");
+  }
+  const auto size = std::filesystem::file_size(path, ec);
+  if (!ec && size > kMaxTextBytes) {
+    return bad(SourcePos{path, 1, 1}, what + " is " + std::to_string(size) + " bytes",
+               "allowed: at most 1 MiB (" + std::to_string(kMaxTextBytes) + " bytes)");
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::invalid_argument(path + ": cannot open " + what + "; give a readable file");
+  std::string text(kMaxTextBytes + 1, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<std::size_t>(in.gcount()));
+  if (text.size() > kMaxTextBytes) {
+    return bad(SourcePos{path, 1, 1}, what + " is larger than 1 MiB",
+               "allowed: at most 1 MiB (" + std::to_string(kMaxTextBytes) + " bytes)");
+  }
+  return text;
+}
+
+// ---------------------------------------------------------------------------------------
+// The document tree: our own, small, with a position on every node.
+
+struct Node {
+  enum class Kind { kNull, kScalar, kSeq, kMap };
+  Kind kind = Kind::kNull;
+  SourcePos pos;
+  std::string text;          // kScalar
+  bool plain = true;         // kScalar: unquoted and untagged
+  std::vector<Node> items;   // kSeq
+  std::vector<Node> keys;    // kMap, in document order
+  std::vector<Node> values;  // kMap, values[i] belongs to keys[i]
+};
+
+std::string describe(const Node& n) {
+  switch (n.kind) {
+    case Node::Kind::kNull:
+      return "nothing";
+    case Node::Kind::kSeq:
+      return "a list";
+    case Node::Kind::kMap:
+      return "a map";
+    case Node::Kind::kScalar:
+      break;
+  }
+  return show(n.text);
+}
+
+using Mapper = std::function<SourcePos(const YAML::Mark&)>;
+
+// Thrown by the event handler to stop the parse at once.
+struct Reject {
+  SourcePos pos;
+  std::string what, allowed;
+};
+
+bool is_null_word(const std::string& v) { return v.empty() || v == "~" || v == "null" || v == "Null" || v == "NULL"; }
+
+class TreeBuilder final : public YAML::EventHandler {
+ public:
+  explicit TreeBuilder(const Mapper& at) : at_(at) {}
+
+  void OnDocumentStart(const YAML::Mark& mark) override { doc_pos_ = at_(mark); }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark& mark, YAML::anchor_t) override {
+    count(mark);
+    Node n;
+    n.pos = at_(mark);
+    add(std::move(n));
+  }
+  void OnAlias(const YAML::Mark& mark, YAML::anchor_t) override {
+    throw Reject{at_(mark), "YAML alias (*name) found",
+                 "aliases are not allowed in scenarios (which also rules out alias bombs); write the value out"};
+  }
+  void OnScalar(const YAML::Mark& mark, const std::string& tag, YAML::anchor_t, const std::string& value) override {
+    count(mark);
+    Node n;
+    n.pos = at_(mark);
+    n.plain = tag == "?";
+    if (n.plain && is_null_word(value)) {
+      n.kind = Node::Kind::kNull;
+    } else {
+      n.kind = Node::Kind::kScalar;
+      n.text = value;
+    }
+    add(std::move(n));
+  }
+  void OnSequenceStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {
+    open(mark, Node::Kind::kSeq);
+  }
+  void OnSequenceEnd() override { close(); }
+  void OnMapStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {
+    open(mark, Node::Kind::kMap);
+  }
+  void OnMapEnd() override { close(); }
+
+  bool has_root() const { return has_root_; }
+  Node take_root() { return std::move(root_); }
+  const SourcePos& doc_pos() const { return doc_pos_; }
+
+ private:
+  void count(const YAML::Mark& mark) {
+    if (++nodes_ > kMaxNodes) {
+      throw Reject{at_(mark), "more than " + std::to_string(kMaxNodes) + " YAML nodes",
+                   "a scenario is a small file; allowed: at most " + std::to_string(kMaxNodes) + " values"};
+    }
+  }
+  void open(const YAML::Mark& mark, Node::Kind kind) {
+    count(mark);
+    if (stack_.size() >= kMaxDepth) {
+      throw Reject{at_(mark), "nesting deeper than " + std::to_string(kMaxDepth) + " levels",
+                   "allowed: at most " + std::to_string(kMaxDepth) + " nested maps and lists"};
+    }
+    Node n;
+    n.kind = kind;
+    n.pos = at_(mark);
+    stack_.push_back(std::move(n));
+  }
+  void close() {
+    Node n = std::move(stack_.back());
+    stack_.pop_back();
+    add(std::move(n));
+  }
+  void add(Node n) {
+    if (stack_.empty()) {
+      root_ = std::move(n);
+      has_root_ = true;
+      return;
+    }
+    Node& parent = stack_.back();
+    if (parent.kind == Node::Kind::kSeq) {
+      parent.items.push_back(std::move(n));
+    } else if (parent.keys.size() == parent.values.size()) {
+      parent.keys.push_back(std::move(n));
+    } else {
+      parent.values.push_back(std::move(n));
+    }
+  }
+
+  const Mapper& at_;
+  std::vector<Node> stack_;
+  Node root_;
+  bool has_root_ = false;
+  std::size_t nodes_ = 0;
+  SourcePos doc_pos_;
+};
+
+// Whether the line of `mark` (or the line before, where yaml-cpp often points) starts with a tab.
+bool indented_with_tab(const std::string& text, const YAML::Mark& mark) {
+  if (mark.is_null() || mark.line < 0) return false;
+  int line = 0;
+  bool at_start = true;
+  for (char c : text) {
+    if (line > mark.line) break;
+    if (c == '\n') {
+      ++line;
+      at_start = true;
+    } else if (at_start && c == '\t' && line >= mark.line - 1) {
+      return true;
+    } else if (c != ' ') {
+      at_start = false;
+    }
+  }
+  return false;
+}
+
+// Parses one YAML document into a Node (kNull when there is none). `start` is where an
+// error without a position is reported.
+Result<Node> parse_yaml(const std::string& text, const Mapper& at, const SourcePos& start) {
+  auto pos_of = [&](const YAML::Mark& m) { return m.is_null() || m.line < 0 ? start : at(m); };
+  try {
+    std::istringstream in(text);
+    YAML::Parser parser(in);
+    TreeBuilder builder(at);
+    if (!parser.HandleNextDocument(builder) || !builder.has_root()) {
+      Node none;
+      none.pos = start;
+      return none;
+    }
+    Node root = builder.take_root();
+    TreeBuilder extra(at);
+    if (parser.HandleNextDocument(extra) && extra.has_root()) {
+      Node second = extra.take_root();
+      if (second.kind != Node::Kind::kNull) {
+        return bad(extra.doc_pos().line > 0 ? extra.doc_pos() : second.pos, "a second YAML document",
+                   "allowed: one document (remove the extra '---')");
+      }
+    }
+    return root;
+  } catch (const Reject& r) {
+    return bad(r.pos, r.what, r.allowed);
+  } catch (const YAML::DeepRecursion& e) {
+    return bad(pos_of(e.mark), "nesting too deep (" + e.msg + ")",
+               "allowed: at most " + std::to_string(kMaxDepth) + " nested maps and lists");
+  } catch (const YAML::Exception& e) {
+    return bad(pos_of(e.mark), "YAML syntax error: " + e.msg,
+               indented_with_tab(text, e.mark) ? "indent with spaces; YAML does not allow tabs for indentation"
+                                               : "fix the YAML syntax (https://yaml.org/spec/1.2.2/)");
+  } catch (const std::bad_alloc&) {
+    return bad(start, "out of memory while parsing", "allowed: a scenario of at most 1 MiB");
+  } catch (const std::exception& e) {
+    return bad(start, std::string("unreadable YAML: ") + e.what(), "fix the YAML syntax");
+  }
+}
+
+Mapper file_mapper(const std::string& file) {
+  return [file](const YAML::Mark& m) { return SourcePos{file, m.line + 1, m.column + 1}; };
+}
+
+// ---------------------------------------------------------------------------------------
+// Scalars.
+
+enum class NumParse { kOk, kNotNumber, kOverflow };
+
+NumParse parse_int64(std::string_view t, std::int64_t& out) {
+  std::size_t i = 0;
+  bool neg = false;
+  if (!t.empty() && (t[0] == '+' || t[0] == '-')) {
+    neg = t[0] == '-';
+    i = 1;
+  }
+  if (i == t.size()) return NumParse::kNotNumber;
+  for (std::size_t k = i; k < t.size(); ++k) {
+    if (t[k] < '0' || t[k] > '9') return NumParse::kNotNumber;
+  }
+  std::uint64_t mag = 0;
+  auto r = std::from_chars(t.data() + i, t.data() + t.size(), mag);
+  if (r.ec == std::errc::result_out_of_range) return NumParse::kOverflow;
+  if (r.ec != std::errc() || r.ptr != t.data() + t.size()) return NumParse::kNotNumber;
+  constexpr std::uint64_t kMax = static_cast<std::uint64_t>(kInt64Max);
+  if (neg) {
+    if (mag > kMax + 1) return NumParse::kOverflow;
+    out = mag == kMax + 1 ? std::numeric_limits<std::int64_t>::min() : -static_cast<std::int64_t>(mag);
+  } else {
+    if (mag > kMax) return NumParse::kOverflow;
+    out = static_cast<std::int64_t>(mag);
+  }
+  return NumParse::kOk;
+}
+
+NumParse parse_double(std::string_view t, double& out) {
+  std::size_t i = 0;
+  if (!t.empty() && t[0] == '+') i = 1;
+  if (i == t.size() || !(std::isdigit(static_cast<unsigned char>(t[i])) || t[i] == '.' || t[i] == '-')) {
+    return NumParse::kNotNumber;
+  }
+  if (t[i] == '-' && i == 1) return NumParse::kNotNumber;  // "+-1"
+  auto r = std::from_chars(t.data() + i, t.data() + t.size(), out, std::chars_format::general);
+  if (r.ec == std::errc::result_out_of_range) return NumParse::kOverflow;
+  if (r.ec != std::errc() || r.ptr != t.data() + t.size()) return NumParse::kNotNumber;
+  return NumParse::kOk;
+}
+
+Result<std::string> to_str(const Node& n, const std::string& key, const std::string& allowed) {
+  if (n.kind != Node::Kind::kScalar) return bad(n.pos, key + ": expected a string, got " + describe(n), allowed);
+  return n.text;
+}
+
+std::string int_range(std::int64_t lo, std::int64_t hi) {
+  if (hi == kInt64Max) return "an integer >= " + std::to_string(lo);
+  return "an integer from " + std::to_string(lo) + " to " + std::to_string(hi);
+}
+
+Result<std::int64_t> to_int(const Node& n, const std::string& key, std::int64_t lo, std::int64_t hi) {
+  const std::string allowed = "allowed: " + int_range(lo, hi);
+  if (n.kind != Node::Kind::kScalar) return bad(n.pos, key + ": expected an integer, got " + describe(n), allowed);
+  std::int64_t v = 0;
+  switch (parse_int64(n.text, v)) {
+    case NumParse::kNotNumber:
+      return bad(n.pos, key + ": expected an integer, got " + show(n.text), allowed);
+    case NumParse::kOverflow:
+      return bad(n.pos, key + ": " + show(n.text) + " is too large (integer overflow)", allowed);
+    case NumParse::kOk:
+      break;
+  }
+  if (v < lo || v > hi) return bad(n.pos, key + ": " + std::to_string(v) + " is out of range", allowed);
+  return v;
+}
+
+Result<std::uint64_t> to_uint64(const Node& n, const std::string& key) {
+  const std::string allowed = "allowed: an integer from 0 to 18446744073709551615";
+  if (n.kind != Node::Kind::kScalar) return bad(n.pos, key + ": expected an integer, got " + describe(n), allowed);
+  std::string_view t = n.text;
+  if (!t.empty() && t[0] == '+') t.remove_prefix(1);
+  std::int64_t probe = 0;
+  const NumParse signed_parse = parse_int64(n.text, probe);
+  if (signed_parse == NumParse::kNotNumber)
+    return bad(n.pos, key + ": expected an integer, got " + show(n.text), allowed);
+  if (signed_parse == NumParse::kOk && probe < 0)
+    return bad(n.pos, key + ": " + show(n.text) + " is negative", allowed);
+  std::uint64_t v = 0;
+  auto r = std::from_chars(t.data(), t.data() + t.size(), v);
+  if (r.ec != std::errc() || r.ptr != t.data() + t.size()) {
+    return bad(n.pos, key + ": " + show(n.text) + " is too large (integer overflow)", allowed);
+  }
+  return v;
+}
+
+// `ok` says whether a finite value is in range; `allowed` describes the range.
+Result<double> to_double(const Node& n, const std::string& key, const std::function<bool(double)>& ok,
+                         const std::string& range) {
+  const std::string allowed = "allowed: " + range;
+  if (n.kind != Node::Kind::kScalar) return bad(n.pos, key + ": expected a number, got " + describe(n), allowed);
+  double v = 0;
+  switch (parse_double(n.text, v)) {
+    case NumParse::kNotNumber:
+      return bad(n.pos, key + ": expected a number, got " + show(n.text), allowed);
+    case NumParse::kOverflow:
+      return bad(n.pos, key + ": " + show(n.text) + " does not fit a double", allowed);
+    case NumParse::kOk:
+      break;
+  }
+  if (!std::isfinite(v)) return bad(n.pos, key + ": " + show(n.text) + " is not finite", allowed);
+  if (!ok(v)) return bad(n.pos, key + ": " + show(n.text) + " is out of range", allowed);
+  return v;
+}
+
+// true/false in any case, quoted or not (accelerate writes "true").
+Result<bool> to_bool(const Node& n, const std::string& key) {
+  const std::string allowed = "allowed: true or false";
+  if (n.kind != Node::Kind::kScalar) return bad(n.pos, key + ": expected true or false, got " + describe(n), allowed);
+  const std::string v = lower(n.text);
+  if (v == "true") return true;
+  if (v == "false") return false;
+  return bad(n.pos, key + ": expected true or false, got " + show(n.text), allowed);
+}
+
+struct EnumValue {
+  std::string canonical;
+  std::vector<std::string> also;  // other accepted spellings (matched case-insensitively, like the canonical one)
+};
+
+Result<std::string> to_enum(const Node& n, const std::string& key, const std::vector<EnumValue>& values,
+                            const std::string& note = "") {
+  std::vector<std::string> names, every;
+  for (const auto& v : values) {
+    names.push_back(v.canonical);
+    every.push_back(v.canonical);
+    every.insert(every.end(), v.also.begin(), v.also.end());
+  }
+  const std::string allowed = "allowed: " + join(names) + note;
+  if (n.kind != Node::Kind::kScalar)
+    return bad(n.pos, key + ": expected one of the names below, got " + describe(n), allowed);
+  const std::string v = lower(n.text);
+  for (const auto& e : values) {
+    if (v == lower(e.canonical)) return e.canonical;
+    for (const auto& a : e.also) {
+      if (v == lower(a)) return e.canonical;
+    }
+  }
+  std::string what = key + ": unknown value " + show(n.text);
+  if (auto s = suggest(n.text, every)) what += " (did you mean '" + *s + "'?)";
+  return bad(n.pos, what, allowed);
+}
+
+// "512 MiB", "2 GiB", "1.5 GB", "4096", "4096 B".
+Result<std::int64_t> to_bytes(const Node& n, const std::string& key) {
+  const std::string allowed =
+      "allowed: a positive number of bytes, as an integer or with a unit (B, KB, MB, GB, TB, KiB, MiB, GiB, TiB), "
+      "e.g. \"512 MiB\"";
+  if (n.kind != Node::Kind::kScalar) return bad(n.pos, key + ": expected a size in bytes, got " + describe(n), allowed);
+  std::string_view t = n.text;
+  std::size_t split = 0;
+  while (split < t.size() && (std::isdigit(static_cast<unsigned char>(t[split])) || t[split] == '.')) ++split;
+  std::string_view number = t.substr(0, split), unit = t.substr(split);
+  while (!unit.empty() && unit.front() == ' ') unit.remove_prefix(1);
+  if (number.empty()) return bad(n.pos, key + ": expected a size in bytes, got " + show(n.text), allowed);
+  struct Unit {
+    const char* name;
+    double factor;
+  };
+  static constexpr Unit kUnits[] = {
+      {"", 1},      {"b", 1},        {"kb", 1e3},        {"mb", 1e6},           {"gb", 1e9},
+      {"tb", 1e12}, {"kib", 1024.0}, {"mib", 1048576.0}, {"gib", 1073741824.0}, {"tib", 1099511627776.0}};
+  const std::string u = lower(unit);
+  const Unit* found = nullptr;
+  for (const auto& k : kUnits) {
+    if (u == k.name) found = &k;
+  }
+  if (!found) return bad(n.pos, key + ": unknown unit " + show(unit) + " in " + show(n.text), allowed);
+  if (number.find('.') == std::string_view::npos) {
+    std::int64_t v = 0;
+    const NumParse p = parse_int64(number, v);
+    if (p == NumParse::kNotNumber) return bad(n.pos, key + ": expected a size in bytes, got " + show(n.text), allowed);
+    const double bytes = p == NumParse::kOverflow ? std::numeric_limits<double>::infinity() : double(v) * found->factor;
+    if (bytes >= 9.2e18) return bad(n.pos, key + ": " + show(n.text) + " is too large (integer overflow)", allowed);
+    if (v < 1) return bad(n.pos, key + ": " + show(n.text) + " is out of range", allowed);
+    return v * static_cast<std::int64_t>(found->factor);
+  }
+  double v = 0;
+  if (parse_double(number, v) != NumParse::kOk) {
+    return bad(n.pos, key + ": expected a size in bytes, got " + show(n.text), allowed);
+  }
+  const double bytes = std::floor(v * found->factor);
+  if (!(bytes < 9.2e18)) return bad(n.pos, key + ": " + show(n.text) + " is too large (integer overflow)", allowed);
+  if (bytes < 1) return bad(n.pos, key + ": " + show(n.text) + " is out of range", allowed);
+  return static_cast<std::int64_t>(bytes);
+}
+
+// ---------------------------------------------------------------------------------------
+// The schema: every key, its spellings and how its value is read.
+
+using Setter = std::function<Status(const Node& value, const std::string& key, Scenario& s)>;
+
+struct KeyDef {
+  std::string name;
+  std::vector<std::string> aliases;  // accelerate's spellings
+  Setter set;                        // a leaf
+  std::vector<KeyDef> children;      // a section (no setter)
+  bool is_section() const { return !set; }
+};
+
+KeyDef leaf(std::string name, Setter set, std::vector<std::string> aliases = {}) {
+  KeyDef k;
+  k.name = std::move(name);
+  k.aliases = std::move(aliases);
+  k.set = std::move(set);
+  return k;
+}
+
+KeyDef section(std::string name, std::vector<KeyDef> children) {
+  KeyDef k;
+  k.name = std::move(name);
+  k.children = std::move(children);
+  return k;
+}
+
+// `optional`: null (or nothing) means "" (not given), as for paths and the description.
+template <class Get>
+Setter str_setter(Get get, std::string allowed, bool optional = false) {
+  return [get, allowed, optional](const Node& n, const std::string& key, Scenario& s) -> Status {
+    if (optional && n.kind == Node::Kind::kNull) {
+      get(s).clear();
+      return Status::ok();
+    }
+    SHARDLAB_ASSIGN_OR_RETURN(get(s), to_str(n, key, allowed));
+    return Status::ok();
+  };
+}
+
+template <class Get>
+Setter int_setter(Get get, std::int64_t lo, std::int64_t hi) {
+  return [get, lo, hi](const Node& n, const std::string& key, Scenario& s) -> Status {
+    SHARDLAB_ASSIGN_OR_RETURN(std::int64_t v, to_int(n, key, lo, hi));
+    get(s) = static_cast<std::remove_reference_t<decltype(get(s))>>(v);
+    return Status::ok();
+  };
+}
+
+template <class Get>
+Setter double_setter(Get get, std::function<bool(double)> ok, std::string range) {
+  return [get, ok, range](const Node& n, const std::string& key, Scenario& s) -> Status {
+    SHARDLAB_ASSIGN_OR_RETURN(get(s), to_double(n, key, ok, range));
+    return Status::ok();
+  };
+}
+
+// An optional number: null clears it.
+template <class Get>
+Setter opt_double_setter(Get get, std::function<bool(double)> ok, std::string range) {
+  return [get, ok, range](const Node& n, const std::string& key, Scenario& s) -> Status {
+    if (n.kind == Node::Kind::kNull) {
+      get(s).reset();
+      return Status::ok();
+    }
+    SHARDLAB_ASSIGN_OR_RETURN(get(s), to_double(n, key, ok, range + ", or null (no check)"));
+    return Status::ok();
+  };
+}
+
+template <class Get>
+Setter bool_setter(Get get) {
+  return [get](const Node& n, const std::string& key, Scenario& s) -> Status {
+    SHARDLAB_ASSIGN_OR_RETURN(get(s), to_bool(n, key));
+    return Status::ok();
+  };
+}
+
+template <class Get>
+Setter enum_setter(Get get, std::vector<EnumValue> values, std::string note = "") {
+  return [get, values, note](const Node& n, const std::string& key, Scenario& s) -> Status {
+    SHARDLAB_ASSIGN_OR_RETURN(get(s), to_enum(n, key, values, note));
+    return Status::ok();
+  };
+}
+
+// A device or topology: a profile name, or a path (contains '/' or ends in .yaml/.json/.yml).
+bool looks_like_path(const std::string& v) {
+  auto ends = [&](std::string_view suffix) {
+    return v.size() >= suffix.size() && lower(v.substr(v.size() - suffix.size())) == suffix;
+  };
+  return v.find('/') != std::string::npos || ends(".yaml") || ends(".yml") || ends(".json");
+}
+
+template <class Get>
+Setter profile_setter(Get get, std::vector<std::string> names, std::string what) {
+  return [get, names, what](const Node& n, const std::string& key, Scenario& s) -> Status {
+    const std::string allowed = "allowed: " + join(names) + ", or a path to a " + what +
+                                " profile file (.yaml/.json, relative to the scenario file)";
+    SHARDLAB_ASSIGN_OR_RETURN(std::string v, to_str(n, key, allowed));
+    if (looks_like_path(v)) {
+      get(s) = v;  // existence is checked once everything is read
+      return Status::ok();
+    }
+    for (const auto& name : names) {
+      if (lower(v) == name) {
+        get(s) = name;
+        return Status::ok();
+      }
+    }
+    std::string msg = key + ": unknown " + what + " profile " + show(v);
+    if (auto sug = suggest(v, names)) msg += " (did you mean '" + *sug + "'?)";
+    return bad(n.pos, msg, allowed);
+  };
+}
+
+Status set_betas(const Node& n, const std::string& key, Scenario& s) {
+  const std::string allowed = "allowed: a list of two numbers in [0, 1), e.g. [0.9, 0.999]";
+  if (n.kind != Node::Kind::kSeq || n.items.size() != 2) {
+    std::string got = n.kind == Node::Kind::kSeq ? "a list of " + std::to_string(n.items.size()) : describe(n);
+    return bad(n.pos, key + ": expected [beta1, beta2], got " + got, allowed);
+  }
+  auto in_unit = [](double v) { return v >= 0 && v < 1; };
+  SHARDLAB_ASSIGN_OR_RETURN(s.train.optimizer.beta1, to_double(n.items[0], key + "[0]", in_unit, "a number in [0, 1)"));
+  SHARDLAB_ASSIGN_OR_RETURN(s.train.optimizer.beta2, to_double(n.items[1], key + "[1]", in_unit, "a number in [0, 1)"));
+  return Status::ok();
+}
+
+bool is_class_name(std::string_view v) {
+  if (v.empty() || std::isdigit(static_cast<unsigned char>(v[0]))) return false;
+  return std::all_of(v.begin(), v.end(),
+                     [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.'; });
+}
+
+// A list of class names, or one comma-separated string (accelerate writes "BertLayer,BertEmbeddings").
+Status set_layer_classes(const Node& n, const std::string& key, Scenario& s) {
+  const std::string allowed = "allowed: a list of module class names, or one comma-separated string, e.g. BertLayer";
+  std::vector<std::pair<std::string, SourcePos>> names;
+  if (n.kind == Node::Kind::kScalar) {
+    std::string_view t = n.text;
+    while (true) {
+      const std::size_t comma = t.find(',');
+      std::string_view part = t.substr(0, comma);
+      while (!part.empty() && part.front() == ' ') part.remove_prefix(1);
+      while (!part.empty() && part.back() == ' ') part.remove_suffix(1);
+      names.emplace_back(std::string(part), n.pos);
+      if (comma == std::string_view::npos) break;
+      t.remove_prefix(comma + 1);
+    }
+  } else if (n.kind == Node::Kind::kSeq) {
+    for (const auto& item : n.items) {
+      SHARDLAB_ASSIGN_OR_RETURN(std::string v, to_str(item, key, allowed));
+      names.emplace_back(v, item.pos);
+    }
+  } else {
+    return bad(n.pos, key + ": expected class names, got " + describe(n), allowed);
+  }
+  std::vector<std::string> out;
+  for (const auto& [name, pos] : names) {
+    if (!is_class_name(name)) return bad(pos, key + ": " + show(name) + " is not a class name", allowed);
+    out.push_back(name);
+  }
+  s.fsdp.transformer_layer_cls_to_wrap = std::move(out);
+  return Status::ok();
+}
+
+Status set_peak_memory(const Node& n, const std::string& key, Scenario& s) {
+  if (n.kind == Node::Kind::kNull) {
+    s.expect.max_peak_memory_per_rank.reset();
+    return Status::ok();
+  }
+  SHARDLAB_ASSIGN_OR_RETURN(s.expect.max_peak_memory_per_rank, to_bytes(n, key));
+  return Status::ok();
+}
+
+// "a-b": two different ranks. Their range is checked against the world size later.
+bool parse_link(const std::string& v, std::int64_t& a, std::int64_t& b) {
+  const std::size_t dash = v.find('-');
+  if (dash == std::string::npos || dash == 0) return false;
+  return parse_int64(v.substr(0, dash), a) == NumParse::kOk && parse_int64(v.substr(dash + 1), b) == NumParse::kOk &&
+         v[0] != '+' && v[dash + 1] != '+' && v[dash + 1] != '-' && a >= 0 && b >= 0 && a != b;
+}
+
+const std::vector<EnumValue>& fault_kinds() {
+  static const std::vector<EnumValue> kKinds = {{"crash", {}},     {"link_down", {}}, {"link_degraded", {}},
+                                                {"straggler", {}}, {"corrupt", {}},   {"timeout", {}}};
+  return kKinds;
+}
+
+std::vector<KeyDef> fault_keys() {
+  auto f = [](Scenario& s) -> Scenario::Fault& { return s.faults.back(); };
+  return {
+      leaf("kind", enum_setter([f](Scenario& s) -> std::string& { return f(s).kind; }, fault_kinds())),
+      leaf("rank", int_setter([f](Scenario& s) -> int& { return f(s).rank; }, 0, kMaxWorldSize - 1)),
+      leaf("step", int_setter([f](Scenario& s) -> int& { return f(s).step; }, 0, kIntMax)),
+      leaf("time_ms", double_setter([f](Scenario& s) -> double& { return f(s).time_ms; },
+                                    [](double v) { return v >= 0; }, "a finite number of milliseconds >= 0")),
+      leaf("link",
+           [f](const Node& n, const std::string& key, Scenario& s) -> Status {
+             const std::string allowed = "allowed: \"a-b\" with two different ranks a and b, e.g. \"0-1\"";
+             SHARDLAB_ASSIGN_OR_RETURN(std::string v, to_str(n, key, allowed));
+             std::int64_t a = 0, b = 0;
+             if (!parse_link(v, a, b)) return bad(n.pos, key + ": malformed link " + show(v), allowed);
+             f(s).link = v;
+             return Status::ok();
+           }),
+      leaf("factor", double_setter([f](Scenario& s) -> double& { return f(s).factor; }, [](double v) { return v > 0; },
+                                   "a finite number > 0")),
+  };
+}
+
+Status apply_map(const std::vector<KeyDef>& defs, const std::string& prefix, const Node& map, Scenario& s);
+
+Status set_faults(const Node& n, const std::string& key, Scenario& s) {
+  const std::string allowed = "allowed: a list of maps, e.g. [{kind: crash, rank: 1, step: 2}]";
+  for (auto it = s.positions.begin(); it != s.positions.end();) {
+    it = it->first.rfind("faults[", 0) == 0 ? s.positions.erase(it) : std::next(it);
+  }
+  s.faults.clear();
+  if (n.kind == Node::Kind::kNull) return Status::ok();
+  if (n.kind != Node::Kind::kSeq) return bad(n.pos, key + ": expected a list of faults, got " + describe(n), allowed);
+  static const std::vector<KeyDef> kFaultKeys = fault_keys();
+  for (std::size_t i = 0; i < n.items.size(); ++i) {
+    const Node& item = n.items[i];
+    const std::string name = "faults[" + std::to_string(i) + "]";
+    if (item.kind != Node::Kind::kMap) return bad(item.pos, name + ": expected a map, got " + describe(item), allowed);
+    s.faults.emplace_back();
+    s.faults.back().pos = item.pos;
+    SHARDLAB_RETURN_IF_ERROR(apply_map(kFaultKeys, name, item, s));
+  }
+  return Status::ok();
+}
+
+Status set_grads_match(const Node& n, const std::string& key, Scenario& s) {
+  const std::string allowed = "allowed: true, false, or {rtol: <number >= 0>, atol: <number >= 0>}";
+  if (n.kind == Node::Kind::kNull) {
+    s.expect.grads_match_unsharded.reset();
+    return Status::ok();
+  }
+  if (n.kind == Node::Kind::kMap) {
+    auto non_negative = [](double v) { return v >= 0; };
+    static const std::vector<KeyDef> kTolKeys = {
+        leaf("rtol", double_setter([](Scenario& sc) -> double& { return sc.expect.grads_match_unsharded->rtol; },
+                                   non_negative, "a finite number >= 0")),
+        leaf("atol", double_setter([](Scenario& sc) -> double& { return sc.expect.grads_match_unsharded->atol; },
+                                   non_negative, "a finite number >= 0")),
+    };
+    s.expect.grads_match_unsharded = Scenario::Tolerance{};
+    return apply_map(kTolKeys, key, n, s);
+  }
+  if (n.kind != Node::Kind::kScalar)
+    return bad(n.pos, key + ": expected true, false or a map, got " + describe(n), allowed);
+  const std::string v = lower(n.text);
+  if (v == "true") {
+    s.expect.grads_match_unsharded = Scenario::Tolerance{};
+  } else if (v == "false") {
+    s.expect.grads_match_unsharded.reset();
+  } else {
+    return bad(n.pos, key + ": expected true, false or {rtol, atol}, got " + show(n.text), allowed);
+  }
+  return Status::ok();
+}
+
+// Keys accelerate configs carry that do not change what shardlab computes.
+Setter ignored_bool() {
+  return [](const Node& n, const std::string& key, Scenario&) -> Status { return to_bool(n, key).status(); };
+}
+
+std::vector<EnumValue> preset_values() {
+  std::vector<EnumValue> v;
+  for (const auto& p : runtime::model::bert_preset_names()) v.push_back({p, {}});
+  v.push_back({"mlp", {}});
+  return v;
+}
+
+std::vector<KeyDef> build_schema() {
+  using S = Scenario;
+  auto positive = [](double v) { return v > 0; };
+  auto non_negative = [](double v) { return v >= 0; };
+  auto below_one = [](double v) { return v >= 0 && v < 1; };
+  auto any = [](double) { return true; };
+  const std::vector<EnumValue> dtypes = {{"fp32", {"float32"}}, {"bf16", {"bfloat16"}}, {"fp16", {"float16"}}};
+  std::vector<KeyDef> top;
+  top.push_back(leaf(
+      "name", str_setter([](S& s) -> std::string& { return s.name; }, "allowed: letters, digits, '_', '.' and '-'")));
+  top.push_back(
+      leaf("description", str_setter([](S& s) -> std::string& { return s.description; }, "allowed: any text", true)));
+  top.push_back(leaf("seed", [](const Node& n, const std::string& key, S& s) -> Status {
+    SHARDLAB_ASSIGN_OR_RETURN(s.seed, to_uint64(n, key));
+    return Status::ok();
+  }));
+  top.push_back(section(
+      "model",
+      {
+          leaf("preset", enum_setter([](S& s) -> std::string& { return s.model.preset; }, preset_values())),
+          leaf("config",
+               str_setter([](S& s) -> std::string& { return s.model.config; },
+                          "allowed: a path to a Hugging Face config.json (relative to the scenario file)", true)),
+          leaf("head", enum_setter([](S& s) -> std::string& { return s.model.head; },
+                                   {{"classification", {"BertForSequenceClassification"}},
+                                    {"mlm", {"BertForMaskedLM"}},
+                                    {"qa", {"BertForQuestionAnswering"}}})),
+          leaf("weights",
+               str_setter([](S& s) -> std::string& { return s.model.weights; },
+                          "allowed: random, or a path to a model.safetensors (relative to the scenario file)")),
+      }));
+  top.push_back(section(
+      "data",
+      {
+          leaf("kind",
+               enum_setter([](S& s) -> std::string& { return s.data.kind; }, {{"synthetic", {}}, {"file", {}}})),
+          leaf("path", str_setter([](S& s) -> std::string& { return s.data.path; },
+                                  "allowed: a path to a batch .safetensors (relative to the scenario file)", true)),
+          leaf("batch_size_per_rank",
+               int_setter([](S& s) -> std::int64_t& { return s.data.batch_size_per_rank; }, 1, kIntMax)),
+          leaf("seq_len", int_setter([](S& s) -> std::int64_t& { return s.data.seq_len; }, 1, kIntMax)),
+      }));
+  top.push_back(section(
+      "train",
+      {
+          leaf("steps", int_setter([](S& s) -> int& { return s.train.steps; }, 1, kIntMax)),
+          leaf("grad_accumulation", int_setter([](S& s) -> int& { return s.train.grad_accumulation; }, 1, kIntMax)),
+          leaf("max_grad_norm", double_setter([](S& s) -> double& { return s.train.max_grad_norm; }, non_negative,
+                                              "a finite number >= 0 (0: no clipping)")),
+          leaf("precision", enum_setter([](S& s) -> std::string& { return s.train.precision; },
+                                        {{"fp32", {"float32"}}, {"bf16", {"bfloat16"}}})),
+          section("optimizer",
+                  {
+                      leaf("name", enum_setter([](S& s) -> std::string& { return s.train.optimizer.name; },
+                                               {{"adamw", {}}, {"sgd", {}}})),
+                      leaf("lr", double_setter([](S& s) -> double& { return s.train.optimizer.lr; }, positive,
+                                               "a finite number > 0")),
+                      leaf("weight_decay", double_setter([](S& s) -> double& { return s.train.optimizer.weight_decay; },
+                                                         non_negative, "a finite number >= 0")),
+                      leaf("betas", set_betas),
+                      leaf("eps", double_setter([](S& s) -> double& { return s.train.optimizer.eps; }, positive,
+                                                "a finite number > 0")),
+                      leaf("momentum", double_setter([](S& s) -> double& { return s.train.optimizer.momentum; },
+                                                     below_one, "a number in [0, 1)")),
+                  }),
+      }));
+  top.push_back(section(
+      "fsdp",
+      {
+          leaf("sharding_strategy",
+               enum_setter([](S& s) -> std::string& { return s.fsdp.sharding_strategy; },
+                           {{"FULL_SHARD", {"1"}},
+                            {"SHARD_GRAD_OP", {"2"}},
+                            {"NO_SHARD", {"3"}},
+                            {"HYBRID_SHARD", {"4"}},
+                            {"_HYBRID_SHARD_ZERO2", {"5", "HYBRID_SHARD_ZERO2"}}},
+                           " (or accelerate's numbers 1-5, in that order)"),
+               {"fsdp_sharding_strategy"}),
+          leaf("auto_wrap_policy",
+               enum_setter(
+                   [](S& s) -> std::string& { return s.fsdp.auto_wrap_policy; },
+                   {{"transformer", {"TRANSFORMER_BASED_WRAP"}}, {"size", {"SIZE_BASED_WRAP"}}, {"none", {"NO_WRAP"}}},
+                   " (accelerate: TRANSFORMER_BASED_WRAP, SIZE_BASED_WRAP, NO_WRAP)"),
+               {"fsdp_auto_wrap_policy"}),
+          leaf("transformer_layer_cls_to_wrap", set_layer_classes, {"fsdp_transformer_layer_cls_to_wrap"}),
+          leaf("min_num_params", int_setter([](S& s) -> std::int64_t& { return s.fsdp.min_num_params; }, 0, kInt64Max),
+               {"fsdp_min_num_params"}),
+          leaf("backward_prefetch",
+               enum_setter([](S& s) -> std::string& { return s.fsdp.backward_prefetch; },
+                           {{"BACKWARD_PRE", {}}, {"BACKWARD_POST", {}}, {"NONE", {"NO_PREFETCH"}}},
+                           " (accelerate: NO_PREFETCH for NONE)"),
+               {"fsdp_backward_prefetch", "fsdp_backward_prefetch_policy"}),
+          leaf("forward_prefetch", bool_setter([](S& s) -> bool& { return s.fsdp.forward_prefetch; }),
+               {"fsdp_forward_prefetch"}),
+          leaf("limit_all_gathers", bool_setter([](S& s) -> bool& { return s.fsdp.limit_all_gathers; })),
+          leaf("use_orig_params", bool_setter([](S& s) -> bool& { return s.fsdp.use_orig_params; }),
+               {"fsdp_use_orig_params"}),
+          leaf("sync_module_states", bool_setter([](S& s) -> bool& { return s.fsdp.sync_module_states; }),
+               {"fsdp_sync_module_states"}),
+          leaf("cpu_offload", bool_setter([](S& s) -> bool& { return s.fsdp.cpu_offload; }), {"fsdp_offload_params"}),
+          leaf("activation_checkpointing", bool_setter([](S& s) -> bool& { return s.fsdp.activation_checkpointing; }),
+               {"fsdp_activation_checkpointing"}),
+          leaf("state_dict_type",
+               enum_setter([](S& s) -> std::string& { return s.fsdp.state_dict_type; },
+                           {{"FULL_STATE_DICT", {}}, {"SHARDED_STATE_DICT", {}}, {"LOCAL_STATE_DICT", {}}}),
+               {"fsdp_state_dict_type"}),
+          section(
+              "mixed_precision",
+              {
+                  leaf("param_dtype",
+                       enum_setter([](S& s) -> std::string& { return s.fsdp.mixed_precision.param_dtype; }, dtypes)),
+                  leaf("reduce_dtype",
+                       enum_setter([](S& s) -> std::string& { return s.fsdp.mixed_precision.reduce_dtype; }, dtypes)),
+                  leaf("buffer_dtype",
+                       enum_setter([](S& s) -> std::string& { return s.fsdp.mixed_precision.buffer_dtype; }, dtypes)),
+              }),
+          // Accepted so accelerate configs paste unchanged; they only change how Hugging Face
+          // loads weights, which shardlab does not model.
+          leaf("cpu_ram_efficient_loading", ignored_bool(), {"fsdp_cpu_ram_efficient_loading"}),
+          leaf("fsdp_version",
+               [](const Node& n, const std::string& key, S&) -> Status {
+                 if (!to_int(n, key, 1, 1).is_ok()) {
+                   return bad(n.pos, key + ": " + describe(n) + " is not supported (only FSDP1 is modeled)",
+                              "allowed: 1");
+                 }
+                 return Status::ok();
+               }),
+      }));
+  top.push_back(section(
+      "world",
+      {
+          leaf("backend", enum_setter([](S& s) -> std::string& { return s.world.backend; },
+                                      {{"sim", {}}, {"mpi", {}}, {"hpu", {}}})),
+          leaf("mode",
+               enum_setter([](S& s) -> std::string& { return s.world.mode; }, {{"numerics", {}}, {"timing", {}}})),
+          leaf("nodes", int_setter([](S& s) -> int& { return s.world.nodes; }, 1, kMaxWorldSize)),
+          leaf("devices_per_node", int_setter([](S& s) -> int& { return s.world.devices_per_node; }, 1, kMaxWorldSize)),
+          leaf("device", profile_setter([](S& s) -> std::string& { return s.world.device; },
+                                        {"cpu", "gaudi1", "gaudi2", "gaudi3"}, "device")),
+          leaf("topology", profile_setter([](S& s) -> std::string& { return s.world.topology; },
+                                          {"hls1", "hls2", "hls3", "ring", "fully_connected", "switch"}, "topology")),
+      }));
+  top.push_back(leaf("faults", set_faults));
+  top.push_back(
+      section("checkpoint",
+              {
+                  leaf("dir", str_setter([](S& s) -> std::string& { return s.checkpoint.dir; },
+                                         "allowed: a folder path relative to the output folder", true)),
+                  leaf("every_steps", int_setter([](S& s) -> int& { return s.checkpoint.every_steps; }, 0, kIntMax)),
+                  leaf("resume", bool_setter([](S& s) -> bool& { return s.checkpoint.resume; })),
+              }));
+  top.push_back(section(
+      "expect", {
+                    leaf("grads_match_unsharded", set_grads_match),
+                    leaf("max_peak_memory_per_rank", set_peak_memory),
+                    leaf("min_samples_per_s",
+                         opt_double_setter([](S& s) -> std::optional<double>& { return s.expect.min_samples_per_s; },
+                                           positive, "a finite number > 0")),
+                    leaf("max_step_time_s",
+                         opt_double_setter([](S& s) -> std::optional<double>& { return s.expect.max_step_time_s; },
+                                           positive, "a finite number > 0")),
+                    leaf("final_loss_below",
+                         opt_double_setter([](S& s) -> std::optional<double>& { return s.expect.final_loss_below; },
+                                           any, "a finite number")),
+                }));
+  return top;
+}
+
+const std::vector<KeyDef>& schema() {
+  static const std::vector<KeyDef> kSchema = build_schema();
+  return kSchema;
+}
+
+const KeyDef* find_key(const std::vector<KeyDef>& defs, const std::string& name,
+                       std::string* spelled_as_alias = nullptr) {
+  for (const auto& d : defs) {
+    if (d.name == name) return &d;
+  }
+  for (const auto& d : defs) {
+    for (const auto& a : d.aliases) {
+      if (a == name) {
+        if (spelled_as_alias) *spelled_as_alias = a;
+        return &d;
+      }
+    }
+  }
+  return nullptr;
+}
+
+// Where else in the schema a key of this name lives ("train.optimizer" for "lr", "" for the top level).
+std::optional<std::string> home_of(const std::vector<KeyDef>& defs, const std::string& name,
+                                   const std::string& prefix) {
+  for (const auto& d : defs) {
+    if (d.name == name || std::find(d.aliases.begin(), d.aliases.end(), name) != d.aliases.end()) return prefix;
+  }
+  for (const auto& d : defs) {
+    if (!d.is_section()) continue;
+    if (auto found = home_of(d.children, name, prefix.empty() ? d.name : prefix + "." + d.name)) return found;
+  }
+  return std::nullopt;
+}
+
+Status unknown_key(const std::vector<KeyDef>& defs, const std::string& prefix, const std::string& name,
+                   const SourcePos& pos) {
+  std::vector<std::string> names, every;
+  for (const auto& d : defs) {
+    names.push_back(d.name);
+    every.push_back(d.name);
+    every.insert(every.end(), d.aliases.begin(), d.aliases.end());
+  }
+  const std::string where = prefix.empty() ? "at the top level" : "in " + prefix;
+  const std::string what =
+      "unknown " + std::string(prefix.empty() ? "section or key " : "key ") + show(name) + " " + where;
+  if (auto s = suggest(name, every)) return bad(pos, what, "did you mean '" + *s + "'?");
+  if (name.size() <= 64) {
+    const auto home = home_of(schema(), name, "");
+    if (home && *home != prefix)
+      return bad(pos, what, "'" + name + "' belongs " + (home->empty() ? "at the top level" : "in " + *home));
+  }
+  return bad(pos, what,
+             "allowed " + std::string(prefix.empty() ? "at the top level" : "in " + prefix) + ": " + join(names) +
+                 (prefix == "fsdp" ? " (or accelerate's fsdp_* names)" : ""));
+}
+
+Status apply_map(const std::vector<KeyDef>& defs, const std::string& prefix, const Node& map, Scenario& s) {
+  if (map.kind == Node::Kind::kNull) return Status::ok();
+  if (map.kind != Node::Kind::kMap) {
+    std::vector<std::string> names;
+    for (const auto& d : defs) names.push_back(d.name);
+    return bad(
+        map.pos,
+        (prefix.empty() ? std::string("the scenario") : prefix) + ": expected a map of keys, got " + describe(map),
+        "allowed keys: " + join(names));
+  }
+  struct Seen {
+    std::string spelling;
+    SourcePos pos;
+  };
+  std::map<std::string, Seen> seen;  // canonical name → first spelling
+  for (std::size_t i = 0; i < map.keys.size(); ++i) {
+    const Node& k = map.keys[i];
+    const Node& v = map.values[i];
+    if (k.kind != Node::Kind::kScalar) {
+      return bad(k.pos,
+                 "a key " + std::string(prefix.empty() ? "at the top level" : "in " + prefix) + " is " + describe(k),
+                 "allowed: plain key names");
+    }
+    const KeyDef* def = find_key(defs, k.text);
+    if (!def) return unknown_key(defs, prefix, k.text, k.pos);
+    const std::string path = prefix.empty() ? def->name : prefix + "." + def->name;
+    auto [it, fresh] = seen.emplace(def->name, Seen{k.text, k.pos});
+    if (!fresh) {
+      if (it->second.spelling == k.text) {
+        return bad(k.pos, "duplicate key " + show(k.text) + " (first at " + it->second.pos.to_string() + ")",
+                   "allowed: each key once");
+      }
+      return bad(k.pos,
+                 show(k.text) + " and " + show(it->second.spelling) + " (at " + it->second.pos.to_string() +
+                     ") both set " + path,
+                 "allowed: one spelling of each key");
+    }
+    if (def->is_section()) {
+      SHARDLAB_RETURN_IF_ERROR(apply_map(def->children, path, v, s));
+    } else {
+      SHARDLAB_RETURN_IF_ERROR(def->set(v, path, s));
+      s.positions[path] = v.pos;
+    }
+  }
+  return Status::ok();
+}
+
+// ---------------------------------------------------------------------------------------
+// JSON (--fsdp-config and model.config).
+
+struct TooDeep {};
+
+// Parses JSON with nlohmann (syntax errors as file:line:col, depth bounded).
+Result<nlohmann::json> parse_json(const std::string& file, const std::string& text, const std::string& what) {
+  SHARDLAB_RETURN_IF_ERROR(screen_text(file, text, what));
+  try {
+    nlohmann::json::parser_callback_t limit = [](int depth, nlohmann::json::parse_event_t, nlohmann::json&) {
+      if (depth > static_cast<int>(kMaxDepth)) throw TooDeep{};
+      return true;
+    };
+    return nlohmann::json::parse(text, limit);
+  } catch (const TooDeep&) {
+    return bad(SourcePos{file, 1, 1}, what + ": nesting deeper than " + std::to_string(kMaxDepth) + " levels",
+               "allowed: at most " + std::to_string(kMaxDepth) + " nested objects and arrays");
+  } catch (const nlohmann::json::parse_error& e) {
+    std::string msg = e.what();
+    const std::size_t col = msg.find("column ");
+    const std::size_t colon = col == std::string::npos ? std::string::npos : msg.find(": ", col);
+    if (colon != std::string::npos) msg = msg.substr(colon + 2);
+    const std::size_t offset = e.byte > 0 ? e.byte - 1 : 0;
+    return bad(pos_of_offset(file, text, offset), "invalid JSON in " + what + ": " + msg, "allowed: a JSON object");
+  } catch (const std::exception& e) {
+    return bad(SourcePos{file, 1, 1}, "unreadable JSON in " + what + ": " + e.what(), "allowed: a JSON object");
+  }
+}
+
+// A JSON value as a Node without positions (used only if yaml-cpp cannot re-read the JSON).
+Node json_to_node(const nlohmann::json& j, const SourcePos& pos) {
+  Node n;
+  n.pos = pos;
+  if (j.is_object()) {
+    n.kind = Node::Kind::kMap;
+    for (const auto& [k, v] : j.items()) {
+      Node key;
+      key.kind = Node::Kind::kScalar;
+      key.pos = pos;
+      key.text = k;
+      n.keys.push_back(std::move(key));
+      n.values.push_back(json_to_node(v, pos));
+    }
+  } else if (j.is_array()) {
+    n.kind = Node::Kind::kSeq;
+    for (const auto& v : j) n.items.push_back(json_to_node(v, pos));
+  } else if (j.is_string()) {
+    n.kind = Node::Kind::kScalar;
+    n.plain = false;
+    n.text = j.get<std::string>();
+  } else if (!j.is_null()) {
+    n.kind = Node::Kind::kScalar;
+    n.text = j.dump();
+  }
+  return n;
+}
+
+Status apply_fsdp_config(const std::string& file, Scenario& s) {
+  SHARDLAB_ASSIGN_OR_RETURN(std::string text, read_bounded(file, "--fsdp-config file"));
+  SHARDLAB_ASSIGN_OR_RETURN(nlohmann::json j, parse_json(file, text, "--fsdp-config file"));
+  const SourcePos start{file, 1, 1};
+  // JSON is YAML 1.2, so yaml-cpp re-reads the validated text to recover positions.
+  Result<Node> reread = parse_yaml(text, file_mapper(file), start);
+  Node root = reread.is_ok() ? std::move(reread).value() : json_to_node(j, SourcePos{file, 0, 0});
+  if (root.kind != Node::Kind::kMap) {
+    return bad(root.pos, "--fsdp-config: expected a JSON object, got " + describe(root),
+               "allowed: {\"fsdp_sharding_strategy\": 1, ...}, possibly nested under \"fsdp_config\"");
+  }
+  // Trainer-style files nest the settings under "fsdp_config"; their other keys are
+  // training arguments, not ours, and are left alone.
+  for (std::size_t i = 0; i < root.keys.size(); ++i) {
+    if (root.keys[i].kind == Node::Kind::kScalar && root.keys[i].text == "fsdp_config") {
+      Node inner = std::move(root.values[i]);
+      root = std::move(inner);
+      break;
+    }
+  }
+  return apply_map(find_key(schema(), "fsdp")->children, "fsdp", root, s);
+}
+
+// ---------------------------------------------------------------------------------------
+// --set section.key=value
+
+Status apply_set(int index, const std::string& arg, Scenario& s) {
+  const std::string file = "--set";
+  auto at = [&](int col) { return SourcePos{file, index, col}; };
+  const std::string allowed =
+      "allowed: section.key=value, e.g. train.steps=10 or fsdp.mixed_precision.param_dtype=bf16";
+  SHARDLAB_RETURN_IF_ERROR(screen_text(file, arg, "--set " + std::to_string(index)));
+  const std::size_t eq = arg.find('=');
+  if (eq == std::string::npos) return bad(at(1), "--set " + show(arg) + " has no '='", allowed);
+  if (eq == 0) return bad(at(1), "--set " + show(arg) + " has no key before '='", allowed);
+  const std::string key = arg.substr(0, eq);
+  // Value: YAML, positioned inside the argument.
+  const int value_col = static_cast<int>(eq) + 2;
+  const Mapper mapper = [&](const YAML::Mark& m) { return SourcePos{file, index, value_col + std::max(m.column, 0)}; };
+  SHARDLAB_ASSIGN_OR_RETURN(Node value, parse_yaml(arg.substr(eq + 1), mapper, at(value_col)));
+  // Walk the dotted key through the schema.
+  const std::vector<KeyDef>* defs = &schema();
+  std::string prefix;
+  std::size_t start = 0;
+  while (true) {
+    const std::size_t dot = key.find('.', start);
+    const std::string part = key.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    const int col = static_cast<int>(start) + 1;
+    if (part.empty()) return bad(at(col), "--set " + show(arg) + " has an empty key part", allowed);
+    const KeyDef* def = find_key(*defs, part);
+    if (!def) return unknown_key(*defs, prefix, part, at(col));
+    const std::string path = prefix.empty() ? def->name : prefix + "." + def->name;
+    const bool last = dot == std::string::npos;
+    if (!def->is_section()) {
+      if (!last) {
+        return bad(at(static_cast<int>(dot) + 2), path + " is a key, not a section",
+                   "allowed: --set " + path + "=value");
+      }
+      SHARDLAB_RETURN_IF_ERROR(def->set(value, path, s));
+      s.positions[path] = value.pos;
+      return Status::ok();
+    }
+    if (last) return apply_map(def->children, path, value, s);  // a whole section as a flow map
+    defs = &def->children;
+    prefix = path;
+    start = dot + 1;
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Canonical YAML.
+
+std::string yaml_string(const std::string& v) {
+  std::string out = "\"";
+  for (unsigned char c : v) {
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      default:
+        if (c < 0x20 || c == 0x7f) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\x%02x", static_cast<unsigned>(c));
+          out += buf;
+        } else {
+          out += static_cast<char>(c);
+        }
+    }
+  }
+  return out + "\"";
+}
+
+std::string yaml_number(double v) {
+  char buf[64];
+  auto r = std::to_chars(buf, buf + sizeof buf, v);  // shortest form that reads back exactly
+  return std::string(buf, r.ptr);
+}
+
+const char* yaml_bool(bool v) { return v ? "true" : "false"; }
+
+// ---------------------------------------------------------------------------------------
+// Checks across keys, after every override.
+
+bool is_file(const std::string& p) {
+  std::error_code ec;
+  return std::filesystem::is_regular_file(p, ec);
+}
+
+// The position of the first of `keys` that was given (line 0 when none was).
+SourcePos first_given(const Scenario& s, std::initializer_list<const char*> keys) {
+  for (const char* k : keys) {
+    auto it = s.positions.find(k);
+    if (it != s.positions.end()) return it->second;
+  }
+  return SourcePos{s.path, 0, 0};
+}
+
+Status check_file(const Scenario& s, const std::string& key, const std::string& value, const std::string& allowed) {
+  const std::string resolved = resolve_scenario_path(s, value);
+  if (is_file(resolved)) return Status::ok();
+  std::string what = key + ": file " + show(value) + " not found";
+  if (resolved != value) what += " (looked for " + show(resolved) + ")";
+  return bad(s.where(key), what, allowed);
+}
+
+// max_position_embeddings of the model (preset or config.json).
+Result<std::int64_t> max_positions(const Scenario& s) {
+  if (s.model.config.empty()) return kPresetMaxPositions;
+  const std::string allowed = "allowed: a path to a Hugging Face config.json, relative to the scenario file";
+  SHARDLAB_RETURN_IF_ERROR(check_file(s, "model.config", s.model.config, allowed));
+  const std::string resolved = resolve_scenario_path(s, s.model.config);
+  SHARDLAB_ASSIGN_OR_RETURN(std::string text, read_bounded(resolved, "model config"));
+  SHARDLAB_ASSIGN_OR_RETURN(nlohmann::json j, parse_json(resolved, text, "model config"));
+  if (!j.is_object()) return bad(SourcePos{resolved, 1, 1}, "model config is not a JSON object", allowed);
+  auto it = j.find("max_position_embeddings");
+  if (it == j.end()) return kPresetMaxPositions;  // Hugging Face's BertConfig default
+  if (!it->is_number_integer() || it->get<std::int64_t>() < 1) {
+    return bad(s.where("model.config"), "max_position_embeddings in " + show(resolved) + " is " + show(it->dump()),
+               "allowed: an integer >= 1");
+  }
+  return it->get<std::int64_t>();
+}
+
+Status validate(const Scenario& s, const SourcePos& top) {
+  // name
+  if (!s.positions.count("name")) {
+    return bad(top, "missing required key `name`",
+               "a scenario needs `name:` (letters, digits, '_', '.', '-'); it names the output folder");
+  }
+  const bool name_ok =
+      !s.name.empty() && s.name != "." && s.name != ".." && std::all_of(s.name.begin(), s.name.end(), [](char c) {
+        return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-';
+      });
+  if (!name_ok) {
+    return bad(s.where("name"), "name " + show(s.name) + " is not a valid folder name",
+               "allowed: letters, digits, '_', '.' and '-' (not '.' or '..')");
+  }
+  // model
+  SHARDLAB_ASSIGN_OR_RETURN(const std::int64_t max_pos, max_positions(s));
+  if (s.model.weights != "random") {
+    SHARDLAB_RETURN_IF_ERROR(
+        check_file(s, "model.weights", s.model.weights,
+                   "allowed: random, or a path to a model.safetensors relative to the scenario file"));
+  }
+  // data
+  if (s.data.kind == "file") {
+    if (s.data.path.empty()) {
+      return bad(first_given(s, {"data.kind", "data.path"}), "data.kind is file but data.path is not given",
+                 "give data.path (a batch .safetensors), or use data.kind: synthetic");
+    }
+    SHARDLAB_RETURN_IF_ERROR(check_file(s, "data.path", s.data.path,
+                                        "allowed: a path to a batch .safetensors relative to the scenario file"));
+  } else if (!s.data.path.empty()) {
+    return bad(first_given(s, {"data.path", "data.kind"}), "data.path is given but data.kind is synthetic",
+               "set data.kind: file to read batches from data.path, or remove data.path");
+  }
+  if (s.data.seq_len > max_pos) {
+    const std::string source = s.model.config.empty() ? "the " + s.model.preset + " preset" : show(s.model.config);
+    return bad(first_given(s, {"data.seq_len", "model.config", "model.preset"}),
+               "data.seq_len = " + std::to_string(s.data.seq_len) +
+                   " exceeds max_position_embeddings = " + std::to_string(max_pos) + " of " + source,
+               "allowed: seq_len from 1 to " + std::to_string(max_pos));
+  }
+  if (s.data.batch_size_per_rank % s.train.grad_accumulation != 0) {
+    return bad(first_given(s, {"data.batch_size_per_rank", "train.grad_accumulation"}),
+               "data.batch_size_per_rank = " + std::to_string(s.data.batch_size_per_rank) +
+                   " is not divisible by train.grad_accumulation = " + std::to_string(s.train.grad_accumulation),
+               "allowed: a batch size that is a multiple of grad_accumulation (each micro-batch has batch / "
+               "accumulation rows)");
+  }
+  // fsdp
+  if (s.fsdp.auto_wrap_policy == "transformer" && s.fsdp.transformer_layer_cls_to_wrap.empty()) {
+    return bad(first_given(s, {"fsdp.transformer_layer_cls_to_wrap", "fsdp.auto_wrap_policy"}),
+               "fsdp.auto_wrap_policy is transformer but transformer_layer_cls_to_wrap is empty",
+               "allowed: at least one layer class (e.g. BertLayer), or auto_wrap_policy size/none");
+  }
+  // world
+  const std::int64_t world = std::int64_t{s.world.nodes} * s.world.devices_per_node;
+  if (world > kMaxWorldSize) {
+    return bad(first_given(s, {"world.nodes", "world.devices_per_node"}),
+               "world size nodes x devices_per_node = " + std::to_string(s.world.nodes) + " x " +
+                   std::to_string(s.world.devices_per_node) + " = " + std::to_string(world),
+               "allowed: at most " + std::to_string(kMaxWorldSize) + " ranks");
+  }
+  if (looks_like_path(s.world.device)) {
+    SHARDLAB_RETURN_IF_ERROR(check_file(s, "world.device", s.world.device,
+                                        "allowed: cpu, gaudi1, gaudi2, gaudi3, or an existing device profile file"));
+  }
+  if (looks_like_path(s.world.topology)) {
+    SHARDLAB_RETURN_IF_ERROR(
+        check_file(s, "world.topology", s.world.topology,
+                   "allowed: hls1, hls2, hls3, ring, fully_connected, switch, or an existing topology profile file"));
+  }
+  // faults
+  for (std::size_t i = 0; i < s.faults.size(); ++i) {
+    const auto& f = s.faults[i];
+    const std::string name = "faults[" + std::to_string(i) + "]";
+    auto at = [&](const char* key) {
+      auto it = s.positions.find(name + "." + key);
+      return it != s.positions.end() ? it->second : f.pos;
+    };
+    if (f.kind.empty()) {
+      return bad(f.pos, name + " has no kind",
+                 "allowed kinds: crash, link_down, link_degraded, straggler, corrupt, timeout");
+    }
+    const bool link_kind = f.kind == "link_down" || f.kind == "link_degraded";
+    const bool rank_kind = f.kind == "crash" || f.kind == "straggler" || f.kind == "corrupt";
+    if (link_kind && f.link.empty()) {
+      return bad(f.pos, name + " (" + f.kind + ") has no link", "allowed: link: \"a-b\" naming two ranks");
+    }
+    if (link_kind && f.rank >= 0) {
+      return bad(at("rank"), name + " (" + f.kind + ") names a rank",
+                 "a link fault names its link (\"a-b\"), not a rank");
+    }
+    if (!link_kind && !f.link.empty()) {
+      return bad(at("link"), name + " (" + f.kind + ") names a link", "only link_down and link_degraded take a link");
+    }
+    if (rank_kind && f.rank < 0)
+      return bad(f.pos, name + " (" + f.kind + ") has no rank", "allowed: rank: 0 to " + std::to_string(world - 1));
+    if (f.rank >= world) {
+      return bad(at("rank"),
+                 name + ".rank = " + std::to_string(f.rank) + " is not a rank of the world (size " +
+                     std::to_string(world) + ")",
+                 "allowed: 0 to " + std::to_string(world - 1));
+    }
+    if (link_kind) {
+      std::int64_t a = 0, b = 0;
+      if (!parse_link(f.link, a, b))
+        return bad(at("link"), name + ".link " + show(f.link) + " is malformed", "allowed: \"a-b\"");
+      if (a >= world || b >= world) {
+        return bad(
+            at("link"),
+            name + ".link " + show(f.link) + " names a rank outside the world (size " + std::to_string(world) + ")",
+            "allowed: ranks 0 to " + std::to_string(world - 1));
+      }
+    }
+    if (f.step >= s.train.steps) {
+      return bad(at("step"),
+                 name + ".step = " + std::to_string(f.step) +
+                     " is not a step of the run (train.steps = " + std::to_string(s.train.steps) + ")",
+                 "allowed: 0 to " + std::to_string(s.train.steps - 1));
+    }
+    if (f.step < 0 && f.time_ms < 0) {
+      return bad(f.pos, name + " (" + f.kind + ") has neither step nor time_ms",
+                 "give step (0-based) or time_ms to say when it happens");
+    }
+    if (f.kind == "straggler" && f.factor < 1) {
+      return bad(at("factor"), name + ".factor = " + yaml_number(f.factor) + " would speed the straggler up",
+                 "allowed: a slowdown factor >= 1");
+    }
+    if (f.kind == "link_degraded" && f.factor > 1) {
+      return bad(at("factor"), name + ".factor = " + yaml_number(f.factor) + " would speed the link up",
+                 "allowed: a bandwidth factor in (0, 1]");
+    }
+  }
+  // checkpoint
+  if (s.checkpoint.dir.empty() && s.checkpoint.every_steps > 0) {
+    return bad(s.where("checkpoint.every_steps"), "checkpoint.every_steps is set but checkpoint.dir is not",
+               "give checkpoint.dir to write checkpoints");
+  }
+  if (s.checkpoint.dir.empty() && s.checkpoint.resume) {
+    return bad(s.where("checkpoint.resume"), "checkpoint.resume is true but checkpoint.dir is not set",
+               "give checkpoint.dir to resume from");
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<Scenario> parse_scenario(const std::string& path, const std::string& text, const ScenarioOverrides& overrides) {
+  SHARDLAB_RETURN_IF_ERROR(screen_text(path, text, "scenario file"));
+  const SourcePos start{path, 1, 1};
+  SHARDLAB_ASSIGN_OR_RETURN(Node root, parse_yaml(text, file_mapper(path), start));
+  if (root.kind == Node::Kind::kNull) {
+    return bad(start, "empty scenario", "a scenario needs at least `name:`");
+  }
+  if (root.kind != Node::Kind::kMap) {
+    return bad(root.pos, "the top level is " + describe(root) + ", not a map",
+               "a scenario is a map of keys and sections (name:, model:, train:, fsdp:, world: ...)");
+  }
+  Scenario s;
+  s.path = path;
+  SHARDLAB_RETURN_IF_ERROR(apply_map(schema(), "", root, s));
+  if (!overrides.fsdp_config.empty()) SHARDLAB_RETURN_IF_ERROR(apply_fsdp_config(overrides.fsdp_config, s));
+  for (std::size_t i = 0; i < overrides.set.size(); ++i) {
+    SHARDLAB_RETURN_IF_ERROR(apply_set(static_cast<int>(i) + 1, overrides.set[i], s));
+  }
+  SHARDLAB_RETURN_IF_ERROR(validate(s, root.pos));
+  return s;
+}
+
+Result<Scenario> load_scenario(const std::string& path, const ScenarioOverrides& overrides) {
+  SHARDLAB_ASSIGN_OR_RETURN(std::string text, read_bounded(path, "scenario file"));
+  return parse_scenario(path, text, overrides);
+}
+
+std::string to_yaml(const Scenario& s) {
+  std::ostringstream o;
+  o << "name: " << yaml_string(s.name) << "\n";
+  o << "description: " << yaml_string(s.description) << "\n";
+  o << "seed: " << s.seed << "\n";
+  o << "model:\n";
+  o << "  preset: " << s.model.preset << "\n";
+  o << "  config: " << yaml_string(s.model.config) << "\n";
+  o << "  head: " << s.model.head << "\n";
+  o << "  weights: " << yaml_string(s.model.weights) << "\n";
+  o << "data:\n";
+  o << "  kind: " << s.data.kind << "\n";
+  o << "  path: " << yaml_string(s.data.path) << "\n";
+  o << "  batch_size_per_rank: " << s.data.batch_size_per_rank << "\n";
+  o << "  seq_len: " << s.data.seq_len << "\n";
+  o << "train:\n";
+  o << "  steps: " << s.train.steps << "\n";
+  o << "  grad_accumulation: " << s.train.grad_accumulation << "\n";
+  o << "  max_grad_norm: " << yaml_number(s.train.max_grad_norm) << "\n";
+  o << "  precision: " << s.train.precision << "\n";
+  o << "  optimizer:\n";
+  o << "    name: " << s.train.optimizer.name << "\n";
+  o << "    lr: " << yaml_number(s.train.optimizer.lr) << "\n";
+  o << "    weight_decay: " << yaml_number(s.train.optimizer.weight_decay) << "\n";
+  o << "    betas: [" << yaml_number(s.train.optimizer.beta1) << ", " << yaml_number(s.train.optimizer.beta2) << "]\n";
+  o << "    eps: " << yaml_number(s.train.optimizer.eps) << "\n";
+  o << "    momentum: " << yaml_number(s.train.optimizer.momentum) << "\n";
+  o << "fsdp:\n";
+  o << "  sharding_strategy: " << s.fsdp.sharding_strategy << "\n";
+  o << "  auto_wrap_policy: " << s.fsdp.auto_wrap_policy << "\n";
+  o << "  transformer_layer_cls_to_wrap: [";
+  for (std::size_t i = 0; i < s.fsdp.transformer_layer_cls_to_wrap.size(); ++i) {
+    o << (i ? ", " : "") << yaml_string(s.fsdp.transformer_layer_cls_to_wrap[i]);
+  }
+  o << "]\n";
+  o << "  min_num_params: " << s.fsdp.min_num_params << "\n";
+  o << "  backward_prefetch: " << s.fsdp.backward_prefetch << "\n";
+  o << "  forward_prefetch: " << yaml_bool(s.fsdp.forward_prefetch) << "\n";
+  o << "  limit_all_gathers: " << yaml_bool(s.fsdp.limit_all_gathers) << "\n";
+  o << "  use_orig_params: " << yaml_bool(s.fsdp.use_orig_params) << "\n";
+  o << "  sync_module_states: " << yaml_bool(s.fsdp.sync_module_states) << "\n";
+  o << "  cpu_offload: " << yaml_bool(s.fsdp.cpu_offload) << "\n";
+  o << "  activation_checkpointing: " << yaml_bool(s.fsdp.activation_checkpointing) << "\n";
+  o << "  state_dict_type: " << s.fsdp.state_dict_type << "\n";
+  o << "  mixed_precision:\n";
+  o << "    param_dtype: " << s.fsdp.mixed_precision.param_dtype << "\n";
+  o << "    reduce_dtype: " << s.fsdp.mixed_precision.reduce_dtype << "\n";
+  o << "    buffer_dtype: " << s.fsdp.mixed_precision.buffer_dtype << "\n";
+  o << "world:\n";
+  o << "  backend: " << s.world.backend << "\n";
+  o << "  mode: " << s.world.mode << "\n";
+  o << "  nodes: " << s.world.nodes << "\n";
+  o << "  devices_per_node: " << s.world.devices_per_node << "\n";
+  o << "  device: " << yaml_string(s.world.device) << "\n";
+  o << "  topology: " << yaml_string(s.world.topology) << "\n";
+  if (s.faults.empty()) {
+    o << "faults: []\n";
+  } else {
+    o << "faults:\n";
+    for (const auto& f : s.faults) {
+      o << "  - {kind: " << yaml_string(f.kind);
+      if (f.rank >= 0) o << ", rank: " << f.rank;
+      if (f.step >= 0) o << ", step: " << f.step;
+      if (f.time_ms >= 0) o << ", time_ms: " << yaml_number(f.time_ms);
+      if (!f.link.empty()) o << ", link: " << yaml_string(f.link);
+      o << ", factor: " << yaml_number(f.factor) << "}\n";
+    }
+  }
+  o << "checkpoint:\n";
+  o << "  dir: " << yaml_string(s.checkpoint.dir) << "\n";
+  o << "  every_steps: " << s.checkpoint.every_steps << "\n";
+  o << "  resume: " << yaml_bool(s.checkpoint.resume) << "\n";
+  o << "expect:\n";
+  if (s.expect.grads_match_unsharded) {
+    o << "  grads_match_unsharded: {rtol: " << yaml_number(s.expect.grads_match_unsharded->rtol)
+      << ", atol: " << yaml_number(s.expect.grads_match_unsharded->atol) << "}\n";
+  } else {
+    o << "  grads_match_unsharded: false\n";
+  }
+  auto opt = [&](const char* key, const auto& v) {
+    o << "  " << key << ": ";
+    if (v) {
+      if constexpr (std::is_same_v<std::decay_t<decltype(*v)>, double>) {
+        o << yaml_number(*v);
+      } else {
+        o << *v;
+      }
+    } else {
+      o << "null";
+    }
+    o << "\n";
+  };
+  opt("max_peak_memory_per_rank", s.expect.max_peak_memory_per_rank);
+  opt("min_samples_per_s", s.expect.min_samples_per_s);
+  opt("max_step_time_s", s.expect.max_step_time_s);
+  opt("final_loss_below", s.expect.final_loss_below);
+  return o.str();
+}
+
+}  // namespace shardlab::cli

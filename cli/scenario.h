@@ -1,0 +1,156 @@
+// Scenario files: the user's unit of work — what to run, where, and what must hold after.
+//
+// A scenario is YAML with the sections below (names fixed). load_scenario reads and
+// validates it completely before anything runs: syntax errors, unknown keys (with a
+// did-you-mean), wrong types, out-of-range values and inconsistencies are
+// INVALID_ARGUMENT with the message `file:line:col: what is wrong; what is allowed`
+// (exit code 2). Hostile input (alias bombs, deep nesting, huge numbers, binary junk,
+// empty or oversized files) gets the same treatment, quickly and in bounded memory.
+//
+// Every key has a default (below), so `name: x` alone is a valid scenario. The `fsdp`
+// section also accepts Hugging Face accelerate's key names (fsdp_sharding_strategy as a
+// name or 1–5, fsdp_backward_prefetch, fsdp_auto_wrap_policy,
+// fsdp_transformer_layer_cls_to_wrap, fsdp_offload_params, fsdp_state_dict_type,
+// fsdp_use_orig_params, fsdp_sync_module_states, fsdp_forward_prefetch,
+// fsdp_min_num_params); the same key given twice under both spellings is an error.
+//
+// Thread safety: plain data; the functions are reentrant.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "runtime/core/status.h"
+
+namespace shardlab::cli {
+
+// Where a value came from: a file position, or a command-line override.
+struct SourcePos {
+  std::string file;  // the scenario path, "--set" or the --fsdp-config path
+  int line = 0;      // 1-based; 0 when unknown
+  int column = 0;    // 1-based
+  std::string to_string() const;  // "file:line:col"
+};
+
+struct Scenario {
+  std::string path;  // as given
+  std::string name;  // required: [A-Za-z0-9_.-]+ (it names the output folder)
+  std::string description;
+  std::uint64_t seed = 0;
+
+  struct Model {
+    std::string preset = "bert-tiny";  // bert-tiny|mini|small|base|large, or "mlp"; ignored when `config` is set
+    std::string config;                // path to a Hugging Face config.json (relative to the scenario file)
+    std::string head = "mlm";          // classification | mlm | qa
+    std::string weights = "random";    // random | path to model.safetensors
+  } model;
+
+  struct Data {
+    std::string kind = "synthetic";  // synthetic | file
+    std::string path;                // kind file: a batch safetensors (relative to the scenario file)
+    std::int64_t batch_size_per_rank = 2;
+    std::int64_t seq_len = 64;
+  } data;
+
+  struct Optimizer {
+    std::string name = "adamw";  // adamw | sgd
+    double lr = 1e-3;
+    double weight_decay = 0.0;
+    double beta1 = 0.9, beta2 = 0.999;  // YAML: betas: [0.9, 0.999]
+    double eps = 1e-8;
+    double momentum = 0.0;
+  };
+  struct Train {
+    int steps = 5;
+    int grad_accumulation = 1;
+    double max_grad_norm = 0.0;     // 0: off
+    std::string precision = "fp32";  // fp32 | bf16
+    Optimizer optimizer;
+  } train;
+
+  struct MixedPrecision {
+    std::string param_dtype = "fp32", reduce_dtype = "fp32", buffer_dtype = "fp32";  // fp32 | bf16 | fp16
+  };
+  struct Fsdp {
+    std::string sharding_strategy = "FULL_SHARD";  // FULL_SHARD | SHARD_GRAD_OP | NO_SHARD | HYBRID_SHARD | _HYBRID_SHARD_ZERO2
+    std::string auto_wrap_policy = "transformer";  // transformer | size | none (accelerate: TRANSFORMER_BASED_WRAP | SIZE_BASED_WRAP | NO_WRAP)
+    std::vector<std::string> transformer_layer_cls_to_wrap = {"BertLayer"};  // YAML: a list or a comma-separated string
+    std::int64_t min_num_params = 100000000;
+    std::string backward_prefetch = "BACKWARD_PRE";  // BACKWARD_PRE | BACKWARD_POST | NONE (accelerate: NO_PREFETCH)
+    bool forward_prefetch = false;
+    bool limit_all_gathers = true;
+    bool use_orig_params = true;
+    bool sync_module_states = false;
+    bool cpu_offload = false;
+    bool activation_checkpointing = false;
+    std::string state_dict_type = "FULL_STATE_DICT";  // FULL_STATE_DICT | SHARDED_STATE_DICT | LOCAL_STATE_DICT
+    MixedPrecision mixed_precision;
+  } fsdp;
+
+  struct World {
+    std::string backend = "sim";  // sim | mpi | hpu
+    std::string mode = "numerics";  // numerics | timing
+    int nodes = 1;
+    int devices_per_node = 8;       // world size = nodes × devices_per_node
+    std::string device = "cpu";     // profile name (cpu, gaudi1, gaudi2, gaudi3) or a path to a profile file
+    std::string topology = "switch";  // profile name (hls1, hls2, hls3, ring, fully_connected, switch) or a path
+    int world_size() const { return nodes * devices_per_node; }
+  } world;
+
+  struct Fault {
+    std::string kind;       // crash | link_down | link_degraded | straggler | corrupt | timeout
+    int rank = -1;          // -1: not given
+    int step = -1;          // -1: not given
+    double time_ms = -1.0;  // < 0: not given
+    std::string link;       // "a-b" rank pair, for link faults
+    double factor = 1.0;    // slowdown / bandwidth factor
+    SourcePos pos;
+  };
+  std::vector<Fault> faults;
+
+  struct Checkpoint {
+    std::string dir;        // empty: no checkpoints (relative to the output folder)
+    int every_steps = 0;    // 0: only at the end when dir is set
+    bool resume = false;
+  } checkpoint;
+
+  struct Tolerance {
+    double rtol = 1.3e-6, atol = 1e-5;
+  };
+  struct Expect {
+    std::optional<Tolerance> grads_match_unsharded;  // YAML: true, or {rtol, atol}
+    std::optional<std::int64_t> max_peak_memory_per_rank;  // bytes; YAML also accepts "512 MiB", "2 GiB"
+    std::optional<double> min_samples_per_s;
+    std::optional<double> max_step_time_s;
+    std::optional<double> final_loss_below;
+  } expect;
+
+  // Where each given key was set ("world.nodes" → position), for later semantic errors.
+  std::map<std::string, SourcePos> positions;
+  // The position of `key` if it was given, else the file itself (line 0).
+  SourcePos where(const std::string& key) const;
+};
+
+struct ScenarioOverrides {
+  std::vector<std::string> set;  // "section.key=value" (value parsed as a YAML scalar or flow sequence)
+  std::string fsdp_config;       // accelerate / optimum-habana fsdp_config JSON file; empty: none
+};
+
+// Reads, applies overrides (file < --fsdp-config < --set), validates.
+Result<Scenario> load_scenario(const std::string& path, const ScenarioOverrides& overrides = {});
+// The same from text (`path` names it in messages and anchors relative paths).
+Result<Scenario> parse_scenario(const std::string& path, const std::string& text,
+                                const ScenarioOverrides& overrides = {});
+
+// The scenario as canonical YAML (every key, defaults filled in) — `shardlab validate --print`.
+std::string to_yaml(const Scenario& s);
+
+// A path from the scenario (model.config, model.weights, data.path, a profile path) as it
+// is to be opened: a relative path is relative to the scenario file's folder; absolute
+// paths and "" are returned unchanged. Validation checks files through this too.
+std::string resolve_scenario_path(const Scenario& s, const std::string& path);
+
+}  // namespace shardlab::cli
