@@ -6,6 +6,8 @@
 
 #include "cli/grads_command.h"
 #include "cli/run_command.h"
+#include "cli/scenario.h"
+#include "cli/scenario_run.h"
 #include "runtime/model/bert.h"
 #include "runtime/fsdp/shard_layout.h"
 #include "runtime/core/check.h"
@@ -39,6 +41,14 @@ int main_impl(int argc, char** argv) {
       "Train BERT (a preset, seeded synthetic data) or a small MLP with FSDP for a few steps and check it\n"
       "against unsharded training on the concatenated batch (the oracle): bitwise on the simulator, within\n"
       "fp32 tolerance under MPI.");
+  std::string scenario_path;
+  shardlab::cli::ScenarioOverrides overrides;
+  run_cmd->add_option("scenario", scenario_path,
+                      "A scenario file (YAML; see scenarios/). Without one, the flags below describe the run "
+                      "(their defaults are scenarios/default.yaml)");
+  run_cmd->add_option("--set", overrides.set, "Override a scenario key: section.key=value (repeatable)");
+  run_cmd->add_option("--fsdp-config", overrides.fsdp_config,
+                      "An accelerate / optimum-habana fsdp_config JSON applied over the scenario's fsdp section");
   run_cmd->add_option("--model", model_name, "bert-tiny, bert-mini, bert-small, bert-base, bert-large or mlp")
       ->capture_default_str();
   run_cmd->add_option("--head", head_name, "BERT head: classification, mlm or qa")->capture_default_str();
@@ -119,6 +129,17 @@ int main_impl(int argc, char** argv) {
       ->check(CLI::Range(0.0f, 0.999f));
   grads_cmd->add_option("--seed", grads.seed, "Seed of the dropout masks")->capture_default_str();
 
+  std::vector<std::string> validate_files;
+  shardlab::cli::ScenarioOverrides validate_overrides;
+  bool validate_print = false;
+  auto* validate_cmd = app.add_subcommand(
+      "validate", "Check scenario files without running them: exit 0 when every file is valid, 2 with\n"
+                  "file:line:col: what is wrong; what is allowed for the first problem of each file.");
+  validate_cmd->add_option("files", validate_files, "Scenario files")->required();
+  validate_cmd->add_option("--set", validate_overrides.set, "Override a key: section.key=value (repeatable)");
+  validate_cmd->add_option("--fsdp-config", validate_overrides.fsdp_config, "An accelerate fsdp_config JSON");
+  validate_cmd->add_flag("--print", validate_print, "Print each scenario as canonical YAML with every default filled in");
+
   std::string layout_shapes, layout_dtype = "fp32";
   int layout_world = 1;
   std::int64_t layout_align = 0;
@@ -151,6 +172,32 @@ int main_impl(int argc, char** argv) {
       std::fprintf(stderr, "shardlab run: %s\n", s.message().c_str());
       return 2;
     };
+    if (!scenario_path.empty() || !overrides.set.empty() || !overrides.fsdp_config.empty()) {
+      if (scenario_path.empty()) {
+        return bad(shardlab::Status::invalid_argument("--set and --fsdp-config need a scenario file (e.g. scenarios/default.yaml)"));
+      }
+      // With a scenario, the scenario (and --set) describe the run; only where it runs,
+      // where outputs go and the collective check come from flags.
+      for (const char* flag : {"--model", "--head", "--seq-len", "--dropout", "--activation-checkpointing", "--world-size",
+                               "--strategy", "--devices-per-node", "--backward-prefetch", "--forward-prefetch", "--steps",
+                               "--global-batch", "--grad-accumulation", "--max-grad-norm", "--hidden", "--layers",
+                               "--optimizer", "--lr", "--seed"}) {
+        if (run_cmd->count(flag) > 0) {
+          return bad(shardlab::Status::invalid_argument(std::string(flag) + " cannot be combined with a scenario file; use "
+                                                        "--set section.key=value (e.g. --set fsdp.sharding_strategy=NO_SHARD)"));
+        }
+      }
+      auto spec = shardlab::cli::load_scenario(scenario_path, overrides);
+      if (!spec.is_ok()) return bad(spec.status());
+      const std::string out = run.out_dir;
+      const bool out_given = run_cmd->count("--out") > 0;
+      const std::string backend = run.backend;
+      if (shardlab::Status st = shardlab::cli::scenario_to_run_args(*spec, run); !st.is_ok()) return bad(st);
+      if (out_given) run.out_dir = out;
+      if (run_cmd->count("--backend") > 0) run.backend = backend;
+      run.spec = &*spec;
+      return shardlab::cli::run_command(run, &argc, &argv);
+    }
     auto st = shardlab::runtime::fsdp::parse_strategy(strategy);
     if (!st.is_ok()) return bad(st.status().with_context("--strategy"));
     auto pf = shardlab::runtime::fsdp::parse_prefetch(prefetch);
@@ -177,6 +224,30 @@ int main_impl(int argc, char** argv) {
       return bad(shardlab::Status::invalid_argument("--strategy HYBRID_SHARD needs --devices-per-node"));
     }
     return shardlab::cli::run_command(run, &argc, &argv);
+  }
+  if (*validate_cmd) {
+    int code = 0;
+    for (const auto& f : validate_files) {
+      auto spec = shardlab::cli::load_scenario(f, validate_overrides);
+      if (!spec.is_ok()) {
+        std::fprintf(stderr, "%s\n", spec.status().message().c_str());
+        code = 2;
+        continue;
+      }
+      shardlab::cli::RunArgs probe;
+      if (shardlab::Status st = shardlab::cli::scenario_to_run_args(*spec, probe); !st.is_ok()) {
+        std::fprintf(stderr, "%s\n", st.message().c_str());
+        code = 2;
+        continue;
+      }
+      if (validate_print) {
+        std::printf("%s", shardlab::cli::to_yaml(*spec).c_str());
+      } else {
+        std::printf("%s: ok (%s, %d ranks, %d steps)\n", f.c_str(), spec->name.c_str(), spec->world.world_size(),
+                    spec->train.steps);
+      }
+    }
+    return code;
   }
   if (*grads_cmd) {
     auto st = shardlab::runtime::fsdp::parse_strategy(grads_strategy);

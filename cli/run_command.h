@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "cli/scenario.h"
 #include "runtime/train/fsdp_train.h"
 
 namespace shardlab::cli {
@@ -17,6 +18,11 @@ struct RunArgs {
   runtime::train::FsdpTrainOptions train;
   std::string out_dir = "out/default";  // metrics.json, trace.json, loss.csv, memory.csv, summary.txt
   std::string scenario = "default";
+  bool cpu_offload = false;             // shards, gradients and optimizer state on a host device per rank
+  double rtol = 1.3e-6, atol = 1e-5;    // the oracle comparison's tolerance
+  // The scenario whose expectations decide the exit code (null: the oracle check alone,
+  // which must be bitwise on the simulator).
+  const Scenario* spec = nullptr;
 };
 
 // Returns the process exit code: 0 ok, 1 an expectation failed (oracle mismatch),

@@ -1,0 +1,181 @@
+#include "cli/scenario_run.h"
+
+#include <cmath>
+#include <cstdio>
+#include <memory>
+
+#include "runtime/device/cpu/device.h"
+#include "runtime/model/bert_io.h"
+
+namespace shardlab::cli {
+
+namespace {
+
+Status refuse(const Scenario& s, const std::string& key, const std::string& what) {
+  return Status::invalid_argument(s.where(key).to_string() + ": " + key + ": " + what);
+}
+
+Result<DType> dtype_of(const Scenario& s, const std::string& key, const std::string& name) {
+  if (name == "fp32") return DType::kF32;
+  if (name == "bf16") return DType::kBF16;
+  if (name == "fp16") return DType::kF16;
+  return refuse(s, key, "unsupported dtype '" + name + "'; allowed: fp32, bf16, fp16");
+}
+
+}  // namespace
+
+Status scenario_to_run_args(const Scenario& s, RunArgs& a) {
+  auto& o = a.train;
+  a.scenario = s.name;
+  a.out_dir = "out/" + s.name;
+  if (s.world.backend == "hpu") {
+    return refuse(s, "world.backend",
+                  "the Gaudi (hpu) backend is not available in this build yet; run the same scenario with "
+                  "--backend sim (or --set world.backend=sim)");
+  }
+  a.backend = s.world.backend;
+  if (s.world.mode != "numerics") {
+    return refuse(s, "world.mode", "timing mode is not implemented yet; use mode: numerics (real math on every rank)");
+  }
+  if (s.world.device != "cpu") {
+    return refuse(s, "world.device", "device profile '" + s.world.device +
+                                         "' is not available yet; the simulator's default profile is 'cpu'");
+  }
+  if (s.world.topology != "switch") {
+    return refuse(s, "world.topology", "topology '" + s.world.topology +
+                                           "' is not available yet; the simulator's default is 'switch' (α–β)");
+  }
+  if (!s.faults.empty()) {
+    return Status::invalid_argument(s.faults.front().pos.to_string() +
+                                    ": faults: fault injection is not implemented yet; remove the faults section");
+  }
+  if (!s.checkpoint.dir.empty()) {
+    return refuse(s, "checkpoint.dir", "checkpointing from scenarios is not wired yet; remove the checkpoint section");
+  }
+  a.world_size = s.world.world_size();
+  o.seed = s.seed;
+  // Model.
+  if (!s.model.config.empty()) {
+    SHARDLAB_ASSIGN_OR_RETURN(runtime::model::BertHead head, runtime::model::parse_bert_head(s.model.head));
+    auto hf = runtime::model::read_bert_config(resolve_scenario_path(s, s.model.config), head);
+    if (!hf.is_ok()) return Status::invalid_argument(s.where("model.config").to_string() + ": " + hf.status().message());
+    o.model_kind = runtime::train::ModelKind::kBert;
+    o.bert.config = hf->config;
+    o.bert.head = head;
+    a.model_name = s.model.config;
+  } else if (s.model.preset == "mlp") {
+    o.model_kind = runtime::train::ModelKind::kMlp;
+    a.model_name = "mlp";
+  } else {
+    auto preset = runtime::model::bert_preset(s.model.preset);
+    if (!preset.is_ok()) return refuse(s, "model.preset", preset.status().message());
+    SHARDLAB_ASSIGN_OR_RETURN(runtime::model::BertHead head, runtime::model::parse_bert_head(s.model.head));
+    o.model_kind = runtime::train::ModelKind::kBert;
+    o.bert.config = *preset;
+    o.bert.head = head;
+    a.model_name = s.model.preset;
+  }
+  o.bert.seq_len = s.data.seq_len;
+  o.bert.activation_checkpointing = s.fsdp.activation_checkpointing;
+  if (s.model.weights != "random") {
+    if (o.model_kind != runtime::train::ModelKind::kBert) return refuse(s, "model.weights", "weights need a BERT model");
+    const auto specs = runtime::model::bert_param_specs(o.bert.config, o.bert.head);
+    const std::int64_t total = runtime::model::total_numel(specs);
+    runtime::device::cpu::CpuDevice host;
+    SHARDLAB_ASSIGN_OR_RETURN(Tensor p, host.empty({total}, DType::kF32, MemoryCategory::kParameters, "weights"));
+    SHARDLAB_ASSIGN_OR_RETURN(Tensor g, host.empty({total}, DType::kF32, MemoryCategory::kOther, "scratch"));
+    runtime::model::FlatParamAccess views(specs, p, g);
+    if (Status st = runtime::model::load_bert_weights(resolve_scenario_path(s, s.model.weights), specs, views.params());
+        !st.is_ok()) {
+      return Status::invalid_argument(s.where("model.weights").to_string() + ": " + st.message());
+    }
+    o.initial_params = std::make_shared<const std::vector<float>>(p.data<float>(), p.data<float>() + total);
+  }
+  if (s.data.kind == "file") {
+    return refuse(s, "data.kind", "token batches from a file are supported by `shardlab grads`; scenario runs use "
+                                  "synthetic data for now (data.kind: synthetic)");
+  }
+  // Training.
+  o.steps = s.train.steps;
+  o.grad_accumulation = s.train.grad_accumulation;
+  o.global_batch = s.data.batch_size_per_rank * a.world_size;
+  o.max_grad_norm = s.train.max_grad_norm;
+  SHARDLAB_ASSIGN_OR_RETURN(o.optimizer.kind, runtime::optim::parse_optimizer(s.train.optimizer.name));
+  o.optimizer.lr = static_cast<float>(s.train.optimizer.lr);
+  o.optimizer.weight_decay = static_cast<float>(s.train.optimizer.weight_decay);
+  o.optimizer.beta1 = static_cast<float>(s.train.optimizer.beta1);
+  o.optimizer.beta2 = static_cast<float>(s.train.optimizer.beta2);
+  o.optimizer.eps = static_cast<float>(s.train.optimizer.eps);
+  o.optimizer.momentum = static_cast<float>(s.train.optimizer.momentum);
+  // FSDP.
+  if (s.fsdp.sharding_strategy == "_HYBRID_SHARD_ZERO2") {
+    return refuse(s, "fsdp.sharding_strategy", "_HYBRID_SHARD_ZERO2 is not supported yet; use HYBRID_SHARD");
+  }
+  SHARDLAB_ASSIGN_OR_RETURN(o.fsdp.strategy, runtime::fsdp::parse_strategy(s.fsdp.sharding_strategy));
+  SHARDLAB_ASSIGN_OR_RETURN(o.fsdp.backward_prefetch, runtime::fsdp::parse_prefetch(s.fsdp.backward_prefetch));
+  o.fsdp.devices_per_node = s.world.devices_per_node;
+  o.fsdp.forward_prefetch = s.fsdp.forward_prefetch;
+  o.fsdp.limit_all_gathers = s.fsdp.limit_all_gathers;
+  o.fsdp.sync_module_states = s.fsdp.sync_module_states;
+  a.cpu_offload = s.fsdp.cpu_offload;
+  if (s.fsdp.auto_wrap_policy == "transformer") {
+    o.wrap = runtime::train::WrapPolicy::kByClass;
+    o.wrap_classes = s.fsdp.transformer_layer_cls_to_wrap;
+  } else if (s.fsdp.auto_wrap_policy == "size") {
+    o.wrap = runtime::train::WrapPolicy::kBySize;
+    o.min_num_params = s.fsdp.min_num_params;
+  } else {
+    o.wrap = runtime::train::WrapPolicy::kNone;
+  }
+  SHARDLAB_ASSIGN_OR_RETURN(o.fsdp.param_dtype, dtype_of(s, "fsdp.mixed_precision.param_dtype", s.fsdp.mixed_precision.param_dtype));
+  SHARDLAB_ASSIGN_OR_RETURN(o.fsdp.reduce_dtype, dtype_of(s, "fsdp.mixed_precision.reduce_dtype", s.fsdp.mixed_precision.reduce_dtype));
+  if (s.train.precision == "bf16") {
+    o.bert.compute_dtype = DType::kBF16;
+    if (o.fsdp.param_dtype == DType::kF32) o.fsdp.param_dtype = DType::kBF16;
+  }
+  a.check = s.expect.grads_match_unsharded.has_value();
+  if (s.expect.grads_match_unsharded) {
+    a.rtol = s.expect.grads_match_unsharded->rtol;
+    a.atol = s.expect.grads_match_unsharded->atol;
+  }
+  return Status::ok();
+}
+
+std::vector<ExpectResult> check_expectations(const Scenario& s, const nlohmann::json& m) {
+  std::vector<ExpectResult> out;
+  char buf[256];
+  const auto& e = s.expect;
+  if (e.grads_match_unsharded) {
+    const bool ok = m.contains("grads_match_unsharded") && m["grads_match_unsharded"].value("within_tolerance", false);
+    std::snprintf(buf, sizeof buf, "max |Δgrad| %.3g, max |Δparam| %.3g (rtol %.3g, atol %.3g)",
+                  m.contains("grads_match_unsharded") ? m["grads_match_unsharded"].value("max_grad_diff", NAN) : NAN,
+                  m.contains("grads_match_unsharded") ? m["grads_match_unsharded"].value("max_param_diff", NAN) : NAN,
+                  e.grads_match_unsharded->rtol, e.grads_match_unsharded->atol);
+    out.push_back({"grads_match_unsharded", ok, buf});
+  }
+  if (e.max_peak_memory_per_rank) {
+    std::int64_t worst = 0;
+    for (const auto& p : m.value("peak_memory_bytes", nlohmann::json::array())) worst = std::max(worst, p.get<std::int64_t>());
+    out.push_back({"max_peak_memory_per_rank", worst <= *e.max_peak_memory_per_rank,
+                   "peak " + format_bytes(worst) + " ≤ " + format_bytes(*e.max_peak_memory_per_rank)});
+  }
+  if (e.min_samples_per_s) {
+    const double v = m.value("samples_per_s", 0.0);
+    std::snprintf(buf, sizeof buf, "%.4g samples/s ≥ %.4g", v, *e.min_samples_per_s);
+    out.push_back({"min_samples_per_s", v >= *e.min_samples_per_s, buf});
+  }
+  if (e.max_step_time_s) {
+    const double v = m.contains("step_time_s") ? m["step_time_s"].value("median", 0.0) : 0.0;
+    std::snprintf(buf, sizeof buf, "median step %.4g s ≤ %.4g s", v, *e.max_step_time_s);
+    out.push_back({"max_step_time_s", v <= *e.max_step_time_s, buf});
+  }
+  if (e.final_loss_below) {
+    const auto& loss = m.value("loss", nlohmann::json::array());
+    const double v = loss.empty() ? NAN : loss.back().get<double>();
+    std::snprintf(buf, sizeof buf, "final loss %.6g < %.6g", v, *e.final_loss_below);
+    out.push_back({"final_loss_below", v < *e.final_loss_below, buf});
+  }
+  return out;
+}
+
+}  // namespace shardlab::cli
