@@ -1,7 +1,12 @@
 // shardlab: one executable, subcommands. Exit codes: 0 ok, 1 an expectation failed,
 // 2 bad input (flags, files), 3 runtime failure, 70 internal error (a bug).
 #include <CLI/CLI.hpp>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <exception>
 
 #include "cli/grads_command.h"
@@ -140,6 +145,17 @@ int main_impl(int argc, char** argv) {
   validate_cmd->add_option("--fsdp-config", validate_overrides.fsdp_config, "An accelerate fsdp_config JSON");
   validate_cmd->add_flag("--print", validate_print, "Print each scenario as canonical YAML with every default filled in");
 
+  std::string report_dir, report_out;
+  auto* report_cmd = app.add_subcommand(
+      "report", "Draw a run folder (or a folder of runs) as PNGs + index.html: per-rank timeline, memory over\n"
+                "time, step-time breakdown, loss against the oracle, and for several runs a scaling chart.\n"
+                "Runs reports/shardlab_report.py with Debian's /usr/bin/python3 (python3-matplotlib).");
+  report_cmd->add_option("dir", report_dir, "A run folder (with metrics.json) or a folder of run folders")->required();
+  report_cmd->add_option("--out", report_out, "Where to write the pictures (default: DIR)");
+
+  auto* devices_cmd = app.add_subcommand(
+      "devices", "List the device and topology profiles the simulator knows, and any accelerators found.");
+
   std::string layout_shapes, layout_dtype = "fp32";
   int layout_world = 1;
   std::int64_t layout_align = 0;
@@ -224,6 +240,45 @@ int main_impl(int argc, char** argv) {
       return bad(shardlab::Status::invalid_argument("--strategy HYBRID_SHARD needs --devices-per-node"));
     }
     return shardlab::cli::run_command(run, &argc, &argv);
+  }
+  if (*report_cmd) {
+    // The script ships with the sources; SHARDLAB_REPORT_SCRIPT overrides where it is.
+    const char* env = std::getenv("SHARDLAB_REPORT_SCRIPT");
+    const std::string script = env != nullptr ? env : SHARDLAB_SOURCE_DIR "/reports/shardlab_report.py";
+    const std::string python = "/usr/bin/python3";
+    if (access(script.c_str(), R_OK) != 0) {
+      std::fprintf(stderr, "shardlab report: the report script %s is not readable (set SHARDLAB_REPORT_SCRIPT)\n",
+                   script.c_str());
+      return 2;
+    }
+    if (access(python.c_str(), X_OK) != 0) {
+      std::fprintf(stderr, "shardlab report: %s not found; install python3-matplotlib python3-numpy (./bootstrap does)\n",
+                   python.c_str());
+      return 2;
+    }
+    std::vector<std::string> args = {python, script, report_dir};
+    if (!report_out.empty()) {
+      args.push_back("--out");
+      args.push_back(report_out);
+    }
+    std::vector<char*> argv2;
+    for (auto& a : args) argv2.push_back(a.data());
+    argv2.push_back(nullptr);
+    std::fflush(stdout);
+    execv(python.c_str(), argv2.data());
+    std::fprintf(stderr, "shardlab report: could not start %s: %s\n", python.c_str(), std::strerror(errno));
+    return 3;
+  }
+  if (*devices_cmd) {
+    std::printf("simulated device profiles:\n  cpu   the simulator's default roofline (100 GFLOP/s matrix, 20 GFLOP/s vector, "
+                "20 GB/s memory, 16 GiB)\n");
+    std::printf("simulated topologies:\n  switch   α–β network, every pair through one switch\n");
+    const bool synapse = access("/usr/lib/habanalabs/libSynapse.so", R_OK) == 0;
+    std::printf("accelerators: %s\n", synapse ? "Gaudi software found at /usr/lib/habanalabs/libSynapse.so, but this build "
+                                                   "has no hpu backend yet"
+                                                 : "none (no Gaudi software at /usr/lib/habanalabs/libSynapse.so)");
+    std::printf("Run scenarios with --backend sim (default) or under mpiexec with --backend mpi.\n");
+    return 0;
   }
   if (*validate_cmd) {
     int code = 0;
