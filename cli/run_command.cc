@@ -1,6 +1,7 @@
 #include "cli/run_command.h"
 
 #include <cstdio>
+#include <filesystem>
 #include <string>
 
 #include "cli/run_outputs.h"
@@ -82,7 +83,8 @@ std::string header_line(const RunArgs& a, int world, int units) {
 void print_steps(const FsdpTrainResult& r, const char* time_label) {
   std::printf("%6s  %-12s  %s\n", "step", "loss", time_label);
   for (std::size_t i = 0; i < r.losses.size(); ++i) {
-    std::printf("%6zu  %-12.8f  %.6f s\n", i + 1, r.losses[i], static_cast<double>(r.step_times[i]) / 1e9);
+    std::printf("%6zu  %-12.8f  %.6f s\n", i + 1 + static_cast<std::size_t>(r.first_step), r.losses[i],
+                static_cast<double>(r.step_times[i]) / 1e9);
   }
   std::printf("peak memory per rank: %s (%s)\n", format_bytes(r.memory.peak_total).c_str(),
               r.memory.breakdown(/*peaks=*/true).c_str());
@@ -206,7 +208,12 @@ int run_mpi(const RunArgs& a, int* argc, char*** argv) {
 
 }  // namespace
 
-int run_command(const RunArgs& args, int* argc, char*** argv) {
+int run_command(const RunArgs& in, int* argc, char*** argv) {
+  RunArgs args = in;
+  auto& ck = args.train.checkpoint.dir;
+  if (!ck.empty() && std::filesystem::path(ck).is_relative() && !args.out_dir.empty()) {
+    ck = (std::filesystem::path(args.out_dir) / ck).string();
+  }
   if (args.backend == "sim") return run_sim(args);
   return run_mpi(args, argc, argv);
 }

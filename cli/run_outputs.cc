@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <sstream>
 
@@ -148,6 +149,21 @@ Json metrics_json(const RunRecord& r) {
   }
   j["peak_memory_bytes_by_category"] = cats;
   j["loss"] = r0.losses;
+  j["first_step"] = r0.first_step;
+  // FNV-1a of the final parameters' bits: equal runs (or a resumed and an uninterrupted
+  // one) have equal checksums.
+  std::uint64_t h = 1469598103934665603ull;
+  for (float v : r0.final_params) {
+    std::uint32_t bits = 0;
+    std::memcpy(&bits, &v, sizeof bits);
+    for (int k = 0; k < 4; ++k) {
+      h ^= (bits >> (8 * k)) & 0xffu;
+      h *= 1099511628211ull;
+    }
+  }
+  char hex[20];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  j["final_params_fnv1a"] = hex;
   if (!r.oracle_loss.empty()) j["oracle_loss"] = r.oracle_loss;
   if (r.check) {
     j["grads_match_unsharded"] = {{"bitwise", r.check->bitwise},
@@ -174,7 +190,8 @@ std::string summary_text(const RunRecord& r) {
     std::snprintf(line, sizeof line, "%6s  %-14s  %s\n", "step", "loss", r.backend == "sim" ? "simulated step time" : "step time");
     o << line;
     for (std::size_t i = 0; i < r0.losses.size(); ++i) {
-      std::snprintf(line, sizeof line, "%6zu  %-14.8f  %.6f s\n", i + 1, r0.losses[i], seconds(r0.step_times[i]));
+      std::snprintf(line, sizeof line, "%6zu  %-14.8f  %.6f s\n", i + 1 + static_cast<std::size_t>(r0.first_step),
+                    r0.losses[i], seconds(r0.step_times[i]));
       o << line;
     }
     const Json m = metrics_json(r);
@@ -201,8 +218,9 @@ Status write_run_outputs(const std::string& dir, const RunRecord& r) {
   const FsdpTrainResult& r0 = r.ranks.front();
   std::string loss = "step,loss,oracle_loss\n";
   for (std::size_t i = 0; i < r0.losses.size(); ++i) {
-    loss += std::to_string(i + 1) + "," + exact(r0.losses[i]) + "," +
-            (i < r.oracle_loss.size() ? exact(r.oracle_loss[i]) : std::string()) + "\n";
+    const std::size_t step = i + static_cast<std::size_t>(r0.first_step);
+    loss += std::to_string(step + 1) + "," + exact(r0.losses[i]) + "," +
+            (step < r.oracle_loss.size() ? exact(r.oracle_loss[step]) : std::string()) + "\n";
   }
   SHARDLAB_RETURN_IF_ERROR(runtime::io::write_file_atomic(path("loss.csv"), loss));
   std::string mem = "rank,step,event,time_s,parameters,gradients,optimizer_state,activations,comm_buffers,other\n";

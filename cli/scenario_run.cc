@@ -49,8 +49,14 @@ Status scenario_to_run_args(const Scenario& s, RunArgs& a) {
     return Status::invalid_argument(s.faults.front().pos.to_string() +
                                     ": faults: fault injection is not implemented yet; remove the faults section");
   }
-  if (!s.checkpoint.dir.empty()) {
-    return refuse(s, "checkpoint.dir", "checkpointing from scenarios is not wired yet; remove the checkpoint section");
+  // Relative checkpoint folders live in the output folder (run_command resolves them).
+  o.checkpoint.dir = s.checkpoint.dir;
+  o.checkpoint.every_steps = s.checkpoint.every_steps;
+  o.checkpoint.resume = s.checkpoint.resume;
+  {
+    auto type = runtime::fsdp::parse_state_dict_type(s.fsdp.state_dict_type);
+    if (!type.is_ok()) return refuse(s, "fsdp.state_dict_type", type.status().message());
+    o.checkpoint.type = *type;
   }
   a.world_size = s.world.world_size();
   o.seed = s.seed;

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 
 namespace shardlab::runtime::train {
 
@@ -248,7 +249,24 @@ Status FsdpTrainer::step() {
 Result<FsdpTrainResult> train_fsdp(comm::Communicator& comm, device::Device& dev, const Clock& clock,
                                    const FsdpTrainOptions& o) {
   SHARDLAB_ASSIGN_OR_RETURN(std::unique_ptr<FsdpTrainer> t, FsdpTrainer::create(comm, dev, clock, o));
-  for (int s = 0; s < o.steps; ++s) SHARDLAB_RETURN_IF_ERROR(t->step());
+  const auto& ck = o.checkpoint;
+  if (ck.resume && !ck.dir.empty() && std::filesystem::exists(std::filesystem::path(ck.dir) / "latest")) {
+    SHARDLAB_ASSIGN_OR_RETURN(std::int64_t done, fsdp::load_checkpoint(t->model(), ck.dir));
+    if (done < 0 || done > o.steps) {
+      return Status::invalid_argument("checkpoint in '" + ck.dir + "' is at step " + std::to_string(done) +
+                                      ", beyond this run's " + std::to_string(o.steps) + " steps");
+    }
+    t->skip_to(static_cast<int>(done));
+  }
+  while (t->steps_done() < o.steps) {
+    SHARDLAB_RETURN_IF_ERROR(t->step());
+    const int done = t->steps_done();
+    if (!ck.dir.empty() && ((ck.every_steps > 0 && done % ck.every_steps == 0) || done == o.steps)) {
+      fsdp::CheckpointOptions co;
+      co.type = ck.type;
+      SHARDLAB_RETURN_IF_ERROR(fsdp::save_checkpoint(t->model(), ck.dir, done, co));
+    }
+  }
   FsdpTrainResult& result = t->result();
   SHARDLAB_ASSIGN_OR_RETURN(Tensor p, dev.empty({model::total_numel(t->model().specs())}, DType::kF32,
                                                 MemoryCategory::kOther, "params_out"));
@@ -360,15 +378,21 @@ Comparison compare(const FsdpTrainResult& a, const FsdpTrainResult& b, double rt
   Comparison c;
   c.rtol = rtol;
   c.atol = atol;
-  c.within_tolerance = a.losses.size() == b.losses.size();
+  c.within_tolerance = true;
   c.max_grad_diff = max_abs_diff(a.last_grads, b.last_grads, rtol, atol, &c.within_tolerance);
   c.max_param_diff = max_abs_diff(a.final_params, b.final_params, rtol, atol, &c.within_tolerance);
-  for (std::size_t i = 0; i < std::min(a.losses.size(), b.losses.size()); ++i) {
-    const double d = std::fabs(a.losses[i] - b.losses[i]);
-    c.max_loss_diff = std::max(c.max_loss_diff, d);
-    if (!(d <= atol + rtol * std::fabs(b.losses[i]))) c.within_tolerance = false;
+  // A resumed run (first_step > 0) holds the losses of its own steps only.
+  std::vector<double> b_losses = b.losses;
+  if (a.first_step > 0 && static_cast<std::size_t>(a.first_step) + a.losses.size() == b.losses.size()) {
+    b_losses.erase(b_losses.begin(), b_losses.begin() + a.first_step);
   }
-  c.bitwise = same_bits(a.last_grads, b.last_grads) && same_bits(a.final_params, b.final_params) && a.losses == b.losses;
+  if (a.losses.size() != b_losses.size()) c.within_tolerance = false;
+  for (std::size_t i = 0; i < std::min(a.losses.size(), b_losses.size()); ++i) {
+    const double d = std::fabs(a.losses[i] - b_losses[i]);
+    c.max_loss_diff = std::max(c.max_loss_diff, d);
+    if (!(d <= atol + rtol * std::fabs(b_losses[i]))) c.within_tolerance = false;
+  }
+  c.bitwise = same_bits(a.last_grads, b.last_grads) && same_bits(a.final_params, b.final_params) && a.losses == b_losses;
   return c;
 }
 

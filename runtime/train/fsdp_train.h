@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/fsdp/checkpoint.h"
 #include "runtime/fsdp/fully_sharded.h"
 #include "runtime/optim/optimizer.h"
 #include "runtime/comm/communicator.h"
@@ -67,6 +68,16 @@ struct FsdpTrainOptions {
   // Sample this rank's memory (bytes per category) at every FSDP hook and after each
   // optimizer step into FsdpTrainResult::memory_timeline (for memory.csv and reports).
   bool record_memory_timeline = false;
+  // Checkpoints (runtime/fsdp/checkpoint.h): save into `dir` every `every_steps` steps and
+  // after the last; with `resume`, continue from the checkpoint `dir/latest` names (its
+  // parameters, optimizer state and step count), so the run ends exactly where an
+  // uninterrupted one does.
+  struct Checkpointing {
+    std::string dir;  // empty: none
+    int every_steps = 0;
+    bool resume = false;
+    fsdp::StateDictType type = fsdp::StateDictType::kFull;
+  } checkpoint;
 };
 
 struct MemorySample {
@@ -80,6 +91,7 @@ struct FsdpTrainResult {
   std::vector<double> losses;          // global mean loss per step
   std::vector<Nanos> step_times;
   std::vector<Nanos> step_starts;      // the rank's clock when each step began
+  int first_step = 0;                  // > 0 when resumed from a checkpoint (losses start there)
   std::vector<float> final_params;     // full, unpadded, spec order
   std::vector<float> last_grads;       // full gradients of the last step (after clipping)
   std::vector<double> grad_norms;      // per step, when clipping
@@ -105,6 +117,11 @@ class FsdpTrainer {
   fsdp::FullyShardedModel& model() { return *fsdp_; }
   const model::Model& network() const { return *model_; }
   int steps_done() const { return step_; }
+  // After loading a checkpoint of `steps` completed steps: continue with step `steps`.
+  void skip_to(int steps) {
+    step_ = steps;
+    result_.first_step = steps;
+  }
   FsdpTrainResult& result() { return result_; }
 
  private:
