@@ -1,6 +1,10 @@
 #include "cli/run_command.h"
 
+#include <unistd.h>
+
 #include <cstdio>
+#include <functional>
+#include <memory>
 #include <filesystem>
 #include <string>
 
@@ -18,6 +22,30 @@ namespace {
 using runtime::train::FsdpTrainResult;
 
 std::string header_line(const RunArgs& a, int world, int units);
+
+// Progress on stderr: on a terminal one line rewritten in place (step i/N, samples/s of the
+// step's simulated or wall time, host ETA); in logs one line per step.
+std::function<void(const FsdpTrainResult&)> progress_printer(const RunArgs& a, const char* time_kind) {
+  auto clock = std::make_shared<SteadyClock>();
+  const Nanos start = clock->now();
+  const bool tty = isatty(fileno(stderr)) != 0;
+  return [=](const FsdpTrainResult& r) {
+    if (r.losses.empty()) return;
+    const std::size_t done = r.losses.size() + static_cast<std::size_t>(r.first_step);
+    const double step_s = static_cast<double>(r.step_times.back()) / 1e9;
+    const double rate = step_s > 0 ? static_cast<double>(a.train.global_batch) / step_s : 0.0;
+    const double elapsed = static_cast<double>(clock->now() - start) / 1e9;
+    const double eta = elapsed / static_cast<double>(r.losses.size()) * static_cast<double>(a.train.steps - static_cast<int>(done));
+    if (tty) {
+      std::fprintf(stderr, "\r  step %zu/%d · loss %.6f · %.1f samples/s (%s) · ETA %.0f s   %s", done, a.train.steps,
+                   r.losses.back(), rate, time_kind, eta, static_cast<int>(done) == a.train.steps ? "\n" : "");
+    } else {
+      std::fprintf(stderr, "  step %zu/%d · loss %.6f · %.1f samples/s (%s)\n", done, a.train.steps, r.losses.back(), rate,
+                   time_kind);
+    }
+    std::fflush(stderr);
+  };
+}
 
 void print_header(const RunArgs& a, int world, int units) { std::printf("%s\n", header_line(a, world, units).c_str()); }
 
@@ -147,6 +175,7 @@ int run_sim(const RunArgs& a) {
     runtime::device::cpu::CpuDevice host({"cpu", ctx.rank});
     runtime::train::FsdpTrainOptions train = args.train;
     if (a.cpu_offload) train.fsdp.offload_device = &host;
+    if (ctx.rank == 0) train.on_step = progress_printer(a, "simulated");
     SHARDLAB_ASSIGN_OR_RETURN(per_rank[static_cast<std::size_t>(ctx.rank)],
                               runtime::train::train_fsdp(comm, ctx.device, ctx.clock, train));
     return Status::ok();
@@ -185,6 +214,7 @@ int run_mpi(const RunArgs& a, int* argc, char*** argv) {
   runtime::device::cpu::CpuDevice dev({"cpu", c.rank()});
   RunArgs args = a;
   args.train.record_memory_timeline = c.rank() == 0 && !a.out_dir.empty();
+  if (c.rank() == 0) args.train.on_step = progress_printer(a, "wall");
   auto result = runtime::train::train_fsdp(c, dev, clock, args.train);
   if (!result.is_ok()) return fail(result.status().with_context("rank " + std::to_string(c.rank())));
   int code = 0;

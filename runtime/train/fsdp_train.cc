@@ -261,6 +261,7 @@ Result<FsdpTrainResult> train_fsdp(comm::Communicator& comm, device::Device& dev
   while (t->steps_done() < o.steps) {
     SHARDLAB_RETURN_IF_ERROR(t->step());
     const int done = t->steps_done();
+    if (o.on_step) o.on_step(t->result());
     if (!ck.dir.empty() && ((ck.every_steps > 0 && done % ck.every_steps == 0) || done == o.steps)) {
       fsdp::CheckpointOptions co;
       co.type = ck.type;

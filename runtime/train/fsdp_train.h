@@ -46,6 +46,8 @@ enum class ModelKind { kMlp, kBert };
 using DataSource =
     std::function<Result<model::Batch>(device::Device& dev, std::int64_t step, std::int64_t first_row, std::int64_t rows)>;
 
+struct FsdpTrainResult;
+
 struct FsdpTrainOptions {
   ModelKind model_kind = ModelKind::kMlp;
   model::MlpConfig model;   // kMlp
@@ -72,6 +74,8 @@ struct FsdpTrainOptions {
   // after the last; with `resume`, continue from the checkpoint `dir/latest` names (its
   // parameters, optimizer state and step count), so the run ends exactly where an
   // uninterrupted one does.
+  // Called after every completed step with the result so far (e.g. a progress line).
+  std::function<void(const FsdpTrainResult&)> on_step;
   struct Checkpointing {
     std::string dir;  // empty: none
     int every_steps = 0;
