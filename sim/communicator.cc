@@ -235,7 +235,13 @@ WorkPtr SimCommunicator::collective(Member m, std::shared_ptr<WorkState> state) 
       for (auto& [color, list] : by_color) {
         std::sort(list.begin(), list.end());
         auto ng = std::make_shared<Group>();
-        ng->name = group_->name + "/" + std::to_string(color) + (split_index > 1 ? "." + std::to_string(split_index) : "");
+        ng->name = group_->name;
+        ng->name += '/';
+        ng->name += std::to_string(color);
+        if (split_index > 1) {  // appended piecewise: GCC 12 misreports "." + to_string() (-Wrestrict)
+          ng->name += '.';
+          ng->name += std::to_string(split_index);
+        }
         for (auto& [key, g] : list) ng->world_ranks.push_back(group_->world_ranks[static_cast<std::size_t>(g)]);
         ng->next_seq.assign(list.size(), 0);
         for (std::size_t i = 0; i < list.size(); ++i) {
@@ -248,10 +254,30 @@ WorkPtr SimCommunicator::collective(Member m, std::shared_ptr<WorkState> state) 
       execute(first.kind, ms);
     }
   }
+  // Drop the operation's references to the members' tensors before any member can see its
+  // Work complete: a buffer released later, by whichever thread happened to drop the last
+  // reference, would make per-rank memory accounting depend on host timing (NOTE
+  // [Determinism] in world.h).
+  for (auto& mm : ms) {
+    mm->input = Tensor();
+    mm->output = Tensor();
+  }
   {
     std::lock_guard<std::mutex> lock(shared_->mu);
     for (int g = 0; g < p; ++g) {
-      shared_->complete(*ms[static_cast<std::size_t>(g)]->work, mismatch, done[static_cast<std::size_t>(g)]);
+      const Member& m = *ms[static_cast<std::size_t>(g)];
+      const int wr = group_->world_ranks[static_cast<std::size_t>(g)];
+      if (wr >= 0 && wr < static_cast<int>(shared_->traces.size()) && shared_->traces[static_cast<std::size_t>(wr)] != nullptr &&
+          first.kind != OpKind::kSplit) {
+        const int stream = first.kind == OpKind::kAllGather       ? kTraceAllGather
+                           : first.kind == OpKind::kReduceScatter ? kTraceReduceScatter
+                           : first.kind == OpKind::kAllReduce     ? kTraceAllReduce
+                                                                  : kTraceOtherComm;
+        shared_->traces[static_cast<std::size_t>(wr)]->add_comm(
+            {std::string(runtime::comm::op_kind_name(first.kind)), stream, m.arrival,
+             done[static_cast<std::size_t>(g)] - m.arrival, bytes, group_->name});
+      }
+      shared_->complete(*m.work, mismatch, done[static_cast<std::size_t>(g)]);
     }
   }
   return std::make_shared<SimWork>(this, state);
@@ -323,6 +349,9 @@ WorkPtr SimCommunicator::point_to_point(bool is_send, const Tensor& t, int peer,
     copy_bytes(rcv.tensor, 0, snd.tensor);
   }
   const Nanos at = std::max(snd.time, rcv.time) + shared_->network.message_time(snd.tensor.nbytes());
+  // As for collectives: release the tensors before either side can see its Work complete.
+  msg.tensor = Tensor();
+  match.tensor = Tensor();
   shared_->complete(*snd.work, s, at);
   shared_->complete(*rcv.work, s, at);
   return std::make_shared<SimWork>(this, state);
