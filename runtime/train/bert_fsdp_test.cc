@@ -37,9 +37,10 @@ FsdpTrainOptions bert_run(BertHead head) {
   return o;
 }
 
-Result<FsdpTrainResult> run_sim(const FsdpTrainOptions& o, int world) {
+Result<FsdpTrainResult> run_sim(const FsdpTrainOptions& o, int world, std::uint64_t perturb_seed = 0) {
   sim::WorldOptions wo;
   wo.world_size = world;
+  wo.perturb_seed = perturb_seed;
   sim::World w(wo);
   FsdpTrainResult rank0;
   const auto results = w.run([&](sim::RankContext& ctx) -> Status {
@@ -176,6 +177,26 @@ TEST(BertFsdp, MemoryTimelineSamplesEveryHookWithoutChangingResults) {
   EXPECT_GT(peak_act, 0);
   EXPECT_EQ(t[16].bytes[static_cast<std::size_t>(act)], 0);    // activations freed after the step
   EXPECT_EQ(t[16].bytes[static_cast<std::size_t>(grads)] > 0, true);  // gradient shards kept for the optimizer
+}
+
+// Regression: a collective's operation kept references to the members' buffers until the
+// last host thread let go of it, so per-category memory peaks (comm_buffers) differed
+// between identical runs. Under random host interleavings they must not.
+TEST(BertFsdp, MemoryPeaksDoNotDependOnHostScheduling) {
+  FsdpTrainOptions o = bert_run(BertHead::kMaskedLM);
+  o.record_memory_timeline = true;
+  auto base = run_sim(o, 4);
+  ASSERT_TRUE(base.is_ok());
+  for (std::uint64_t seed : {1u, 2u, 3u}) {
+    auto other = run_sim(o, 4, seed);
+    ASSERT_TRUE(other.is_ok());
+    EXPECT_EQ(other->memory.peak, base->memory.peak) << "perturb seed " << seed;
+    ASSERT_EQ(other->memory_timeline.size(), base->memory_timeline.size());
+    for (std::size_t i = 0; i < base->memory_timeline.size(); ++i) {
+      ASSERT_EQ(other->memory_timeline[i].bytes, base->memory_timeline[i].bytes) << base->memory_timeline[i].event;
+      ASSERT_EQ(other->memory_timeline[i].time, base->memory_timeline[i].time);
+    }
+  }
 }
 
 TEST(BertFsdp, ActivationCheckpointingChangesNothing) {
