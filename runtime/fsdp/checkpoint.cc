@@ -56,6 +56,37 @@ StoredTensor stored(std::string name, const Tensor& t, std::int64_t begin, std::
   return s;
 }
 
+// A whole tensor in its own dtype (buffers).
+StoredTensor stored_raw(std::string name, const Tensor& t) {
+  StoredTensor s;
+  s.name = std::move(name);
+  s.dtype = t.dtype();
+  s.shape = t.shape();
+  s.data.resize(static_cast<std::size_t>(t.nbytes()));
+  if (t.nbytes() > 0) std::memcpy(s.data.data(), t.bytes(), s.data.size());
+  return s;
+}
+
+std::string safetensors_dtype(DType d) {
+  switch (d) {
+    case DType::kF32: return "F32";
+    case DType::kBF16: return "BF16";
+    case DType::kF16: return "F16";
+    case DType::kI64: return "I64";
+  }
+  return "?";
+}
+
+// Module buffers, in their declared dtype or as they are (NOTE [Buffers in checkpoints]).
+Status append_buffers(FullyShardedModel& m, SafetensorsFile& f, bool declared_dtype, bool prefixed) {
+  for (int i = 0; i < m.num_buffers(); ++i) {
+    const std::string& name = m.buffer_specs()[static_cast<std::size_t>(i)].name;
+    SHARDLAB_ASSIGN_OR_RETURN(Tensor t, declared_dtype ? m.buffer_state(i) : m.buffer(i));
+    f.tensors.push_back(stored_raw(prefixed ? "buffer/" + name : name, t));
+  }
+  return Status::ok();
+}
+
 std::string piece_key(const std::string& tensor, std::int64_t begin) { return tensor + "@" + std::to_string(begin); }
 
 // The state tensor names and optimizer of the trainable units (all units share one config).
@@ -83,6 +114,7 @@ Status write_rank_files(FullyShardedModel& m, const std::string& step_dir, const
         f.tensors.push_back(stored(unit + "/" + names[k], st, 0, st.numel()));
       }
     }
+    SHARDLAB_RETURN_IF_ERROR(append_buffers(m, f, /*declared_dtype=*/false, /*prefixed=*/true));
     return write(o, step_dir + "/" + rank_file("local-rank", m.world().rank()), f);
   }
   if (o.type == StateDictType::kSharded) {
@@ -101,6 +133,7 @@ Status write_rank_files(FullyShardedModel& m, const std::string& step_dir, const
         }
       }
     }
+    if (r == 0) SHARDLAB_RETURN_IF_ERROR(append_buffers(m, f, /*declared_dtype=*/true, /*prefixed=*/true));
     return write(o, step_dir + "/" + rank_file("rank", r), f);
   }
   // FULL: gather everything (collective), rank 0 writes.
@@ -123,6 +156,7 @@ Status write_rank_files(FullyShardedModel& m, const std::string& step_dir, const
     }
   }
   if (m.world().rank() != 0) return Status::ok();
+  SHARDLAB_RETURN_IF_ERROR(append_buffers(m, model_file, /*declared_dtype=*/true, /*prefixed=*/false));
   SHARDLAB_RETURN_IF_ERROR(write(o, step_dir + "/model.safetensors", model_file));
   return write(o, step_dir + "/optimizer.safetensors", optim_file);
 }
@@ -175,6 +209,16 @@ json make_index(FullyShardedModel& m, std::int64_t step, const CheckpointOptions
       }
     }
   }
+  if (o.type != StateDictType::kLocal) {
+    for (const auto& b : m.buffer_specs()) {
+      const bool full = o.type == StateDictType::kFull;
+      tensors["buffer/" + b.name] = {
+          {"shape", b.shape},
+          {"dtype", safetensors_dtype(b.dtype)},
+          {"pieces", {piece(full ? "model.safetensors" : rank_file("rank", 0), full ? b.name : "buffer/" + b.name, 0,
+                            *checked_numel(b.shape))}}};
+    }
+  }
   idx["tensors"] = tensors;
   return idx;
 }
@@ -218,7 +262,8 @@ class Loader {
  public:
   Loader(std::string dir) : dir_(std::move(dir)) {}
 
-  Result<const StoredTensor*> tensor(const std::string& file, const std::string& key) {
+  // The stored tensor `key` of `file`, any dtype.
+  Result<const StoredTensor*> raw(const std::string& file, const std::string& key) {
     auto it = files_.find(file);
     if (it == files_.end()) {
       SHARDLAB_ASSIGN_OR_RETURN(SafetensorsFile f, io::read_safetensors(dir_ + "/" + file));
@@ -226,8 +271,40 @@ class Loader {
     }
     const StoredTensor* t = it->second.find(key);
     if (!t) return Status::invalid_argument(dir_ + "/" + file + ": tensor '" + key + "' named by index.json is missing");
+    return t;
+  }
+
+  Result<const StoredTensor*> tensor(const std::string& file, const std::string& key) {
+    SHARDLAB_ASSIGN_OR_RETURN(const StoredTensor* t, raw(file, key));
     if (t->dtype != DType::kF32) return Status::invalid_argument(dir_ + "/" + file + ": tensor '" + key + "' is not F32");
     return t;
+  }
+
+  // Loads every buffer of `m` from its "buffer/<name>" entry (see NOTE [Buffers in checkpoints]).
+  Status load_buffers(const json& index, FullyShardedModel& m) {
+    for (int i = 0; i < m.num_buffers(); ++i) {
+      const model::BufferSpec& spec = m.buffer_specs()[static_cast<std::size_t>(i)];
+      const std::string key = "buffer/" + spec.name;
+      const std::string where = dir_ + "/index.json: buffer '" + spec.name + "'";
+      if (!index["tensors"].contains(key)) return Status::invalid_argument(where + " is missing");
+      const json& entry = index["tensors"][key];
+      if (!entry.contains("shape") || entry["shape"].get<Shape>() != spec.shape) {
+        return Status::invalid_argument(where + " has shape " + (entry.contains("shape") ? entry["shape"].dump() : "?") +
+                                        " but the model expects " + shape_to_string(spec.shape));
+      }
+      if (entry["pieces"].size() != 1) return Status::invalid_argument(where + " must be stored in one piece");
+      const json& p = entry["pieces"][0];
+      SHARDLAB_ASSIGN_OR_RETURN(const StoredTensor* t, raw(p["file"].get<std::string>(), p["key"].get<std::string>()));
+      if (t->dtype != spec.dtype || t->shape != spec.shape) {
+        return Status::invalid_argument(where + " is stored as " + safetensors_dtype(t->dtype) + " " +
+                                        shape_to_string(t->shape) + " but the model declares " +
+                                        safetensors_dtype(spec.dtype) + " " + shape_to_string(spec.shape));
+      }
+      SHARDLAB_ASSIGN_OR_RETURN(Tensor value, m.device().empty(spec.shape, spec.dtype, MemoryCategory::kOther, key));
+      if (!t->data.empty()) std::memcpy(value.bytes(), t->data.data(), t->data.size());
+      SHARDLAB_RETURN_IF_ERROR(m.load_buffer(i, value));
+    }
+    return Status::ok();
   }
 
   // Fills dst[0, end - begin) with elements [begin, end) of the flattened checkpoint tensor `key`.
@@ -330,6 +407,16 @@ Result<std::int64_t> load_checkpoint_impl(FullyShardedModel& m, const std::strin
         std::memcpy(t.bytes(), s->data.data(), s->data.size());
       }
     }
+    for (int i = 0; i < m.num_buffers(); ++i) {
+      const std::string key = "buffer/" + m.buffer_specs()[static_cast<std::size_t>(i)].name;
+      SHARDLAB_ASSIGN_OR_RETURN(Tensor live, m.buffer(i));
+      const StoredTensor* s = f.find(key);
+      if (!s || s->dtype != live.dtype() || static_cast<std::int64_t>(s->data.size()) != live.nbytes()) {
+        return Status::data_loss(step_dir + ": local buffer '" + key + "' is missing or has another dtype or size than " +
+                                 live.describe());
+      }
+      if (!s->data.empty()) std::memcpy(live.bytes(), s->data.data(), s->data.size());
+    }
   } else {
     Loader loader(step_dir);
     const int r = m.shard_rank();
@@ -346,6 +433,7 @@ Result<std::int64_t> load_checkpoint_impl(FullyShardedModel& m, const std::strin
         }
       }
     }
+    SHARDLAB_RETURN_IF_ERROR(loader.load_buffers(index, m));
   }
   for (auto& o : m.mutable_optimizers()) o.set_steps(index["optimizer"]["steps"].get<std::int64_t>());
   return index["step"].get<std::int64_t>();

@@ -16,6 +16,14 @@
 // its new layout, the overlap with every saved piece, so FULL and SHARDED checkpoints
 // reload at any world size — larger ones and ones where ranks own nothing included.
 //
+// NOTE [Buffers in checkpoints]
+// Module buffers are whole on every rank. FULL and SHARDED checkpoints save them in
+// their declared dtype (PyTorch upcasts buffer_dtype copies when saving): FULL in
+// model.safetensors under their model names, SHARDED once, in the shard-rank-0 file, as
+// "buffer/<name>"; index.json lists them as "buffer/<name>" (only when the model has
+// buffers). LOCAL saves each rank's buffers as they are (in buffer_dtype), as PyTorch's
+// LOCAL_STATE_DICT does. Loading casts a saved value to the buffer's dtype.
+//
 // A save is committed only when every rank wrote its files: the ranks agree through an
 // all-reduce, then rank 0 writes index.json and moves `latest`. An interrupted or
 // failed save leaves `latest` at the previous checkpoint.

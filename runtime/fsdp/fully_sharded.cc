@@ -83,12 +83,53 @@ Result<std::unique_ptr<FullyShardedModel>> FullyShardedModel::create(comm::Commu
                                                                      std::vector<model::ParamSpec> specs,
                                                                      const WrapPlan& plan, FsdpOptions options,
                                                                      const Tensor& full_init) {
+  return create(comm, dev, std::move(specs), plan, std::move(options), full_init, {}, {});
+}
+
+namespace {
+Status validate_buffers(const std::vector<model::BufferSpec>& specs, const std::vector<Tensor>& init) {
+  if (init.size() != specs.size()) {
+    return Status::invalid_argument("FSDP: " + std::to_string(specs.size()) + " buffer specs but " +
+                                    std::to_string(init.size()) + " initial buffer values");
+  }
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    const model::BufferSpec& b = specs[i];
+    if (b.dtype != DType::kF32 && b.dtype != DType::kBF16 && b.dtype != DType::kI64) {
+      return Status::invalid_argument("FSDP: buffer '" + b.name + "' has dtype " + std::string(dtype_name(b.dtype)) +
+                                      "; allowed: fp32, bf16, int64");
+    }
+    auto numel = checked_numel(b.shape);
+    if (!numel.is_ok()) return numel.status().with_context("FSDP: buffer '" + b.name + "'");
+    if (!init[i].defined() || init[i].dtype() != b.dtype || init[i].numel() != *numel || init[i].is_phantom()) {
+      return Status::invalid_argument("FSDP: the initial value of buffer '" + b.name + "' must be " +
+                                      std::string(dtype_name(b.dtype)) + " with " + std::to_string(*numel) +
+                                      " elements (shape " + shape_to_string(b.shape) + "), got " + init[i].describe());
+    }
+  }
+  return Status::ok();
+}
+}  // namespace
+
+Result<std::unique_ptr<FullyShardedModel>> FullyShardedModel::create(comm::Communicator& comm, device::Device& dev,
+                                                                     std::vector<model::ParamSpec> specs,
+                                                                     const WrapPlan& plan, FsdpOptions options,
+                                                                     const Tensor& full_init,
+                                                                     std::vector<model::BufferSpec> buffer_specs,
+                                                                     const std::vector<Tensor>& buffer_init) {
   std::unique_ptr<FullyShardedModel> m(new FullyShardedModel(comm, dev, std::move(options)));
   const FsdpOptions& o = m->options_;
   SHARDLAB_RETURN_IF_ERROR(resolve_device_id(o.device_id, dev.id(), comm.rank()).status());
-  if ((o.param_dtype != DType::kF32 && o.param_dtype != DType::kBF16) ||
-      (o.reduce_dtype != DType::kF32 && o.reduce_dtype != DType::kBF16)) {
-    return Status::invalid_argument("FSDP mixed precision: param_dtype and reduce_dtype must be fp32 or bf16");
+  SHARDLAB_RETURN_IF_ERROR(validate_mixed_precision(o));
+  SHARDLAB_RETURN_IF_ERROR(validate_buffers(buffer_specs, buffer_init));
+  {
+    // Buffers share the state dict's namespace with the parameters.
+    std::map<std::string, int> seen;
+    for (const auto& p : specs) seen[p.name]++;
+    for (const auto& b : buffer_specs) {
+      if (seen[b.name]++ > 0) {
+        return Status::invalid_argument("FSDP: buffer '" + b.name + "' has the name of another parameter or buffer");
+      }
+    }
   }
   device::Device& state_dev = o.offload_device ? *o.offload_device : dev;
   const std::int64_t total = model::total_numel(specs);
@@ -171,7 +212,61 @@ Result<std::unique_ptr<FullyShardedModel>> FullyShardedModel::create(comm::Commu
     }
   }
   m->specs_ = std::move(specs);
+  m->buffer_specs_ = std::move(buffer_specs);
+  SHARDLAB_RETURN_IF_ERROR(m->init_buffers(buffer_init));
   return m;
+}
+
+Status FullyShardedModel::init_buffers(const std::vector<Tensor>& init) {
+  // PyTorch order: sync_module_states broadcasts at construction in the declared dtype,
+  // the cast to buffer_dtype happens afterwards (lazy init). Broadcasting first also keeps
+  // int64 and fp32 values exact.
+  for (std::size_t i = 0; i < buffer_specs_.size(); ++i) {
+    const model::BufferSpec& spec = buffer_specs_[i];
+    SHARDLAB_ASSIGN_OR_RETURN(Tensor declared, dev_.empty(spec.shape, spec.dtype, MemoryCategory::kOther, spec.name));
+    SHARDLAB_ASSIGN_OR_RETURN(Tensor src, init[i].reshape(spec.shape));
+    SHARDLAB_RETURN_IF_ERROR(dev_.copy(src, declared));
+    if (options_.sync_module_states) {
+      SHARDLAB_RETURN_IF_ERROR(comm_.broadcast(declared, 0)
+                                   ->wait(options_.collective_timeout)
+                                   .with_context("FSDP sync_module_states of buffer '" + spec.name + "'"));
+    }
+    if (is_floating(spec.dtype) && options_.buffer_dtype && *options_.buffer_dtype != spec.dtype) {
+      SHARDLAB_ASSIGN_OR_RETURN(Tensor low, dev_.empty(spec.shape, *options_.buffer_dtype, MemoryCategory::kOther, spec.name));
+      SHARDLAB_RETURN_IF_ERROR(dev_.cast(declared, low));
+      declared = low;
+    }
+    buffers_.push_back(declared);
+  }
+  return Status::ok();
+}
+
+Result<Tensor> FullyShardedModel::buffer(int index) {
+  if (index < 0 || index >= num_buffers()) {
+    return Status::invalid_argument("FSDP: no buffer " + std::to_string(index) + "; the model has " +
+                                    std::to_string(num_buffers()));
+  }
+  return buffers_[static_cast<std::size_t>(index)];
+}
+
+Result<Tensor> FullyShardedModel::buffer_state(int index) {
+  SHARDLAB_ASSIGN_OR_RETURN(Tensor live, buffer(index));
+  const model::BufferSpec& spec = buffer_specs_[static_cast<std::size_t>(index)];
+  SHARDLAB_ASSIGN_OR_RETURN(Tensor out, dev_.empty(spec.shape, spec.dtype, MemoryCategory::kOther, spec.name + ".state"));
+  SHARDLAB_RETURN_IF_ERROR(live.dtype() == spec.dtype ? dev_.copy(live, out) : dev_.cast(live, out));
+  return out;
+}
+
+Status FullyShardedModel::load_buffer(int index, const Tensor& value) {
+  SHARDLAB_ASSIGN_OR_RETURN(Tensor live, buffer(index));
+  const model::BufferSpec& spec = buffer_specs_[static_cast<std::size_t>(index)];
+  if (!value.defined() || value.is_phantom() || value.numel() != live.numel() ||
+      is_floating(value.dtype()) != is_floating(live.dtype())) {
+    return Status::invalid_argument("FSDP: cannot load buffer '" + spec.name + "' (" + std::string(dtype_name(spec.dtype)) +
+                                    ", shape " + shape_to_string(spec.shape) + ") from " + value.describe());
+  }
+  SHARDLAB_ASSIGN_OR_RETURN(Tensor src, value.reshape(spec.shape));
+  return src.dtype() == live.dtype() ? dev_.copy(src, live) : dev_.cast(src, live);
 }
 
 bool FullyShardedModel::reshard_after_forward() const {

@@ -10,6 +10,9 @@
 // inside a node-sized group and all-reduces across the replica groups. Under no_sync the
 // unsharded gradients accumulate and are reduced by the next synced backward.
 //
+// Module buffers (BatchNorm statistics, position ids) are not sharded: every rank holds
+// them whole, floating ones in buffer_dtype; state dicts see their declared dtype.
+//
 // Training state machine: IDLE → FORWARD → BACKWARD → IDLE, checked at each hook.
 //
 // Thread safety: one rank's thread.
@@ -57,6 +60,19 @@ class FullyShardedModel final : public model::ParamAccess {
   static Result<std::unique_ptr<FullyShardedModel>> create(comm::Communicator& comm, device::Device& dev,
                                                            std::vector<model::ParamSpec> specs, const WrapPlan& plan,
                                                            FsdpOptions options, const Tensor& full_init);
+  // The same for a model with module buffers. `buffer_init[i]` is buffer i's initial
+  // value in its declared dtype and shape (host-visible; left unchanged). Every rank keeps
+  // every buffer whole on `dev` (also under CPU offload, as PyTorch does). With
+  // sync_module_states, rank 0's values are broadcast first; then floating buffers are
+  // cast to options.buffer_dtype when set (bf16: round to nearest even); integer buffers
+  // keep their dtype. Buffer dtypes: fp32, bf16 or int64 (what collectives move).
+  // Memory category kOther: there is no buffer category, and buffers are not parameters
+  // (CPU offload moves parameters off the compute device, never buffers).
+  static Result<std::unique_ptr<FullyShardedModel>> create(comm::Communicator& comm, device::Device& dev,
+                                                           std::vector<model::ParamSpec> specs, const WrapPlan& plan,
+                                                           FsdpOptions options, const Tensor& full_init,
+                                                           std::vector<model::BufferSpec> buffer_specs,
+                                                           const std::vector<Tensor>& buffer_init);
 
   // ParamAccess (called by the model).
   Result<Tensor> param(int index) override;
@@ -90,6 +106,19 @@ class FullyShardedModel final : public model::ParamAccess {
   // units' parameters are left untouched in `out`.
   Status gather_full_optimizer_state(int k, const Tensor& out);
 
+  // Module buffer `index` as the model uses it: shaped, in buffer_dtype if floating and
+  // buffer_dtype is set, else in its declared dtype. Valid for the model's lifetime;
+  // writes through it (e.g. running statistics) persist.
+  Result<Tensor> buffer(int index);
+  // Buffer `index` as a state dict holds it: a new tensor in the declared dtype (a
+  // buffer_dtype copy is widened back, as FSDP upcasts buffers when saving).
+  Result<Tensor> buffer_state(int index);
+  // Sets buffer `index` from a state-dict value of its shape: a floating value (fp32, bf16)
+  // is cast to the buffer's dtype, an integer one must be int64. Not collective.
+  Status load_buffer(int index, const Tensor& value);
+  const std::vector<model::BufferSpec>& buffer_specs() const { return buffer_specs_; }
+  int num_buffers() const { return static_cast<int>(buffer_specs_.size()); }
+
   const std::vector<FlatParameter>& units() const { return units_; }
   const std::vector<model::ParamSpec>& specs() const { return specs_; }
   // Where parameter i starts in the unpadded, spec-ordered flat view (gather_full_* output).
@@ -112,6 +141,9 @@ class FullyShardedModel final : public model::ParamAccess {
 
  private:
   FullyShardedModel(comm::Communicator& comm, device::Device& dev, FsdpOptions options);
+  // Copies the initial buffers, broadcasts them under sync_module_states, casts floating
+  // ones to buffer_dtype.
+  Status init_buffers(const std::vector<Tensor>& init);
   Status unshard(int unit, bool prefetch);
   Status wait_unsharded(int unit);
   Status reshard(int unit);
@@ -133,6 +165,8 @@ class FullyShardedModel final : public model::ParamAccess {
   FsdpOptions options_;
   std::unique_ptr<comm::Communicator> shard_group_, replica_group_;  // HYBRID_SHARD
   std::vector<model::ParamSpec> specs_;
+  std::vector<model::BufferSpec> buffer_specs_;
+  std::vector<Tensor> buffers_;  // whole on every rank, in their compute dtype
   std::vector<FlatParameter> units_;
   std::vector<int> unit_of_param_;
   std::vector<std::int64_t> model_offset_;  // where each parameter starts in the unpadded model order

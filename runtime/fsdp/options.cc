@@ -51,6 +51,18 @@ Result<BackwardPrefetch> parse_prefetch(std::string_view text) {
                                   "'; allowed: BACKWARD_PRE, BACKWARD_POST, NONE");
 }
 
+Status validate_mixed_precision(const FsdpOptions& o) {
+  const auto check = [](const char* option, DType d) {
+    if (d == DType::kF32 || d == DType::kBF16) return Status::ok();
+    return Status::invalid_argument("FSDP mixed precision: " + std::string(option) + " is " +
+                                    std::string(dtype_name(d)) + "; allowed: fp32, bf16");
+  };
+  SHARDLAB_RETURN_IF_ERROR(check("param_dtype", o.param_dtype));
+  SHARDLAB_RETURN_IF_ERROR(check("reduce_dtype", o.reduce_dtype));
+  if (o.buffer_dtype) SHARDLAB_RETURN_IF_ERROR(check("buffer_dtype", *o.buffer_dtype));
+  return Status::ok();
+}
+
 Result<device::DeviceId> resolve_device_id(const std::string& device_id, const device::DeviceId& compute, int rank) {
   if (device_id.empty()) return compute;
   auto parsed = device::DeviceId::parse(device_id);

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -48,6 +49,12 @@ struct FsdpOptions {
   // shard, its gradient and the optimizer stay fp32. fp32 or bf16.
   DType param_dtype = DType::kF32;
   DType reduce_dtype = DType::kF32;
+  // Module buffers (model::BufferSpec; never sharded, every rank holds them whole):
+  // floating-point buffers are cast to buffer_dtype when the model is created (PyTorch
+  // casts at lazy init) and stay in it; integer buffers (e.g. int64 position ids) are
+  // never cast. State dicts save buffers in their declared dtype. Unset (the default,
+  // PyTorch's buffer_dtype=None): every buffer keeps its declared dtype. fp32 or bf16.
+  std::optional<DType> buffer_dtype;
   // Keep the gradient shards in param_dtype (bf16: half the gradient memory); the
   // optimizer reads them widened to fp32. Off: fp32 gradient shards.
   bool keep_low_precision_grads = false;
@@ -58,6 +65,10 @@ struct FsdpOptions {
   // Test hook: called at each DelayPoint (e.g. to advance a simulated clock).
   std::function<void(DelayPoint)> delay_hook;
 };
+
+// Checks the mixed-precision dtypes (param_dtype, reduce_dtype, buffer_dtype when set):
+// each must be fp32 or bf16; INVALID_ARGUMENT names the option and its value.
+Status validate_mixed_precision(const FsdpOptions& options);
 
 // Resolves `device_id` against the compute device: an index-less id of the same type
 // means the current device; anything else that differs is INVALID_ARGUMENT naming both.

@@ -55,4 +55,15 @@ class FlatParamAccess final : public ParamAccess {
   std::vector<Tensor> params_, grads_;
 };
 
+// A module buffer: non-parameter state such as BatchNorm's running statistics or BERT's
+// position ids. Unlike parameters, buffers are never sharded: FSDP keeps the whole tensor
+// on every rank, casts floating ones to FsdpOptions::buffer_dtype, and state dicts save
+// them in `dtype`, the dtype the model declares (fp32, bf16 or int64).
+struct BufferSpec {
+  std::string name;  // Hugging Face-style dotted name, e.g. "embeddings.position_ids"
+  Shape shape;
+  DType dtype = DType::kF32;
+  int layer = 0;     // which layer (module) owns it, in forward order
+};
+
 }  // namespace shardlab::runtime::model
