@@ -1,6 +1,7 @@
 #include "sim/communicator.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <limits>
@@ -23,6 +24,173 @@ std::string seconds(Nanos t) {
   return buf;
 }
 
+// NOTE [Shared data movement]
+// A collective's data movement is cut into tasks of at most kChunkBytes of output: a
+// copy, or one element range reduced in rank order (0, 1, …, W-1) and written to its
+// destinations. A task's bytes are a pure function of the members' inputs, so which host
+// thread runs it never changes the result (NOTE [Determinism] in world.h). The last
+// member to arrive plans the tasks and runs them; when the operation is large enough
+// (kShareMinBytes) it also publishes them, and members already blocked in wait() on the
+// same operation take tasks too — on W ranks up to W host threads move the data instead
+// of one. Whoever finishes the last task drops the operation's references to the
+// members' tensors and only then completes every member's Work: no rank sees its Work
+// done while the operation still holds its buffers, so its memory accounting never
+// depends on host timing. Completion times come from the cost model, as before.
+constexpr std::int64_t kChunkBytes = std::int64_t{256} << 10;
+// Below this many bytes × members the last arriver moves the data alone: waking helpers
+// would cost more than it saves.
+constexpr std::int64_t kShareMinBytes = std::int64_t{1} << 20;
+// A collective's waiter polls its operation (without the lock, yielding its core to any
+// runnable thread between polls) this many times before it sleeps on the condition
+// variable: waking a sleeping thread costs ~15 µs of host time on the 2-core reference
+// VM, more than a small collective's whole data movement. Yielding rather than spinning
+// on a CPU pause: with more runnable threads than cores (other ranks, other processes) a
+// spinning waiter delays the very rank it waits for (measured here: 2 MiB unshards
+// 1.2–2× slower next to two busy processes). A count, not a duration: host time never
+// decides anything here (NOTE [Determinism] in world.h).
+constexpr int kPollsBeforeSleep = 200;
+
+struct Task {
+  // A copy (src non-null): `bytes` bytes from src to dst.
+  std::byte* dst = nullptr;
+  const std::byte* src = nullptr;
+  std::int64_t bytes = 0;
+  // A reduction (src null): elements [begin, begin + count) of the destination chunk,
+  // into member `dest`'s output (reduce_scatter) or every member's output (dest -1).
+  int dest = -1;
+  std::int64_t begin = 0, count = 0;
+};
+
+// The PendingOp of every collective this file creates (so a Work's `pending` can be
+// downcast): the planned tasks and who has taken and finished them.
+struct SharedOp final : PendingOp {
+  std::vector<Task> tasks;
+  std::vector<Nanos> done;   // completion time per member (cost model)
+  Status status;             // ok, or the mismatch every member reports
+  std::shared_ptr<Group> group;  // for the trace: world ranks and name
+  std::int64_t bytes = 0;        // payload bytes per rank, for the trace
+  // Set under Shared::mu, also read without it by polling waiters (SimWork::wait).
+  std::atomic<bool> published{false};  // waiters may take tasks
+  std::atomic<bool> completed{false};  // every member's Work is done
+  std::atomic<std::size_t> next{0};
+  std::atomic<std::size_t> finished{0};
+
+  bool has_free_tasks() const {
+    return published.load(std::memory_order_acquire) && next.load(std::memory_order_relaxed) < tasks.size();
+  }
+};
+
+void add_copies(std::vector<Task>& tasks, std::byte* dst, const std::byte* src, std::int64_t bytes) {
+  if (bytes == 0 || dst == src) return;  // in place
+  for (std::int64_t off = 0; off < bytes; off += kChunkBytes) {
+    tasks.push_back(Task{dst + off, src + off, std::min(kChunkBytes, bytes - off)});
+  }
+}
+
+void add_reductions(std::vector<Task>& tasks, int dest, std::int64_t count, std::size_t es) {
+  const std::int64_t chunk = std::max<std::int64_t>(1, kChunkBytes / static_cast<std::int64_t>(es));
+  for (std::int64_t b = 0; b < count; b += chunk) {
+    Task t;
+    t.dest = dest;
+    t.begin = b;
+    t.count = std::min(chunk, count - b);
+    tasks.push_back(t);
+  }
+}
+
+// The tasks of a complete, agreed collective (all members present).
+void plan(SharedOp& op) {
+  auto& ms = op.members;
+  const int p = static_cast<int>(ms.size());
+  const Member& m0 = *ms[0];
+  const std::size_t es = element_size(m0.dtype);
+  const std::int64_t bytes = m0.count * static_cast<std::int64_t>(es);
+  switch (m0.kind) {
+    case OpKind::kAllGather:
+      for (int d = 0; d < p; ++d)
+        for (int s = 0; s < p; ++s) {
+          add_copies(op.tasks, ms[static_cast<std::size_t>(d)]->output.bytes() + s * bytes,
+                     ms[static_cast<std::size_t>(s)]->input.bytes(), bytes);
+        }
+      break;
+    case OpKind::kReduceScatter:
+      for (int d = 0; d < p; ++d) add_reductions(op.tasks, d, m0.count, es);
+      break;
+    case OpKind::kAllReduce: add_reductions(op.tasks, -1, m0.count, es); break;
+    case OpKind::kBroadcast:
+      for (int d = 0; d < p; ++d) {
+        if (d != m0.root) {
+          add_copies(op.tasks, ms[static_cast<std::size_t>(d)]->output.bytes(),
+                     ms[static_cast<std::size_t>(m0.root)]->input.bytes(), bytes);
+        }
+      }
+      break;
+    default: break;
+  }
+}
+
+void run(const SharedOp& op, const Task& t) {
+  if (t.src) {
+    std::memmove(t.dst, t.src, static_cast<std::size_t>(t.bytes));
+    return;
+  }
+  const auto& ms = op.members;
+  const int p = static_cast<int>(ms.size());
+  const Member& m0 = *ms[0];
+  const std::size_t es = element_size(m0.dtype);
+  // Where this range starts in each input: inside chunk `dest` for reduce_scatter.
+  const std::size_t in_off = static_cast<std::size_t>((t.dest < 0 ? 0 : t.dest * m0.count) + t.begin) * es;
+  // Accumulate aside, then write: an in-place output is also an input of this range.
+  std::vector<std::byte> acc(static_cast<std::size_t>(t.count) * es);
+  std::memcpy(acc.data(), m0.input.bytes() + in_off, acc.size());
+  for (int s = 1; s < p; ++s) {
+    runtime::comm::reduce_into(m0.dtype, m0.op, acc.data(), ms[static_cast<std::size_t>(s)]->input.bytes() + in_off, t.count);
+  }
+  if (m0.op == ReduceOp::kAvg) runtime::comm::divide_in_place(m0.dtype, acc.data(), t.count, p);
+  const std::size_t out_off = static_cast<std::size_t>(t.begin) * es;
+  for (int d = 0; d < p; ++d) {
+    if (t.dest >= 0 && d != t.dest) continue;
+    std::memcpy(ms[static_cast<std::size_t>(d)]->output.bytes() + out_off, acc.data(), acc.size());
+  }
+}
+
+// Takes and runs tasks until none is left; true when this call finished the last one.
+bool run_tasks(SharedOp& op) {
+  bool last = false;
+  for (;;) {
+    const std::size_t t = op.next.fetch_add(1, std::memory_order_relaxed);
+    if (t >= op.tasks.size()) break;
+    run(op, op.tasks[t]);
+    last = op.finished.fetch_add(1, std::memory_order_acq_rel) + 1 == op.tasks.size();
+  }
+  return last;
+}
+
+// After the last task: release the members' tensors, then complete their Works.
+void finish(World::Shared& sh, SharedOp& op) {
+  for (auto& m : op.members) {
+    m->input = Tensor();
+    m->output = Tensor();
+  }
+  std::lock_guard<std::mutex> lock(sh.mu);
+  const OpKind kind = op.members[0]->kind;
+  for (std::size_t g = 0; g < op.members.size(); ++g) {
+    const Member& m = *op.members[g];
+    const int wr = op.group->world_ranks[g];
+    if (wr >= 0 && wr < static_cast<int>(sh.traces.size()) && sh.traces[static_cast<std::size_t>(wr)] != nullptr &&
+        kind != OpKind::kSplit) {
+      const int stream = kind == OpKind::kAllGather       ? kTraceAllGather
+                         : kind == OpKind::kReduceScatter ? kTraceReduceScatter
+                         : kind == OpKind::kAllReduce     ? kTraceAllReduce
+                                                          : kTraceOtherComm;
+      sh.traces[static_cast<std::size_t>(wr)]->add_comm({std::string(runtime::comm::op_kind_name(kind)), stream,
+                                                         m.arrival, op.done[g] - m.arrival, op.bytes, op.group->name});
+    }
+    sh.complete(*m.work, op.status, op.done[g]);
+  }
+  op.completed.store(true, std::memory_order_release);
+}
+
 class SimWork final : public runtime::comm::Work {
  public:
   SimWork(SimCommunicator* comm, std::shared_ptr<WorkState> state) : comm_(comm), state_(std::move(state)) {}
@@ -39,9 +207,22 @@ class SimWork final : public runtime::comm::Work {
       Waiter w{comm_->world_rank(), deadline, state_.get()};
       sh.waiters.push_back(&w);
       ++sh.blocked;
+      // A collective's SharedOp, polled without the lock before sleeping (null for p2p).
+      const std::shared_ptr<PendingOp> pending = state_->pending.lock();
+      const auto* op = static_cast<const SharedOp*>(pending.get());
+      int polls = 0;
       while (!state_->done && !w.forced) {
+        if (help(sh, lock)) continue;
         sh.maybe_resolve();
         if (state_->done || w.forced) break;
+        if (op && polls < kPollsBeforeSleep) {
+          lock.unlock();  // polling under the lock would stall the rank that completes the op
+          while (polls++ < kPollsBeforeSleep && !op->completed.load(std::memory_order_acquire) && !op->has_free_tasks()) {
+            std::this_thread::yield();
+          }
+          lock.lock();
+          continue;
+        }
         sh.cv.wait(lock);
       }
       --sh.blocked;
@@ -76,6 +257,22 @@ class SimWork final : public runtime::comm::Work {
   }
 
  private:
+  // Under sh.mu (held by `lock`): takes published tasks of this Work's operation (NOTE
+  // [Shared data movement]) with the lock released; false when there were none. While it
+  // works this rank is not blocked, so no timeout is forced on a wait that is progressing.
+  bool help(World::Shared& sh, std::unique_lock<std::mutex>& lock) {
+    std::shared_ptr<PendingOp> pending = state_->pending.lock();
+    if (!pending) return false;
+    auto& op = static_cast<SharedOp&>(*pending);
+    if (!op.has_free_tasks()) return false;
+    --sh.blocked;
+    lock.unlock();
+    if (run_tasks(op)) finish(sh, op);
+    lock.lock();
+    ++sh.blocked;
+    return true;
+  }
+
   SimCommunicator* comm_;
   std::shared_ptr<WorkState> state_;
 };
@@ -98,55 +295,6 @@ void copy_bytes(const Tensor& dst, std::int64_t dst_elem_offset, const Tensor& s
   std::byte* d = dst.bytes() + dst_elem_offset * static_cast<std::int64_t>(element_size(dst.dtype()));
   if (d == src.bytes()) return;  // in place
   std::memmove(d, src.bytes(), static_cast<std::size_t>(src.nbytes()));
-}
-
-// Performs a complete collective's data movement. Runs outside the lock: the op has left
-// the pending map and no member may touch its buffers until its Work completes.
-void execute(OpKind kind, std::vector<std::optional<Member>>& ms) {
-  const int p = static_cast<int>(ms.size());
-  auto& m0 = *ms[0];
-  const std::size_t es = element_size(m0.dtype);
-  switch (kind) {
-    case OpKind::kAllGather:
-      for (int d = 0; d < p; ++d)
-        for (int s = 0; s < p; ++s) copy_bytes(ms[static_cast<std::size_t>(d)]->output, s * m0.count, ms[static_cast<std::size_t>(s)]->input);
-      break;
-    case OpKind::kReduceScatter: {
-      const std::int64_t n = m0.count;
-      std::vector<std::vector<std::byte>> results(static_cast<std::size_t>(p));
-      for (int d = 0; d < p; ++d) {
-        auto& acc = results[static_cast<std::size_t>(d)];
-        acc.resize(static_cast<std::size_t>(n) * es);
-        if (n == 0) continue;
-        std::memcpy(acc.data(), ms[0]->input.bytes() + static_cast<std::size_t>(d * n) * es, acc.size());
-        for (int s = 1; s < p; ++s) {
-          runtime::comm::reduce_into(m0.dtype, m0.op, acc.data(),
-                                     ms[static_cast<std::size_t>(s)]->input.bytes() + static_cast<std::size_t>(d * n) * es, n);
-        }
-        if (m0.op == ReduceOp::kAvg) runtime::comm::divide_in_place(m0.dtype, acc.data(), n, p);
-      }
-      for (int d = 0; d < p; ++d)
-        if (n > 0) std::memcpy(ms[static_cast<std::size_t>(d)]->output.bytes(), results[static_cast<std::size_t>(d)].data(), results[static_cast<std::size_t>(d)].size());
-      break;
-    }
-    case OpKind::kAllReduce: {
-      const std::int64_t n = m0.count;
-      if (n == 0) break;
-      std::vector<std::byte> acc(static_cast<std::size_t>(n) * es);
-      std::memcpy(acc.data(), m0.input.bytes(), acc.size());
-      for (int s = 1; s < p; ++s) runtime::comm::reduce_into(m0.dtype, m0.op, acc.data(), ms[static_cast<std::size_t>(s)]->input.bytes(), n);
-      if (m0.op == ReduceOp::kAvg) runtime::comm::divide_in_place(m0.dtype, acc.data(), n, p);
-      for (int d = 0; d < p; ++d) std::memcpy(ms[static_cast<std::size_t>(d)]->output.bytes(), acc.data(), acc.size());
-      break;
-    }
-    case OpKind::kBroadcast: {
-      const Tensor& src = ms[static_cast<std::size_t>(m0.root)]->input;
-      for (int d = 0; d < p; ++d)
-        if (d != m0.root) copy_bytes(ms[static_cast<std::size_t>(d)]->output, 0, src);
-      break;
-    }
-    default: break;
-  }
 }
 
 }  // namespace
@@ -192,7 +340,7 @@ WorkPtr SimCommunicator::collective(Member m, std::shared_ptr<WorkState> state) 
                   std::to_string(p) + ")";
     auto& op = group_->pending[seq];
     if (!op) {
-      op = std::make_shared<PendingOp>();
+      op = std::make_shared<SharedOp>();
       op->seq = seq;
       op->members.resize(static_cast<std::size_t>(p));
     }
@@ -205,8 +353,9 @@ WorkPtr SimCommunicator::collective(Member m, std::shared_ptr<WorkState> state) 
   }
   if (!ready) return std::make_shared<SimWork>(this, state);
 
-  // Last to arrive: check agreement, move data, compute completion times.
-  auto& ms = ready->members;
+  // Last to arrive: check agreement, compute completion times, move data.
+  auto& op = static_cast<SharedOp&>(*ready);
+  auto& ms = op.members;
   const Member& first = *ms[0];
   Status mismatch;
   for (int g = 1; g < p && mismatch.is_ok(); ++g) {
@@ -222,7 +371,6 @@ WorkPtr SimCommunicator::collective(Member m, std::shared_ptr<WorkState> state) 
   std::int64_t bytes = first.count * static_cast<std::int64_t>(element_size(first.dtype));
   for (auto& mm : ms) arrivals.push_back(mm->arrival);
   std::vector<Nanos> done = collective_completion_times(first.kind, arrivals, bytes, shared_->network);
-  std::shared_ptr<Group> new_groups_by_color;
   if (mismatch.is_ok()) {
     if (first.kind == OpKind::kSplit) {
       std::lock_guard<std::mutex> lock(shared_->mu);
@@ -251,35 +399,20 @@ WorkPtr SimCommunicator::collective(Member m, std::shared_ptr<WorkState> state) 
         }
       }
     } else {
-      execute(first.kind, ms);
+      plan(op);
     }
   }
-  // Drop the operation's references to the members' tensors before any member can see its
-  // Work complete: a buffer released later, by whichever thread happened to drop the last
-  // reference, would make per-rank memory accounting depend on host timing (NOTE
-  // [Determinism] in world.h).
-  for (auto& mm : ms) {
-    mm->input = Tensor();
-    mm->output = Tensor();
-  }
-  {
+  // NOTE [Shared data movement]: run the tasks, with the waiting members' help when large.
+  op.status = mismatch;
+  op.done = std::move(done);
+  op.group = group_;
+  op.bytes = bytes;
+  if (bytes * p >= kShareMinBytes && op.tasks.size() > 1) {
     std::lock_guard<std::mutex> lock(shared_->mu);
-    for (int g = 0; g < p; ++g) {
-      const Member& m = *ms[static_cast<std::size_t>(g)];
-      const int wr = group_->world_ranks[static_cast<std::size_t>(g)];
-      if (wr >= 0 && wr < static_cast<int>(shared_->traces.size()) && shared_->traces[static_cast<std::size_t>(wr)] != nullptr &&
-          first.kind != OpKind::kSplit) {
-        const int stream = first.kind == OpKind::kAllGather       ? kTraceAllGather
-                           : first.kind == OpKind::kReduceScatter ? kTraceReduceScatter
-                           : first.kind == OpKind::kAllReduce     ? kTraceAllReduce
-                                                                  : kTraceOtherComm;
-        shared_->traces[static_cast<std::size_t>(wr)]->add_comm(
-            {std::string(runtime::comm::op_kind_name(first.kind)), stream, m.arrival,
-             done[static_cast<std::size_t>(g)] - m.arrival, bytes, group_->name});
-      }
-      shared_->complete(*m.work, mismatch, done[static_cast<std::size_t>(g)]);
-    }
+    op.published.store(true, std::memory_order_release);
+    shared_->cv.notify_all();
   }
+  if (op.tasks.empty() || run_tasks(op)) finish(*shared_, op);
   return std::make_shared<SimWork>(this, state);
 }
 

@@ -418,6 +418,90 @@ TEST(FsdpMemory, PeakOfRepeatedUnshardsIsOneFullBufferWhateverTheHostTiming) {
   }
 }
 
+// A unit big enough (700 001 fp32 elements on 3 ranks) that the simulator splits every
+// collective's data movement into chunks shared by the waiting ranks (NOTE [Shared data
+// movement] in sim/communicator.cc): sync_module_states' broadcast, the unshard
+// all-gathers (in place), the gradient reduce-scatter (fp32 and bf16) and NO_SHARD's
+// all-reduce. Parameters and reduced gradients must be bitwise what one thread computes
+// in rank order, under any host timing.
+TEST(FsdpLargeUnit, SharedDataMovementIsBitwiseTheRankOrderResult) {
+  constexpr std::int64_t kBig = 700001;
+  constexpr int kWorld = 3;
+  const auto init_value = [](std::int64_t i, int rank) {
+    return static_cast<float>(i % 1009) * 0.25f - 100.0f + 1000.0f * static_cast<float>(rank);
+  };
+  const auto grad_value = [](std::int64_t i, int rank) {
+    return static_cast<float>((i * 7 + rank * 13) % 101) * 0.37f - 17.0f + static_cast<float>(rank) * 1e-3f;
+  };
+  struct Config {
+    ShardingStrategy strategy;
+    DType reduce_dtype;
+  };
+  for (const Config c : {Config{ShardingStrategy::kFullShard, DType::kF32}, Config{ShardingStrategy::kFullShard, DType::kBF16},
+                         Config{ShardingStrategy::kNoShard, DType::kF32}}) {
+    SCOPED_TRACE(std::string(strategy_name(c.strategy)) + " reduce_dtype " + std::string(dtype_name(c.reduce_dtype)));
+    // What one thread computes: pre-divide, sum in rank order (in reduce_dtype), post-divide.
+    const auto [pre, post] = divide_factors(kWorld);
+    std::vector<float> expected(static_cast<std::size_t>(kBig));
+    for (std::int64_t i = 0; i < kBig; ++i) {
+      float acc = 0.0f;
+      for (int r = 0; r < kWorld; ++r) {
+        float g = grad_value(i, r) * static_cast<float>(1.0 / pre);
+        if (c.reduce_dtype == DType::kBF16) g = round_to_bf16(g);
+        acc = r == 0 ? g : acc + g;
+        if (c.reduce_dtype == DType::kBF16) acc = round_to_bf16(acc);
+      }
+      expected[static_cast<std::size_t>(i)] = acc * static_cast<float>(1.0 / post);
+    }
+    for (std::uint64_t seed : {0u, 7u}) {
+      sim::WorldOptions wo;
+      wo.world_size = kWorld;
+      wo.perturb_seed = seed;
+      sim::World w(wo);
+      FsdpOptions o;
+      o.strategy = c.strategy;
+      o.reduce_dtype = c.reduce_dtype;
+      o.sync_module_states = true;
+      std::vector<std::vector<float>> grads(kWorld);
+      expect_ok(w.run([&](sim::RankContext& ctx) -> Status {
+        SHARDLAB_ASSIGN_OR_RETURN(Tensor init, ctx.device.empty({kBig}, DType::kF32, MemoryCategory::kOther, "init"));
+        for (std::int64_t i = 0; i < kBig; ++i) init.data<float>()[i] = init_value(i, ctx.rank);
+        SHARDLAB_ASSIGN_OR_RETURN(auto m, FullyShardedModel::create(ctx.comm, ctx.device,
+                                                                    {{"big.weight", {kBig}, true, 0, "Linear"}},
+                                                                    WrapPlan::per_layer(1), o, init));
+        SHARDLAB_RETURN_IF_ERROR(m->begin_iteration());
+        SHARDLAB_RETURN_IF_ERROR(m->pre_forward(0));
+        SHARDLAB_ASSIGN_OR_RETURN(Tensor param, m->param(0));
+        for (std::int64_t i = 0; i < kBig; ++i) {
+          if (param.data<float>()[i] != init_value(i, 0)) {
+            return Status::internal("rank " + std::to_string(ctx.rank) + ": parameter element " + std::to_string(i) +
+                                    " is " + std::to_string(param.data<float>()[i]) + ", rank 0's value is " +
+                                    std::to_string(init_value(i, 0)));
+          }
+        }
+        SHARDLAB_RETURN_IF_ERROR(m->post_forward(0));
+        SHARDLAB_RETURN_IF_ERROR(m->pre_backward(0));
+        SHARDLAB_ASSIGN_OR_RETURN(Tensor grad, m->grad(0));
+        for (std::int64_t i = 0; i < kBig; ++i) grad.data<float>()[i] = grad_value(i, ctx.rank);
+        SHARDLAB_RETURN_IF_ERROR(m->post_backward(0));
+        SHARDLAB_RETURN_IF_ERROR(m->end_iteration());
+        SHARDLAB_ASSIGN_OR_RETURN(Tensor out, ctx.device.empty({kBig}, DType::kF32, MemoryCategory::kOther, "out"));
+        SHARDLAB_RETURN_IF_ERROR(m->gather_full_grads(out));
+        grads[static_cast<std::size_t>(ctx.rank)].assign(out.data<float>(), out.data<float>() + kBig);
+        return Status::ok();
+      }));
+      for (int r = 0; r < kWorld; ++r) {
+        const auto& g = grads[static_cast<std::size_t>(r)];
+        ASSERT_EQ(g.size(), expected.size()) << "rank " << r << ", perturb seed " << seed;
+        for (std::int64_t i = 0; i < kBig; ++i) {
+          ASSERT_EQ(float_bits(g[static_cast<std::size_t>(i)]), float_bits(expected[static_cast<std::size_t>(i)]))
+              << "rank " << r << ", perturb seed " << seed << ", element " << i;
+        }
+      }
+    }
+  }
+}
+
 TEST(FsdpWrapPlan, TransformerLayerPolicyWrapsTheNamedClassAndLeavesTheRestToTheRoot) {
   std::vector<model::ParamSpec> s = {{"emb", {4}, true, 0, "Embedding"},
                                      {"l0", {4}, true, 1, "Layer"},
