@@ -247,7 +247,7 @@ Status write_run_outputs(const std::string& dir, const RunRecord& r) {
                  {"tid", e.stream},
                  {"ts", static_cast<double>(e.start) / 1e3},
                  {"dur", static_cast<double>(e.duration) / 1e3}};
-      if (e.stream != sim::kTraceCompute) ev["args"] = {{"bytes", e.bytes}, {"algorithm", "ring"}, {"group", e.group}};
+      if (e.stream != sim::kTraceCompute) ev["args"] = {{"bytes", e.bytes}, {"algorithm", e.algorithm}, {"group", e.group}};
       events.push_back(std::move(ev));
     }
   }

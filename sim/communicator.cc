@@ -69,6 +69,7 @@ struct SharedOp final : PendingOp {
   Status status;             // ok, or the mismatch every member reports
   std::shared_ptr<Group> group;  // for the trace: world ranks and name
   std::int64_t bytes = 0;        // payload bytes per rank, for the trace
+  std::string algorithm;         // the network model's algorithm, for the trace
   // Set under Shared::mu, also read without it by polling waiters (SimWork::wait).
   std::atomic<bool> published{false};  // waiters may take tasks
   std::atomic<bool> completed{false};  // every member's Work is done
@@ -184,7 +185,8 @@ void finish(World::Shared& sh, SharedOp& op) {
                          : kind == OpKind::kAllReduce     ? kTraceAllReduce
                                                           : kTraceOtherComm;
       sh.traces[static_cast<std::size_t>(wr)]->add_comm({std::string(runtime::comm::op_kind_name(kind)), stream,
-                                                         m.arrival, op.done[g] - m.arrival, op.bytes, op.group->name});
+                                                         m.arrival, op.done[g] - m.arrival, op.bytes, op.group->name,
+                                                         op.algorithm});
     }
     sh.complete(*m.work, op.status, op.done[g]);
   }
@@ -370,7 +372,14 @@ WorkPtr SimCommunicator::collective(Member m, std::shared_ptr<WorkState> state) 
   std::vector<Nanos> arrivals;
   std::int64_t bytes = first.count * static_cast<std::int64_t>(element_size(first.dtype));
   for (auto& mm : ms) arrivals.push_back(mm->arrival);
-  std::vector<Nanos> done = collective_completion_times(first.kind, arrivals, bytes, shared_->network);
+  CollectiveQuery query;
+  query.kind = first.kind;
+  query.world_ranks = group_->world_ranks;
+  query.arrivals = arrivals;
+  query.bytes = bytes;
+  query.root = first.root;
+  CollectiveTiming timing = shared_->network->collective(query);
+  std::vector<Nanos> done = std::move(timing.done);
   if (mismatch.is_ok()) {
     if (first.kind == OpKind::kSplit) {
       std::lock_guard<std::mutex> lock(shared_->mu);
@@ -407,6 +416,7 @@ WorkPtr SimCommunicator::collective(Member m, std::shared_ptr<WorkState> state) 
   op.done = std::move(done);
   op.group = group_;
   op.bytes = bytes;
+  op.algorithm = std::move(timing.algorithm);
   if (bytes * p >= kShareMinBytes && op.tasks.size() > 1) {
     std::lock_guard<std::mutex> lock(shared_->mu);
     op.published.store(true, std::memory_order_release);
@@ -481,7 +491,8 @@ WorkPtr SimCommunicator::point_to_point(bool is_send, const Tensor& t, int peer,
   } else {
     copy_bytes(rcv.tensor, 0, snd.tensor);
   }
-  const Nanos at = std::max(snd.time, rcv.time) + shared_->network.message_time(snd.tensor.nbytes());
+  const int src = is_send ? me : other, dst = is_send ? other : me;
+  const Nanos at = shared_->network->message(src, dst, snd.tensor.nbytes(), std::max(snd.time, rcv.time));
   // As for collectives: release the tensors before either side can see its Work complete.
   msg.tensor = Tensor();
   match.tensor = Tensor();

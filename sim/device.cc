@@ -12,7 +12,7 @@ SimDevice::SimDevice(int rank, DeviceProfile profile, VirtualClock* clock)
 Status SimDevice::charge(const char* op, Status s, double flops, double bytes, bool matrix) {
   if (s.is_ok()) {
     const Nanos t = profile_.op_time(flops, bytes, matrix);
-    if (trace_ != nullptr) trace_->add_compute({op, kTraceCompute, clock_->now(), t, -1, {}});
+    if (trace_ != nullptr) trace_->add_compute({op, kTraceCompute, clock_->now(), t, -1, {}, {}});
     clock_->advance_by(t);
     busy_ += t;
   }

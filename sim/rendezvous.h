@@ -17,6 +17,7 @@
 
 #include "runtime/comm/communicator.h"
 #include "sim/cost_model.h"
+#include "sim/network.h"
 #include "sim/world.h"
 
 namespace shardlab::sim {
@@ -82,7 +83,7 @@ struct World::Shared {
   int live = 0;
   int blocked = 0;
   std::list<Waiter*> waiters;
-  NetworkModel network;
+  std::shared_ptr<const NetworkCostModel> network;  // never null
   // Per world rank, where collectives are recorded (null entries: tracing off).
   std::vector<TraceRecorder*> traces;
   // (group, src world rank, dst world rank, tag) -> unmatched sends / recvs, FIFO.

@@ -27,6 +27,7 @@ struct TraceEvent {
   Nanos start = 0, duration = 0;
   std::int64_t bytes = -1;  // collectives: payload bytes per rank
   std::string group;        // collectives: the group's name
+  std::string algorithm;    // collectives: the network model's algorithm ("ring", …)
 };
 
 class TraceRecorder {

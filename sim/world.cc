@@ -33,7 +33,7 @@ void World::Shared::complete(WorkState& w, Status s, Nanos at) {
 
 World::World(WorldOptions options) : options_(std::move(options)), shared_(std::make_shared<Shared>()) {
   SHARDLAB_CHECK_GT(options_.world_size, 0);
-  shared_->network = options_.network;
+  shared_->network = options_.network_model ? options_.network_model : make_alpha_beta_ring(options_.network);
 }
 
 World::~World() = default;

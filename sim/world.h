@@ -30,6 +30,7 @@
 #include "runtime/device/device.h"
 #include "sim/cost_model.h"
 #include "sim/device.h"
+#include "sim/network.h"
 #include "sim/trace.h"
 #include "sim/virtual_clock.h"
 
@@ -38,6 +39,9 @@ namespace shardlab::sim {
 struct WorldOptions {
   int world_size = 1;
   NetworkModel network;
+  // The network cost model collectives and messages are timed with; null: the
+  // congestion-unaware α–β ring model of `network` (make_alpha_beta_ring).
+  std::shared_ptr<const NetworkCostModel> network_model;
   DeviceProfile device;
   // Test knob: when non-zero, every communicator call and wait first yields or sleeps a
   // few microseconds of host time, chosen by an Rng seeded with this value, to shake
