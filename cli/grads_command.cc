@@ -19,24 +19,6 @@ int fail(const Status& s) {
   return s.exit_code();
 }
 
-// Rows [first, first + rows) of every tensor of `batch`, copied to `dev`.
-Result<runtime::model::Batch> slice(const runtime::model::Batch& batch, runtime::device::Device& dev, std::int64_t first,
-                                    std::int64_t rows) {
-  runtime::model::Batch out;
-  out.rows = rows;
-  for (const auto& [name, t] : batch.tensors) {
-    const std::int64_t per_row = t.numel() / std::max<std::int64_t>(batch.rows, 1);
-    Shape shape = t.shape();
-    shape[0] = rows;
-    SHARDLAB_ASSIGN_OR_RETURN(Tensor src, t.narrow(first * per_row, rows * per_row));
-    SHARDLAB_ASSIGN_OR_RETURN(Tensor dst, dev.empty(shape, t.dtype(), MemoryCategory::kActivations, name));
-    SHARDLAB_ASSIGN_OR_RETURN(Tensor flat, dst.reshape({rows * per_row}));
-    SHARDLAB_RETURN_IF_ERROR(dev.copy(src, flat));
-    out.tensors[name] = dst;
-  }
-  return out;
-}
-
 }  // namespace
 
 int grads_command(const GradsArgs& a) {
@@ -91,12 +73,12 @@ int grads_command(const GradsArgs& a) {
   o.optimizer.kind = optim::OptimizerConfig::Kind::kSgd;
   o.optimizer.lr = 1e-3f;  // the step after the gradients are taken does not matter here
   o.fsdp.strategy = a.strategy;
-  if (a.strategy == fsdp::ShardingStrategy::kHybridShard) {
+  if (fsdp::is_hybrid(a.strategy)) {
     o.fsdp.devices_per_node = a.devices_per_node > 0 ? a.devices_per_node : std::max(1, a.world_size / 2);
   }
   const model::Batch& full = *batch;
   o.data = [&full](device::Device& dev, std::int64_t, std::int64_t first, std::int64_t rows) {
-    return slice(full, dev, first, rows);
+    return model::slice_batch(full, dev, first, rows);
   };
   if (Status s = train::validate(o, a.world_size); !s.is_ok()) return fail(s);
 

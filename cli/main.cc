@@ -236,8 +236,8 @@ int main_impl(int argc, char** argv) {
       run.train.wrap = shardlab::runtime::train::WrapPolicy::kByClass;  // each BertLayer is a unit
       run.model_name = model_name;
     }
-    if (*st == shardlab::runtime::fsdp::ShardingStrategy::kHybridShard && run.train.fsdp.devices_per_node == 0) {
-      return bad(shardlab::Status::invalid_argument("--strategy HYBRID_SHARD needs --devices-per-node"));
+    if (shardlab::runtime::fsdp::is_hybrid(*st) && run.train.fsdp.devices_per_node == 0) {
+      return bad(shardlab::Status::invalid_argument("--strategy " + std::string(shardlab::runtime::fsdp::strategy_name(*st)) + " needs --devices-per-node"));
     }
     return shardlab::cli::run_command(run, &argc, &argv);
   }

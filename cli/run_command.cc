@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <functional>
 #include <memory>
@@ -171,9 +172,13 @@ int run_sim(const RunArgs& a) {
   std::vector<FsdpTrainResult> per_rank(static_cast<std::size_t>(a.world_size));
   const auto results = world.run([&](sim::RankContext& ctx) -> Status {
     runtime::comm::CheckingCommunicator checked(&ctx.comm, a.train.fsdp.collective_timeout);
-    runtime::comm::Communicator& comm = a.check_collectives ? checked : ctx.comm;
+    runtime::comm::Communicator& base = a.check_collectives ? checked : ctx.comm;
+    // Outermost, so that a corrupt fault's collective index counts the runtime's collectives only.
+    sim::FaultInjector faulty(&base, a.faults ? a.faults : std::make_shared<const sim::FaultPlan>(), ctx.rank, &ctx.clock);
+    runtime::comm::Communicator& comm = a.faults ? static_cast<runtime::comm::Communicator&>(faulty) : base;
     runtime::device::cpu::CpuDevice host({"cpu", ctx.rank});
     runtime::train::FsdpTrainOptions train = args.train;
+    if (a.faults) train.before_step = [&faulty](int step) { return faulty.before_step(step); };
     if (a.cpu_offload) train.fsdp.offload_device = &host;
     if (ctx.rank == 0) train.on_step = progress_printer(a, "simulated");
     SHARDLAB_ASSIGN_OR_RETURN(per_rank[static_cast<std::size_t>(ctx.rank)],
@@ -182,13 +187,31 @@ int run_sim(const RunArgs& a) {
   });
   RunRecord record = make_record(a, a.world_size, "sim");
   record.device_peak_flops = o.device.matrix_flops_per_s;
-  for (std::size_t r = 0; r < results.size(); ++r) {
-    if (!results[r].status.is_ok()) {
-      const Status s = results[r].status.with_context("rank " + std::to_string(r));
-      record.status = s.to_string();
-      write_outputs(a, record);
-      return fail(s);
+  // A failed run reports every failed rank (with injected faults, the faulty rank first:
+  // the others' errors are its consequences), and still writes a readable summary.
+  std::vector<std::size_t> failed;
+  for (std::size_t r = 0; r < results.size(); ++r)
+    if (!results[r].status.is_ok()) failed.push_back(r);
+  if (!failed.empty()) {
+    if (a.faults) {
+      std::stable_partition(failed.begin(), failed.end(),
+                            [&](std::size_t r) { return a.faults->has_rank_faults(static_cast<int>(r)); });
     }
+    std::string all;
+    int code = 0;
+    for (std::size_t r : failed) {
+      const std::string rank = "rank " + std::to_string(r);
+      const Status& raw = results[r].status;
+      const Status s = raw.message().rfind(rank + ",", 0) == 0 || raw.message().rfind(rank + ":", 0) == 0
+                           ? raw
+                           : raw.with_context(rank);
+      std::fprintf(stderr, "shardlab run: %s\n", s.to_string().c_str());
+      all += (all.empty() ? "" : "\n") + s.to_string();
+      code = std::max(code, s.exit_code());
+    }
+    record.status = all;
+    write_outputs(a, record);
+    return code;
   }
   const FsdpTrainResult& r0 = per_rank[0];
   record.header = header_line(a, a.world_size, r0.num_units);

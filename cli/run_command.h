@@ -6,6 +6,7 @@
 
 #include "cli/scenario.h"
 #include "runtime/train/fsdp_train.h"
+#include "sim/faults.h"
 
 namespace shardlab::cli {
 
@@ -23,6 +24,8 @@ struct RunArgs {
   // The scenario whose expectations decide the exit code (null: the oracle check alone,
   // which must be bitwise on the simulator).
   const Scenario* spec = nullptr;
+  // Faults injected into the simulated run (NOTE [Faults] in sim/faults.h); null: none.
+  std::shared_ptr<const sim::FaultPlan> faults;
 };
 
 // Returns the process exit code: 0 ok, 1 an expectation failed (oracle mismatch),

@@ -798,8 +798,8 @@ bool parse_link(const std::string& v, std::int64_t& a, std::int64_t& b) {
 }
 
 const std::vector<EnumValue>& fault_kinds() {
-  static const std::vector<EnumValue> kKinds = {{"crash", {}},     {"link_down", {}}, {"link_degraded", {}},
-                                                {"straggler", {}}, {"corrupt", {}},   {"timeout", {}}};
+  static const std::vector<EnumValue> kKinds = {{"crash", {}},     {"hang", {}},      {"straggler", {}},
+                                                {"corrupt", {}},   {"link_down", {}}, {"link_degrade", {"link_degraded"}}};
   return kKinds;
 }
 
@@ -822,6 +822,8 @@ std::vector<KeyDef> fault_keys() {
            }),
       leaf("factor", double_setter([f](Scenario& s) -> double& { return f(s).factor; }, [](double v) { return v > 0; },
                                    "a finite number > 0")),
+      leaf("collective", int_setter([f](Scenario& s) -> int& { return f(s).collective; }, 0, kIntMax)),
+      leaf("integrity_check", bool_setter([f](Scenario& s) -> bool& { return f(s).integrity_check; })),
   };
 }
 
@@ -1452,10 +1454,11 @@ Status validate(const Scenario& s, const SourcePos& top) {
     };
     if (f.kind.empty()) {
       return bad(f.pos, name + " has no kind",
-                 "allowed kinds: crash, link_down, link_degraded, straggler, corrupt, timeout");
+                 "allowed kinds: crash, hang, straggler, corrupt, link_down, link_degrade");
     }
-    const bool link_kind = f.kind == "link_down" || f.kind == "link_degraded";
-    const bool rank_kind = f.kind == "crash" || f.kind == "straggler" || f.kind == "corrupt";
+    const bool link_kind = f.kind == "link_down" || f.kind == "link_degrade";
+    const bool rank_kind = !link_kind;  // crash, hang, straggler, corrupt
+    const bool when_kind = f.kind == "crash" || f.kind == "hang";
     if (link_kind && f.link.empty()) {
       return bad(f.pos, name + " (" + f.kind + ") has no link", "allowed: link: \"a-b\" naming two ranks");
     }
@@ -1464,7 +1467,7 @@ Status validate(const Scenario& s, const SourcePos& top) {
                  "a link fault names its link (\"a-b\"), not a rank");
     }
     if (!link_kind && !f.link.empty()) {
-      return bad(at("link"), name + " (" + f.kind + ") names a link", "only link_down and link_degraded take a link");
+      return bad(at("link"), name + " (" + f.kind + ") names a link", "only link_down and link_degrade take a link");
     }
     if (rank_kind && f.rank < 0)
       return bad(f.pos, name + " (" + f.kind + ") has no rank", "allowed: rank: 0 to " + std::to_string(world - 1));
@@ -1491,15 +1494,41 @@ Status validate(const Scenario& s, const SourcePos& top) {
                      " is not a step of the run (train.steps = " + std::to_string(s.train.steps) + ")",
                  "allowed: 0 to " + std::to_string(s.train.steps - 1));
     }
-    if (f.step < 0 && f.time_ms < 0) {
+    if (when_kind && f.step < 0 && f.time_ms < 0) {
       return bad(f.pos, name + " (" + f.kind + ") has neither step nor time_ms",
                  "give step (0-based) or time_ms to say when it happens");
+    }
+    if (!when_kind && f.step >= 0) {
+      return bad(at("step"), name + " (" + f.kind + ") takes no step",
+                 f.kind == "corrupt" ? "a corrupt fault names the rank's collective index (collective: N)"
+                                     : std::string("a ") + f.kind + " fault starts at time_ms (default 0) and lasts the run");
+    }
+    if ((f.kind == "straggler" || f.kind == "corrupt") && f.time_ms >= 0) {
+      return bad(at("time_ms"), name + " (" + f.kind + ") takes no time_ms",
+                 f.kind == "corrupt" ? "a corrupt fault names the rank's collective index (collective: N)"
+                                     : "a straggler is slow for the whole run");
+    }
+    if (f.kind == "corrupt" && f.collective < 0) {
+      return bad(f.pos, name + " (corrupt) has no collective",
+                 "give collective: N, the 0-based index among the rank's collectives with a payload");
+    }
+    if (f.kind != "corrupt" && f.collective >= 0) {
+      return bad(at("collective"), name + " (" + f.kind + ") takes no collective", "only corrupt takes a collective index");
+    }
+    if (f.kind != "corrupt" && s.positions.count(name + ".integrity_check") != 0) {
+      return bad(at("integrity_check"), name + " (" + f.kind + ") takes no integrity_check",
+                 "only corrupt takes integrity_check");
+    }
+    if ((f.kind == "crash" || f.kind == "hang" || f.kind == "corrupt" || f.kind == "link_down") &&
+        s.positions.count(name + ".factor") != 0) {
+      return bad(at("factor"), name + " (" + f.kind + ") takes no factor",
+                 "only straggler (slowdown >= 1) and link_degrade (bandwidth factor in (0, 1]) take a factor");
     }
     if (f.kind == "straggler" && f.factor < 1) {
       return bad(at("factor"), name + ".factor = " + yaml_number(f.factor) + " would speed the straggler up",
                  "allowed: a slowdown factor >= 1");
     }
-    if (f.kind == "link_degraded" && f.factor > 1) {
+    if (f.kind == "link_degrade" && f.factor > 1) {
       return bad(at("factor"), name + ".factor = " + yaml_number(f.factor) + " would speed the link up",
                  "allowed: a bandwidth factor in (0, 1]");
     }
@@ -1610,7 +1639,10 @@ std::string to_yaml(const Scenario& s) {
       if (f.step >= 0) o << ", step: " << f.step;
       if (f.time_ms >= 0) o << ", time_ms: " << yaml_number(f.time_ms);
       if (!f.link.empty()) o << ", link: " << yaml_string(f.link);
-      o << ", factor: " << yaml_number(f.factor) << "}\n";
+      if (f.collective >= 0) o << ", collective: " << f.collective;
+      if (f.kind == "corrupt") o << ", integrity_check: " << yaml_bool(f.integrity_check);
+      if (f.kind == "straggler" || f.kind == "link_degrade") o << ", factor: " << yaml_number(f.factor);
+      o << "}\n";
     }
   }
   o << "checkpoint:\n";

@@ -101,12 +101,14 @@ struct Scenario {
   } world;
 
   struct Fault {
-    std::string kind;       // crash | link_down | link_degraded | straggler | corrupt | timeout
+    std::string kind;       // crash | hang | straggler | corrupt | link_down | link_degrade (sim/faults.h)
     int rank = -1;          // -1: not given
     int step = -1;          // -1: not given
     double time_ms = -1.0;  // < 0: not given
     std::string link;       // "a-b" rank pair, for link faults
     double factor = 1.0;    // slowdown / bandwidth factor
+    int collective = -1;    // corrupt: which of the rank's collectives (0-based); -1: not given
+    bool integrity_check = false;  // corrupt: a checksum detects it (the run ends) instead of silent damage
     SourcePos pos;
   };
   std::vector<Fault> faults;

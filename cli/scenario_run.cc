@@ -46,8 +46,35 @@ Status scenario_to_run_args(const Scenario& s, RunArgs& a) {
                                            "' is not available yet; the simulator's default is 'switch' (α–β)");
   }
   if (!s.faults.empty()) {
-    return Status::invalid_argument(s.faults.front().pos.to_string() +
-                                    ": faults: fault injection is not implemented yet; remove the faults section");
+    if (s.world.backend != "sim") {
+      return refuse(s, "world.backend", "faults are injected by the simulator; run with --backend sim (or remove faults)");
+    }
+    auto plan = std::make_shared<sim::FaultPlan>();
+    plan->seed = s.seed;
+    for (const auto& f : s.faults) {
+      sim::Fault x;
+      SHARDLAB_ASSIGN_OR_RETURN(x.kind, sim::parse_fault_kind(f.kind));
+      x.rank = f.rank;
+      x.step = f.step;
+      x.time = f.time_ms >= 0 ? static_cast<Nanos>(std::llround(f.time_ms * 1e6)) : -1;
+      x.factor = f.factor;
+      x.collective = f.collective;
+      x.integrity_check = f.integrity_check;
+      x.origin = f.pos.to_string();
+      if (!f.link.empty()) {
+        const auto dash = f.link.find('-');
+        x.link_a = std::stoi(f.link.substr(0, dash));
+        x.link_b = std::stoi(f.link.substr(dash + 1));
+      }
+      if (x.kind == sim::FaultKind::kStraggler || x.kind == sim::FaultKind::kLinkDown ||
+          x.kind == sim::FaultKind::kLinkDegrade) {
+        return Status::invalid_argument(f.pos.to_string() + ": faults: " + f.kind +
+                                        " faults change timing only and are not wired into scenario runs yet; "
+                                        "crash, hang and corrupt are");
+      }
+      plan->faults.push_back(std::move(x));
+    }
+    a.faults = std::move(plan);
   }
   // Relative checkpoint folders live in the output folder (run_command resolves them).
   o.checkpoint.dir = s.checkpoint.dir;
@@ -98,8 +125,33 @@ Status scenario_to_run_args(const Scenario& s, RunArgs& a) {
     o.initial_params = std::make_shared<const std::vector<float>>(p.data<float>(), p.data<float>() + total);
   }
   if (s.data.kind == "file") {
-    return refuse(s, "data.kind", "token batches from a file are supported by `shardlab grads`; scenario runs use "
-                                  "synthetic data for now (data.kind: synthetic)");
+    if (o.model_kind != runtime::train::ModelKind::kBert) {
+      return refuse(s, "data.kind", "token batches from a file need a BERT model (model.preset or model.config)");
+    }
+    if (s.data.path.empty()) return refuse(s, "data.kind", "data.kind is file but data.path is not set");
+    // The file is read once; every step takes its global batch from it, cycling through
+    // its rows (global row i of step k is file row (k·G + i) mod B).
+    struct FileData {
+      runtime::device::cpu::CpuDevice host;
+      runtime::model::Batch batch;
+    };
+    auto data = std::make_shared<FileData>();
+    const runtime::model::Bert bert(o.bert);
+    auto batch = runtime::model::read_bert_batch(resolve_scenario_path(s, s.data.path), bert, data->host);
+    if (!batch.is_ok()) return Status::invalid_argument(s.where("data.path").to_string() + ": " + batch.status().message());
+    data->batch = std::move(*batch);
+    SHARDLAB_ASSIGN_OR_RETURN(Tensor ids, data->batch.get("input_ids"));
+    const std::int64_t t = ids.shape()[1];
+    if (s.positions.count("data.seq_len") != 0 && s.data.seq_len != t) {
+      return refuse(s, "data.seq_len", "is " + std::to_string(s.data.seq_len) + " but the batch file " + s.data.path +
+                                           " has sequences of " + std::to_string(t) + " tokens; remove data.seq_len or set it to " +
+                                           std::to_string(t));
+    }
+    o.bert.seq_len = t;
+    const std::int64_t global = s.data.batch_size_per_rank * a.world_size;
+    o.data = [data, global](runtime::device::Device& dev, std::int64_t step, std::int64_t first, std::int64_t rows) {
+      return runtime::model::slice_batch(data->batch, dev, (step * global + first) % data->batch.rows, rows);
+    };
   }
   // Training.
   o.steps = s.train.steps;
@@ -114,9 +166,6 @@ Status scenario_to_run_args(const Scenario& s, RunArgs& a) {
   o.optimizer.eps = static_cast<float>(s.train.optimizer.eps);
   o.optimizer.momentum = static_cast<float>(s.train.optimizer.momentum);
   // FSDP.
-  if (s.fsdp.sharding_strategy == "_HYBRID_SHARD_ZERO2") {
-    return refuse(s, "fsdp.sharding_strategy", "_HYBRID_SHARD_ZERO2 is not supported yet; use HYBRID_SHARD");
-  }
   SHARDLAB_ASSIGN_OR_RETURN(o.fsdp.strategy, runtime::fsdp::parse_strategy(s.fsdp.sharding_strategy));
   SHARDLAB_ASSIGN_OR_RETURN(o.fsdp.backward_prefetch, runtime::fsdp::parse_prefetch(s.fsdp.backward_prefetch));
   o.fsdp.devices_per_node = s.world.devices_per_node;
@@ -135,6 +184,11 @@ Status scenario_to_run_args(const Scenario& s, RunArgs& a) {
   }
   SHARDLAB_ASSIGN_OR_RETURN(o.fsdp.param_dtype, dtype_of(s, "fsdp.mixed_precision.param_dtype", s.fsdp.mixed_precision.param_dtype));
   SHARDLAB_ASSIGN_OR_RETURN(o.fsdp.reduce_dtype, dtype_of(s, "fsdp.mixed_precision.reduce_dtype", s.fsdp.mixed_precision.reduce_dtype));
+  // buffer_dtype as PyTorch: unset keeps each buffer's declared dtype.
+  if (s.positions.count("fsdp.mixed_precision.buffer_dtype") != 0) {
+    SHARDLAB_ASSIGN_OR_RETURN(o.fsdp.buffer_dtype,
+                              dtype_of(s, "fsdp.mixed_precision.buffer_dtype", s.fsdp.mixed_precision.buffer_dtype));
+  }
   if (s.train.precision == "bf16") {
     o.bert.compute_dtype = DType::kBF16;
     if (o.fsdp.param_dtype == DType::kF32) o.fsdp.param_dtype = DType::kBF16;

@@ -147,7 +147,7 @@ faults:
     link: 0-7
     time_ms: 12.5
     factor: 0.25
-  - {kind: straggler, rank: 3, step: 0, factor: 2}
+  - {kind: straggler, rank: 3, factor: 2}
 checkpoint:
   dir: ckpt
   every_steps: 2
@@ -213,7 +213,7 @@ expect:
   EXPECT_EQ(s.faults[0].step, 6);
   EXPECT_EQ(s.faults[0].time_ms, -1.0);
   EXPECT_EQ(s.faults[0].pos.to_string(), file + ":51:5");
-  EXPECT_EQ(s.faults[1].kind, "link_degraded");
+  EXPECT_EQ(s.faults[1].kind, "link_degrade");  // the old spelling is an alias
   EXPECT_EQ(s.faults[1].link, "0-7");
   EXPECT_EQ(s.faults[1].rank, -1);
   EXPECT_EQ(s.faults[1].time_ms, 12.5);
@@ -254,7 +254,7 @@ TEST(Scenario, ToYamlRoundTripsAwkwardValues) {
   s.fsdp.transformer_layer_cls_to_wrap = {"BertLayer", "my.module.Block"};
   s.expect.grads_match_unsharded = Scenario::Tolerance{};
   s.expect.final_loss_below = -2.5;
-  s.faults.push_back({"timeout", -1, -1, 3.25, "", 1.0, {}});
+  s.faults.push_back({"hang", 2, -1, 3.25, "", 1.0, -1, false, {}});
   const std::string y = to_yaml(s);
   auto r = parse_scenario("s.yaml", y);
   ASSERT_TRUE(r.is_ok()) << r.status().to_string() << "\n" << y;
@@ -266,7 +266,7 @@ TEST(Scenario, ToYamlRoundTripsAwkwardValues) {
   EXPECT_EQ(r->expect.grads_match_unsharded->rtol, Scenario::Tolerance{}.rtol);
   ASSERT_EQ(r->faults.size(), 1u);
   EXPECT_EQ(r->faults[0].time_ms, 3.25);
-  EXPECT_EQ(r->faults[0].rank, -1);
+  EXPECT_EQ(r->faults[0].rank, 2);
   EXPECT_EQ(to_yaml(*r), y);
 }
 
@@ -495,7 +495,7 @@ TEST(ScenarioErrors, EnumValuesListWhatIsAllowed) {
        {"unknown topology profile 'mesh'", "hls1, hls2, hls3, ring, fully_connected, switch"}},
       {"faults:\n  - {kind: meteor, rank: 0, step: 0}\n",
        "s.yaml:3:12:",
-       {"faults[0].kind", "'meteor'", "crash, link_down"}},
+       {"faults[0].kind", "'meteor'", "crash, hang"}},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.text);
@@ -570,11 +570,19 @@ TEST(ScenarioErrors, Faults) {
       {"  - {kind: crash, link: 0-1, step: 1}\n", "s.yaml:3:25:", {"(crash) names a link"}},
       {"  - {kind: crash, step: 1}\n", "s.yaml:3:5:", {"faults[0] (crash) has no rank"}},
       {"  - {rank: 1, step: 1}\n", "s.yaml:3:5:", {"faults[0] has no kind"}},
-      {"  - {kind: timeout}\n", "s.yaml:3:5:", {"neither step nor time_ms"}},
+      {"  - {kind: hang, rank: 1}\n", "s.yaml:3:5:", {"faults[0] (hang) has neither step nor time_ms"}},
+      {"  - {kind: corrupt, rank: 1}\n", "s.yaml:3:5:", {"(corrupt) has no collective", "collective: N"}},
+      {"  - {kind: corrupt, rank: 1, collective: 2, step: 1}\n", "s.yaml:3:51:", {"(corrupt) takes no step"}},
+      {"  - {kind: corrupt, rank: 1, collective: -1}\n", "s.yaml:3:42:", {"faults[0].collective"}},
+      {"  - {kind: straggler, rank: 1, factor: 2, time_ms: 3}\n", "s.yaml:3:52:", {"(straggler) takes no time_ms"}},
+      {"  - {kind: crash, rank: 1, step: 0, collective: 3}\n", "s.yaml:3:49:", {"(crash) takes no collective"}},
+      {"  - {kind: crash, rank: 1, step: 0, integrity_check: true}\n", "s.yaml:3:54:", {"takes no integrity_check"}},
+      {"  - {kind: hang, rank: 1, step: 0, factor: 2}\n", "s.yaml:3:44:", {"(hang) takes no factor"}},
+      {"  - {kind: timeout, rank: 1, step: 0}\n", "s.yaml:3:12:", {"faults[0].kind", "'timeout'", "crash, hang"}},
       {"  - {kind: crash, rank: 0, time_ms: -5}\n", "s.yaml:3:37:", {"faults[0].time_ms"}},
-      {"  - {kind: straggler, rank: 0, step: 0, factor: 0.5}\n", "s.yaml:3:49:", {"faults[0].factor = 0.5", ">= 1"}},
-      {"  - {kind: link_degraded, link: 0-1, step: 0, factor: 2}\n",
-       "s.yaml:3:55:",
+      {"  - {kind: straggler, rank: 0, factor: 0.5}\n", "s.yaml:3:40:", {"faults[0].factor = 0.5", ">= 1"}},
+      {"  - {kind: link_degrade, link: 0-1, time_ms: 0, factor: 2}\n",
+       "s.yaml:3:57:",
        {"faults[0].factor = 2 ", "(0, 1]"}},
       {"  - {kind: crash, rank: 0, step: 0, severity: 3}\n", "s.yaml:3:37:", {"unknown key 'severity' in faults[0]"}},
       {"  - crash\n", "s.yaml:3:5:", {"faults[0]: expected a map"}},
@@ -586,9 +594,13 @@ TEST(ScenarioErrors, Faults) {
     SCOPED_TRACE(c.faults);
     expect_error(parse("name: a\nfaults:\n" + c.faults), c.prefix, c.words);
   }
-  auto ok = parse("name: a\nfaults:\n  - {kind: corrupt, rank: 2, step: 4}\n  - {kind: timeout, time_ms: 0}\n");
+  auto ok = parse(
+      "name: a\nfaults:\n  - {kind: corrupt, rank: 2, collective: 4, integrity_check: true}\n"
+      "  - {kind: hang, rank: 1, time_ms: 0}\n  - {kind: link_down, link: 0-1}\n");
   ASSERT_TRUE(ok.is_ok()) << ok.status().to_string();
-  EXPECT_EQ(ok->faults.size(), 2u);
+  ASSERT_EQ(ok->faults.size(), 3u);
+  EXPECT_EQ(ok->faults[0].collective, 4);
+  EXPECT_TRUE(ok->faults[0].integrity_check);
 }
 
 TEST_F(ScenarioFiles, ProfilePathsMustExist) {

@@ -43,3 +43,11 @@ function(shardlab_add_gtest name)
   shardlab_add_test(NAME ${name} TARGET ${name} LABEL ${G_LABEL} TIMEOUT ${G_TIMEOUT}
                     ARGS ${G_ARGS} ENVIRONMENT ${G_ENVIRONMENT})
 endfunction()
+
+# shardlab_hpu_skip_without_gaudi(<test>): a test against real Gaudi hardware (label hpu)
+# prints "skipped: no Gaudi device" (GTEST_SKIP) when there is no card; ctest then reports
+# it as skipped, never as passed. Tests that use the cards never run concurrently.
+function(shardlab_hpu_skip_without_gaudi test)
+  set_tests_properties(${test} PROPERTIES SKIP_REGULAR_EXPRESSION "skipped: no Gaudi device"
+                                          RESOURCE_LOCK gaudi_cards)
+endfunction()

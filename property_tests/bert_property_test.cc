@@ -61,8 +61,9 @@ rc::Gen<BertCase> gen_bert_case() {
     o.steps = *rc::gen::inRange(1, 3);
     o.seed = *rc::gen::inRange<std::uint64_t>(0, 1000);
     o.fsdp.strategy = *rc::gen::element(fsdp::ShardingStrategy::kFullShard, fsdp::ShardingStrategy::kShardGradOp,
-                                        fsdp::ShardingStrategy::kNoShard, fsdp::ShardingStrategy::kHybridShard);
-    if (o.fsdp.strategy == fsdp::ShardingStrategy::kHybridShard) {
+                                        fsdp::ShardingStrategy::kNoShard, fsdp::ShardingStrategy::kHybridShard,
+                                        fsdp::ShardingStrategy::kHybridShardZero2);
+    if (fsdp::is_hybrid(o.fsdp.strategy)) {
       std::vector<int> divisors;
       for (int d = 1; d <= c.world_size; ++d)
         if (c.world_size % d == 0) divisors.push_back(d);

@@ -73,7 +73,7 @@ Snapshot on_world(int world, const runtime::train::FsdpTrainOptions& options,
 
 runtime::train::FsdpTrainOptions at_world(runtime::train::FsdpTrainOptions o, int world) {
   o.global_batch = static_cast<std::int64_t>(world) * o.grad_accumulation;
-  if (o.fsdp.strategy == runtime::fsdp::ShardingStrategy::kHybridShard) o.fsdp.devices_per_node = 1;
+  if (runtime::fsdp::is_hybrid(o.fsdp.strategy)) o.fsdp.devices_per_node = 1;
   return o;
 }
 

@@ -135,8 +135,9 @@ RC_GTEST_PROP(FsdpTraining, InjectedDelaysChangeNothingAndTheAllGatherLimitHolds
 }
 
 // 9. Collective counts per iteration match the strategy: FULL_SHARD/HYBRID_SHARD all-gather
-// every unit in forward and again in backward; SHARD_GRAD_OP once; NO_SHARD never; one
-// reduce-scatter per unit (plus one all-reduce per unit across replicas for HYBRID_SHARD);
+// every unit in forward and again in backward; SHARD_GRAD_OP and _HYBRID_SHARD_ZERO2 once;
+// NO_SHARD never; one reduce-scatter per unit (plus one all-reduce per unit across replicas
+// for the hybrid strategies);
 // NO_SHARD one all-reduce per unit; no_sync micro-batches reduce nothing.
 RC_GTEST_PROP(FsdpTraining, CollectiveCountsPerIterationMatchTheStrategy, ()) {
   const FsdpCase c = *gen_fsdp_case();
@@ -156,6 +157,9 @@ RC_GTEST_PROP(FsdpTraining, CollectiveCountsPerIterationMatchTheStrategy, ()) {
           break;
         case ShardingStrategy::kHybridShard:
           want = {2 * u, synced ? t : 0, synced && c.world_size / o.fsdp.devices_per_node > 1 ? t : 0};
+          break;
+        case ShardingStrategy::kHybridShardZero2:
+          want = {u, synced ? t : 0, synced && c.world_size / o.fsdp.devices_per_node > 1 ? t : 0};
           break;
         case ShardingStrategy::kShardGradOp:
           want = {u, synced ? t : 0, 0};

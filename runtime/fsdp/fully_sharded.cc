@@ -61,7 +61,7 @@ FullyShardedModel::FullyShardedModel(comm::Communicator& comm, device::Device& d
 
 int FullyShardedModel::shard_world_size() const {
   if (options_.strategy == ShardingStrategy::kNoShard) return 1;
-  if (options_.strategy == ShardingStrategy::kHybridShard) return shard_group_->size();
+  if (is_hybrid(options_.strategy)) return shard_group_->size();
   return comm_.size();
 }
 
@@ -71,12 +71,12 @@ int FullyShardedModel::shard_rank() {
 
 bool FullyShardedModel::writes_shard_files() {
   if (options_.strategy == ShardingStrategy::kNoShard) return comm_.rank() == 0;
-  if (options_.strategy == ShardingStrategy::kHybridShard) return replica_group_->rank() == 0;
+  if (is_hybrid(options_.strategy)) return replica_group_->rank() == 0;
   return true;
 }
 
 comm::Communicator& FullyShardedModel::shard_comm() {
-  return options_.strategy == ShardingStrategy::kHybridShard ? *shard_group_ : comm_;
+  return is_hybrid(options_.strategy) ? *shard_group_ : comm_;
 }
 
 Result<std::unique_ptr<FullyShardedModel>> FullyShardedModel::create(comm::Communicator& comm, device::Device& dev,
@@ -137,10 +137,10 @@ Result<std::unique_ptr<FullyShardedModel>> FullyShardedModel::create(comm::Commu
     return Status::invalid_argument("FSDP: the initial parameters must be fp32 with " + std::to_string(total) +
                                     " elements, got " + full_init.describe());
   }
-  if (o.strategy == ShardingStrategy::kHybridShard) {
+  if (is_hybrid(o.strategy)) {
     const int dpn = o.devices_per_node;
     if (dpn < 1 || comm.size() % dpn != 0) {
-      return Status::invalid_argument("HYBRID_SHARD: devices_per_node " + std::to_string(dpn) +
+      return Status::invalid_argument(std::string(strategy_name(o.strategy)) + ": devices_per_node " + std::to_string(dpn) +
                                       " must be >= 1 and divide the world size " + std::to_string(comm.size()));
     }
     SHARDLAB_ASSIGN_OR_RETURN(m->shard_group_, comm.split(comm.rank() / dpn, comm.rank() % dpn));
@@ -529,7 +529,7 @@ Status FullyShardedModel::reduce_grad(int unit) {
     SHARDLAB_RETURN_IF_ERROR(
         shard_comm().reduce_scatter(reduced, to_reduce, ReduceOp::kSum)->wait(timeout).with_context(where));
     ++counts_.reduce_scatter;
-    if (options_.strategy == ShardingStrategy::kHybridShard && replica_group_->size() > 1) {
+    if (is_hybrid(options_.strategy) && replica_group_->size() > 1) {
       SHARDLAB_RETURN_IF_ERROR(replica_group_->all_reduce(reduced, ReduceOp::kSum)->wait(timeout).with_context(where));
       ++counts_.all_reduce;
     }

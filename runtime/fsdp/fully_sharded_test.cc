@@ -527,7 +527,11 @@ TEST(FsdpOptionsParsing, AcceptsPyTorchNamesAndAccelerateNumbers) {
   EXPECT_EQ(*parse_strategy("full_shard"), ShardingStrategy::kFullShard);
   EXPECT_EQ(*parse_strategy("2"), ShardingStrategy::kShardGradOp);
   EXPECT_EQ(*parse_strategy("4"), ShardingStrategy::kHybridShard);
-  EXPECT_NE(parse_strategy("5").status().message().find("allowed: FULL_SHARD (1)"), std::string::npos);
+  EXPECT_EQ(*parse_strategy("5"), ShardingStrategy::kHybridShardZero2);
+  EXPECT_EQ(*parse_strategy("_hybrid_shard_zero2"), ShardingStrategy::kHybridShardZero2);
+  EXPECT_EQ(strategy_name(ShardingStrategy::kHybridShardZero2), "_HYBRID_SHARD_ZERO2");
+  EXPECT_NE(parse_strategy("6").status().message().find("allowed: FULL_SHARD (1)"), std::string::npos);
+  EXPECT_NE(parse_strategy("6").status().message().find("_HYBRID_SHARD_ZERO2 (5)"), std::string::npos);
   EXPECT_EQ(*parse_prefetch("backward_post"), BackwardPrefetch::kBackwardPost);
   EXPECT_EQ(parse_prefetch("x").status().code(), StatusCode::kInvalidArgument);
 }

@@ -11,6 +11,7 @@ std::string_view strategy_name(ShardingStrategy s) {
     case ShardingStrategy::kShardGradOp: return "SHARD_GRAD_OP";
     case ShardingStrategy::kNoShard: return "NO_SHARD";
     case ShardingStrategy::kHybridShard: return "HYBRID_SHARD";
+    case ShardingStrategy::kHybridShardZero2: return "_HYBRID_SHARD_ZERO2";
   }
   return "?";
 }
@@ -38,8 +39,10 @@ Result<ShardingStrategy> parse_strategy(std::string_view text) {
   if (u == "SHARD_GRAD_OP" || u == "2") return ShardingStrategy::kShardGradOp;
   if (u == "NO_SHARD" || u == "3") return ShardingStrategy::kNoShard;
   if (u == "HYBRID_SHARD" || u == "4") return ShardingStrategy::kHybridShard;
+  if (u == "_HYBRID_SHARD_ZERO2" || u == "HYBRID_SHARD_ZERO2" || u == "5") return ShardingStrategy::kHybridShardZero2;
   return Status::invalid_argument("unknown sharding strategy '" + std::string(text) +
-                                  "'; allowed: FULL_SHARD (1), SHARD_GRAD_OP (2), NO_SHARD (3), HYBRID_SHARD (4)");
+                                  "'; allowed: FULL_SHARD (1), SHARD_GRAD_OP (2), NO_SHARD (3), HYBRID_SHARD (4), "
+                                  "_HYBRID_SHARD_ZERO2 (5)");
 }
 
 Result<BackwardPrefetch> parse_prefetch(std::string_view text) {

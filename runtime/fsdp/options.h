@@ -15,12 +15,19 @@
 
 namespace shardlab::runtime::fsdp {
 
-enum class ShardingStrategy { kFullShard, kShardGradOp, kNoShard, kHybridShard };
+// kHybridShardZero2 is PyTorch's _HYBRID_SHARD_ZERO2: HYBRID_SHARD's groups (shard inside
+// a node, all-reduce gradients across nodes) with SHARD_GRAD_OP's schedule (parameters stay
+// unsharded from forward to backward: one all-gather per unit per iteration).
+enum class ShardingStrategy { kFullShard, kShardGradOp, kNoShard, kHybridShard, kHybridShardZero2 };
+// HYBRID_SHARD or _HYBRID_SHARD_ZERO2: shard groups of devices_per_node ranks + replica groups.
+constexpr bool is_hybrid(ShardingStrategy s) {
+  return s == ShardingStrategy::kHybridShard || s == ShardingStrategy::kHybridShardZero2;
+}
 enum class BackwardPrefetch { kNone, kBackwardPre, kBackwardPost };
 
 std::string_view strategy_name(ShardingStrategy s);   // "FULL_SHARD", …
 std::string_view prefetch_name(BackwardPrefetch p);    // "BACKWARD_PRE", …, "NONE"
-// Accept PyTorch's names (any case) and accelerate's numbers 1-4 for strategies.
+// Accept PyTorch's names (any case) and accelerate's numbers 1-5 for strategies.
 Result<ShardingStrategy> parse_strategy(std::string_view text);
 Result<BackwardPrefetch> parse_prefetch(std::string_view text);
 
@@ -36,7 +43,7 @@ struct FsdpOptions {
   bool limit_all_gathers = true;
   // use_orig_params alignment: 16 bytes (PyTorch) or 0.
   std::int64_t align_bytes = 16;
-  // HYBRID_SHARD: ranks per node (shard group size); must divide the world size.
+  // HYBRID_SHARD / _HYBRID_SHARD_ZERO2: ranks per node (shard group size); must divide the world size.
   int devices_per_node = 0;
   // Broadcast rank 0's initial parameters before sharding.
   bool sync_module_states = false;

@@ -37,6 +37,10 @@ struct Batch {
   Result<Tensor> get(const std::string& name) const;
 };
 
+// `rows` rows of every tensor of `batch`, copied to `dev` as activations: row i is row
+// (first + i) mod batch.rows, so a batch file shorter than a run cycles through its rows.
+Result<Batch> slice_batch(const Batch& batch, device::Device& dev, std::int64_t first, std::int64_t rows);
+
 // Where a micro-batch sits in the run (keys the dropout masks).
 struct ForwardContext {
   std::uint64_t seed = 0;

@@ -81,7 +81,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{BertHead::kQuestionAnswering, fsdp::ShardingStrategy::kFullShard},
                       Case{BertHead::kMaskedLM, fsdp::ShardingStrategy::kShardGradOp},
                       Case{BertHead::kQuestionAnswering, fsdp::ShardingStrategy::kNoShard},
-                      Case{BertHead::kSequenceClassification, fsdp::ShardingStrategy::kHybridShard}),
+                      Case{BertHead::kSequenceClassification, fsdp::ShardingStrategy::kHybridShard},
+                      Case{BertHead::kMaskedLM, fsdp::ShardingStrategy::kHybridShardZero2}),
     [](const auto& info) {
       return std::string(model::bert_head_name(info.param.head)) + "_" +
              std::to_string(static_cast<int>(info.param.strategy));

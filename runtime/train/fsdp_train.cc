@@ -139,9 +139,9 @@ Status validate(const FsdpTrainOptions& o, int world) {
                                     " micro-batches; use a multiple of " +
                                     std::to_string(static_cast<std::int64_t>(world) * std::max(o.grad_accumulation, 1)));
   }
-  if (o.fsdp.strategy == fsdp::ShardingStrategy::kHybridShard &&
-      (o.fsdp.devices_per_node < 1 || world % o.fsdp.devices_per_node != 0)) {
-    return Status::invalid_argument("HYBRID_SHARD needs devices_per_node dividing the world size " + std::to_string(world));
+  if (fsdp::is_hybrid(o.fsdp.strategy) && (o.fsdp.devices_per_node < 1 || world % o.fsdp.devices_per_node != 0)) {
+    return Status::invalid_argument(std::string(fsdp::strategy_name(o.fsdp.strategy)) +
+                                    " needs devices_per_node dividing the world size " + std::to_string(world));
   }
   return Status::ok();
 }
@@ -198,6 +198,7 @@ Status FsdpTrainer::step() {
   const int world = comm_.size();
   const std::int64_t local = o.global_batch / world;
   const std::int64_t micro = local / o.grad_accumulation;
+  if (o.before_step) SHARDLAB_RETURN_IF_ERROR(o.before_step(step_));
   const Nanos start = clock_.now();
   fsdp_->zero_grad();
   // The step's micro-batches first: the loss is normalized by the global target count.
@@ -295,7 +296,7 @@ Result<FsdpTrainResult> train_oracle(device::Device& dev, const FsdpTrainOptions
   const std::int64_t micro = local / o.grad_accumulation;
   // The reduction tree of the collectives: groups of `group` ranks summed in order, then
   // the group sums in order (one group unless HYBRID_SHARD).
-  const int group = o.fsdp.strategy == fsdp::ShardingStrategy::kHybridShard ? o.fsdp.devices_per_node : world;
+  const int group = fsdp::is_hybrid(o.fsdp.strategy) ? o.fsdp.devices_per_node : world;
   const auto [pre, post] = fsdp::divide_factors(world);
   FsdpTrainResult result;
   for (int step = 0; step < o.steps; ++step) {

@@ -76,6 +76,9 @@ struct FsdpTrainOptions {
   // uninterrupted one does.
   // Called after every completed step with the result so far (e.g. a progress line).
   std::function<void(const FsdpTrainResult&)> on_step;
+  // Called at the top of every step (0-based, before anything of the step runs); an error
+  // ends the run with it (fault injection: a rank that crashes or hangs at a step).
+  std::function<Status(int step)> before_step;
   struct Checkpointing {
     std::string dir;  // empty: none
     int every_steps = 0;

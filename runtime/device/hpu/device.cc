@@ -1,0 +1,1042 @@
+#include "runtime/device/hpu/device.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <sstream>
+
+namespace shardlab::runtime::device::hpu {
+
+namespace {
+
+constexpr const char* kDeviceName = "hpu:0";
+constexpr int kScalarSlots = 16;
+constexpr std::size_t kMaxEvents = 4096;
+
+std::string syn_dtype_suffix(DType d) {
+  switch (d) {
+    case DType::kF32: return "f32";
+    case DType::kBF16: return "bf16";
+    case DType::kF16: return "f16";
+    case DType::kI64: return "i64";
+  }
+  return "?";
+}
+
+synDataType syn_dtype(DType d) {
+  switch (d) {
+    case DType::kF32: return syn_type_single;
+    case DType::kBF16: return syn_type_bf16;
+    case DType::kF16: return syn_type_fp16;
+    case DType::kI64: return syn_type_int64;
+  }
+  return syn_type_na;
+}
+
+template <typename P>
+std::string param_bytes(const P& p) {
+  return std::string(reinterpret_cast<const char*>(&p), sizeof(P));
+}
+
+// Kernel parameters with padding (bool then float) are built on zeroed memory: their bytes
+// are part of the recipe key and are passed to the library as is.
+std::string layer_norm_params(float eps) {
+  ShardlabLayerNormParams p;
+  std::memset(&p, 0, sizeof p);
+  p.epsValid = true;
+  p.eps = eps;
+  return param_bytes(p);
+}
+
+std::string hex(const std::string& bytes) {
+  static const char* digits = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : bytes) {
+    out += digits[c >> 4];
+    out += digits[c & 15];
+  }
+  return out;
+}
+
+Shape ones(int rank) { return Shape(static_cast<std::size_t>(rank), 1); }
+
+Status overlap_error(std::string_view op, const Tensor& out, const Tensor& in, bool same_view_ok) {
+  if (out.overlaps(in) && !(same_view_ok && out.same_view(in))) {
+    return Status::invalid_argument(std::string(op) + ": " + out.describe() + " overlaps " + in.describe() +
+                                    (same_view_ok ? " (only the same view is allowed)" : ""));
+  }
+  return Status::ok();
+}
+
+Status numel_error(std::string_view op, const Tensor& t, std::int64_t numel, const char* what) {
+  if (t.numel() != numel) {
+    return Status::invalid_argument(std::string(op) + ": " + t.describe() + " has " + std::to_string(t.numel()) +
+                                    " elements; expected " + std::to_string(numel) + " (" + what + ")");
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+// ---- module selection and the launch check ---------------------------------------------
+
+Result<std::uint32_t> select_module() {
+  int local_rank = 0;
+  for (const char* var : {"OMPI_COMM_WORLD_LOCAL_RANK", "LOCAL_RANK"}) {
+    const char* v = std::getenv(var);
+    if (v == nullptr || v[0] == '\0') continue;
+    char* end = nullptr;
+    const long r = std::strtol(v, &end, 10);
+    if (*end != '\0' || r < 0 || r > 4096) {
+      return Status::invalid_argument(std::string(var) + "='" + v + "' is not a local rank (a non-negative integer)");
+    }
+    local_rank = static_cast<int>(r);
+    break;
+  }
+  const char* visible = std::getenv("HABANA_VISIBLE_MODULES");
+  if (visible == nullptr || visible[0] == '\0') return static_cast<std::uint32_t>(local_rank);
+  std::vector<std::uint32_t> modules;
+  std::stringstream ss(visible);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    char* end = nullptr;
+    const long m = std::strtol(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || m < 0 || m > 1023) {
+      return Status::invalid_argument(std::string("HABANA_VISIBLE_MODULES='") + visible + "': '" + item +
+                                      "' is not a module id; expected a comma-separated list such as 0,1,2,3");
+    }
+    modules.push_back(static_cast<std::uint32_t>(m));
+  }
+  if (static_cast<std::size_t>(local_rank) >= modules.size()) {
+    return Status::invalid_argument("local rank " + std::to_string(local_rank) + " has no module: HABANA_VISIBLE_MODULES='" +
+                                    visible + "' lists " + std::to_string(modules.size()) +
+                                    " (run at most that many processes per node)");
+  }
+  return modules[static_cast<std::size_t>(local_rank)];
+}
+
+Status check_launch_tensor(const std::string& recipe, const std::string& tensor, const std::string& storage_label,
+                           std::int64_t byte_offset, std::int64_t nbytes, std::int64_t storage_bytes,
+                           std::int64_t allocation_bytes, std::int64_t compiled_bytes) {
+  const std::string where = "launch of recipe '" + recipe + "': tensor '" + tensor + "' at byte offset " +
+                            std::to_string(byte_offset) + " (unsigned " +
+                            std::to_string(static_cast<std::uint64_t>(byte_offset)) + "), extent " +
+                            std::to_string(nbytes) + " bytes, in storage '" + storage_label + "' of " +
+                            std::to_string(storage_bytes) + " bytes";
+  std::int64_t end = 0;
+  if (byte_offset < 0 || nbytes < 0 || __builtin_add_overflow(byte_offset, nbytes, &end)) {
+    return Status::invalid_argument(where + ": the offset or extent is negative or overflows (a wrapped offset?); "
+                                            "nothing was launched");
+  }
+  if (end > storage_bytes) {
+    return Status::invalid_argument(where + ": the view ends at byte " + std::to_string(end) +
+                                    ", past the end of its storage; nothing was launched");
+  }
+  if (allocation_bytes < 0) {
+    return Status::invalid_argument(where + ": the storage is not a live allocation of " + std::string(kDeviceName) +
+                                    " (freed, or another device's memory); nothing was launched");
+  }
+  if (end > allocation_bytes) {
+    return Status::invalid_argument(where + ": the view ends at byte " + std::to_string(end) +
+                                    ", past the end of its device allocation of " + std::to_string(allocation_bytes) +
+                                    " bytes; nothing was launched");
+  }
+  if (nbytes != compiled_bytes) {
+    return Status::invalid_argument(where + ": the recipe was compiled for " + std::to_string(compiled_bytes) +
+                                    " bytes; nothing was launched");
+  }
+  return Status::ok();
+}
+
+// ---- internal types ---------------------------------------------------------------------
+
+struct HpuDevice::Allocations {
+  mutable std::mutex mu;
+  std::map<std::uint64_t, std::int64_t> sizes;  // device address → bytes
+
+  std::int64_t size_at(std::uint64_t address) const {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = sizes.find(address);
+    return it == sizes.end() ? -1 : it->second;
+  }
+};
+
+struct HpuDevice::Recipe {
+  synRecipeHandle handle = nullptr;
+  std::string name;
+  std::uint64_t workspace_bytes = 0;
+  std::vector<std::int64_t> tensor_bytes;  // per GraphSpec tensor
+};
+
+// One graph: tensors (torch order shapes; persistent ones are bound at launch) and nodes.
+struct HpuDevice::GraphSpec {
+  struct T {
+    std::string name;
+    DType dtype;
+    Shape shape;
+    bool persistent;
+  };
+  struct N {
+    std::string guid;
+    std::vector<int> in, out;
+    std::string params;
+  };
+  explicit GraphSpec(std::string op_name) : op(std::move(op_name)) {}
+
+  std::string op;
+  std::vector<T> tensors;
+  std::vector<N> nodes;
+
+  int add(std::string name, DType dtype, Shape shape, bool persistent = true) {
+    tensors.push_back({std::move(name), dtype, std::move(shape), persistent});
+    return static_cast<int>(tensors.size()) - 1;
+  }
+  int temp(std::string name, DType dtype, Shape shape) { return add(std::move(name), dtype, std::move(shape), false); }
+  void node(std::string guid, std::vector<int> in, std::vector<int> out, std::string params = {}) {
+    nodes.push_back({std::move(guid), std::move(in), std::move(out), std::move(params)});
+  }
+  std::string key() const {
+    std::string k = op;
+    for (const T& t : tensors) {
+      k += "|" + t.name + ":" + std::string(dtype_name(t.dtype)) + shape_to_string(t.shape) + (t.persistent ? "p" : "t");
+    }
+    for (const N& n : nodes) {
+      k += "|" + n.guid + "(";
+      for (int i : n.in) k += std::to_string(i) + ",";
+      k += ")->(";
+      for (int i : n.out) k += std::to_string(i) + ",";
+      k += ")" + hex(n.params);
+    }
+    return k;
+  }
+};
+
+struct HpuDevice::Binding {
+  int tensor;
+  Tensor view;
+  bool upload;
+  bool download;
+};
+
+// ---- lifecycle ---------------------------------------------------------------------------
+
+HpuDevice::HpuDevice(std::shared_ptr<SynapseLibrary> lib, synDeviceId device, std::uint32_t module, int device_type,
+                     std::int64_t capacity)
+    : lib_(std::move(lib)),
+      api_(lib_->api()),
+      device_(device),
+      module_id_(module),
+      device_type_(device_type),
+      memory_(kDeviceName, capacity),
+      allocations_(std::make_shared<Allocations>()),
+      host_math_(DeviceId{"hpu", 0}) {}
+
+Result<std::unique_ptr<HpuDevice>> HpuDevice::open(std::shared_ptr<SynapseLibrary> lib,
+                                                   const HpuDeviceOptions& options) {
+  std::uint32_t module = 0;
+  if (options.module_id) {
+    module = *options.module_id;
+  } else {
+    SHARDLAB_ASSIGN_OR_RETURN(module, select_module());
+  }
+  const SynapseApi& api = lib->api();
+  synDeviceId id = 0;
+  int st = api.synDeviceAcquireByModuleId(&id, module);
+  if (st != synSuccess) {
+    std::string hint;
+    const std::string m = std::to_string(module);
+    if (st == synDeviceAlreadyAcquired) {
+      hint = "another process holds module " + m +
+             "; check HABANA_VISIBLE_MODULES and that one process runs per card (one local rank per module)";
+    } else if (st == synNoDeviceFound) {
+      hint = "no Gaudi card with module id " + m + " is visible; check HABANA_VISIBLE_MODULES and `hl-smi`";
+    }
+    return synapse_error("synDeviceAcquireByModuleId", st, hint);
+  }
+  SynDeviceInfoBuffer info;
+  int device_type = synDeviceTypeInvalid;
+  std::uint64_t free_bytes = 0, total_bytes = 0;
+  st = api.synDeviceGetInfo(id, &info.info);
+  if (st == synSuccess) {
+    device_type = info.info.deviceType;
+    st = api.synDeviceGetMemoryInfo(id, &free_bytes, &total_bytes);
+    if (st != synSuccess) {
+      api.synDeviceRelease(id);
+      return synapse_error("synDeviceGetMemoryInfo", st);
+    }
+  } else {
+    api.synDeviceRelease(id);
+    return synapse_error("synDeviceGetInfo", st);
+  }
+  const std::int64_t capacity =
+      options.capacity_bytes > 0 ? options.capacity_bytes : static_cast<std::int64_t>(total_bytes);
+  std::unique_ptr<HpuDevice> dev(new HpuDevice(std::move(lib), id, module, device_type, capacity));
+  synStreamHandle compute = nullptr;
+  st = api.synStreamCreateGeneric(&compute, id, 0);
+  if (st != synSuccess) return synapse_error("synStreamCreateGeneric (compute)", st);
+  dev->streams_.push_back(compute);
+  SHARDLAB_ASSIGN_OR_RETURN(dev->scalar_storage_,
+                            dev->allocate(kScalarSlots * static_cast<std::int64_t>(sizeof(float)), MemoryCategory::kOther,
+                                          "hpu op scalars"));
+  return dev;
+}
+
+HpuDevice::~HpuDevice() {
+  for (auto& [key, r] : recipes_) api_.synRecipeDestroy(r->handle);
+  recipes_.clear();
+  for (auto& [id, ev] : events_) api_.synEventDestroy(ev);
+  events_.clear();
+  scalar_storage_.reset();
+  workspace_.reset();
+  for (synStreamHandle s : streams_) api_.synStreamDestroy(s);
+  streams_.clear();
+  abandoned_.clear();
+  api_.synDeviceRelease(device_);
+}
+
+std::string HpuDevice::device_type_name() const {
+  switch (device_type_) {
+    case synDeviceGaudi: return "Gaudi";
+    case synDeviceGaudi2: return "Gaudi2";
+    case synDeviceGaudi3: return "Gaudi3";
+    default: return "synDeviceType " + std::to_string(device_type_);
+  }
+}
+
+// ---- memory ------------------------------------------------------------------------------
+
+Result<std::shared_ptr<Storage>> HpuDevice::allocate(std::int64_t nbytes, MemoryCategory category,
+                                                     std::string_view label) {
+  SHARDLAB_RETURN_IF_ERROR(memory_.reserve(nbytes, category, label));
+  MemoryTracker* tracker = &memory_;
+  if (nbytes == 0) {
+    // Nothing to place on the device; a non-null host pointer keeps views host-visible.
+    static std::byte empty_bytes[64];
+    return std::make_shared<Storage>(empty_bytes, 0, 0, category, std::string(label), kDeviceName,
+                                     [tracker](Storage& s) { tracker->release(s.nbytes(), s.category()); });
+  }
+  const auto size = static_cast<std::uint64_t>(nbytes);
+  std::uint64_t address = 0;
+  int st = api_.synDeviceMalloc(device_, size, 0, 0, &address);
+  if (st != synSuccess) {
+    const MemoryStats stats = memory_.stats();
+    memory_.release(nbytes, category);
+    return synapse_error("synDeviceMalloc", st,
+                         "requested " + format_bytes(nbytes) + " for '" + std::string(label) + "' (" +
+                             std::string(category_name(category)) + ") on " + kDeviceName + "; tracked in use " +
+                             format_bytes(stats.current_total) + " (" + stats.breakdown() + "), capacity " +
+                             format_bytes(stats.capacity));
+  }
+  void* host = nullptr;
+  st = api_.synHostMalloc(device_, size, 0, &host);
+  if (st != synSuccess || host == nullptr) {
+    api_.synDeviceFree(device_, address, 0);
+    memory_.release(nbytes, category);
+    return synapse_error("synHostMalloc", st == synSuccess ? synOutOfHostMemory : st,
+                         "pinned host shadow of " + format_bytes(nbytes) + " for '" + std::string(label) +
+                             "' (NOTE [HPU host shadow] in runtime/device/hpu/device.h)");
+  }
+  {
+    std::lock_guard<std::mutex> lock(allocations_->mu);
+    allocations_->sizes[address] = nbytes;
+  }
+  std::shared_ptr<SynapseLibrary> lib = lib_;
+  std::shared_ptr<Allocations> allocations = allocations_;
+  const synDeviceId device = device_;
+  return std::make_shared<Storage>(
+      static_cast<std::byte*>(host), address, nbytes, category, std::string(label), kDeviceName,
+      [lib, allocations, device, tracker, host, address](Storage& s) {
+        {
+          std::lock_guard<std::mutex> lock(allocations->mu);
+          allocations->sizes.erase(address);
+        }
+        lib->api().synHostFree(device, host, 0);
+        lib->api().synDeviceFree(device, address, 0);
+        tracker->release(s.nbytes(), s.category());
+      });
+}
+
+// ---- streams and events -----------------------------------------------------------------
+
+Status HpuDevice::check_stream(std::string_view op, StreamId stream) const {
+  if (stream < 0 || static_cast<std::size_t>(stream) >= streams_.size()) {
+    return Status::invalid_argument(std::string(op) + " on " + kDeviceName + ": unknown stream " +
+                                    std::to_string(stream) + "; streams are 0.." + std::to_string(streams_.size() - 1));
+  }
+  return Status::ok();
+}
+
+Result<synStreamHandle> HpuDevice::stream_handle(StreamId stream) const {
+  SHARDLAB_RETURN_IF_ERROR(check_stream("stream_handle", stream));
+  return streams_[static_cast<std::size_t>(stream)];
+}
+
+Result<StreamId> HpuDevice::create_stream(std::string_view name) {
+  synStreamHandle s = nullptr;
+  const int st = api_.synStreamCreateGeneric(&s, device_, 0);
+  if (st != synSuccess) return synapse_error("synStreamCreateGeneric ('" + std::string(name) + "')", st);
+  streams_.push_back(s);
+  return static_cast<StreamId>(streams_.size() - 1);
+}
+
+EventId HpuDevice::record_event(StreamId stream) {
+  SHARDLAB_CHECK_OK(check_stream("record_event", stream));
+  synEventHandle ev = nullptr;
+  int st = api_.synEventCreate(&ev, device_, 0);
+  SHARDLAB_CHECK_OK(st == synSuccess ? Status::ok() : synapse_error("synEventCreate", st));
+  st = api_.synEventRecord(ev, streams_[static_cast<std::size_t>(stream)]);
+  if (st != synSuccess) {
+    api_.synEventDestroy(ev);
+    SHARDLAB_CHECK_OK(synapse_error("synEventRecord", st));
+  }
+  // Every op completes before it returns (NOTE [HPU host shadow]), so old events are done.
+  while (events_.size() >= kMaxEvents) {
+    api_.synEventDestroy(events_.begin()->second);
+    events_.erase(events_.begin());
+  }
+  const std::uint64_t id = next_event_++;
+  events_[id] = ev;
+  return EventId{id};
+}
+
+void HpuDevice::wait_event(StreamId waiter, EventId event) {
+  SHARDLAB_CHECK_OK(check_stream("wait_event", waiter));
+  auto it = events_.find(event.value);
+  if (it == events_.end()) return;  // retired: it completed long ago
+  const int st = api_.synStreamWaitEvent(streams_[static_cast<std::size_t>(waiter)], it->second, 0);
+  SHARDLAB_CHECK_OK(st == synSuccess ? Status::ok() : synapse_error("synStreamWaitEvent", st));
+}
+
+void HpuDevice::synchronize(StreamId stream) {
+  SHARDLAB_CHECK_OK(check_stream("synchronize", stream));
+  const int st = api_.synStreamSynchronize(streams_[static_cast<std::size_t>(stream)]);
+  SHARDLAB_CHECK_OK(st == synSuccess ? Status::ok() : synapse_error("synStreamSynchronize", st));
+}
+
+// ---- placement, staging ------------------------------------------------------------------
+
+std::uint64_t HpuDevice::device_address(const Tensor& t) {
+  return t.storage()->device_address() + static_cast<std::uint64_t>(t.byte_offset());
+}
+
+Status HpuDevice::check_device_tensor(const Tensor& t, std::string_view what) const {
+  if (!t.defined()) return Status::invalid_argument(std::string(what) + ": an operand is undefined");
+  if (t.is_phantom()) return Status::invalid_argument(std::string(what) + ": " + t.describe() + " has no data");
+  if (t.storage()->nbytes() == 0) return Status::ok();
+  if (allocations_->size_at(t.storage()->device_address()) < 0) {
+    return Status::invalid_argument(std::string(what) + ": " + t.describe() + " is not in the memory of " +
+                                    kDeviceName + " (its storage belongs to " + t.storage()->device_name() +
+                                    "); copy it to an " + kDeviceName + " tensor first");
+  }
+  return Status::ok();
+}
+
+Status HpuDevice::check_operand(std::string_view op, const Tensor& t, DType dtype) const {
+  SHARDLAB_RETURN_IF_ERROR(check_device_tensor(t, op));
+  if (t.dtype() != dtype) {
+    return Status::invalid_argument(std::string(op) + ": " + t.describe() + " must be " + std::string(dtype_name(dtype)));
+  }
+  return Status::ok();
+}
+
+Status HpuDevice::enqueue_upload(const Tensor& t, synStreamHandle stream) {
+  if (t.nbytes() == 0) return Status::ok();
+  const int st = api_.synMemCopyAsync(stream, reinterpret_cast<std::uint64_t>(t.bytes()),
+                                      static_cast<std::uint64_t>(t.nbytes()), device_address(t), HOST_TO_DRAM);
+  if (st != synSuccess) return synapse_error("synMemCopyAsync (HOST_TO_DRAM of " + t.describe() + ")", st);
+  stats_.bytes_to_device += t.nbytes();
+  return Status::ok();
+}
+
+Status HpuDevice::enqueue_download(const Tensor& t, synStreamHandle stream) {
+  if (t.nbytes() == 0) return Status::ok();
+  const int st = api_.synMemCopyAsync(stream, device_address(t), static_cast<std::uint64_t>(t.nbytes()),
+                                      reinterpret_cast<std::uint64_t>(t.bytes()), DRAM_TO_HOST);
+  if (st != synSuccess) return synapse_error("synMemCopyAsync (DRAM_TO_HOST of " + t.describe() + ")", st);
+  stats_.bytes_to_host += t.nbytes();
+  return Status::ok();
+}
+
+// ---- graphs and recipes ------------------------------------------------------------------
+
+Result<HpuDevice::Recipe*> HpuDevice::recipe_for(const GraphSpec& spec) {
+  const std::string key = spec.key();
+  auto it = recipes_.find(key);
+  if (it != recipes_.end()) {
+    ++stats_.recipe_cache_hits;
+    return it->second.get();
+  }
+  auto recipe = std::make_unique<Recipe>();
+  recipe->name = spec.op + "_" + std::to_string(recipes_.size());
+  synGraphHandle graph = nullptr;
+  int st = api_.synGraphCreate(&graph, static_cast<synDeviceType>(device_type_));
+  if (st != synSuccess) return synapse_error("synGraphCreate (" + recipe->name + ")", st);
+  std::vector<synTensor> handles;
+  std::vector<synSectionHandle> sections;
+  auto cleanup = [&] {
+    for (synTensor t : handles) api_.synTensorDestroy(t);
+    for (synSectionHandle s : sections) api_.synSectionDestroy(s);
+    api_.synGraphDestroy(graph);
+  };
+  auto fail = [&](const std::string& call, int status) {
+    cleanup();
+    return synapse_error(call + " (recipe '" + recipe->name + "')", status);
+  };
+  for (const GraphSpec::T& t : spec.tensors) {
+    synTensor h = nullptr;
+    st = api_.synTensorHandleCreate(&h, graph, DATA_TENSOR, t.name.c_str());
+    if (st != synSuccess) return fail("synTensorHandleCreate '" + t.name + "'", st);
+    handles.push_back(h);
+    synTensorGeometry geometry{};
+    const Shape shape = t.shape.empty() ? Shape{1} : t.shape;
+    geometry.dims = static_cast<std::uint32_t>(shape.size());
+    synTensorDeviceFullLayout layout{};
+    layout.deviceDataType = syn_dtype(t.dtype);
+    std::uint64_t stride = element_size(t.dtype);
+    for (std::size_t i = 0; i < shape.size(); ++i) {
+      geometry.sizes[i] = static_cast<TSize>(shape[shape.size() - 1 - i]);  // innermost first
+      if (stride > 0xffffffffu) {
+        cleanup();
+        return Status::invalid_argument("tensor '" + t.name + "' " + shape_to_string(t.shape) +
+                                        " is too large for a 32-bit Synapse stride");
+      }
+      layout.strides[i] = static_cast<std::uint32_t>(stride);
+      stride *= geometry.sizes[i];
+    }
+    st = api_.synTensorSetGeometry(h, &geometry, synGeometrySizes);
+    if (st != synSuccess) return fail("synTensorSetGeometry '" + t.name + "'", st);
+    st = api_.synTensorSetDeviceFullLayout(h, &layout);
+    if (st != synSuccess) return fail("synTensorSetDeviceFullLayout '" + t.name + "'", st);
+    if (t.persistent) {
+      synSectionHandle section = nullptr;
+      st = api_.synSectionCreate(&section, 0, graph);
+      if (st != synSuccess) return fail("synSectionCreate '" + t.name + "'", st);
+      sections.push_back(section);
+      st = api_.synTensorAssignToSection(h, section, 0);
+      if (st != synSuccess) return fail("synTensorAssignToSection '" + t.name + "'", st);
+    }
+    std::int64_t numel = 1;
+    for (std::int64_t d : t.shape) numel *= d;
+    recipe->tensor_bytes.push_back(numel * static_cast<std::int64_t>(element_size(t.dtype)));
+  }
+  int index = 0;
+  for (const GraphSpec::N& n : spec.nodes) {
+    std::vector<synTensor> in, out;
+    for (int i : n.in) in.push_back(handles[static_cast<std::size_t>(i)]);
+    for (int i : n.out) out.push_back(handles[static_cast<std::size_t>(i)]);
+    const std::string name = recipe->name + "/" + n.guid + "_" + std::to_string(index++);
+    st = api_.synNodeCreate(graph, in.data(), out.data(), static_cast<std::uint32_t>(in.size()),
+                            static_cast<std::uint32_t>(out.size()), n.params.empty() ? nullptr : n.params.data(),
+                            static_cast<unsigned>(n.params.size()), n.guid.c_str(), name.c_str(), nullptr, nullptr);
+    if (st != synSuccess) return fail("synNodeCreate '" + n.guid + "'", st);
+  }
+  st = api_.synGraphCompile(&recipe->handle, graph, recipe->name.c_str(), nullptr);
+  if (st != synSuccess) return fail("synGraphCompile", st);
+  cleanup();
+  st = api_.synWorkspaceGetSize(&recipe->workspace_bytes, recipe->handle);
+  if (st != synSuccess) {
+    api_.synRecipeDestroy(recipe->handle);
+    return synapse_error("synWorkspaceGetSize (recipe '" + recipe->name + "')", st);
+  }
+  ++stats_.recipes_compiled;
+  Recipe* raw = recipe.get();
+  recipes_[key] = std::move(recipe);
+  return raw;
+}
+
+Result<Tensor> HpuDevice::scalars(const std::vector<float>& values, int rank) {
+  SHARDLAB_CHECK_LE(values.size(), static_cast<std::size_t>(kScalarSlots));
+  auto* p = reinterpret_cast<float*>(scalar_storage_->host_data());
+  for (std::size_t i = 0; i < values.size(); ++i) p[i] = values[i];
+  Shape shape = ones(rank);
+  shape[0] = static_cast<std::int64_t>(values.size());
+  return Tensor::view_of(scalar_storage_, DType::kF32, shape, 0, "scalars");
+}
+
+Status HpuDevice::run_graph(const GraphSpec& spec, const std::vector<Binding>& bindings, StreamId stream) {
+  SHARDLAB_ASSIGN_OR_RETURN(Recipe * recipe, recipe_for(spec));
+  const synStreamHandle s = streams_[static_cast<std::size_t>(stream)];
+  for (const Binding& b : bindings) {
+    const GraphSpec::T& t = spec.tensors[static_cast<std::size_t>(b.tensor)];
+    SHARDLAB_CHECK(t.persistent);
+    SHARDLAB_CHECK(b.view.dtype() == t.dtype);
+    const Storage& storage = *b.view.storage();
+    SHARDLAB_RETURN_IF_ERROR(check_launch_tensor(
+        recipe->name, t.name + " (" + b.view.name() + ")", storage.label(), b.view.byte_offset(), b.view.nbytes(),
+        storage.nbytes(), allocations_->size_at(storage.device_address()),
+        recipe->tensor_bytes[static_cast<std::size_t>(b.tensor)]));
+  }
+  std::uint64_t workspace = 0;
+  if (recipe->workspace_bytes > 0) {
+    if (!workspace_ || static_cast<std::uint64_t>(workspace_->nbytes()) < recipe->workspace_bytes) {
+      workspace_.reset();
+      SHARDLAB_ASSIGN_OR_RETURN(workspace_, allocate(static_cast<std::int64_t>(recipe->workspace_bytes),
+                                                     MemoryCategory::kOther, "recipe workspace"));
+    }
+    workspace = workspace_->device_address();
+  }
+  for (const Binding& b : bindings) {
+    if (b.upload) SHARDLAB_RETURN_IF_ERROR(enqueue_upload(b.view, s));
+  }
+  std::vector<synLaunchTensorInfoExt> infos;
+  for (const Binding& b : bindings) {
+    const GraphSpec::T& t = spec.tensors[static_cast<std::size_t>(b.tensor)];
+    synLaunchTensorInfoExt info{};
+    info.tensorName = t.name.c_str();
+    info.pTensorAddress = device_address(b.view);
+    info.tensorType = DATA_TENSOR;
+    const Shape shape = t.shape.empty() ? Shape{1} : t.shape;
+    for (std::size_t i = 0; i < shape.size(); ++i) info.tensorSize[i] = static_cast<TSize>(shape[shape.size() - 1 - i]);
+    infos.push_back(info);
+  }
+  int st = api_.synLaunchExt(s, infos.data(), static_cast<std::uint32_t>(infos.size()), workspace, recipe->handle,
+                             SHARDLAB_SYN_FLAGS_TENSOR_NAME);
+  if (st != synSuccess) return synapse_error("synLaunchExt (recipe '" + recipe->name + "')", st);
+  ++stats_.launches;
+  for (const Binding& b : bindings) {
+    if (b.download) SHARDLAB_RETURN_IF_ERROR(enqueue_download(b.view, s));
+  }
+  st = api_.synStreamSynchronize(s);
+  if (st != synSuccess) return synapse_error("synStreamSynchronize (after recipe '" + recipe->name + "')", st);
+  return Status::ok();
+}
+
+Status HpuDevice::host_fallback(Status s) {
+  if (s.is_ok()) ++stats_.host_fallback_ops;
+  return s;
+}
+
+// ---- ops ---------------------------------------------------------------------------------
+// Shapes inside graphs are the flattened forms the kernels need; the bound views carry
+// the bytes. Validation mirrors the cpu backend's contract (device.h).
+
+Status HpuDevice::copy(const Tensor& src, const Tensor& dst, StreamId stream) {
+  SHARDLAB_RETURN_IF_ERROR(check_stream("copy", stream));
+  return host_fallback(host_math_.copy(src, dst, kComputeStream));
+}
+
+Status HpuDevice::fill(const Tensor& dst, float value, StreamId stream) {
+  constexpr std::string_view kOp = "fill";
+  SHARDLAB_RETURN_IF_ERROR(check_stream(kOp, stream));
+  SHARDLAB_RETURN_IF_ERROR(check_device_tensor(dst, kOp));
+  if (dst.dtype() == DType::kI64 || dst.numel() == 0) return host_fallback(host_math_.fill(dst, value, kComputeStream));
+  GraphSpec g{"fill"};
+  const int out = g.add("out", dst.dtype(), {dst.numel()});
+  g.node("constant_" + syn_dtype_suffix(dst.dtype()), {}, {out}, param_bytes(ShardlabConstantParams{value}));
+  return run_graph(g, {{out, dst, false, true}}, stream);
+}
+
+Status HpuDevice::cast(const Tensor& src, const Tensor& dst, StreamId stream) {
+  constexpr std::string_view kOp = "cast";
+  SHARDLAB_RETURN_IF_ERROR(check_stream(kOp, stream));
+  SHARDLAB_RETURN_IF_ERROR(check_device_tensor(src, kOp));
+  SHARDLAB_RETURN_IF_ERROR(check_device_tensor(dst, kOp));
+  if (src.dtype() == dst.dtype() || !is_floating(src.dtype()) || !is_floating(dst.dtype()) || src.numel() == 0 ||
+      src.numel() != dst.numel() || src.overlaps(dst)) {
+    // Same-dtype casts are copies; every error case is reported by the cpu backend's checks.
+    return host_fallback(host_math_.cast(src, dst, kComputeStream));
+  }
+  GraphSpec g{"cast"};
+  const int in = g.add("x", src.dtype(), {src.numel()});
+  const int out = g.add("y", dst.dtype(), {dst.numel()});
+  g.node("cast_" + syn_dtype_suffix(src.dtype()) + "_to_" + syn_dtype_suffix(dst.dtype()), {in}, {out});
+  return run_graph(g, {{in, src, true, false}, {out, dst, false, true}}, stream);
+}
+
+Status HpuDevice::axpy(float alpha, const Tensor& x, const Tensor& y, StreamId stream) {
+  constexpr std::string_view kOp = "axpy";
+  SHARDLAB_RETURN_IF_ERROR(check_stream(kOp, stream));
+  SHARDLAB_RETURN_IF_ERROR(check_operand(kOp, x, DType::kF32));
+  SHARDLAB_RETURN_IF_ERROR(check_operand(kOp, y, DType::kF32));
+  SHARDLAB_RETURN_IF_ERROR(numel_error(kOp, y, x.numel(), "x's element count"));
+  SHARDLAB_RETURN_IF_ERROR(overlap_error(kOp, y, x, true));
+  if (x.numel() == 0) return Status::ok();
+  const std::int64_t n = x.numel();
+  SHARDLAB_ASSIGN_OR_RETURN(Tensor s, scalars({alpha}, 1));
+  GraphSpec g{"axpy"};
+  const int tx = g.add("x", DType::kF32, {n}), ta = g.add("alpha", DType::kF32, {1}),
+            tyi = g.add("y_in", DType::kF32, {n}), tyo = g.add("y", DType::kF32, {n});
+  const int scaled = g.temp("alpha_x", DType::kF32, {n});
+  g.node("mult_fwd_f32", {tx, ta}, {scaled});
+  g.node("add_fwd_f32", {tyi, scaled}, {tyo});
+  return run_graph(g, {{tx, x, true, false}, {ta, s, true, false}, {tyi, y, true, false}, {tyo, y, false, true}},
+                   stream);
+}
+
+Status HpuDevice::scale(const Tensor& x, float alpha, StreamId stream) {
+  constexpr std::string_view kOp = "scale";
+  SHARDLAB_RETURN_IF_ERROR(check_stream(kOp, stream));
+  SHARDLAB_RETURN_IF_ERROR(check_operand(kOp, x, DType::kF32));
+  if (x.numel() == 0) return Status::ok();
+  SHARDLAB_ASSIGN_OR_RETURN(Tensor s, scalars({alpha}, 1));
+  GraphSpec g{"scale"};
+  const int in = g.add("x_in", DType::kF32, {x.numel()}), ta = g.add("alpha", DType::kF32, {1}),
+            out = g.add("x", DType::kF32, {x.numel()});
+  g.node("mult_fwd_f32", {in, ta}, {out});
+  return run_graph(g, {{in, x, true, false}, {ta, s, true, false}, {out, x, false, true}}, stream);
+}
+
+namespace {
+
+// Shapes of op(a) [M, K] and op(b) [K, N] (the last two dims) checked against c [.., M, N].
+Status gemm_shapes(std::string_view op, const Tensor& a, bool ta, const Tensor& b, bool tb, const Tensor& c, int nd,
+                   std::int64_t* m, std::int64_t* k, std::int64_t* n) {
+  for (const Tensor* t : {&a, &b, &c}) {
+    if (t->ndim() != nd) {
+      return Status::invalid_argument(std::string(op) + ": " + t->describe() + " must be " + std::to_string(nd) + "-D");
+    }
+  }
+  const int r = nd - 2;
+  *m = ta ? a.dim(r + 1) : a.dim(r);
+  *k = ta ? a.dim(r) : a.dim(r + 1);
+  const std::int64_t kb = tb ? b.dim(r + 1) : b.dim(r);
+  *n = tb ? b.dim(r) : b.dim(r + 1);
+  Shape want = {*m, *n};
+  if (nd == 3) want.insert(want.begin(), a.dim(0));
+  if (*k != kb || c.shape() != want || (nd == 3 && b.dim(0) != a.dim(0))) {
+    return Status::invalid_argument(std::string(op) + ": op(a) of " + a.describe() + " is [" + std::to_string(*m) +
+                                    ", " + std::to_string(*k) + "] and op(b) of " + b.describe() + " is [" +
+                                    std::to_string(kb) + ", " + std::to_string(*n) + "]; c " + c.describe() +
+                                    " must be " + shape_to_string(want));
+  }
+  for (const Tensor* in : {&a, &b}) {
+    if (c.overlaps(*in)) return Status::invalid_argument(std::string(op) + ": c overlaps " + in->describe());
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+Status HpuDevice::gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c, float alpha,
+                       float beta, StreamId stream) {
+  constexpr std::string_view kOp = "gemm";
+  SHARDLAB_RETURN_IF_ERROR(check_stream(kOp, stream));
+  for (const Tensor* t : {&a, &b, &c}) SHARDLAB_RETURN_IF_ERROR(check_operand(kOp, *t, DType::kF32));
+  std::int64_t m, k, n;
+  SHARDLAB_RETURN_IF_ERROR(gemm_shapes(kOp, a, trans_a, b, trans_b, c, 2, &m, &k, &n));
+  if (m == 0 || n == 0) return Status::ok();
+  if (k == 0) return host_fallback(host_math_.gemm(a, trans_a, b, trans_b, c, alpha, beta, kComputeStream));
+  SHARDLAB_ASSIGN_OR_RETURN(Tensor s, scalars({alpha, beta}, 2));
+  SHARDLAB_ASSIGN_OR_RETURN(Tensor sa, s.narrow(0, 1));
+  SHARDLAB_ASSIGN_OR_RETURN(Tensor sb, s.narrow(1, 1));
+  GraphSpec g{"gemm"};
+  const int ta_ = g.add("a", DType::kF32, a.shape()), tb_ = g.add("b", DType::kF32, b.shape());
+  const int talpha = g.add("alpha", DType::kF32, {1, 1});
+  const int prod = g.temp("ab", DType::kF32, {m, n});
+  const int tc = g.add("c", DType::kF32, {m, n});
+  std::vector<Binding> binds = {{ta_, a, true, false}, {tb_, b, true, false}, {talpha, sa, true, false}};
+  g.node("gemm", {ta_, tb_}, {prod}, param_bytes(synGEMMParams{trans_a, trans_b}));
+  if (beta == 0.0f) {  // c's old contents are ignored (even NaN): c is not an input
+    g.node("mult_fwd_f32", {prod, talpha}, {tc});
+  } else {
+    const int tci = g.add("c_in", DType::kF32, {m, n}), tbeta = g.add("beta", DType::kF32, {1, 1});
+    const int scaled = g.temp("alpha_ab", DType::kF32, {m, n}), cb = g.temp("beta_c", DType::kF32, {m, n});
+    g.node("mult_fwd_f32", {prod, talpha}, {scaled});
+    g.node("mult_fwd_f32", {tci, tbeta}, {cb});
+    g.node("add_fwd_f32", {scaled, cb}, {tc});
+    binds.push_back({tci, c, true, false});
+    binds.push_back({tbeta, sb, true, false});
+  }
+  binds.push_back({tc, c, false, true});
+  return run_graph(g, binds, stream);
+}
+
+Status HpuDevice::batched_gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c,
+                               float alpha, float beta, StreamId stream) {
+  constexpr std::string_view kOp = "batched_gemm";
+  SHARDLAB_RETURN_IF_ERROR(check_stream(kOp, stream));
+  for (const Tensor* t : {&a, &b, &c}) SHARDLAB_RETURN_IF_ERROR(check_operand(kOp, *t, DType::kF32));
+  std::int64_t m, k, n;
+  SHARDLAB_RETURN_IF_ERROR(gemm_shapes(kOp, a, trans_a, b, trans_b, c, 3, &m, &k, &n));
+  const std::int64_t batch = a.dim(0);
+  if (batch == 0 || m == 0 || n == 0) return Status::ok();
+  if (k == 0) return host_fallback(host_math_.batched_gemm(a, trans_a, b, trans_b, c, alpha, beta, kComputeStream));
+  SHARDLAB_ASSIGN_OR_RETURN(Tensor s, scalars({alpha, beta}, 3));
+  SHARDLAB_ASSIGN_OR_RETURN(Tensor sa, s.narrow(0, 1));
+  SHARDLAB_ASSIGN_OR_RETURN(Tensor sb, s.narrow(1, 1));
+  GraphSpec g{"batched_gemm"};
+  const int ta_ = g.add("a", DType::kF32, a.shape()), tb_ = g.add("b", DType::kF32, b.shape());
+  const int talpha = g.add("alpha", DType::kF32, {1, 1, 1});
+  const int prod = g.temp("ab", DType::kF32, c.shape());
+  const int tc = g.add("c", DType::kF32, c.shape());
+  std::vector<Binding> binds = {{ta_, a, true, false}, {tb_, b, true, false}, {talpha, sa, true, false}};
+  g.node("batch_gemm", {ta_, tb_}, {prod}, param_bytes(synGEMMParams{trans_a, trans_b}));
+  if (beta == 0.0f) {
+    g.node("mult_fwd_f32", {prod, talpha}, {tc});
+  } else {
+    const int tci = g.add("c_in", DType::kF32, c.shape()), tbeta = g.add("beta", DType::kF32, {1, 1, 1});
+    const int scaled = g.temp("alpha_ab", DType::kF32, c.shape()), cb = g.temp("beta_c", DType::kF32, c.shape());
+    g.node("mult_fwd_f32", {prod, talpha}, {scaled});
+    g.node("mult_fwd_f32", {tci, tbeta}, {cb});
+    g.node("add_fwd_f32", {scaled, cb}, {tc});
+    binds.push_back({tci, c, true, false});
+    binds.push_back({tbeta, sb, true, false});
+  }
+  binds.push_back({tc, c, false, true});
+  return run_graph(g, binds, stream);
+}
+
+Status HpuDevice::add_bias(const Tensor& x, const Tensor& bias, StreamId stream) {
+  constexpr std::string_view kOp = "add_bias";
+  SHARDLAB_RETURN_IF_ERROR(check_stream(kOp, stream));
+  SHARDLAB_RETURN_IF_ERROR(check_operand(kOp, x, DType::kF32));
+  SHARDLAB_RETURN_IF_ERROR(check_operand(kOp, bias, DType::kF32));
+  if (x.ndim() < 1 || x.dim(-1) != bias.numel()) {
+    return Status::invalid_argument("add_bias: last dim of " + x.describe() + " must equal the bias size " +
+                                    std::to_string(bias.numel()));
+  }
+  const std::int64_t f = bias.numel();
+  if (f == 0 || x.numel() == 0) return Status::ok();
+  const std::int64_t rows = x.numel() / f;
+  GraphSpec g{"add_bias"};
+  const int in = g.add("x_in", DType::kF32, {rows, f}), tb = g.add("bias", DType::kF32, {1, f}),
+            out = g.add("x", DType::kF32, {rows, f});
+  g.node("add_fwd_f32", {in, tb}, {out});
+  return run_graph(g, {{in, x, true, false}, {tb, bias, true, false}, {out, x, false, true}}, stream);
+}
+
+Status HpuDevice::bias_grad(const Tensor& dy, const Tensor& dbias, bool accumulate, StreamId stream) {
+  SHARDLAB_RETURN_IF_ERROR(check_stream("bias_grad", stream));
+  return host_fallback(host_math_.bias_grad(dy, dbias, accumulate, kComputeStream));
+}
+
+namespace {
+
+std::string activation_guid(Activation act, bool backward, std::string* params) {
+  const char* dir = backward ? "_bwd_f32" : "_fwd_f32";
+  switch (act) {
+    case Activation::kRelu: return std::string("relu") + dir;
+    case Activation::kTanh: return std::string("tanh") + dir;
+    case Activation::kGelu: *params = param_bytes(ShardlabGeluParams{false}); return std::string("gelu") + dir;
+    case Activation::kGeluTanh: *params = param_bytes(ShardlabGeluParams{true}); return std::string("gelu") + dir;
+  }
+  return "?";
+}
+
+}  // namespace
+
+Status HpuDevice::activation(Activation act, const Tensor& x, const Tensor& y, StreamId stream) {
+  constexpr std::string_view kOp = "activation";
+  SHARDLAB_RETURN_IF_ERROR(check_stream(kOp, stream));
+  SHARDLAB_RETURN_IF_ERROR(check_operand(kOp, x, DType::kF32));
+  SHARDLAB_RETURN_IF_ERROR(check_operand(kOp, y, DType::kF32));
+  SHARDLAB_RETURN_IF_ERROR(numel_error(kOp, y, x.numel(), "x's element count"));
+  SHARDLAB_RETURN_IF_ERROR(overlap_error(kOp, y, x, true));
+  const std::int64_t n = x.numel();
+  if (n == 0) return Status::ok();
+  std::string params;
+  const std::string guid = activation_guid(act, false, &params);
+  GraphSpec g{"activation"};
+  const int in = g.add("x", DType::kF32, {n}), out = g.add("y", DType::kF32, {n});
+  g.node(guid, {in}, {out}, params);
+  return run_graph(g, {{in, x, true, false}, {out, y, false, true}}, stream);
+}
+
+Status HpuDevice::activation_backward(Activation act, const Tensor& x, const Tensor& dy, const Tensor& dx,
+                                      StreamId stream) {
+  constexpr std::string_view kOp = "activation_backward";
+  SHARDLAB_RETURN_IF_ERROR(check_stream(kOp, stream));
+  for (const Tensor* t : {&x, &dy, &dx}) SHARDLAB_RETURN_IF_ERROR(check_operand(kOp, *t, DType::kF32));
+  SHARDLAB_RETURN_IF_ERROR(numel_error(kOp, dy, x.numel(), "x's element count"));
+  SHARDLAB_RETURN_IF_ERROR(numel_error(kOp, dx, x.numel(), "x's element count"));
+  SHARDLAB_RETURN_IF_ERROR(overlap_error(kOp, dx, dy, true));
+  SHARDLAB_RETURN_IF_ERROR(overlap_error(kOp, dx, x, false));
+  const std::int64_t n = x.numel();
+  if (n == 0) return Status::ok();
+  std::string params;
+  const std::string guid = activation_guid(act, true, &params);
+  GraphSpec g{"activation_backward"};
+  const int tdy = g.add("dy", DType::kF32, {n}), tx = g.add("x", DType::kF32, {n}), tdx = g.add("dx", DType::kF32, {n});
+  g.node(guid, {tdy, tx}, {tdx}, params);
+  return run_graph(g, {{tdy, dy, true, false}, {tx, x, true, false}, {tdx, dx, false, true}}, stream);
+}
+
+Status HpuDevice::layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps, const Tensor& y,
+                             const Tensor& mean, const Tensor& rstd, StreamId stream) {
+  constexpr std::string_view kOp = "layer_norm";
+  SHARDLAB_RETURN_IF_ERROR(check_stream(kOp, stream));
+  for (const Tensor* t : {&x, &gamma, &beta, &y, &mean, &rstd}) {
+    SHARDLAB_RETURN_IF_ERROR(check_operand(kOp, *t, DType::kF32));
+  }
+  if (x.ndim() < 1) return Status::invalid_argument("layer_norm: " + x.describe() + " must have a last dim");
+  const std::int64_t h = x.dim(-1), rows = h == 0 ? 0 : x.numel() / h;
+  SHARDLAB_RETURN_IF_ERROR(numel_error(kOp, gamma, h, "gamma is [H]"));
+  SHARDLAB_RETURN_IF_ERROR(numel_error(kOp, beta, h, "beta is [H]"));
+  SHARDLAB_RETURN_IF_ERROR(numel_error(kOp, y, x.numel(), "y has x's shape"));
+  SHARDLAB_RETURN_IF_ERROR(numel_error(kOp, mean, rows, "one mean per row"));
+  SHARDLAB_RETURN_IF_ERROR(numel_error(kOp, rstd, rows, "one rstd per row"));
+  SHARDLAB_RETURN_IF_ERROR(overlap_error(kOp, y, x, true));
+  for (const Tensor* out : {&y, &mean, &rstd}) {
+    for (const Tensor* in : {&gamma, &beta}) SHARDLAB_RETURN_IF_ERROR(overlap_error(kOp, *out, *in, false));
+  }
+  for (const Tensor* in : {&x, &y}) {
+    SHARDLAB_RETURN_IF_ERROR(overlap_error(kOp, mean, *in, false));
+    SHARDLAB_RETURN_IF_ERROR(overlap_error(kOp, rstd, *in, false));
+  }
+  SHARDLAB_RETURN_IF_ERROR(overlap_error(kOp, mean, rstd, false));
+  if (rows == 0 || h == 0) return Status::ok();
+  GraphSpec g{"layer_norm"};
+  const int tx = g.add("x", DType::kF32, {rows, h}), tb = g.add("beta", DType::kF32, {h}),
+            tg = g.add("gamma", DType::kF32, {h});
+  const int ty = g.add("y", DType::kF32, {rows, h}), tm = g.add("mean", DType::kF32, {rows}),
+            tr = g.add("rstd", DType::kF32, {rows});
+  g.node("layer_norm_fwd_f32", {tx, tb, tg}, {ty, tm, tr}, layer_norm_params(eps));
+  return run_graph(g,
+                   {{tx, x, true, false},
+                    {tb, beta, true, false},
+                    {tg, gamma, true, false},
+                    {ty, y, false, true},
+                    {tm, mean, false, true},
+                    {tr, rstd, false, true}},
+                   stream);
+}
+
+Status HpuDevice::layer_norm_backward(const Tensor& x, const Tensor& dy, const Tensor& mean, const Tensor& rstd,
+                                      const Tensor& gamma, const Tensor& dx, const Tensor& dgamma,
+                                      const Tensor& dbeta, bool accumulate, StreamId stream) {
+  constexpr std::string_view kOp = "layer_norm_backward";
+  SHARDLAB_RETURN_IF_ERROR(check_stream(kOp, stream));
+  for (const Tensor* t : {&x, &dy, &mean, &rstd, &gamma, &dx, &dgamma, &dbeta}) {
+    SHARDLAB_RETURN_IF_ERROR(check_operand(kOp, *t, DType::kF32));
+  }
+  if (x.ndim() < 1) return Status::invalid_argument("layer_norm_backward: " + x.describe() + " must have a last dim");
+  const std::int64_t h = x.dim(-1), rows = h == 0 ? 0 : x.numel() / h;
+  SHARDLAB_RETURN_IF_ERROR(numel_error(kOp, dy, x.numel(), "dy has x's shape"));
+  SHARDLAB_RETURN_IF_ERROR(numel_error(kOp, dx, x.numel(), "dx has x's shape"));
+  SHARDLAB_RETURN_IF_ERROR(numel_error(kOp, mean, rows, "one mean per row"));
+  SHARDLAB_RETURN_IF_ERROR(numel_error(kOp, rstd, rows, "one rstd per row"));
+  for (const Tensor* t : {&gamma, &dgamma, &dbeta}) SHARDLAB_RETURN_IF_ERROR(numel_error(kOp, *t, h, "[H]"));
+  SHARDLAB_RETURN_IF_ERROR(overlap_error(kOp, dx, dy, true));
+  for (const Tensor* in : {&x, &mean, &rstd, &gamma}) SHARDLAB_RETURN_IF_ERROR(overlap_error(kOp, dx, *in, false));
+  for (const Tensor* out : {&dgamma, &dbeta}) {
+    for (const Tensor* other : {&x, &dy, &mean, &rstd, &gamma, &dx}) {
+      SHARDLAB_RETURN_IF_ERROR(overlap_error(kOp, *out, *other, false));
+    }
+  }
+  SHARDLAB_RETURN_IF_ERROR(overlap_error(kOp, dgamma, dbeta, false));
+  if (h == 0) return Status::ok();
+  if (rows == 0) return host_fallback(host_math_.layer_norm_backward(x, dy, mean, rstd, gamma, dx, dgamma, dbeta,
+                                                                     accumulate, kComputeStream));
+  GraphSpec g{"layer_norm_backward"};
+  const int tx = g.add("x", DType::kF32, {rows, h}), tdy = g.add("dy", DType::kF32, {rows, h}),
+            tm = g.add("mean", DType::kF32, {rows}), tr = g.add("rstd", DType::kF32, {rows}),
+            tg = g.add("gamma", DType::kF32, {h});
+  const int tdx = g.add("dx", DType::kF32, {rows, h}), tdb = g.add("dbeta", DType::kF32, {h}),
+            tdg = g.add("dgamma", DType::kF32, {h});
+  std::vector<Binding> binds = {{tx, x, true, false},   {tdy, dy, true, false}, {tm, mean, true, false},
+                                {tr, rstd, true, false}, {tg, gamma, true, false}, {tdx, dx, false, true},
+                                {tdb, dbeta, false, true}, {tdg, dgamma, false, true}};
+  const std::string params = layer_norm_params(0.0f);
+  if (!accumulate) {
+    g.node("layer_norm_bwd_f32", {tx, tdy, tm, tr, tg}, {tdx, tdb, tdg}, params);
+  } else {
+    const int nb = g.temp("dbeta_step", DType::kF32, {h}), ng = g.temp("dgamma_step", DType::kF32, {h});
+    const int tdbi = g.add("dbeta_in", DType::kF32, {h}), tdgi = g.add("dgamma_in", DType::kF32, {h});
+    g.node("layer_norm_bwd_f32", {tx, tdy, tm, tr, tg}, {tdx, nb, ng}, params);
+    g.node("add_fwd_f32", {tdbi, nb}, {tdb});
+    g.node("add_fwd_f32", {tdgi, ng}, {tdg});
+    binds.push_back({tdbi, dbeta, true, false});
+    binds.push_back({tdgi, dgamma, true, false});
+  }
+  return run_graph(g, binds, stream);
+}
+
+Status HpuDevice::attention_softmax(const Tensor& scores, const Tensor& attention_mask, float scale,
+                                    const Tensor& probs, StreamId stream) {
+  SHARDLAB_RETURN_IF_ERROR(check_stream("attention_softmax", stream));
+  return host_fallback(host_math_.attention_softmax(scores, attention_mask, scale, probs, kComputeStream));
+}
+
+Status HpuDevice::attention_softmax_backward(const Tensor& probs, const Tensor& dprobs, float scale,
+                                             const Tensor& dscores, StreamId stream) {
+  SHARDLAB_RETURN_IF_ERROR(check_stream("attention_softmax_backward", stream));
+  return host_fallback(host_math_.attention_softmax_backward(probs, dprobs, scale, dscores, kComputeStream));
+}
+
+Status HpuDevice::embedding(const Tensor& table, const Tensor& ids, const Tensor& out, StreamId stream) {
+  constexpr std::string_view kOp = "embedding";
+  SHARDLAB_RETURN_IF_ERROR(check_stream(kOp, stream));
+  SHARDLAB_RETURN_IF_ERROR(check_operand(kOp, table, DType::kF32));
+  SHARDLAB_RETURN_IF_ERROR(check_operand(kOp, ids, DType::kI64));
+  SHARDLAB_RETURN_IF_ERROR(check_operand(kOp, out, DType::kF32));
+  if (table.ndim() != 2) return Status::invalid_argument("embedding: " + table.describe() + " must be 2-D");
+  const std::int64_t v = table.dim(0), h = table.dim(1), n = ids.numel();
+  if (out.ndim() < 1 || out.dim(-1) != h || out.numel() != n * h) {
+    return Status::invalid_argument("embedding: " + out.describe() + " must hold " + std::to_string(n) +
+                                    " rows of H = " + std::to_string(h) + " (one per id; the table is " +
+                                    shape_to_string(table.shape()) + ")");
+  }
+  SHARDLAB_RETURN_IF_ERROR(overlap_error(kOp, out, table, false));
+  SHARDLAB_RETURN_IF_ERROR(overlap_error(kOp, out, ids, false));
+  // The ids are range-checked on the host shadow before anything runs (an out-of-range
+  // gather on the device would read arbitrary memory).
+  const std::int64_t* id = ids.data<std::int64_t>();
+  for (std::int64_t i = 0; i < n; ++i) {
+    if (id[i] < 0 || id[i] >= v) {
+      return Status::invalid_argument("embedding: id " + std::to_string(id[i]) + " at index " + std::to_string(i) +
+                                      " of " + ids.describe() + " is outside [0, " + std::to_string(v) +
+                                      ") (the table has V = " + std::to_string(v) + " rows)");
+    }
+  }
+  if (n == 0 || h == 0) return Status::ok();
+  GraphSpec g{"embedding"};
+  const int tt = g.add("table", DType::kF32, {v, h}), ti = g.add("ids", DType::kI64, {n}),
+            to = g.add("out", DType::kF32, {n, h});
+  g.node("gather_fwd_f32", {tt, ti}, {to}, param_bytes(ShardlabGatherParams{1}));  // axis 1 = V (innermost first)
+  return run_graph(g, {{tt, table, true, false}, {ti, ids, true, false}, {to, out, false, true}}, stream);
+}
+
+Status HpuDevice::embedding_backward(const Tensor& dout, const Tensor& ids, const Tensor& dtable, bool accumulate,
+                                     StreamId stream) {
+  SHARDLAB_RETURN_IF_ERROR(check_stream("embedding_backward", stream));
+  return host_fallback(host_math_.embedding_backward(dout, ids, dtable, accumulate, kComputeStream));
+}
+
+Status HpuDevice::softmax_cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& loss_sum,
+                                        const Tensor& dlogits, float grad_scale, std::int64_t ignore_index,
+                                        StreamId stream) {
+  SHARDLAB_RETURN_IF_ERROR(check_stream("softmax_cross_entropy", stream));
+  return host_fallback(
+      host_math_.softmax_cross_entropy(logits, labels, loss_sum, dlogits, grad_scale, ignore_index, kComputeStream));
+}
+
+Status HpuDevice::transpose_1_2(const Tensor& x, const Tensor& y, StreamId stream) {
+  constexpr std::string_view kOp = "transpose_1_2";
+  SHARDLAB_RETURN_IF_ERROR(check_stream(kOp, stream));
+  SHARDLAB_RETURN_IF_ERROR(check_operand(kOp, x, DType::kF32));
+  SHARDLAB_RETURN_IF_ERROR(check_operand(kOp, y, DType::kF32));
+  if (x.ndim() != 4 || y.shape() != Shape{x.dim(0), x.dim(2), x.dim(1), x.dim(3)}) {
+    return Status::invalid_argument(std::string(kOp) + ": x " + x.describe() + " must be 4-D [P, Q, R, S] and y " +
+                                    y.describe() + " must be [P, R, Q, S]");
+  }
+  if (y.overlaps(x)) return Status::invalid_argument(std::string(kOp) + ": y overlaps x");
+  if (x.numel() == 0) return Status::ok();
+  synTransposeParams params{};
+  // Innermost first: x is {S, R, Q, P}, y is {S, Q, R, P}.
+  const std::uint32_t perm[4] = {0, 2, 1, 3};
+  for (int i = 0; i < 4; ++i) params.permutation[i] = perm[i];
+  params.tensorDim = 4;
+  GraphSpec g{"transpose_1_2"};
+  const int tx = g.add("x", DType::kF32, x.shape()), ty = g.add("y", DType::kF32, y.shape());
+  g.node("transpose", {tx}, {ty}, param_bytes(params));
+  return run_graph(g, {{tx, x, true, false}, {ty, y, false, true}}, stream);
+}
+
+Status HpuDevice::multiply(const Tensor& a, const Tensor& b, const Tensor& c, StreamId stream) {
+  constexpr std::string_view kOp = "multiply";
+  SHARDLAB_RETURN_IF_ERROR(check_stream(kOp, stream));
+  for (const Tensor* t : {&a, &b, &c}) SHARDLAB_RETURN_IF_ERROR(check_operand(kOp, *t, DType::kF32));
+  SHARDLAB_RETURN_IF_ERROR(numel_error(kOp, b, a.numel(), "a's element count"));
+  SHARDLAB_RETURN_IF_ERROR(numel_error(kOp, c, a.numel(), "a's element count"));
+  if ((c.overlaps(a) && !c.same_view(a)) || (c.overlaps(b) && !c.same_view(b))) {
+    return Status::invalid_argument(std::string(kOp) + ": c partially overlaps an input");
+  }
+  const std::int64_t n = a.numel();
+  if (n == 0) return Status::ok();
+  GraphSpec g{"multiply"};
+  const int ta = g.add("a", DType::kF32, {n}), tb = g.add("b", DType::kF32, {n}), tc = g.add("c", DType::kF32, {n});
+  g.node("mult_fwd_f32", {ta, tb}, {tc});
+  return run_graph(g, {{ta, a, true, false}, {tb, b, true, false}, {tc, c, false, true}}, stream);
+}
+
+}  // namespace shardlab::runtime::device::hpu

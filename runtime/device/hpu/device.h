@@ -1,0 +1,207 @@
+// HpuDevice: the Intel Gaudi backend of the Device seam, through Synapse (dlopen'ed, see
+// synapse_library.h). One process per card: the device acquires one module and calls it
+// "hpu:0" (every process sees its own card as index 0), so an index-less "hpu" resolves
+// to it (runtime/fsdp/options.cc resolve_device_id).
+//
+// NOTE [HPU host shadow] — how host code sees device memory.
+// The runtime reads and writes tensor bytes on the host through Tensor::data<T>() (loss
+// values, masks, ids, optimizer steps, the conformance suites), and Tensor has no hook
+// that could trigger a device→host copy. So every storage this device hands out is two
+// buffers of the same size: a device buffer (synDeviceMalloc, the Storage's
+// device_address) and a pinned host shadow (synHostMalloc, the Storage's host_data).
+// The host shadow is the authoritative copy between operations:
+//   - a graph op uploads the exact byte ranges of its input views (HOST_TO_DRAM), launches
+//     its recipe, downloads the byte ranges of its output views (DRAM_TO_HOST) and
+//     synchronizes its stream before it returns — like the cpu backend, every op has
+//     completed when it returns, so host reads after it are correct without a sync;
+//   - collectives (runtime/comm/hccl) upload their input, run on the device and download
+//     their output before their Work completes;
+//   - synchronize(stream) and events are real Synapse calls, but since every op already
+//     completed on return they only order work the communicator enqueues.
+// This is honest and simple, not fast: every op moves its operands over PCIe twice, and
+// pinned host memory equal to the device memory in use is needed. Making device memory
+// authoritative needs the runtime to say where it reads tensors on the host (an explicit
+// to_host/from_host on the seam); see docs/gaudi.md.
+//
+// Math ops run as compiled Synapse graphs — MME `gemm`/`batch_gemm`, TPC kernels by GUID
+// with a dtype suffix (`relu_fwd_f32`, `gelu_bwd_f32`, `layer_norm_fwd_f32`,
+// `cast_f32_to_bf16`, …) — one small graph per (op, shapes, dtypes, kernel params),
+// compiled once and cached as a recipe (stats().recipes_compiled counts compilations).
+// Scalars (alpha, beta, scale) are 1-element input tensors so recipes do not depend on
+// their values. Ops whose exact contract has no public kernel (HF's masked attention
+// softmax with lowest-float masking, cross-entropy with ignore_index and fp64 row-order
+// sums, bias_grad/embedding_backward's fixed summation order, copies, int64 fills) run
+// on the host shadows with the cpu backend's math; stats().host_fallback_ops counts them.
+//
+// Before every launch each bound tensor is checked (check_launch_tensor): its byte offset
+// and extent lie inside its storage, the storage is a live allocation of this device of at
+// least that size, and its extent and dtype are what the recipe was compiled for. A
+// mismatch is INVALID_ARGUMENT naming the tensor, the offsets and the storage; nothing is
+// launched with a wrapped offset.
+//
+// Memory: allocate() reserves in the MemoryTracker (capacity = the card's memory from
+// synDeviceGetMemoryInfo unless options say otherwise) before synDeviceMalloc, so OOM
+// errors carry the per-category breakdown; a synOutOfDeviceMemory from the library is
+// reported the same way with the status named.
+//
+// Thread safety: as for Device (one owning thread); storages may die on any thread (the
+// allocation registry is locked).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "runtime/device/cpu/device.h"
+#include "runtime/device/device.h"
+#include "runtime/device/hpu/synapse_library.h"
+
+namespace shardlab::runtime::device::hpu {
+
+struct HpuDeviceOptions {
+  // The module (card) to acquire; unset: select_module() from the environment.
+  std::optional<std::uint32_t> module_id;
+  // MemoryTracker capacity; <= 0: the card's total memory reported by Synapse.
+  std::int64_t capacity_bytes = 0;
+};
+
+// Picks this process's module: HABANA_VISIBLE_MODULES (comma-separated module ids, default
+// 0..7 in order) indexed by the local rank (OMPI_COMM_WORLD_LOCAL_RANK, else LOCAL_RANK,
+// else 0). INVALID_ARGUMENT when the list is malformed or shorter than the local rank.
+Result<std::uint32_t> select_module();
+
+// The pre-launch placement check of one tensor (see the header comment). Offsets and
+// sizes in bytes; `allocation_bytes` < 0 means the storage is not an allocation of this
+// device. Pure function, so the wrapped-offset case can be tested directly.
+Status check_launch_tensor(const std::string& recipe, const std::string& tensor, const std::string& storage_label,
+                           std::int64_t byte_offset, std::int64_t nbytes, std::int64_t storage_bytes,
+                           std::int64_t allocation_bytes, std::int64_t compiled_bytes);
+
+class HpuDevice final : public Device {
+ public:
+  struct Stats {
+    std::int64_t recipes_compiled = 0;
+    std::int64_t recipe_cache_hits = 0;
+    std::int64_t launches = 0;
+    std::int64_t host_fallback_ops = 0;
+    std::int64_t bytes_to_device = 0;
+    std::int64_t bytes_to_host = 0;
+  };
+
+  // synInitialize is the caller's (HpuContext); this acquires the module, creates the
+  // compute stream and reads the device type and memory size. Errors name the Synapse
+  // call and status (e.g. synDeviceAlreadyAcquired with a hint on HABANA_VISIBLE_MODULES).
+  static Result<std::unique_ptr<HpuDevice>> open(std::shared_ptr<SynapseLibrary> lib,
+                                                 const HpuDeviceOptions& options = {});
+  // Destroys recipes, events and streams, then releases the module. Storages must be gone.
+  ~HpuDevice() override;
+  HpuDevice(const HpuDevice&) = delete;
+  HpuDevice& operator=(const HpuDevice&) = delete;
+
+  DeviceId id() const override { return {"hpu", 0}; }
+  MemoryTracker& memory() override { return memory_; }
+
+  Result<std::shared_ptr<Storage>> allocate(std::int64_t nbytes, MemoryCategory category,
+                                            std::string_view label) override;
+
+  Result<StreamId> create_stream(std::string_view name) override;
+  EventId record_event(StreamId stream) override;
+  void wait_event(StreamId waiter, EventId event) override;
+  void synchronize(StreamId stream) override;
+
+  Status copy(const Tensor& src, const Tensor& dst, StreamId stream) override;
+  Status fill(const Tensor& dst, float value, StreamId stream) override;
+  Status cast(const Tensor& src, const Tensor& dst, StreamId stream) override;
+  Status axpy(float alpha, const Tensor& x, const Tensor& y, StreamId stream) override;
+  Status scale(const Tensor& x, float alpha, StreamId stream) override;
+  Status gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c, float alpha, float beta,
+              StreamId stream) override;
+  Status batched_gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c, float alpha,
+                      float beta, StreamId stream) override;
+  Status add_bias(const Tensor& x, const Tensor& bias, StreamId stream) override;
+  Status bias_grad(const Tensor& dy, const Tensor& dbias, bool accumulate, StreamId stream) override;
+  Status activation(Activation act, const Tensor& x, const Tensor& y, StreamId stream) override;
+  Status activation_backward(Activation act, const Tensor& x, const Tensor& dy, const Tensor& dx,
+                             StreamId stream) override;
+  Status layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps, const Tensor& y,
+                    const Tensor& mean, const Tensor& rstd, StreamId stream) override;
+  Status layer_norm_backward(const Tensor& x, const Tensor& dy, const Tensor& mean, const Tensor& rstd,
+                             const Tensor& gamma, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,
+                             bool accumulate, StreamId stream) override;
+  Status attention_softmax(const Tensor& scores, const Tensor& attention_mask, float scale, const Tensor& probs,
+                           StreamId stream) override;
+  Status attention_softmax_backward(const Tensor& probs, const Tensor& dprobs, float scale, const Tensor& dscores,
+                                    StreamId stream) override;
+  Status embedding(const Tensor& table, const Tensor& ids, const Tensor& out, StreamId stream) override;
+  Status embedding_backward(const Tensor& dout, const Tensor& ids, const Tensor& dtable, bool accumulate,
+                            StreamId stream) override;
+  Status softmax_cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& loss_sum,
+                               const Tensor& dlogits, float grad_scale, std::int64_t ignore_index,
+                               StreamId stream) override;
+  Status transpose_1_2(const Tensor& x, const Tensor& y, StreamId stream) override;
+  Status multiply(const Tensor& a, const Tensor& b, const Tensor& c, StreamId stream) override;
+
+  Stats stats() const { return stats_; }
+  std::uint32_t module_id() const { return module_id_; }
+  // "Gaudi", "Gaudi2", "Gaudi3" or "synDeviceType N".
+  std::string device_type_name() const;
+
+  // ---- for the hccl communicator (same process, same owning thread) ----------------------
+  const SynapseLibrary& library() const { return *lib_; }
+  const std::shared_ptr<SynapseLibrary>& library_ptr() const { return lib_; }
+  synDeviceId synapse_device() const { return device_; }
+  // The Synapse stream behind a StreamId (INVALID_ARGUMENT for unknown ids).
+  Result<synStreamHandle> stream_handle(StreamId stream) const;
+  // OK when `t` is a view into a live allocation of this device (INVALID_ARGUMENT naming
+  // `what`, the tensor and where its storage lives otherwise).
+  Status check_device_tensor(const Tensor& t, std::string_view what) const;
+  // The device address of the view's first byte (storage base + byte offset).
+  static std::uint64_t device_address(const Tensor& t);
+  // Enqueue a host-shadow → device (or device → host-shadow) copy of the view's bytes.
+  Status enqueue_upload(const Tensor& t, synStreamHandle stream);
+  Status enqueue_download(const Tensor& t, synStreamHandle stream);
+  // Keeps `resources` (buffers and events of operations that never completed, e.g. after
+  // hcclCommAbort) until the device closes: the card may still write into them, so they
+  // must not be reused before the module is released.
+  void keep_until_close(std::shared_ptr<void> resources) { abandoned_.push_back(std::move(resources)); }
+
+ private:
+  struct Allocations;  // the live device allocations, shared with storages
+  struct Recipe;
+  struct GraphSpec;
+  struct Binding;
+
+  HpuDevice(std::shared_ptr<SynapseLibrary> lib, synDeviceId device, std::uint32_t module, int device_type,
+            std::int64_t capacity);
+
+  Status check_stream(std::string_view op, StreamId stream) const;
+  Status check_operand(std::string_view op, const Tensor& t, DType dtype) const;
+  // Compiles (or finds) the recipe of `spec`, checks and uploads the bindings, launches,
+  // downloads the outputs and synchronizes `stream`.
+  Status run_graph(const GraphSpec& spec, const std::vector<Binding>& bindings, StreamId stream);
+  Result<Recipe*> recipe_for(const GraphSpec& spec);
+  Result<Tensor> scalars(const std::vector<float>& values, int rank);
+  Status host_fallback(Status s);
+
+  std::shared_ptr<SynapseLibrary> lib_;
+  const SynapseApi& api_;
+  synDeviceId device_;
+  std::uint32_t module_id_;
+  int device_type_;
+  MemoryTracker memory_;
+  std::shared_ptr<Allocations> allocations_;
+  cpu::CpuDevice host_math_;  // the cpu backend's math on host shadows (fallback ops)
+  std::vector<synStreamHandle> streams_;
+  std::map<std::uint64_t, synEventHandle> events_;
+  std::uint64_t next_event_ = 1;
+  std::map<std::string, std::unique_ptr<Recipe>> recipes_;
+  std::shared_ptr<Storage> scalar_storage_;
+  std::shared_ptr<Storage> workspace_;
+  std::vector<std::shared_ptr<void>> abandoned_;
+  Stats stats_;
+};
+
+}  // namespace shardlab::runtime::device::hpu

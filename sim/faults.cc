@@ -1,0 +1,314 @@
+#include "sim/faults.h"
+
+#include <cstdio>
+#include <cstring>
+#include <limits>
+
+#include "runtime/core/check.h"
+#include "runtime/core/rng.h"
+
+namespace shardlab::sim {
+
+using runtime::comm::Communicator;
+using runtime::comm::ReduceOp;
+using runtime::comm::Work;
+using runtime::comm::WorkPtr;
+
+std::string_view fault_kind_name(FaultKind k) {
+  switch (k) {
+    case FaultKind::kCrash: return "crash";
+    case FaultKind::kHang: return "hang";
+    case FaultKind::kStraggler: return "straggler";
+    case FaultKind::kCorrupt: return "corrupt";
+    case FaultKind::kLinkDown: return "link_down";
+    case FaultKind::kLinkDegrade: return "link_degrade";
+  }
+  return "?";
+}
+
+Result<FaultKind> parse_fault_kind(std::string_view name) {
+  for (FaultKind k : {FaultKind::kCrash, FaultKind::kHang, FaultKind::kStraggler, FaultKind::kCorrupt,
+                      FaultKind::kLinkDown, FaultKind::kLinkDegrade}) {
+    if (name == fault_kind_name(k)) return k;
+  }
+  if (name == "link_degraded") return FaultKind::kLinkDegrade;
+  return Status::invalid_argument("unknown fault kind '" + std::string(name) +
+                                  "'; allowed: crash, hang, straggler, corrupt, link_down, link_degrade");
+}
+
+namespace {
+
+std::string ms(Nanos t) {
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%.6g ms", static_cast<double>(t) / 1e6);
+  return buf;
+}
+
+}  // namespace
+
+std::string Fault::describe() const {
+  std::string s(fault_kind_name(kind));
+  switch (kind) {
+    case FaultKind::kCrash:
+    case FaultKind::kHang:
+      s += " of rank " + std::to_string(rank);
+      if (step >= 0) s += " at step " + std::to_string(step);
+      if (time >= 0) s += std::string(step >= 0 ? " or" : "") + " at " + ms(time);
+      break;
+    case FaultKind::kStraggler: {
+      char buf[64];
+      std::snprintf(buf, sizeof buf, " rank %d (%.4g× slower)", rank, factor);
+      s += buf;
+      break;
+    }
+    case FaultKind::kCorrupt:
+      s += " of rank " + std::to_string(rank) + "'s collective #" + std::to_string(collective) +
+           (integrity_check ? " (integrity check on)" : "");
+      break;
+    case FaultKind::kLinkDown:
+    case FaultKind::kLinkDegrade: {
+      char buf[96];
+      std::snprintf(buf, sizeof buf, " of link %d-%d", link_a, link_b);
+      s += buf;
+      if (kind == FaultKind::kLinkDegrade) {
+        std::snprintf(buf, sizeof buf, " to %.4g× bandwidth", factor);
+        s += buf;
+      }
+      if (time >= 0) s += " from " + ms(time);
+      break;
+    }
+  }
+  if (!origin.empty()) s += " (" + origin + ")";
+  return s;
+}
+
+double FaultPlan::slowdown(int rank) const {
+  double f = 1.0;
+  for (const Fault& x : faults)
+    if (x.kind == FaultKind::kStraggler && x.rank == rank) f *= x.factor;
+  return f;
+}
+
+bool FaultPlan::has_rank_faults(int rank) const {
+  for (const Fault& x : faults) {
+    if (x.rank == rank && (x.kind == FaultKind::kCrash || x.kind == FaultKind::kHang || x.kind == FaultKind::kCorrupt)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+std::string FaultPlan::describe() const {
+  std::string s;
+  for (const Fault& f : faults) s += (s.empty() ? "" : "; ") + f.describe();
+  return s;
+}
+
+struct FaultInjector::State {
+  std::shared_ptr<const FaultPlan> plan;
+  int world_rank = 0;
+  const Clock* clock = nullptr;
+  Communicator* world = nullptr;  // the rank's world communicator (hangs wait on it)
+  int step = -1;                  // the step being run (-1: before the first)
+  std::int64_t payload_collectives = 0;
+  bool stopped = false;           // crashed or hung: nothing more is issued
+  std::shared_ptr<Storage> scratch;  // the receive buffer of a hang
+
+  std::string where() const {
+    return "rank " + std::to_string(world_rank) + (step >= 0 ? ", step " + std::to_string(step) : std::string());
+  }
+};
+
+namespace {
+
+// A Work whose errors say where they happened and which faults were injected; when the
+// collective is the rank's corrupt target, it flips a bit of the received payload (or,
+// with the integrity check, fails instead) once the data is there.
+class FaultWork final : public Work {
+ public:
+  FaultWork(WorkPtr inner, std::string what, std::shared_ptr<FaultInjector::State> state, const Fault* corrupt,
+            Tensor received, std::int64_t skip_begin, std::int64_t skip_len)
+      : inner_(std::move(inner)),
+        what_(std::move(what)),
+        state_(std::move(state)),
+        corrupt_(corrupt),
+        received_(std::move(received)),
+        skip_begin_(skip_begin),
+        skip_len_(skip_len) {}
+
+  Status wait(Nanos timeout) override {
+    Status s = inner_->wait(timeout);
+    if (!s.is_ok()) return annotate(s);
+    if (corrupt_ != nullptr && !applied_) {
+      applied_ = true;
+      if (corrupt_->integrity_check) {
+        return Status::data_loss(state_->where() + ": " + what_ +
+                                 ": the received payload failed its integrity check (checksum mismatch); injected by " +
+                                 corrupt_->describe());
+      }
+      flip();
+    }
+    return s;
+  }
+
+  bool is_completed() override { return inner_->is_completed(); }
+
+ private:
+  Status annotate(const Status& s) const {
+    std::string m = state_->where() + ": " + what_ + ": " + s.message();
+    const std::string faults = state_->plan->describe();
+    if (!faults.empty()) m += " [injected faults: " + faults + "]";
+    return Status(s.code(), std::move(m));
+  }
+
+  // Flips the top exponent bit of one received element (chosen by the seed).
+  void flip() {
+    const std::int64_t n = received_.numel() - skip_len_;
+    if (n <= 0) return;
+    Rng rng = Rng(state_->plan->seed).split(0xFA017).split(static_cast<std::uint64_t>(state_->world_rank));
+    std::int64_t i = static_cast<std::int64_t>(rng.uniform_int(static_cast<std::uint64_t>(n)));
+    if (i >= skip_begin_) i += skip_len_;
+    const std::size_t es = element_size(received_.dtype());
+    std::byte* p = received_.bytes() + static_cast<std::size_t>(i) * es;
+    const int bit = received_.dtype() == DType::kF32 ? 30 : received_.dtype() == DType::kI64 ? 62 : 14;
+    p[bit / 8] ^= static_cast<std::byte>(1u << (bit % 8));  // little-endian element bytes
+  }
+
+  WorkPtr inner_;
+  std::string what_;
+  std::shared_ptr<FaultInjector::State> state_;
+  const Fault* corrupt_;
+  Tensor received_;
+  std::int64_t skip_begin_, skip_len_;  // elements the rank sent itself (all_gather): not corrupted
+  bool applied_ = false;
+};
+
+std::shared_ptr<Storage> host_bytes(std::int64_t nbytes) {
+  auto* p = new std::byte[static_cast<std::size_t>(nbytes)]();
+  return std::make_shared<Storage>(p, reinterpret_cast<std::uint64_t>(p), nbytes, MemoryCategory::kCommBuffers,
+                                   "hang receive buffer", "host", [p](Storage&) { delete[] p; });
+}
+
+constexpr int kHangTag = 0x7FFFF00D;
+
+}  // namespace
+
+FaultInjector::FaultInjector(Communicator* inner, std::shared_ptr<const FaultPlan> plan, int world_rank,
+                             const Clock* clock)
+    : inner_(inner), state_(std::make_shared<State>()) {
+  SHARDLAB_CHECK(inner != nullptr && plan != nullptr && clock != nullptr);
+  state_->plan = std::move(plan);
+  state_->world_rank = world_rank;
+  state_->clock = clock;
+  state_->world = inner;
+}
+
+FaultInjector::FaultInjector(std::unique_ptr<Communicator> owned, std::shared_ptr<State> state)
+    : owned_(std::move(owned)), inner_(owned_.get()), state_(std::move(state)) {}
+
+FaultInjector::~FaultInjector() = default;
+
+Status FaultInjector::stop(const Fault& f, const char* where) {
+  state_->stopped = true;
+  if (f.kind == FaultKind::kCrash) {
+    return Status::unavailable(state_->where() + ": crashed " + where + " — injected " + f.describe());
+  }
+  // Hang: stop answering. Block on a message nobody sends; the simulator releases this
+  // wait (as a timeout) only when every other rank is done or blocked for good.
+  std::string why = "hung " + std::string(where) + " — injected " + f.describe();
+  Communicator& world = *state_->world;
+  if (world.size() > 1) {
+    if (!state_->scratch) state_->scratch = host_bytes(sizeof(float));
+    SHARDLAB_ASSIGN_OR_RETURN(Tensor t, Tensor::view_of(state_->scratch, DType::kF32, {1}, 0, "hang"));
+    const int peer = (world.rank() + 1) % world.size();
+    const Status s = world.recv(t, peer, kHangTag)->wait(std::numeric_limits<Nanos>::max());
+    if (!s.is_ok()) why += "; released when the other ranks were done";
+  }
+  return Status::unavailable(state_->where() + ": " + why);
+}
+
+Status FaultInjector::before_step(int step) {
+  state_->step = step;
+  for (const Fault& f : state_->plan->faults) {
+    if (f.rank == state_->world_rank && (f.kind == FaultKind::kCrash || f.kind == FaultKind::kHang) && f.step >= 0 &&
+        step >= f.step) {
+      return stop(f, ("at the top of step " + std::to_string(step)).c_str());
+    }
+  }
+  return Status::ok();
+}
+
+Status FaultInjector::before_collective(const char* op) {
+  if (state_->stopped) return Status::unavailable(state_->where() + ": " + op + " after the rank stopped (injected fault)");
+  const Nanos now = state_->clock->now();
+  for (const Fault& f : state_->plan->faults) {
+    if (f.rank == state_->world_rank && (f.kind == FaultKind::kCrash || f.kind == FaultKind::kHang) && f.time >= 0 &&
+        now >= f.time) {
+      return stop(f, ("at " + ms(now) + " before its " + std::string(op)).c_str());
+    }
+  }
+  return Status::ok();
+}
+
+WorkPtr FaultInjector::finish(const char* op, const Tensor& received, bool has_payload, WorkPtr work) {
+  const Fault* corrupt = nullptr;
+  std::int64_t skip_begin = 0, skip_len = 0;
+  std::string what = std::string(op) + " in group '" + inner_->group_name() + "'";
+  if (has_payload) {
+    const std::int64_t index = state_->payload_collectives++;
+    what += " (the rank's collective #" + std::to_string(index) + ")";
+    for (const Fault& f : state_->plan->faults) {
+      if (f.kind == FaultKind::kCorrupt && f.rank == state_->world_rank && f.collective == index) corrupt = &f;
+    }
+    if (corrupt != nullptr && std::strcmp(op, "all_gather") == 0 && inner_->size() > 1) {
+      skip_len = received.numel() / inner_->size();  // the rank's own chunk is not received
+      skip_begin = skip_len * inner_->rank();
+    }
+  }
+  return std::make_shared<FaultWork>(std::move(work), std::move(what), state_, corrupt, received, skip_begin, skip_len);
+}
+
+WorkPtr FaultInjector::all_gather_into(const Tensor& output, const Tensor& input) {
+  if (Status s = before_collective("all_gather"); !s.is_ok()) return runtime::comm::completed_work(s);
+  return finish("all_gather", output, true, inner_->all_gather_into(output, input));
+}
+
+WorkPtr FaultInjector::reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op) {
+  if (Status s = before_collective("reduce_scatter"); !s.is_ok()) return runtime::comm::completed_work(s);
+  return finish("reduce_scatter", output, true, inner_->reduce_scatter(output, input, op));
+}
+
+WorkPtr FaultInjector::all_reduce(const Tensor& inout, ReduceOp op) {
+  if (Status s = before_collective("all_reduce"); !s.is_ok()) return runtime::comm::completed_work(s);
+  return finish("all_reduce", inout, true, inner_->all_reduce(inout, op));
+}
+
+WorkPtr FaultInjector::broadcast(const Tensor& inout, int root) {
+  if (Status s = before_collective("broadcast"); !s.is_ok()) return runtime::comm::completed_work(s);
+  // The root receives nothing: its broadcasts do not count as received payloads.
+  return finish("broadcast", inout, root != inner_->rank(), inner_->broadcast(inout, root));
+}
+
+WorkPtr FaultInjector::barrier() {
+  if (Status s = before_collective("barrier"); !s.is_ok()) return runtime::comm::completed_work(s);
+  return finish("barrier", Tensor(), false, inner_->barrier());
+}
+
+WorkPtr FaultInjector::send(const Tensor& input, int peer, int tag) {
+  if (Status s = before_collective("send"); !s.is_ok()) return runtime::comm::completed_work(s);
+  return finish("send", Tensor(), false, inner_->send(input, peer, tag));
+}
+
+WorkPtr FaultInjector::recv(const Tensor& output, int peer, int tag) {
+  if (Status s = before_collective("recv"); !s.is_ok()) return runtime::comm::completed_work(s);
+  return finish("recv", Tensor(), false, inner_->recv(output, peer, tag));
+}
+
+Result<std::unique_ptr<Communicator>> FaultInjector::split(int color, int key) {
+  SHARDLAB_RETURN_IF_ERROR(before_collective("split"));
+  SHARDLAB_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> child, inner_->split(color, key));
+  if (!child) return std::unique_ptr<Communicator>();
+  return std::unique_ptr<Communicator>(new FaultInjector(std::move(child), state_));
+}
+
+}  // namespace shardlab::sim

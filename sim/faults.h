@@ -1,0 +1,112 @@
+// Fault injection: seeded, replayable faults from the scenario alone.
+//
+// NOTE [Faults]
+// A FaultPlan lists what goes wrong, where and when; everything it does is a pure function
+// of the plan, the seed and virtual time, so a faulty run replays bit for bit.
+//  - crash (rank, step | time): the rank stops — at the top of `step`, or at the first
+//    collective it issues at or after virtual `time` — and its body returns. The survivors
+//    block in their next collective with it and time out (virtual time; NOTE
+//    [Determinism]), each with an error naming its rank, its step, the operation, the
+//    ranks that never arrived and the injected faults.
+//  - hang (rank, step | time): as crash, but the rank stays alive and stops answering (it
+//    blocks on a message nobody sends); it is released only when every other rank is done.
+//  - straggler (rank, factor ≥ 1): every device op of the rank takes `factor` times longer
+//    (timing only; FaultPlan::slowdown feeds the simulated device).
+//  - corrupt (rank, collective index): the payload the rank receives in its collective
+//    number `collective` (0-based, counting the collectives with a payload it issues on any
+//    group) gets one bit flipped — the top exponent bit of one element the seed picks, so
+//    the damage is visible. With `integrity_check`, the receiver's checksum catches it
+//    instead and the collective fails with DATA_LOSS (the run ends, exit code 3).
+//  - link_down / link_degrade (link "a-b", time, factor): the network model's business
+//    (sim/network.h); the plan only carries them.
+// Outputs are never written from a failed run's state: checkpoints are atomic and only
+// written by completed steps, and the CLI reports the failure in summary.txt.
+//
+// FaultInjector is a Communicator decorator, one per rank, that carries out the rank's
+// crash, hang and corrupt faults and adds the rank, the step and the plan to every error.
+//
+// Thread safety: as for Communicator (one rank's thread).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "runtime/comm/communicator.h"
+#include "runtime/core/clock.h"
+
+namespace shardlab::sim {
+
+enum class FaultKind { kCrash, kHang, kStraggler, kCorrupt, kLinkDown, kLinkDegrade };
+
+std::string_view fault_kind_name(FaultKind k);  // "crash", …, "link_degrade"
+// The names above; "link_degraded" is accepted for link_degrade.
+Result<FaultKind> parse_fault_kind(std::string_view name);
+
+struct Fault {
+  FaultKind kind = FaultKind::kCrash;
+  int rank = -1;                 // crash, hang, straggler, corrupt
+  int step = -1;                 // crash, hang: at the top of this 0-based step (-1: not given)
+  Nanos time = -1;               // crash, hang: from this virtual time; link faults: from (-1: not given)
+  int link_a = -1, link_b = -1;  // link faults: the two ranks the link joins
+  double factor = 1.0;           // straggler: slowdown (≥ 1); link_degrade: bandwidth factor (0, 1]
+  std::int64_t collective = -1;  // corrupt: which of the rank's collectives (0-based)
+  bool integrity_check = false;  // corrupt: detected by a checksum instead of delivered
+  std::string origin;            // where it was declared ("s.yaml:12:5")
+  std::string describe() const;  // "crash of rank 3 at step 2 (s.yaml:12:5)"
+};
+
+struct FaultPlan {
+  std::vector<Fault> faults;
+  std::uint64_t seed = 0;  // picks the corrupted element
+  // The product of the rank's straggler factors (1: none).
+  double slowdown(int rank) const;
+  // The rank's faults that the FaultInjector carries out (crash, hang, corrupt).
+  bool has_rank_faults(int rank) const;
+  // "crash of rank 3 at step 2 (s.yaml:12:5); …" for error messages; empty: no faults.
+  std::string describe() const;
+};
+
+class FaultInjector final : public runtime::comm::Communicator {
+ public:
+  // `inner` and `clock` (the rank's) are not owned and must outlive this.
+  FaultInjector(runtime::comm::Communicator* inner, std::shared_ptr<const FaultPlan> plan, int world_rank,
+                const Clock* clock);
+  ~FaultInjector() override;
+
+  // FsdpTrainOptions::before_step: records the step for messages; a crash or hang due at
+  // this step happens here.
+  Status before_step(int step);
+
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  const std::string& group_name() const override { return inner_->group_name(); }
+
+  runtime::comm::WorkPtr all_gather_into(const Tensor& output, const Tensor& input) override;
+  runtime::comm::WorkPtr reduce_scatter(const Tensor& output, const Tensor& input, runtime::comm::ReduceOp op) override;
+  runtime::comm::WorkPtr all_reduce(const Tensor& inout, runtime::comm::ReduceOp op) override;
+  runtime::comm::WorkPtr broadcast(const Tensor& inout, int root) override;
+  runtime::comm::WorkPtr barrier() override;
+  runtime::comm::WorkPtr send(const Tensor& input, int peer, int tag) override;
+  runtime::comm::WorkPtr recv(const Tensor& output, int peer, int tag) override;
+  Result<std::unique_ptr<runtime::comm::Communicator>> split(int color, int key) override;
+
+  struct State;  // shared by a rank's injector and the injectors of its split groups
+
+ private:
+  FaultInjector(std::unique_ptr<runtime::comm::Communicator> owned, std::shared_ptr<State> state);
+  // A crash or hang due now (by time) happens; ok otherwise.
+  Status before_collective(const char* op);
+  // Corrupts the received payload when this is the rank's corrupt target, and wraps the
+  // Work so that its errors say where they happened.
+  runtime::comm::WorkPtr finish(const char* op, const Tensor& received, bool has_payload, runtime::comm::WorkPtr work);
+  Status stop(const Fault& f, const char* where);
+
+  std::unique_ptr<runtime::comm::Communicator> owned_;
+  runtime::comm::Communicator* inner_;
+  std::shared_ptr<State> state_;
+};
+
+}  // namespace shardlab::sim
