@@ -12,6 +12,7 @@
 #include "cli/grads_command.h"
 #include "cli/run_command.h"
 #include "cli/scenario.h"
+#include "runtime/device/hpu/hpu_runtime.h"
 #include "cli/scenario_run.h"
 #include "runtime/model/bert.h"
 #include "runtime/fsdp/shard_layout.h"
@@ -64,8 +65,10 @@ int main_impl(int argc, char** argv) {
       ->check(CLI::Range(0.0f, 0.999f));
   run_cmd->add_flag("--activation-checkpointing", run.train.bert.activation_checkpointing,
                     "Recompute each BertLayer's forward in backward (gradients unchanged bitwise)");
-  run_cmd->add_option("--backend", run.backend, "Where ranks run: sim (threads, virtual time) or mpi (under mpiexec)")
-      ->check(CLI::IsMember({"sim", "mpi"}))
+  run_cmd->add_option("--backend", run.backend,
+                      "Where ranks run: sim (threads, virtual time), mpi (CPU processes under mpiexec) or hpu "
+                      "(Gaudi cards under mpirun, one process per card)")
+      ->check(CLI::IsMember({"sim", "mpi", "hpu"}))
       ->capture_default_str();
   run_cmd->add_option("--world-size,-n", run.world_size, "Simulated ranks (sim only; mpi uses mpiexec -n)")
       ->check(CLI::Range(1, 4096))
@@ -273,11 +276,18 @@ int main_impl(int argc, char** argv) {
     std::printf("simulated device profiles:\n  cpu   the simulator's default roofline (100 GFLOP/s matrix, 20 GFLOP/s vector, "
                 "20 GB/s memory, 16 GiB)\n");
     std::printf("simulated topologies:\n  switch   α–β network, every pair through one switch\n");
-    const bool synapse = access("/usr/lib/habanalabs/libSynapse.so", R_OK) == 0;
-    std::printf("accelerators: %s\n", synapse ? "Gaudi software found at /usr/lib/habanalabs/libSynapse.so, but this build "
-                                                   "has no hpu backend yet"
-                                                 : "none (no Gaudi software at /usr/lib/habanalabs/libSynapse.so)");
-    std::printf("Run scenarios with --backend sim (default) or under mpiexec with --backend mpi.\n");
+    const auto probe = shardlab::runtime::device::hpu::probe_hpu();
+    std::string searched;
+    for (const auto& p : probe.searched) searched += (searched.empty() ? "" : ", ") + p;
+    if (probe.found) {
+      std::printf("accelerators: %d Gaudi card(s)%s%s (Synapse %s)\n", probe.device_count,
+                  probe.device_type.empty() ? "" : ", type ", probe.device_type.c_str(), probe.library.c_str());
+      if (!probe.error.empty()) std::printf("  note: %s\n", probe.error.c_str());
+      std::printf("Run scenarios on them with: mpirun -np <cards> shardlab run SCENARIO --backend hpu\n");
+    } else {
+      std::printf("accelerators: none\n  %s\n", probe.error.empty() ? ("no Gaudi software found (looked in: " + searched + ")").c_str() : probe.error.c_str());
+      std::printf("Run scenarios with --backend sim (default, any machine) or under mpiexec with --backend mpi.\n");
+    }
     return 0;
   }
   if (*validate_cmd) {

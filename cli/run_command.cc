@@ -14,6 +14,7 @@
 #include "runtime/comm/checking_communicator.h"
 #include "runtime/comm/mpi/communicator.h"
 #include "runtime/device/cpu/device.h"
+#include "runtime/device/hpu/hpu_runtime.h"
 #include "sim/world.h"
 
 namespace shardlab::cli {
@@ -225,16 +226,30 @@ int run_sim(const RunArgs& a) {
   return code;
 }
 
+// Real processes under mpiexec/mpirun: `mpi` computes on the CPU and reduces with Open MPI;
+// `hpu` computes on this process's Gaudi card and reduces with HCCL (bootstrapped over MPI).
 int run_mpi(const RunArgs& a, int* argc, char*** argv) {
   auto env = runtime::comm::mpi::MpiEnvironment::initialize(argc, argv);
   if (!env.is_ok()) return fail(env.status());
   SteadyClock clock;
-  auto comm = runtime::comm::mpi::MpiEnvironment::create_world(clock);
-  if (!comm.is_ok()) return fail(comm.status());
-  runtime::comm::CheckingCommunicator checked(comm->get(), a.train.fsdp.collective_timeout);
-  runtime::comm::Communicator& c = a.check_collectives ? static_cast<runtime::comm::Communicator&>(checked) : **comm;
+  auto world = runtime::comm::mpi::MpiEnvironment::create_world(clock);
+  if (!world.is_ok()) return fail(world.status());
+  const bool hpu = a.backend == "hpu";
+  std::unique_ptr<runtime::device::hpu::HpuContext> gaudi;
+  std::unique_ptr<runtime::device::cpu::CpuDevice> cpu;
+  const int world_rank = (*world)->rank();
+  if (hpu) {
+    auto ctx = runtime::device::hpu::open_hpu({}, std::move(*world), clock);
+    if (!ctx.is_ok()) return fail(ctx.status().with_context("rank " + std::to_string(world_rank)));
+    gaudi = std::move(*ctx);
+  } else {
+    cpu = std::make_unique<runtime::device::cpu::CpuDevice>(runtime::device::DeviceId{"cpu", world_rank});
+  }
+  runtime::comm::Communicator& base = hpu ? gaudi->communicator() : **world;
+  runtime::device::Device& dev = hpu ? gaudi->device() : static_cast<runtime::device::Device&>(*cpu);
+  runtime::comm::CheckingCommunicator checked(&base, a.train.fsdp.collective_timeout);
+  runtime::comm::Communicator& c = a.check_collectives ? static_cast<runtime::comm::Communicator&>(checked) : base;
   if (Status s = runtime::train::validate(a.train, c.size()); !s.is_ok()) return fail(s);
-  runtime::device::cpu::CpuDevice dev({"cpu", c.rank()});
   RunArgs args = a;
   args.train.record_memory_timeline = c.rank() == 0 && !a.out_dir.empty();
   if (c.rank() == 0) args.train.on_step = progress_printer(a, "wall");
@@ -244,7 +259,7 @@ int run_mpi(const RunArgs& a, int* argc, char*** argv) {
   if (c.rank() == 0) {
     print_header(a, c.size(), result->num_units);
     print_steps(*result, "wall step time");
-    RunRecord record = make_record(a, c.size(), "mpi");
+    RunRecord record = make_record(a, c.size(), a.backend);
     record.header = header_line(a, c.size(), result->num_units);
     code = report_oracle(a, *result, c.size(), /*need_bitwise=*/false, record);
     record.ranks.push_back(*result);
@@ -268,7 +283,7 @@ int run_command(const RunArgs& in, int* argc, char*** argv) {
     ck = (std::filesystem::path(args.out_dir) / ck).string();
   }
   if (args.backend == "sim") return run_sim(args);
-  return run_mpi(args, argc, argv);
+  return run_mpi(args, argc, argv);  // mpi or hpu
 }
 
 }  // namespace shardlab::cli

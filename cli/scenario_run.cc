@@ -28,11 +28,6 @@ Status scenario_to_run_args(const Scenario& s, RunArgs& a) {
   auto& o = a.train;
   a.scenario = s.name;
   a.out_dir = "out/" + s.name;
-  if (s.world.backend == "hpu") {
-    return refuse(s, "world.backend",
-                  "the Gaudi (hpu) backend is not available in this build yet; run the same scenario with "
-                  "--backend sim (or --set world.backend=sim)");
-  }
   a.backend = s.world.backend;
   if (s.world.mode != "numerics") {
     return refuse(s, "world.mode", "timing mode is not implemented yet; use mode: numerics (real math on every rank)");
