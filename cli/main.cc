@@ -13,10 +13,15 @@
 #include "cli/run_command.h"
 #include "cli/scenario.h"
 #include "runtime/device/hpu/hpu_runtime.h"
+#include "sim/calibrate.h"
+#include "sim/profiles.h"
+#include "sim/topology.h"
 #include "cli/scenario_run.h"
 #include "runtime/model/bert.h"
 #include "runtime/fsdp/shard_layout.h"
 #include "runtime/core/check.h"
+#include "runtime/comm/mpi/communicator.h"
+#include "runtime/device/cpu/device.h"
 
 namespace {
 
@@ -53,6 +58,8 @@ int main_impl(int argc, char** argv) {
                       "A scenario file (YAML; see scenarios/). Without one, the flags below describe the run "
                       "(their defaults are scenarios/default.yaml)");
   run_cmd->add_option("--set", overrides.set, "Override a scenario key: section.key=value (repeatable)");
+  run_cmd->add_option("--dump-graph", run.dump_graph,
+                      "Timing mode: also write the captured op graph as JSON (inspect or replay without the model)");
   run_cmd->add_option("--fsdp-config", overrides.fsdp_config,
                       "An accelerate / optimum-habana fsdp_config JSON applied over the scenario's fsdp section");
   run_cmd->add_option("--model", model_name, "bert-tiny, bert-mini, bert-small, bert-base, bert-large or mlp")
@@ -156,6 +163,15 @@ int main_impl(int argc, char** argv) {
   report_cmd->add_option("dir", report_dir, "A run folder (with metrics.json) or a folder of run folders")->required();
   report_cmd->add_option("--out", report_out, "Where to write the pictures (default: DIR)");
 
+  std::string calibrate_out, calibrate_topology_out;
+  auto* calibrate_cmd = app.add_subcommand(
+      "calibrate",
+      "Measure this machine (GEMM, vector and memcpy rates; under mpiexec -n 2 also MPI's latency and bandwidth) "
+      "and write simulator profiles: use them as world.device / world.topology to predict CPU runs.");
+  calibrate_cmd->add_option("--out", calibrate_out, "Device profile to write (JSON)")->required();
+  calibrate_cmd->add_option("--topology-out", calibrate_topology_out,
+                            "Also measure MPI point-to-point α/β (run under mpiexec -n 2) and write a switch topology");
+
   auto* devices_cmd = app.add_subcommand(
       "devices", "List the device and topology profiles the simulator knows, and any accelerators found.");
 
@@ -211,9 +227,15 @@ int main_impl(int argc, char** argv) {
       const std::string out = run.out_dir;
       const bool out_given = run_cmd->count("--out") > 0;
       const std::string backend = run.backend;
+      const std::string dump_graph = run.dump_graph;
       if (shardlab::Status st = shardlab::cli::scenario_to_run_args(*spec, run); !st.is_ok()) return bad(st);
       if (out_given) run.out_dir = out;
       if (run_cmd->count("--backend") > 0) run.backend = backend;
+      run.dump_graph = dump_graph;
+      if (!run.dump_graph.empty() && run.mode != "timing") {
+        return bad(shardlab::Status::invalid_argument("--dump-graph needs timing mode (world.mode: timing, or --set "
+                                                      "world.mode=timing)"));
+      }
       run.spec = &*spec;
       return shardlab::cli::run_command(run, &argc, &argv);
     }
@@ -272,10 +294,55 @@ int main_impl(int argc, char** argv) {
     std::fprintf(stderr, "shardlab report: could not start %s: %s\n", python.c_str(), std::strerror(errno));
     return 3;
   }
+  if (*calibrate_cmd) {
+    const auto failed = [](const shardlab::Status& s) {
+      std::fprintf(stderr, "shardlab calibrate: %s\n", s.to_string().c_str());
+      return s.exit_code();
+    };
+    int rank = 0;
+    if (!calibrate_topology_out.empty()) {
+      auto env = shardlab::runtime::comm::mpi::MpiEnvironment::initialize(&argc, &argv);
+      if (!env.is_ok()) return failed(env.status());
+      shardlab::SteadyClock clock;
+      auto world = shardlab::runtime::comm::mpi::MpiEnvironment::create_world(clock);
+      if (!world.is_ok()) return failed(world.status());
+      rank = (*world)->rank();
+      shardlab::runtime::device::cpu::CpuDevice host;
+      auto net = shardlab::sim::calibrate_network(**world, host, clock);
+      if (!net.is_ok()) {
+        return failed(net.status().with_context("--topology-out needs 2 MPI processes (mpiexec -n 2 shardlab calibrate …)"));
+      }
+      if (rank == 0) {
+        const auto topo = shardlab::sim::switch_topology_from(*net, "calibrated-mpi");
+        if (auto st = shardlab::sim::write_topology(topo, calibrate_topology_out); !st.is_ok()) return failed(st);
+        std::printf("MPI: α %.3g us, %.3g GB/s → %s\n", static_cast<double>(net->latency_ns) / 1e3,
+                    net->bytes_per_s / 1e9, calibrate_topology_out.c_str());
+      }
+    }
+    if (rank != 0) return 0;
+    auto profile = shardlab::sim::calibrate_cpu_device();
+    if (!profile.is_ok()) return failed(profile.status());
+    if (auto st = shardlab::sim::write_device_profile(*profile, calibrate_out); !st.is_ok()) return failed(st);
+    std::printf("device: matrix %.3g GFLOP/s, vector %.3g GFLOP/s, memory %.3g GB/s → %s\n",
+                profile->matrix_flops_per_s / 1e9, profile->vector_flops_per_s / 1e9, profile->memory_bytes_per_s / 1e9,
+                calibrate_out.c_str());
+    return 0;
+  }
   if (*devices_cmd) {
-    std::printf("simulated device profiles:\n  cpu   the simulator's default roofline (100 GFLOP/s matrix, 20 GFLOP/s vector, "
-                "20 GB/s memory, 16 GiB)\n");
-    std::printf("simulated topologies:\n  switch   α–β network, every pair through one switch\n");
+    std::printf("simulated device profiles (world.device; sim/profiles/README.md):\n");
+    for (const auto& name : shardlab::sim::list_device_profiles()) {
+      auto p = shardlab::sim::load_device_profile(name);
+      if (!p.is_ok()) continue;
+      std::printf("  %-9s matrix %g/%g TFLOP/s (bf16/fp32), vector %g TFLOP/s, memory %g TB/s, %.1f GiB — %s\n",
+                  name.c_str(), p->matrix_bf16_flops_per_s / 1e12, p->matrix_flops_per_s / 1e12,
+                  p->vector_bf16_flops_per_s / 1e12, p->memory_bytes_per_s / 1e12,
+                  static_cast<double>(p->capacity_bytes) / static_cast<double>(1 << 30), p->description.c_str());
+    }
+    std::printf("simulated topologies (world.topology):\n");
+    for (const auto& name : shardlab::sim::list_topologies()) {
+      auto t = shardlab::sim::load_topology(name);
+      if (t.is_ok()) std::printf("  %-16s %s\n", name.c_str(), t->description.c_str());
+    }
     const auto probe = shardlab::runtime::device::hpu::probe_hpu();
     std::string searched;
     for (const auto& p : probe.searched) searched += (searched.empty() ? "" : ", ") + p;

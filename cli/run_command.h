@@ -6,7 +6,9 @@
 
 #include "cli/scenario.h"
 #include "runtime/train/fsdp_train.h"
+#include "sim/cost_model.h"
 #include "sim/faults.h"
+#include "sim/network.h"
 
 namespace shardlab::cli {
 
@@ -26,6 +28,13 @@ struct RunArgs {
   const Scenario* spec = nullptr;
   // Faults injected into the simulated run (NOTE [Faults] in sim/faults.h); null: none.
   std::shared_ptr<const sim::FaultPlan> faults;
+  // The simulated device and network (world.device, world.topology, …); null network: the
+  // default α–β ring model.
+  sim::DeviceProfile device;
+  std::shared_ptr<const sim::NetworkCostModel> network;
+  // numerics (real math on every rank) or timing (phantom tensors, capture + replay; sim only).
+  std::string mode = "numerics";
+  std::string dump_graph;  // timing: also write the op graph here (--dump-graph)
 };
 
 // Returns the process exit code: 0 ok, 1 an expectation failed (oracle mismatch),

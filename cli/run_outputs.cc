@@ -190,8 +190,11 @@ std::string summary_text(const RunRecord& r) {
     std::snprintf(line, sizeof line, "%6s  %-14s  %s\n", "step", "loss", r.backend == "sim" ? "simulated step time" : "step time");
     o << line;
     for (std::size_t i = 0; i < r0.losses.size(); ++i) {
-      std::snprintf(line, sizeof line, "%6zu  %-14.8f  %.6f s\n", i + 1 + static_cast<std::size_t>(r0.first_step),
-                    r0.losses[i], seconds(r0.step_times[i]));
+      // Timing mode computes no loss (NaN by construction): "-" rather than "nan".
+      char loss[32] = "-";
+      if (!(std::isnan(r0.losses[i]) && r.mode == "timing")) std::snprintf(loss, sizeof loss, "%.8f", r0.losses[i]);
+      std::snprintf(line, sizeof line, "%6zu  %-14s  %.6f s\n", i + 1 + static_cast<std::size_t>(r0.first_step), loss,
+                    seconds(r0.step_times[i]));
       o << line;
     }
     const Json m = metrics_json(r);
@@ -219,7 +222,8 @@ Status write_run_outputs(const std::string& dir, const RunRecord& r) {
   std::string loss = "step,loss,oracle_loss\n";
   for (std::size_t i = 0; i < r0.losses.size(); ++i) {
     const std::size_t step = i + static_cast<std::size_t>(r0.first_step);
-    loss += std::to_string(step + 1) + "," + exact(r0.losses[i]) + "," +
+    const bool no_loss = std::isnan(r0.losses[i]) && r.mode == "timing";  // timing mode: empty
+    loss += std::to_string(step + 1) + "," + (no_loss ? std::string() : exact(r0.losses[i])) + "," +
             (step < r.oracle_loss.size() ? exact(r.oracle_loss[step]) : std::string()) + "\n";
   }
   SHARDLAB_RETURN_IF_ERROR(runtime::io::write_file_atomic(path("loss.csv"), loss));

@@ -789,12 +789,25 @@ Status set_peak_memory(const Node& n, const std::string& key, Scenario& s) {
   return Status::ok();
 }
 
-// "a-b": two different ranks. Their range is checked against the world size later.
+// Link names (sim/topology.h): "a-b" the direct link of two different ranks, "a-net" rank
+// a's ports to its switch (b = -1), "leafK-spine" leaf K's uplinks (a = -1, b = K). Rank
+// ranges are checked against the world size later, the rest by the topology at run time.
 bool parse_link(const std::string& v, std::int64_t& a, std::int64_t& b) {
   const std::size_t dash = v.find('-');
   if (dash == std::string::npos || dash == 0) return false;
-  return parse_int64(v.substr(0, dash), a) == NumParse::kOk && parse_int64(v.substr(dash + 1), b) == NumParse::kOk &&
-         v[0] != '+' && v[dash + 1] != '+' && v[dash + 1] != '-' && a >= 0 && b >= 0 && a != b;
+  const std::string left = v.substr(0, dash), right = v.substr(dash + 1);
+  const auto number = [](const std::string& t, std::int64_t& x) {
+    return !t.empty() && t[0] != '+' && t[0] != '-' && parse_int64(t, x) == NumParse::kOk && x >= 0;
+  };
+  if (left.rfind("leaf", 0) == 0 && right == "spine") {
+    a = -1;
+    return number(left.substr(4), b);
+  }
+  if (right == "net") {
+    b = -1;
+    return number(left, a);
+  }
+  return number(left, a) && number(right, b) && a != b;
 }
 
 const std::vector<EnumValue>& fault_kinds() {
@@ -813,7 +826,9 @@ std::vector<KeyDef> fault_keys() {
                                     [](double v) { return v >= 0; }, "a finite number of milliseconds >= 0")),
       leaf("link",
            [f](const Node& n, const std::string& key, Scenario& s) -> Status {
-             const std::string allowed = "allowed: \"a-b\" with two different ranks a and b, e.g. \"0-1\"";
+             const std::string allowed =
+                 "allowed: \"a-b\" (the direct link of two different ranks, e.g. \"0-1\"), \"a-net\" (rank a's "
+                 "ports to its switch) or \"leafK-spine\" (leaf switch K's uplinks)";
              SHARDLAB_ASSIGN_OR_RETURN(std::string v, to_str(n, key, allowed));
              std::int64_t a = 0, b = 0;
              if (!parse_link(v, a, b)) return bad(n.pos, key + ": malformed link " + show(v), allowed);
@@ -1032,6 +1047,11 @@ std::vector<KeyDef> build_schema() {
                                         {"cpu", "gaudi1", "gaudi2", "gaudi3"}, "device")),
           leaf("topology", profile_setter([](S& s) -> std::string& { return s.world.topology; },
                                           {"hls1", "hls2", "hls3", "ring", "fully_connected", "switch"}, "topology")),
+          leaf("network_model", enum_setter([](S& s) -> std::string& { return s.world.network_model; },
+                                            {{"alpha_beta", {}}, {"contention", {}}})),
+          leaf("collective_algorithm",
+               enum_setter([](S& s) -> std::string& { return s.world.collective_algorithm; },
+                           {{"auto", {}}, {"ring", {}}, {"direct", {}}, {"hierarchical", {}}, {"halving_doubling", {}}})),
       }));
   top.push_back(leaf("faults", set_faults));
   top.push_back(
@@ -1481,7 +1501,7 @@ Status validate(const Scenario& s, const SourcePos& top) {
       std::int64_t a = 0, b = 0;
       if (!parse_link(f.link, a, b))
         return bad(at("link"), name + ".link " + show(f.link) + " is malformed", "allowed: \"a-b\"");
-      if (a >= world || b >= world) {
+      if (a >= world || (a >= 0 && b >= world)) {
         return bad(
             at("link"),
             name + ".link " + show(f.link) + " names a rank outside the world (size " + std::to_string(world) + ")",
@@ -1629,6 +1649,8 @@ std::string to_yaml(const Scenario& s) {
   o << "  devices_per_node: " << s.world.devices_per_node << "\n";
   o << "  device: " << yaml_string(s.world.device) << "\n";
   o << "  topology: " << yaml_string(s.world.topology) << "\n";
+  o << "  network_model: " << s.world.network_model << "\n";
+  o << "  collective_algorithm: " << s.world.collective_algorithm << "\n";
   if (s.faults.empty()) {
     o << "faults: []\n";
   } else {

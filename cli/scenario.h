@@ -97,6 +97,8 @@ struct Scenario {
     int devices_per_node = 8;       // world size = nodes × devices_per_node
     std::string device = "cpu";     // profile name (cpu, gaudi1, gaudi2, gaudi3) or a path to a profile file
     std::string topology = "switch";  // profile name (hls1, hls2, hls3, ring, fully_connected, switch) or a path
+    std::string network_model = "alpha_beta";  // alpha_beta (congestion-unaware) | contention (max–min fair links)
+    std::string collective_algorithm = "auto";  // auto | ring | direct | hierarchical | halving_doubling
     int world_size() const { return nodes * devices_per_node; }
   } world;
 

@@ -6,6 +6,8 @@
 
 #include "runtime/device/cpu/device.h"
 #include "runtime/model/bert_io.h"
+#include "sim/network.h"
+#include "sim/profiles.h"
 
 namespace shardlab::cli {
 
@@ -29,16 +31,41 @@ Status scenario_to_run_args(const Scenario& s, RunArgs& a) {
   a.scenario = s.name;
   a.out_dir = "out/" + s.name;
   a.backend = s.world.backend;
-  if (s.world.mode != "numerics") {
-    return refuse(s, "world.mode", "timing mode is not implemented yet; use mode: numerics (real math on every rank)");
+  a.mode = s.world.mode;
+  if (a.mode == "timing" && s.world.backend != "sim") {
+    return refuse(s, "world.mode", "timing mode is the simulator's (phantom tensors); run with --backend sim, or use "
+                                   "mode: numerics on " + s.world.backend);
   }
-  if (s.world.device != "cpu") {
-    return refuse(s, "world.device", "device profile '" + s.world.device +
-                                         "' is not available yet; the simulator's default profile is 'cpu'");
-  }
-  if (s.world.topology != "switch") {
-    return refuse(s, "world.topology", "topology '" + s.world.topology +
-                                           "' is not available yet; the simulator's default is 'switch' (α–β)");
+  {
+    const auto as_path = [&](const std::string& v) {
+      return v.find('/') != std::string::npos || v.ends_with(".json") ? resolve_scenario_path(s, v) : v;
+    };
+    auto device = sim::load_device_profile(as_path(s.world.device));
+    if (!device.is_ok()) return Status::invalid_argument(s.where("world.device").to_string() + ": " + device.status().message());
+    a.device = *device;
+    sim::NetworkSpec net;
+    net.topology = as_path(s.world.topology);
+    net.nodes = s.world.nodes;
+    net.devices_per_node = s.world.devices_per_node;
+    SHARDLAB_ASSIGN_OR_RETURN(net.model, sim::parse_network_model(s.world.network_model));
+    SHARDLAB_ASSIGN_OR_RETURN(net.algorithm, sim::parse_algorithm(s.world.collective_algorithm));
+    for (const auto& f : s.faults) {
+      if (f.kind != "link_down" && f.kind != "link_degrade") continue;
+      sim::LinkFault lf;
+      lf.link = f.link;
+      lf.start = f.time_ms >= 0 ? static_cast<Nanos>(std::llround(f.time_ms * 1e6)) : 0;
+      lf.factor = f.kind == "link_down" ? 0.0 : f.factor;
+      net.link_faults.push_back(lf);
+    }
+    auto network = sim::make_network(net);
+    if (!network.is_ok()) {
+      // A bad link name is the fault's problem, anything else the topology's.
+      std::string where = s.where("world.topology").to_string();
+      for (const auto& f : s.faults)
+        if (!f.link.empty() && network.status().message().find(f.link) != std::string::npos) where = f.pos.to_string();
+      return Status::invalid_argument(where + ": " + network.status().message());
+    }
+    a.network = *network;
   }
   if (!s.faults.empty()) {
     if (s.world.backend != "sim") {
@@ -56,17 +83,7 @@ Status scenario_to_run_args(const Scenario& s, RunArgs& a) {
       x.collective = f.collective;
       x.integrity_check = f.integrity_check;
       x.origin = f.pos.to_string();
-      if (!f.link.empty()) {
-        const auto dash = f.link.find('-');
-        x.link_a = std::stoi(f.link.substr(0, dash));
-        x.link_b = std::stoi(f.link.substr(dash + 1));
-      }
-      if (x.kind == sim::FaultKind::kStraggler || x.kind == sim::FaultKind::kLinkDown ||
-          x.kind == sim::FaultKind::kLinkDegrade) {
-        return Status::invalid_argument(f.pos.to_string() + ": faults: " + f.kind +
-                                        " faults change timing only and are not wired into scenario runs yet; "
-                                        "crash, hang and corrupt are");
-      }
+      x.link = f.link;
       plan->faults.push_back(std::move(x));
     }
     a.faults = std::move(plan);

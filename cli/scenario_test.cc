@@ -599,6 +599,14 @@ TEST(ScenarioErrors, Faults) {
       "  - {kind: hang, rank: 1, time_ms: 0}\n  - {kind: link_down, link: 0-1}\n");
   ASSERT_TRUE(ok.is_ok()) << ok.status().to_string();
   ASSERT_EQ(ok->faults.size(), 3u);
+  for (const char* link : {"3-net", "leaf0-spine", "7-0"}) {
+    auto l = parse(std::string("name: a\nfaults:\n  - {kind: link_down, link: ") + link + "}\n");
+    EXPECT_TRUE(l.is_ok()) << link << ": " << l.status().to_string();
+  }
+  for (const char* link : {"leafx-spine", "3-nett", "net-3", "8-net", "-net"}) {
+    auto l = parse(std::string("name: a\nfaults:\n  - {kind: link_down, link: ") + link + "}\n");
+    EXPECT_FALSE(l.is_ok()) << link;
+  }
   EXPECT_EQ(ok->faults[0].collective, 4);
   EXPECT_TRUE(ok->faults[0].integrity_check);
 }

@@ -6,6 +6,7 @@
 
 #include <cmath>
 
+#include "property_tests/fsdp_generators.h"
 #include "runtime/device/cpu/device.h"
 #include "runtime/train/fsdp_train.h"
 #include "sim/world.h"
@@ -60,19 +61,7 @@ rc::Gen<BertCase> gen_bert_case() {
     o.global_batch = static_cast<std::int64_t>(c.world_size) * o.grad_accumulation * *rc::gen::inRange(1, 3);
     o.steps = *rc::gen::inRange(1, 3);
     o.seed = *rc::gen::inRange<std::uint64_t>(0, 1000);
-    o.fsdp.strategy = *rc::gen::element(fsdp::ShardingStrategy::kFullShard, fsdp::ShardingStrategy::kShardGradOp,
-                                        fsdp::ShardingStrategy::kNoShard, fsdp::ShardingStrategy::kHybridShard,
-                                        fsdp::ShardingStrategy::kHybridShardZero2);
-    if (fsdp::is_hybrid(o.fsdp.strategy)) {
-      std::vector<int> divisors;
-      for (int d = 1; d <= c.world_size; ++d)
-        if (c.world_size % d == 0) divisors.push_back(d);
-      o.fsdp.devices_per_node = *rc::gen::elementOf(divisors);
-    }
-    o.fsdp.backward_prefetch = *rc::gen::element(fsdp::BackwardPrefetch::kNone, fsdp::BackwardPrefetch::kBackwardPre,
-                                                 fsdp::BackwardPrefetch::kBackwardPost);
-    o.fsdp.forward_prefetch = *rc::gen::arbitrary<bool>();
-    o.fsdp.limit_all_gathers = *rc::gen::arbitrary<bool>();
+    gen_fsdp_schedule(c.world_size, o.fsdp);
     // The transformer-layer policy (each BertLayer a unit) or no auto-wrap.
     o.wrap = *rc::gen::element(train::WrapPolicy::kByClass, train::WrapPolicy::kNone);
     o.optimizer.kind = *rc::gen::element(optim::OptimizerConfig::Kind::kSgd, optim::OptimizerConfig::Kind::kAdamW);

@@ -60,6 +60,25 @@ inline std::ostream& operator<<(std::ostream& os, const FsdpCase& c) {
             << ", frozen_mask=" << o.model.frozen_mask << ", seed=" << o.seed << "}";
 }
 
+// Inside a gen::exec: every sharding strategy (hybrid ones with a random devices_per_node
+// dividing the world size), prefetch mode, forward prefetch and all-gather limit.
+inline void gen_fsdp_schedule(int world_size, runtime::fsdp::FsdpOptions& o) {
+  using runtime::fsdp::BackwardPrefetch;
+  using runtime::fsdp::ShardingStrategy;
+  o.strategy = *rc::gen::element(ShardingStrategy::kFullShard, ShardingStrategy::kShardGradOp, ShardingStrategy::kNoShard,
+                                 ShardingStrategy::kHybridShard, ShardingStrategy::kHybridShardZero2);
+  if (runtime::fsdp::is_hybrid(o.strategy)) {
+    std::vector<int> divisors;
+    for (int d = 1; d <= world_size; ++d)
+      if (world_size % d == 0) divisors.push_back(d);
+    o.devices_per_node = *rc::gen::elementOf(divisors);
+  }
+  o.backward_prefetch = *rc::gen::element(BackwardPrefetch::kNone, BackwardPrefetch::kBackwardPre,
+                                          BackwardPrefetch::kBackwardPost);
+  o.forward_prefetch = *rc::gen::arbitrary<bool>();
+  o.limit_all_gathers = *rc::gen::arbitrary<bool>();
+}
+
 // A small random FSDP run: MLP dims, world size 1–8, every strategy and prefetch mode,
 // gradient accumulation, wrap policies, SGD (with momentum/weight decay) or AdamW.
 inline rc::Gen<FsdpCase> gen_fsdp_case() {
@@ -81,19 +100,7 @@ inline rc::Gen<FsdpCase> gen_fsdp_case() {
     o.global_batch = static_cast<std::int64_t>(c.world_size) * o.grad_accumulation * *rc::gen::inRange(1, 4);
     o.steps = *rc::gen::inRange(1, 4);
     o.seed = *rc::gen::inRange<std::uint64_t>(0, 1000);
-    o.fsdp.strategy = *rc::gen::element(fsdp::ShardingStrategy::kFullShard, fsdp::ShardingStrategy::kShardGradOp,
-                                        fsdp::ShardingStrategy::kNoShard, fsdp::ShardingStrategy::kHybridShard,
-                                        fsdp::ShardingStrategy::kHybridShardZero2);
-    if (fsdp::is_hybrid(o.fsdp.strategy)) {
-      std::vector<int> divisors;
-      for (int d = 1; d <= c.world_size; ++d)
-        if (c.world_size % d == 0) divisors.push_back(d);
-      o.fsdp.devices_per_node = *rc::gen::elementOf(divisors);
-    }
-    o.fsdp.backward_prefetch = *rc::gen::element(fsdp::BackwardPrefetch::kNone, fsdp::BackwardPrefetch::kBackwardPre,
-                                                 fsdp::BackwardPrefetch::kBackwardPost);
-    o.fsdp.forward_prefetch = *rc::gen::arbitrary<bool>();
-    o.fsdp.limit_all_gathers = *rc::gen::arbitrary<bool>();
+    gen_fsdp_schedule(c.world_size, o.fsdp);
     o.fsdp.align_bytes = *rc::gen::element<std::int64_t>(0, 16);
     o.wrap = *rc::gen::element(train::WrapPolicy::kPerLayer, train::WrapPolicy::kNone, train::WrapPolicy::kBySize,
                                train::WrapPolicy::kByClass);

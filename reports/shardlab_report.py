@@ -425,7 +425,10 @@ def read_loss(path: str) -> LossCurve:
             raise InputError(where, f"step {step}; steps are 1-based")
         if out.steps and step <= out.steps[-1]:
             raise InputError(where, f"step {step} after step {out.steps[-1]}; steps must increase")
-        loss = _csv_float(row[ci["loss"]], where, "loss", allow_empty=False)
+        # An empty loss is a step without one (timing mode computes no math): skipped.
+        loss = _csv_float(row[ci["loss"]], where, "loss", allow_empty=True)
+        if loss is None:
+            continue
         oracle = None
         if "oracle_loss" in ci:
             oracle = _csv_float(row[ci["oracle_loss"]], where, "oracle_loss", allow_empty=True)

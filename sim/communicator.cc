@@ -61,6 +61,38 @@ struct Task {
   std::int64_t begin = 0, count = 0;
 };
 
+// NOTE [Comm streams]
+// Each rank has, besides its compute stream (the host thread issuing device ops in
+// order), three communication streams, as PyTorch FSDP has its unshard and
+// post-backward streams: all_gather runs on the all-gather stream; reduce_scatter and
+// all_reduce on the reduce stream (FSDP's gradient reductions — the reduce-scatter and,
+// for NO_SHARD / HYBRID_SHARD, the all-reduce — run there in order); broadcast and
+// barrier on a third. split and point-to-point messages are not serialized. On a stream
+// operations run one at a time in issue order: an operation starts on a rank at its
+// ready time = max(issue time, completion time on that rank of the rank's previous
+// operation on the same stream), and the network model times the collective from the
+// members' ready times (instead of their issue times). Overlap and exposed
+// communication then come out of the model: a prefetched all-gather queues behind the
+// one in flight instead of running beside it for free.
+//
+// A ready time is a pure function of virtual times, whatever the host order: when the
+// last member of an operation arrives while some member's previous operation on that
+// stream has no completion time yet (its own members are still missing, or it waits in
+// turn), the operation is not timed then; it records how many predecessors it waits for
+// and each predecessor lists it as a successor. Whoever times an operation (under
+// Shared::mu) then updates its successors' ready times and times every successor that
+// has become ready, transitively. A Work completes once its operation is timed and its
+// data moved (NOTE [Shared data movement]), whichever comes last. trace.json shows a
+// collective from its ready time to its completion. The timing-mode replay
+// (sim/timing/replay.h) applies the same rule.
+struct SharedOp;
+
+// An operation whose member `member` waits for member `prev_member` of this one.
+struct Successor {
+  std::shared_ptr<SharedOp> op;
+  int member = 0, prev_member = 0;
+};
+
 // The PendingOp of every collective this file creates (so a Work's `pending` can be
 // downcast): the planned tasks and who has taken and finished them.
 struct SharedOp final : PendingOp {
@@ -70,6 +102,13 @@ struct SharedOp final : PendingOp {
   std::shared_ptr<Group> group;  // for the trace: world ranks and name
   std::int64_t bytes = 0;        // payload bytes per rank, for the trace
   std::string algorithm;         // the network model's algorithm, for the trace
+  // NOTE [Comm streams]; all under Shared::mu.
+  std::vector<Nanos> ready;          // per member: max(issue, previous op on its stream done)
+  int waiting_prev = 0;              // predecessors not yet timed
+  std::vector<Successor> successors;
+  bool sealed = false;  // the last member checked agreement and planned the data movement
+  bool timed = false;   // `done` holds the network model's completion times
+  bool moved = false;   // the data movement finished and the tensors were released
   // Set under Shared::mu, also read without it by polling waiters (SimWork::wait).
   std::atomic<bool> published{false};  // waiters may take tasks
   std::atomic<bool> completed{false};  // every member's Work is done
@@ -167,13 +206,8 @@ bool run_tasks(SharedOp& op) {
   return last;
 }
 
-// After the last task: release the members' tensors, then complete their Works.
-void finish(World::Shared& sh, SharedOp& op) {
-  for (auto& m : op.members) {
-    m->input = Tensor();
-    m->output = Tensor();
-  }
-  std::lock_guard<std::mutex> lock(sh.mu);
+// Under sh.mu, once the operation is timed and its data moved: completes every member's Work.
+void complete_members(World::Shared& sh, SharedOp& op) {
   const OpKind kind = op.members[0]->kind;
   for (std::size_t g = 0; g < op.members.size(); ++g) {
     const Member& m = *op.members[g];
@@ -185,12 +219,60 @@ void finish(World::Shared& sh, SharedOp& op) {
                          : kind == OpKind::kAllReduce     ? kTraceAllReduce
                                                           : kTraceOtherComm;
       sh.traces[static_cast<std::size_t>(wr)]->add_comm({std::string(runtime::comm::op_kind_name(kind)), stream,
-                                                         m.arrival, op.done[g] - m.arrival, op.bytes, op.group->name,
-                                                         op.algorithm});
+                                                         op.ready[g], op.done[g] - op.ready[g], op.bytes,
+                                                         op.group->name, op.algorithm});
     }
     sh.complete(*m.work, op.status, op.done[g]);
   }
   op.completed.store(true, std::memory_order_release);
+}
+
+// Under sh.mu: times `first` if it is sealed and no predecessor is untimed, then every
+// successor that becomes ready through it (NOTE [Comm streams]).
+void time_ready(World::Shared& sh, const std::shared_ptr<SharedOp>& first) {
+  std::vector<std::shared_ptr<SharedOp>> work{first};
+  while (!work.empty()) {
+    std::shared_ptr<SharedOp> op = std::move(work.back());
+    work.pop_back();
+    if (op->timed || !op->sealed || op->waiting_prev > 0) continue;
+    const Member& m0 = *op->members[0];
+    CollectiveQuery query;
+    query.kind = m0.kind;
+    query.world_ranks = op->group->world_ranks;
+    query.arrivals = op->ready;
+    query.bytes = op->bytes;
+    query.root = m0.root;
+    CollectiveTiming timing = sh.network->collective(query);
+    SHARDLAB_CHECK_EQ(timing.done.size(), op->members.size());
+    if (!timing.status.is_ok()) {
+      // A route is down for good (a link_down fault): every member fails at once, at the
+      // time it was ready, with the network's message naming the link.
+      if (op->status.is_ok()) op->status = timing.status;
+      timing.done.assign(op->ready.begin(), op->ready.end());
+    }
+    op->done = std::move(timing.done);
+    op->algorithm = std::move(timing.algorithm);
+    op->timed = true;
+    for (Successor& s : op->successors) {
+      Nanos& r = s.op->ready[static_cast<std::size_t>(s.member)];
+      r = std::max(r, op->done[static_cast<std::size_t>(s.prev_member)]);
+      --s.op->waiting_prev;
+      work.push_back(std::move(s.op));
+    }
+    op->successors.clear();
+    if (op->moved) complete_members(sh, *op);
+  }
+}
+
+// After the last task: release the members' tensors; complete their Works if timed.
+void finish(World::Shared& sh, SharedOp& op) {
+  for (auto& m : op.members) {
+    m->input = Tensor();
+    m->output = Tensor();
+  }
+  std::lock_guard<std::mutex> lock(sh.mu);
+  op.moved = true;
+  if (op.timed) complete_members(sh, op);
 }
 
 class SimWork final : public runtime::comm::Work {
@@ -244,8 +326,9 @@ class SimWork final : public runtime::comm::Work {
       for (std::size_t g = 0; g < members.size(); ++g) {
         if (!members[g]) missing += (missing.empty() ? "" : ", ") + std::to_string(g);
       }
- why = std::to_string(op->arrived) + " of " + std::to_string(members.size()) +
-            " ranks arrived; never arrived (group ranks): " + missing;
+      why = std::to_string(op->arrived) + " of " + std::to_string(members.size()) + " ranks arrived; " +
+            (missing.empty() ? "it waits for an earlier operation on the same stream of one of its ranks"
+                             : "never arrived (group ranks): " + missing);
     } else {
       why = state_->missing_hint;
     }
@@ -342,11 +425,32 @@ WorkPtr SimCommunicator::collective(Member m, std::shared_ptr<WorkState> state) 
                   std::to_string(p) + ")";
     auto& op = group_->pending[seq];
     if (!op) {
-      op = std::make_shared<SharedOp>();
-      op->seq = seq;
-      op->members.resize(static_cast<std::size_t>(p));
+      auto fresh = std::make_shared<SharedOp>();
+      fresh->seq = seq;
+      fresh->members.resize(static_cast<std::size_t>(p));
+      fresh->ready.assign(static_cast<std::size_t>(p), 0);
+      op = std::move(fresh);
     }
     state->pending = op;
+    // NOTE [Comm streams]: queue behind this rank's previous operation on the stream.
+    auto& shared_op = static_cast<SharedOp&>(*op);
+    Nanos& ready_at = shared_op.ready[static_cast<std::size_t>(rank_)];
+    ready_at = m.arrival;
+    const int stream = comm_stream(m.kind);
+    const int me = world_rank();
+    if (stream >= 0 && me >= 0 && me < static_cast<int>(shared_->stream_tails.size())) {
+      StreamTail& tail = shared_->stream_tails[static_cast<std::size_t>(me)][static_cast<std::size_t>(stream)];
+      if (auto* prev = static_cast<SharedOp*>(tail.op.get())) {
+        if (prev->timed) {
+          ready_at = std::max(ready_at, prev->done[static_cast<std::size_t>(tail.member)]);
+        } else {
+          ++shared_op.waiting_prev;
+          prev->successors.push_back({std::static_pointer_cast<SharedOp>(op), rank_, tail.member});
+        }
+      }
+      tail.op = op;
+      tail.member = rank_;
+    }
     op->members[static_cast<std::size_t>(rank_)] = std::move(m);
     if (++op->arrived == p) {
       ready = op;
@@ -369,17 +473,7 @@ WorkPtr SimCommunicator::collective(Member m, std::shared_ptr<WorkState> state) 
                                              " but rank " + std::to_string(g) + " called " + describe(o, ready->seq));
     }
   }
-  std::vector<Nanos> arrivals;
   std::int64_t bytes = first.count * static_cast<std::int64_t>(element_size(first.dtype));
-  for (auto& mm : ms) arrivals.push_back(mm->arrival);
-  CollectiveQuery query;
-  query.kind = first.kind;
-  query.world_ranks = group_->world_ranks;
-  query.arrivals = arrivals;
-  query.bytes = bytes;
-  query.root = first.root;
-  CollectiveTiming timing = shared_->network->collective(query);
-  std::vector<Nanos> done = std::move(timing.done);
   if (mismatch.is_ok()) {
     if (first.kind == OpKind::kSplit) {
       std::lock_guard<std::mutex> lock(shared_->mu);
@@ -413,14 +507,17 @@ WorkPtr SimCommunicator::collective(Member m, std::shared_ptr<WorkState> state) 
   }
   // NOTE [Shared data movement]: run the tasks, with the waiting members' help when large.
   op.status = mismatch;
-  op.done = std::move(done);
   op.group = group_;
   op.bytes = bytes;
-  op.algorithm = std::move(timing.algorithm);
-  if (bytes * p >= kShareMinBytes && op.tasks.size() > 1) {
+  {
+    // NOTE [Comm streams]: timed now, or by whoever times its last untimed predecessor.
     std::lock_guard<std::mutex> lock(shared_->mu);
-    op.published.store(true, std::memory_order_release);
-    shared_->cv.notify_all();
+    op.sealed = true;
+    time_ready(*shared_, std::static_pointer_cast<SharedOp>(ready));
+    if (bytes * p >= kShareMinBytes && op.tasks.size() > 1) {
+      op.published.store(true, std::memory_order_release);
+      shared_->cv.notify_all();
+    }
   }
   if (op.tasks.empty() || run_tasks(op)) finish(*shared_, op);
   return std::make_shared<SimWork>(this, state);

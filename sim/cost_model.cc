@@ -14,10 +14,35 @@ Nanos NetworkModel::message_time(std::int64_t bytes) const {
   return latency_ns + static_cast<Nanos>(std::llround(static_cast<double>(bytes) * 1e9 / bandwidth_bytes_per_s));
 }
 
-Nanos DeviceProfile::op_time(double flops, double bytes, bool matrix) const {
-  const double compute_s = flops / (matrix ? matrix_flops_per_s : vector_flops_per_s);
-  const double memory_s = bytes / memory_bytes_per_s;
+DeviceProfile DeviceProfile::slowed_by(double factor) const {
+  SHARDLAB_CHECK_GE(factor, 1.0);
+  DeviceProfile p = *this;
+  p.launch_ns = static_cast<Nanos>(std::llround(static_cast<double>(launch_ns) * factor));
+  p.matrix_efficiency /= factor;
+  p.vector_efficiency /= factor;
+  p.memory_efficiency /= factor;
+  return p;
+}
+
+namespace {
+bool is_16bit_float(DType d) { return d == DType::kBF16 || d == DType::kF16; }
+}  // namespace
+
+double DeviceProfile::matrix_rate(DType dtype) const {
+  return (is_16bit_float(dtype) ? matrix_bf16_flops_per_s : matrix_flops_per_s) * matrix_efficiency;
+}
+double DeviceProfile::vector_rate(DType dtype) const {
+  return (is_16bit_float(dtype) ? vector_bf16_flops_per_s : vector_flops_per_s) * vector_efficiency;
+}
+
+Nanos DeviceProfile::op_time(double flops, double bytes, ComputeUnit unit, DType dtype) const {
+  const double compute_s = flops / (unit == ComputeUnit::kMatrix ? matrix_rate(dtype) : vector_rate(dtype));
+  const double memory_s = bytes / memory_rate();
   return launch_ns + static_cast<Nanos>(std::llround(std::max(compute_s, memory_s) * 1e9));
+}
+
+Nanos DeviceProfile::op_time(double flops, double bytes, bool matrix) const {
+  return op_time(flops, bytes, matrix ? ComputeUnit::kMatrix : ComputeUnit::kVector, DType::kF32);
 }
 
 namespace {

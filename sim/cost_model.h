@@ -12,6 +12,7 @@
 
 #include "runtime/comm/communicator.h"
 #include "runtime/core/clock.h"
+#include "runtime/core/dtype.h"
 
 namespace shardlab::sim {
 
@@ -22,15 +23,41 @@ struct NetworkModel {
   Nanos message_time(std::int64_t bytes) const;   // α + n·β, rounded to ns
 };
 
-// Roofline device: an op takes launch + max(flops / peak, bytes / bandwidth).
+// The unit an op runs on: the matrix engine (MME-like: GEMMs) or the vector engines
+// (TPC-like: everything else).
+enum class ComputeUnit { kMatrix, kVector };
+
+// Roofline device: an op takes
+//   launch + max(flops / (peak(unit, dtype) · efficiency(unit)), bytes / (memory · memory_efficiency))
+// rounded once to ns. Peaks are per dtype: 16-bit floats (bf16, fp16) use the *_bf16 rates,
+// everything else the fp32 ones. The efficiency factors are the fraction of the vendor
+// peak a well-shaped op sustains (documented per profile in sim/profiles/README.md); the
+// defaults below are the simulator's `cpu-sim` profile (sim/profiles/devices/cpu-sim.json),
+// whose efficiencies are 1 so that its times are exactly flops / peak.
 struct DeviceProfile {
   std::string name = "cpu-sim";
-  double matrix_flops_per_s = 100e9;   // GEMM peak (fp32)
-  double vector_flops_per_s = 20e9;    // elementwise peak
-  double memory_bytes_per_s = 20e9;    // device memory bandwidth
-  Nanos launch_ns = 2 * kNanosPerMicro;
+  std::string description;
+  double matrix_flops_per_s = 100e9;        // matrix peak, fp32
+  double matrix_bf16_flops_per_s = 100e9;   // matrix peak, bf16/fp16
+  double vector_flops_per_s = 20e9;         // vector peak, fp32
+  double vector_bf16_flops_per_s = 20e9;    // vector peak, bf16/fp16
+  double memory_bytes_per_s = 20e9;         // device memory bandwidth
+  Nanos launch_ns = 2 * kNanosPerMicro;     // per op
   std::int64_t capacity_bytes = std::int64_t{16} << 30;
+  double matrix_efficiency = 1.0;           // in (0, 1]
+  double vector_efficiency = 1.0;
+  double memory_efficiency = 1.0;
+
+  // The sustained rates the roofline uses (peak · efficiency).
+  double matrix_rate(DType dtype) const;
+  double vector_rate(DType dtype) const;
+  double memory_rate() const { return memory_bytes_per_s * memory_efficiency; }
+  Nanos op_time(double flops, double bytes, ComputeUnit unit, DType dtype) const;
+  // fp32 shorthand: op_time(flops, bytes, matrix ? kMatrix : kVector, kF32).
   Nanos op_time(double flops, double bytes, bool matrix) const;
+  // The same device `factor` (≥ 1) times slower at everything (a straggler, sim/faults.h):
+  // launch overhead × factor and every efficiency ÷ factor.
+  DeviceProfile slowed_by(double factor) const;
 };
 
 // Per-rank completion times of a collective in a group, given each member's arrival

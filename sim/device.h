@@ -4,7 +4,15 @@
 // Memory is accounted against the profile's capacity under the name "sim:<rank>", so an
 // over-budget allocation fails with the same OUT_OF_MEMORY breakdown as real devices.
 // This first model executes in order on one timeline: every op advances the rank's
-// clock by its cost (streams are accepted but not yet overlapped; issue 6 adds that).
+// clock by its cost. Communication overlaps compute through the communicator's streams
+// (NOTE [Comm streams] in sim/communicator.cc); the runtime issues its device ops from
+// the host thread in order, which is the compute stream.
+//
+// Timing mode (set_timing_mode, NOTE [Phantom storage] in runtime/core/tensor.h): the
+// same ops are validated by nothing, charged the same cost and recorded the same way,
+// but skip their math; allocate() charges the MemoryTracker as before (so OUT_OF_MEMORY
+// and the per-category peaks are those of numerics mode) and returns deferred storages.
+// Shape errors are caught by numerics runs of the same program, not here.
 //
 // Thread safety: as for Device.
 #pragma once
@@ -15,6 +23,53 @@
 #include "sim/virtual_clock.h"
 
 namespace shardlab::sim {
+
+// The math behind SimDevice: the cpu backend's, or nothing in timing mode. Same op
+// names as Device so SimDevice's cost code reads the same in both modes.
+class SimMath {
+ public:
+  SimMath(runtime::device::DeviceId id, std::int64_t capacity) : cpu_(std::move(id), capacity) {}
+  runtime::device::cpu::CpuDevice& cpu() { return cpu_; }
+  runtime::device::DeviceId id() const { return cpu_.id(); }
+  MemoryTracker& memory() { return cpu_.memory(); }
+  Result<std::shared_ptr<Storage>> allocate(std::int64_t nbytes, MemoryCategory category, std::string_view label) {
+    return cpu_.allocate(nbytes, category, label);
+  }
+  Result<runtime::device::StreamId> create_stream(std::string_view name) { return cpu_.create_stream(name); }
+  runtime::device::EventId record_event(runtime::device::StreamId s) { return cpu_.record_event(s); }
+  void wait_event(runtime::device::StreamId w, runtime::device::EventId e) { cpu_.wait_event(w, e); }
+  void synchronize(runtime::device::StreamId s) { cpu_.synchronize(s); }
+  bool skip = false;  // timing mode: ops succeed without computing
+#define SHARDLAB_SIM_MATH_OP(name) \
+  template <typename... A>         \
+  Status name(A&&... a) {          \
+    return skip ? Status::ok() : cpu_.name(std::forward<A>(a)...); \
+  }
+  SHARDLAB_SIM_MATH_OP(copy)
+  SHARDLAB_SIM_MATH_OP(fill)
+  SHARDLAB_SIM_MATH_OP(cast)
+  SHARDLAB_SIM_MATH_OP(axpy)
+  SHARDLAB_SIM_MATH_OP(scale)
+  SHARDLAB_SIM_MATH_OP(gemm)
+  SHARDLAB_SIM_MATH_OP(batched_gemm)
+  SHARDLAB_SIM_MATH_OP(add_bias)
+  SHARDLAB_SIM_MATH_OP(bias_grad)
+  SHARDLAB_SIM_MATH_OP(activation)
+  SHARDLAB_SIM_MATH_OP(activation_backward)
+  SHARDLAB_SIM_MATH_OP(layer_norm)
+  SHARDLAB_SIM_MATH_OP(layer_norm_backward)
+  SHARDLAB_SIM_MATH_OP(attention_softmax)
+  SHARDLAB_SIM_MATH_OP(attention_softmax_backward)
+  SHARDLAB_SIM_MATH_OP(embedding)
+  SHARDLAB_SIM_MATH_OP(embedding_backward)
+  SHARDLAB_SIM_MATH_OP(softmax_cross_entropy)
+  SHARDLAB_SIM_MATH_OP(transpose_1_2)
+  SHARDLAB_SIM_MATH_OP(multiply)
+#undef SHARDLAB_SIM_MATH_OP
+
+ private:
+  runtime::device::cpu::CpuDevice cpu_;
+};
 
 class SimDevice final : public runtime::device::Device {
  public:
@@ -27,6 +82,9 @@ class SimDevice final : public runtime::device::Device {
   Nanos busy_time() const { return busy_; }
   // Records every op (name, virtual start, duration) into `trace` when set (not owned).
   void set_trace(TraceRecorder* trace) { trace_ = trace; }
+  // Timing mode (see the top of this file); off by default. Set before the first allocation.
+  void set_timing_mode(bool on) { inner_.skip = on; }
+  bool timing_mode() const { return inner_.skip; }
 
   Result<std::shared_ptr<Storage>> allocate(std::int64_t nbytes, MemoryCategory category,
                                             std::string_view label) override;
@@ -70,12 +128,13 @@ class SimDevice final : public runtime::device::Device {
   Status multiply(const Tensor& a, const Tensor& b, const Tensor& c, runtime::device::StreamId stream) override;
 
  private:
-  // Charges an op's roofline time when it succeeded.
-  Status charge(const char* op, Status s, double flops, double bytes, bool matrix);
+  // Charges an op's roofline time when it succeeded: matrix ops at the profile's matrix
+  // rate for `dtype` (the dtype of the op's inputs), the others at its vector rate.
+  Status charge(const char* op, Status s, double flops, double bytes, bool matrix, DType dtype);
 
   DeviceProfile profile_;
   VirtualClock* clock_;
-  runtime::device::cpu::CpuDevice inner_;
+  SimMath inner_;  // the cpu backend's math, skipped in timing mode
   Nanos busy_ = 0;
   TraceRecorder* trace_ = nullptr;
 };

@@ -68,8 +68,7 @@ std::string Fault::describe() const {
     case FaultKind::kLinkDown:
     case FaultKind::kLinkDegrade: {
       char buf[96];
-      std::snprintf(buf, sizeof buf, " of link %d-%d", link_a, link_b);
-      s += buf;
+      s += " of link " + link;
       if (kind == FaultKind::kLinkDegrade) {
         std::snprintf(buf, sizeof buf, " to %.4g× bandwidth", factor);
         s += buf;

@@ -50,7 +50,7 @@ struct Fault {
   int rank = -1;                 // crash, hang, straggler, corrupt
   int step = -1;                 // crash, hang: at the top of this 0-based step (-1: not given)
   Nanos time = -1;               // crash, hang: from this virtual time; link faults: from (-1: not given)
-  int link_a = -1, link_b = -1;  // link faults: the two ranks the link joins
+  std::string link;              // link faults: a link name of the topology ("0-1", "3-net", "leaf0-spine")
   double factor = 1.0;           // straggler: slowdown (≥ 1); link_degrade: bandwidth factor (0, 1]
   std::int64_t collective = -1;  // corrupt: which of the rank's collectives (0-based)
   bool integrity_check = false;  // corrupt: detected by a checksum instead of delivered

@@ -1,7 +1,12 @@
 #include "sim/network.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <map>
 #include <vector>
+
+#include "runtime/core/check.h"
 
 namespace shardlab::sim {
 
@@ -36,6 +41,249 @@ class AlphaBetaRing final : public NetworkCostModel {
 
 std::shared_ptr<const NetworkCostModel> make_alpha_beta_ring(NetworkModel net) {
   return std::make_shared<const AlphaBetaRing>(net);
+}
+
+std::string_view network_model_name(NetworkModelKind k) {
+  return k == NetworkModelKind::kAlphaBeta ? "alpha_beta" : "contention";
+}
+
+Result<NetworkModelKind> parse_network_model(std::string_view text) {
+  if (text == "alpha_beta") return NetworkModelKind::kAlphaBeta;
+  if (text == "contention") return NetworkModelKind::kContention;
+  return Status::invalid_argument("unknown network model '" + std::string(text) + "'; allowed: alpha_beta, contention");
+}
+
+namespace {
+
+struct Window {
+  LinkId link;
+  Nanos start, end;
+  double factor;
+  std::string name;  // the fault's link name
+};
+
+class TopologyNetwork final : public NetworkCostModel {
+ public:
+  TopologyNetwork(Topology topo, NetworkModelKind model, Algorithm algorithm, std::vector<Window> windows)
+      : topo_(std::move(topo)), model_(model), algorithm_(algorithm), windows_(std::move(windows)) {
+    std::sort(windows_.begin(), windows_.end(), [](const Window& a, const Window& b) {
+      return a.link != b.link ? a.link < b.link : a.start < b.start;
+    });
+    for (const Window& w : windows_) last_end_ = std::max(last_end_, w.end);
+  }
+
+  CollectiveTiming collective(const CollectiveQuery& q) const override {
+    SHARDLAB_CHECK_EQ(q.world_ranks.size(), q.arrivals.size());
+    SHARDLAB_CHECK_GT(q.world_ranks.size(), 0u);
+    for (int r : q.world_ranks) SHARDLAB_CHECK(r >= 0 && r < topo_.devices());
+    const Schedule s = plan_collective(q.kind, q.world_ranks, q.bytes, q.root, algorithm_, topo_);
+    const PriceRound pricer = [this](std::span<const Transfer> round, std::span<Priced> out) {
+      if (model_ == NetworkModelKind::kContention) {
+        price_fair(round, out);
+      } else {
+        for (std::size_t i = 0; i < round.size(); ++i) topo_.route_cost(round[i].src, round[i].dst, &out[i].latency_ns, &out[i].bytes_per_s);
+      }
+    };
+    CollectiveTiming t;
+    t.algorithm = s.algorithm;
+    const Nanos earliest = *std::min_element(q.arrivals.begin(), q.arrivals.end());
+    if (!faults_after(earliest)) {
+      t.done = evaluate_schedule(s, q.world_ranks, q.arrivals, pricer);
+      return t;
+    }
+    Transfer blocked{-1, -1, 0};
+    const FinishTime finish = [this](const Transfer& m, const Priced& p, Nanos start) { return finish_time(m, p, start); };
+    t.done = simulate_schedule(s, q.world_ranks, q.arrivals, pricer, finish, &blocked);
+    if (std::find(t.done.begin(), t.done.end(), kNever) != t.done.end()) {
+      std::fill(t.done.begin(), t.done.end(), kNever);
+      t.status = Status::unavailable(std::string(runtime::comm::op_kind_name(q.kind)) + " of " +
+                                     std::to_string(q.world_ranks.size()) + " ranks (" + s.algorithm +
+                                     ") cannot complete: " + down_reason(blocked));
+    }
+    return t;
+  }
+
+  Nanos message(int src, int dst, std::int64_t bytes, Nanos start) const override {
+    SHARDLAB_CHECK(src >= 0 && src < topo_.devices() && dst >= 0 && dst < topo_.devices());
+    Priced p;
+    topo_.route_cost(src, dst, &p.latency_ns, &p.bytes_per_s);
+    if (!faults_after(start)) return start + p.cost(bytes);
+    return finish_time({src, dst, bytes}, p, start);
+  }
+
+  std::string describe() const override {
+    std::string d = topo_.describe() + "; " + std::string(network_model_name(model_)) + " model, " +
+                    std::string(algorithm_name(algorithm_)) + " collectives";
+    if (!windows_.empty()) d += ", " + std::to_string(windows_.size()) + " link fault window(s)";
+    return d;
+  }
+
+ private:
+  bool faults_after(Nanos t) const { return !windows_.empty() && last_end_ > t; }
+
+  // The windows on a route's links.
+  std::vector<const Window*> windows_on(const Route& r) const {
+    std::vector<const Window*> out;
+    for (LinkId l : r.links) {
+      auto it = std::lower_bound(windows_.begin(), windows_.end(), l,
+                                 [](const Window& w, LinkId id) { return w.link < id; });
+      for (; it != windows_.end() && it->link == l; ++it) out.push_back(&*it);
+    }
+    return out;
+  }
+
+  // NOTE [Link faults]: stream the bytes piecewise between window edges; round once.
+  Nanos finish_time(const Transfer& m, const Priced& p, Nanos start) const {
+    if (m.bytes == 0 || m.src == m.dst) return start + p.cost(m.bytes);
+    const auto ws = windows_on(topo_.route(m.src, m.dst));
+    if (ws.empty()) return start + p.cost(m.bytes);
+    std::vector<Nanos> edges;
+    for (const Window* w : ws) {
+      if (w->start > start) edges.push_back(w->start);
+      if (w->end > start && w->end != kNever) edges.push_back(w->end);
+    }
+    std::sort(edges.begin(), edges.end());
+    edges.erase(std::unique(edges.begin(), edges.end()), edges.end());
+    double remaining = static_cast<double>(m.bytes), elapsed_ns = 0;
+    Nanos at = start;
+    for (std::size_t e = 0;; ++e) {
+      const Nanos next = e < edges.size() ? edges[e] : kNever;
+      double factor = 1.0;
+      for (const Window* w : ws) {
+        if (w->start <= at && at < w->end) factor = std::min(factor, w->factor);
+      }
+      const double rate = p.bytes_per_s * factor;
+      if (rate > 0) {
+        const double need_ns = remaining * 1e9 / rate;
+        if (next == kNever || static_cast<double>(at) + need_ns <= static_cast<double>(next)) {
+          elapsed_ns += need_ns;
+          break;
+        }
+        remaining -= static_cast<double>(next - at) * rate / 1e9;
+      } else if (next == kNever) {
+        return kNever;
+      }
+      elapsed_ns += static_cast<double>(next - at);
+      at = next;
+    }
+    return start + p.latency_ns + static_cast<Nanos>(std::llround(elapsed_ns));
+  }
+
+  std::string down_reason(const Transfer& m) const {
+    if (m.src >= 0) {
+      for (const Window* w : windows_on(topo_.route(m.src, m.dst))) {
+        if (w->factor == 0 && w->end == kNever) {
+          return "link " + w->name + " is down from t=" + std::to_string(w->start) + " ns on (no end); the message " +
+                 std::to_string(m.src) + " -> " + std::to_string(m.dst) + " has no other route";
+        }
+      }
+    }
+    return "a link on its route is down for good";
+  }
+
+  // Max–min fair rates by progressive filling: repeatedly find the links whose remaining
+  // capacity per unfrozen flow is smallest, give their unfrozen flows that share, and
+  // take it off every link those flows cross. Deterministic: links in id order, flows in
+  // round order, exact double arithmetic in a fixed order.
+  void price_fair(std::span<const Transfer> round, std::span<Priced> out) const {
+    std::vector<std::vector<LinkId>> routes(round.size());
+    std::vector<std::pair<LinkId, int>> uses;
+    for (std::size_t f = 0; f < round.size(); ++f) {
+      Route r = topo_.route(round[f].src, round[f].dst);
+      out[f].latency_ns = r.latency_ns;
+      out[f].bytes_per_s = 0;
+      for (LinkId l : r.links) uses.push_back({l, static_cast<int>(f)});
+      routes[f] = std::move(r.links);
+    }
+    std::sort(uses.begin(), uses.end());
+    // Links (dense index), their flows, remaining capacity and unfrozen flow counts.
+    std::vector<LinkId> links;
+    std::vector<std::size_t> first;  // CSR into uses
+    for (std::size_t i = 0; i < uses.size(); ++i) {
+      if (i == 0 || uses[i].first != uses[i - 1].first) {
+        links.push_back(uses[i].first);
+        first.push_back(i);
+      }
+    }
+    first.push_back(uses.size());
+    const std::size_t nl = links.size();
+    std::vector<double> cap(nl);
+    std::vector<int> unfrozen(nl);
+    for (std::size_t l = 0; l < nl; ++l) {
+      cap[l] = topo_.link_bytes_per_s(links[l]);
+      unfrozen[l] = static_cast<int>(first[l + 1] - first[l]);
+    }
+    auto dense = [&](LinkId id) {
+      return static_cast<std::size_t>(std::lower_bound(links.begin(), links.end(), id) - links.begin());
+    };
+    std::vector<char> frozen(round.size(), 0);
+    for (;;) {
+      double share = -1;
+      for (std::size_t l = 0; l < nl; ++l) {
+        if (unfrozen[l] > 0) {
+          const double s = cap[l] / unfrozen[l];
+          if (share < 0 || s < share) share = s;
+        }
+      }
+      if (share < 0) break;
+      std::vector<int> freeze;
+      for (std::size_t l = 0; l < nl; ++l) {
+        if (unfrozen[l] > 0 && cap[l] / unfrozen[l] == share) {
+          for (std::size_t u = first[l]; u < first[l + 1]; ++u) {
+            const int f = uses[u].second;
+            if (!frozen[static_cast<std::size_t>(f)]) {
+              frozen[static_cast<std::size_t>(f)] = 1;
+              freeze.push_back(f);
+            }
+          }
+        }
+      }
+      for (int f : freeze) {
+        out[static_cast<std::size_t>(f)].bytes_per_s = share;
+        for (LinkId id : routes[static_cast<std::size_t>(f)]) {
+          const std::size_t l = dense(id);
+          cap[l] = std::max(0.0, cap[l] - share);
+          --unfrozen[l];
+        }
+      }
+    }
+  }
+
+  Topology topo_;
+  NetworkModelKind model_;
+  Algorithm algorithm_;
+  std::vector<Window> windows_;
+  Nanos last_end_ = 0;
+};
+
+}  // namespace
+
+Result<std::shared_ptr<const NetworkCostModel>> make_network(const NetworkSpec& spec, TopologySpec topology) {
+  SHARDLAB_ASSIGN_OR_RETURN(Topology topo, Topology::create(std::move(topology), spec.nodes, spec.devices_per_node));
+  std::vector<Window> windows;
+  for (std::size_t i = 0; i < spec.link_faults.size(); ++i) {
+    const LinkFault& f = spec.link_faults[i];
+    const std::string where = "link fault #" + std::to_string(i + 1) + " (" + f.link + ")";
+    if (!(f.factor >= 0 && f.factor <= 1)) {
+      return Status::invalid_argument(where + ": factor " + std::to_string(f.factor) +
+                                      " out of range; allowed: [0, 1] (0: link down)");
+    }
+    if (f.start < 0 || f.end <= f.start) {
+      return Status::invalid_argument(where + ": window [" + std::to_string(f.start) + ", " +
+                                      (f.end == kNever ? std::string("open") : std::to_string(f.end)) +
+                                      ") ns; allowed: 0 <= start < end (or no end)");
+    }
+    auto ids = topo.parse_link(f.link);
+    if (!ids.is_ok()) return ids.status().with_context(where);
+    for (LinkId id : *ids) windows.push_back({id, f.start, f.end, f.factor, f.link});
+  }
+  return std::shared_ptr<const NetworkCostModel>(
+      std::make_shared<const TopologyNetwork>(std::move(topo), spec.model, spec.algorithm, std::move(windows)));
+}
+
+Result<std::shared_ptr<const NetworkCostModel>> make_network(const NetworkSpec& spec) {
+  SHARDLAB_ASSIGN_OR_RETURN(TopologySpec topology, load_topology(spec.topology));
+  return make_network(spec, std::move(topology));
 }
 
 }  // namespace shardlab::sim

@@ -4,6 +4,7 @@
 
 #include "sim/trace.h"
 
+#include <array>
 #include <condition_variable>
 #include <deque>
 #include <list>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "runtime/comm/communicator.h"
+#include "sim/comm_streams.h"
 #include "sim/cost_model.h"
 #include "sim/network.h"
 #include "sim/world.h"
@@ -70,6 +72,12 @@ struct Message {
   std::shared_ptr<WorkState> work;
 };
 
+// The last operation a rank issued on one of its streams, and the rank's index in it.
+struct StreamTail {
+  std::shared_ptr<PendingOp> op;
+  int member = -1;
+};
+
 struct Waiter {
   int world_rank;
   Nanos deadline;
@@ -88,6 +96,8 @@ struct World::Shared {
   std::vector<TraceRecorder*> traces;
   // (group, src world rank, dst world rank, tag) -> unmatched sends / recvs, FIFO.
   std::map<std::tuple<std::string, int, int, int>, std::deque<Message>> sends, recvs;
+  // Per world rank and CommStream: the last collective issued there.
+  std::vector<std::array<StreamTail, kNumCommStreams>> stream_tails;
 
   // Under mu: when every live rank is blocked and no blocked wait can finish, forces a
   // timeout on the waiter with the earliest (deadline, rank).

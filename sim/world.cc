@@ -51,7 +51,9 @@ std::vector<RankResult> World::run(const std::function<Status(RankContext&)>& bo
   std::vector<std::unique_ptr<SimDevice>> devices;
   for (int r = 0; r < n; ++r) {
     clocks.push_back(std::make_unique<VirtualClock>());
-    devices.push_back(std::make_unique<SimDevice>(r, options_.device, clocks.back().get()));
+    const double slow = r < static_cast<int>(options_.slowdown.size()) ? options_.slowdown[static_cast<std::size_t>(r)] : 1.0;
+    devices.push_back(std::make_unique<SimDevice>(r, slow == 1.0 ? options_.device : options_.device.slowed_by(slow),
+                                                  clocks.back().get()));
   }
   traces_.clear();
   {
@@ -73,6 +75,7 @@ std::vector<RankResult> World::run(const std::function<Status(RankContext&)>& bo
     std::lock_guard<std::mutex> lock(shared_->mu);
     shared_->live = n;
     shared_->blocked = 0;
+    shared_->stream_tails.assign(static_cast<std::size_t>(n), {});
   }
   std::vector<RankResult> results(static_cast<std::size_t>(n));
   std::vector<std::thread> threads;
@@ -103,6 +106,7 @@ std::vector<RankResult> World::run(const std::function<Status(RankContext&)>& bo
     shared_->sends.clear();
     shared_->recvs.clear();
     shared_->waiters.clear();
+    shared_->stream_tails.clear();
   }
   group.reset();
   return results;

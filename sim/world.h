@@ -38,6 +38,9 @@ namespace shardlab::sim {
 
 struct WorldOptions {
   int world_size = 1;
+  // Per rank (index = rank; missing entries 1): how many times slower than `device` the
+  // rank's device is (straggler faults, sim/faults.h).
+  std::vector<double> slowdown;
   NetworkModel network;
   // The network cost model collectives and messages are timed with; null: the
   // congestion-unaware α–β ring model of `network` (make_alpha_beta_ring).

@@ -1,5 +1,7 @@
 #include "runtime/core/tensor.h"
 
+#include <algorithm>
+#include <cstdlib>
 #include <limits>
 
 namespace shardlab {
@@ -34,8 +36,30 @@ Storage::Storage(std::byte* host_data, std::uint64_t device_address, std::int64_
       device_name_(std::move(device_name)),
       release_(std::move(release)) {}
 
+std::shared_ptr<Storage> Storage::make_deferred(std::int64_t nbytes, MemoryCategory category, std::string label,
+                                                std::string device_name, Release release) {
+  auto s = std::make_shared<Storage>(nullptr, 0, nbytes, category, std::move(label), std::move(device_name),
+                                     std::move(release));
+  s->deferred_ = true;
+  return s;
+}
+
+std::byte* Storage::host_data() const {
+  if (!deferred_) return host_data_;
+  std::call_once(materialize_once_, [this] {
+    // calloc: zeroed, and for large sizes fresh pages that cost no memory until written.
+    void* p = std::calloc(static_cast<std::size_t>(std::max<std::int64_t>(nbytes_, 1)), 1);
+    SHARDLAB_CHECK(p != nullptr);
+    deferred_bytes_.store(static_cast<std::byte*>(p), std::memory_order_release);
+  });
+  return deferred_bytes_.load(std::memory_order_acquire);
+}
+
+bool Storage::materialized() const { return deferred_bytes_.load(std::memory_order_acquire) != nullptr; }
+
 Storage::~Storage() {
   if (release_) release_(*this);
+  std::free(deferred_bytes_.load(std::memory_order_relaxed));
 }
 
 Status check_view_bounds(const std::string& what, std::int64_t offset, std::int64_t numel, std::size_t element_bytes,
@@ -112,8 +136,14 @@ std::int64_t Tensor::dim(int i) const {
 
 std::byte* Tensor::bytes() const {
   SHARDLAB_CHECK(storage_ != nullptr);
-  SHARDLAB_CHECK(storage_->host_data() != nullptr);
-  return storage_->host_data() + byte_offset();
+  std::byte* host = storage_->host_data();
+  if (host == nullptr) {
+    detail::check_failed(__FILE__, __LINE__,
+                         "host access to " + describe() + " on " + storage_->device_name() +
+                             ": the storage has no host bytes (a phantom tensor, or device memory); read it back "
+                             "with a copy to a host-visible tensor");
+  }
+  return host + byte_offset();
 }
 
 bool Tensor::same_view(const Tensor& o) const {

@@ -9,17 +9,35 @@
 //
 // Storage lifetime: a Storage is shared by its views (shared_ptr); it returns its
 // bytes to its device's MemoryTracker when the last view dies. The device that made
-// it must outlive it. Phantom storages (timing mode) have no host bytes: data() on
-// them is a CHECK failure.
+// it must outlive it. A storage without host bytes (device memory, a phantom) is
+// is_phantom() to its views: data() on it is a CHECK failure naming the tensor.
+//
+// NOTE [Phantom storage]
+// The simulator's timing mode (sim/timing/op_graph.h) runs the real runtime with
+// phantom tensors: shape, dtype and a charged size, no data. Its storages are *deferred*
+// (Storage::make_deferred): no host bytes exist when they are made, and the device's
+// ops in timing mode never touch them, so an unsharded layer, an activation or a
+// communication buffer costs nothing on the host however large. The runtime's own
+// host-side code still runs unchanged in timing mode — it writes synthetic batches and
+// position ids, draws dropout masks, steps the optimizer over its shard, reads a loss —
+// and a deferred storage gets zero-filled host bytes the first time a view's data() or
+// bytes() asks (calloc: pages never written stay unbacked), counted by materialized().
+// Values read back from a deferred storage are meaningless (ops skipped their math);
+// code whose *control flow* depends on such a value is timing-unsafe (see
+// runtime/train/fsdp_train.h for the trainer's reads, each made phantom-safe). A deferred
+// storage is host-visible, so Tensor::is_phantom() is false for it; Tensor::is_deferred()
+// tells the two apart.
 //
 // Thread safety: Tensor is a value. Concurrent reads of the same bytes are fine;
 // writes need external ordering (streams/events or Work::wait).
 #pragma once
 
 #include <cstddef>
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -45,8 +63,19 @@ class Storage {
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
 
+  // A deferred storage (NOTE [Phantom storage]): host bytes only once host_data() is asked.
+  static std::shared_ptr<Storage> make_deferred(std::int64_t nbytes, MemoryCategory category, std::string label,
+                                                std::string device_name, Release release);
+
   std::int64_t nbytes() const { return nbytes_; }
-  std::byte* host_data() const { return host_data_; }
+  // Host bytes, or null when the storage has none; a deferred storage makes them now
+  // (zero-filled; thread-safe).
+  std::byte* host_data() const;
+  // True for storages with host bytes or deferred ones (host_data() is never null then).
+  bool host_visible() const { return host_data_ != nullptr || deferred_; }
+  bool deferred() const { return deferred_; }
+  // True once a deferred storage's bytes were asked for (false for other storages).
+  bool materialized() const;
   std::uint64_t device_address() const { return device_address_; }
   MemoryCategory category() const { return category_; }
   const std::string& label() const { return label_; }
@@ -60,6 +89,9 @@ class Storage {
   std::string label_;
   std::string device_name_;
   Release release_;
+  bool deferred_ = false;
+  mutable std::once_flag materialize_once_;
+  mutable std::atomic<std::byte*> deferred_bytes_{nullptr};
 };
 
 // Checks that [offset, offset + numel) elements of `element_bytes` each lie inside a
@@ -98,10 +130,13 @@ class Tensor {
   std::int64_t byte_offset() const { return offset_ * static_cast<std::int64_t>(element_size(dtype_)); }
   const std::string& name() const { return name_; }
   const std::shared_ptr<Storage>& storage() const { return storage_; }
-  bool is_phantom() const { return storage_ && storage_->host_data() == nullptr; }
+  // No host bytes can be had (data() would fail). False for deferred storages.
+  bool is_phantom() const { return storage_ && !storage_->host_visible(); }
+  // A timing-mode phantom (NOTE [Phantom storage]).
+  bool is_deferred() const { return storage_ && storage_->deferred(); }
 
   // Host pointer to the first element. CHECKs that T matches the dtype and that the
-  // storage has host bytes.
+  // storage has host bytes (a deferred storage makes them now).
   template <typename T>
   T* data() const {
     SHARDLAB_CHECK(element_size(dtype_) == sizeof(T));

@@ -119,6 +119,9 @@ class Pass {
   Result<Tensor> dropout_mask(float p, int layer, Site site, const Shape& shape) {
     if (!fc_.training || p <= 0.0f) return Tensor();
     SHARDLAB_ASSIGN_OR_RETURN(Tensor mask, act(shape, "dropout_mask"));
+    // Timing mode (deferred storage, NOTE [Phantom storage]): the mask is charged like any
+    // activation but its values are never read, so drawing them would only cost host time.
+    if (mask.is_deferred()) return mask;
     const std::int64_t per_row = mask.numel() / B;
     const auto threshold = static_cast<std::uint32_t>(std::lround(static_cast<double>(p) * 65536.0));
     const float keep = 1.0f / (1.0f - p);

@@ -16,6 +16,13 @@ Result<Tensor> init_full(device::Device& dev, const model::Model& m, const FsdpT
   const std::uint64_t seed = o.seed;
   const std::int64_t total = model::total_numel(m.params());
   SHARDLAB_ASSIGN_OR_RETURN(Tensor full, dev.empty({total}, DType::kF32, MemoryCategory::kOther, "init"));
+  if (full.is_deferred()) {
+    // Timing mode: the same allocations, no values (see the header).
+    if (!o.initial_params) {
+      SHARDLAB_ASSIGN_OR_RETURN(Tensor scratch, dev.empty({total}, DType::kF32, MemoryCategory::kOther, "init_grads"));
+    }
+    return full;
+  }
   if (o.initial_params) {
     if (static_cast<std::int64_t>(o.initial_params->size()) != total) {
       return Status::invalid_argument("initial parameters hold " + std::to_string(o.initial_params->size()) +
@@ -68,8 +75,8 @@ Status add_counts(const model::Model& m, const model::Batch& b, std::vector<std:
 class MemorySampler final : public model::ParamAccess {
  public:
   MemorySampler(model::ParamAccess& inner, device::Device& dev, const Clock& clock, const int& step,
-                std::vector<MemorySample>& out)
-      : inner_(inner), dev_(dev), clock_(clock), step_(step), out_(out) {}
+                std::vector<MemorySample>& out, const FsdpTrainOptions& options)
+      : inner_(inner), dev_(dev), clock_(clock), step_(step), out_(out), options_(options) {}
   Result<Tensor> param(int i) override { return inner_.param(i); }
   Result<Tensor> grad(int i) override { return inner_.grad(i); }
   Status pre_forward(int l) override { return sampled(inner_.pre_forward(l), "pre_forward", l); }
@@ -79,19 +86,20 @@ class MemorySampler final : public model::ParamAccess {
 
  private:
   Status sampled(Status s, const char* what, int layer) {
-    if (s.is_ok()) record(out_, dev_, clock_, step_, std::string(what) + ":" + std::to_string(layer));
+    if (s.is_ok()) record(out_, dev_, clock_, step_, std::string(what) + ":" + std::to_string(layer), options_);
     return s;
   }
 
  public:
   static void record(std::vector<MemorySample>& out, device::Device& dev, const Clock& clock, int step,
-                     std::string event) {
+                     std::string event, const FsdpTrainOptions& options) {
     MemorySample m;
     m.step = step;
     m.event = std::move(event);
     m.time = clock.now();
     m.bytes = dev.memory().stats().current;
     out.push_back(std::move(m));
+    if (options.on_marker) options.on_marker(TrainMarker::kMemorySample, step);
   }
 
  private:
@@ -100,6 +108,7 @@ class MemorySampler final : public model::ParamAccess {
   const Clock& clock_;
   const int& step_;
   std::vector<MemorySample>& out_;
+  const FsdpTrainOptions& options_;
 };
 
 }  // namespace
@@ -183,7 +192,8 @@ Result<std::unique_ptr<FsdpTrainer>> FsdpTrainer::create(comm::Communicator& com
   }  // the full initial copy is freed here: only shards remain
   SHARDLAB_RETURN_IF_ERROR(t->fsdp_->set_optimizer(o.optimizer));
   if (o.record_memory_timeline) {
-    t->sampler_ = std::make_unique<MemorySampler>(*t->fsdp_, dev, clock, t->step_, t->result_.memory_timeline);
+    t->sampler_ = std::make_unique<MemorySampler>(*t->fsdp_, dev, clock, t->step_, t->result_.memory_timeline,
+                                                  t->options_);
   }
   SHARDLAB_ASSIGN_OR_RETURN(t->loss_, dev.empty({1}, DType::kF32, MemoryCategory::kOther, "loss"));
   SHARDLAB_ASSIGN_OR_RETURN(t->counts_, dev.empty({static_cast<std::int64_t>(t->model_->loss_term_weights().size())},
@@ -200,6 +210,7 @@ Status FsdpTrainer::step() {
   const std::int64_t micro = local / o.grad_accumulation;
   if (o.before_step) SHARDLAB_RETURN_IF_ERROR(o.before_step(step_));
   const Nanos start = clock_.now();
+  if (o.on_marker) o.on_marker(TrainMarker::kStepBegin, step_);
   fsdp_->zero_grad();
   // The step's micro-batches first: the loss is normalized by the global target count.
   std::vector<model::Batch> batches;
@@ -229,20 +240,23 @@ Status FsdpTrainer::step() {
   SHARDLAB_RETURN_IF_ERROR(comm_.all_reduce(loss_, comm::ReduceOp::kSum)->wait(o.fsdp.collective_timeout));
   if (o.max_grad_norm > 0.0) {
     SHARDLAB_ASSIGN_OR_RETURN(double norm, fsdp_->clip_grad_norm(o.max_grad_norm, o.clip_inf_norm));
-    result_.grad_norms.push_back(norm);
+    result_.grad_norms.push_back(loss_.is_deferred() ? std::nan("") : norm);
   }
   if (step_ + 1 == o.steps) {
     SHARDLAB_ASSIGN_OR_RETURN(Tensor g, dev_.empty({model::total_numel(model_->params())}, DType::kF32,
                                                    MemoryCategory::kOther, "grads_out"));
     SHARDLAB_RETURN_IF_ERROR(fsdp_->gather_full_grads(g));
-    result_.last_grads.assign(g.data<float>(), g.data<float>() + g.numel());
+    if (!g.is_deferred()) result_.last_grads.assign(g.data<float>(), g.data<float>() + g.numel());
   }
   SHARDLAB_RETURN_IF_ERROR(fsdp_->optimizer_step());
   dev_.synchronize(device::kComputeStream);
-  if (o.record_memory_timeline) MemorySampler::record(result_.memory_timeline, dev_, clock_, step_, "optimizer_step");
-  result_.losses.push_back(static_cast<double>(loss_.data<float>()[0]));
+  if (o.record_memory_timeline) {
+    MemorySampler::record(result_.memory_timeline, dev_, clock_, step_, "optimizer_step", o);
+  }
+  result_.losses.push_back(loss_.is_deferred() ? std::nan("") : static_cast<double>(loss_.data<float>()[0]));
   result_.step_times.push_back(clock_.now() - start);
   result_.step_starts.push_back(start);
+  if (o.on_marker) o.on_marker(TrainMarker::kStepEnd, step_);
   ++step_;
   return Status::ok();
 }
@@ -273,7 +287,7 @@ Result<FsdpTrainResult> train_fsdp(comm::Communicator& comm, device::Device& dev
   SHARDLAB_ASSIGN_OR_RETURN(Tensor p, dev.empty({model::total_numel(t->model().specs())}, DType::kF32,
                                                 MemoryCategory::kOther, "params_out"));
   SHARDLAB_RETURN_IF_ERROR(t->model().gather_full_params(p));
-  result.final_params.assign(p.data<float>(), p.data<float>() + p.numel());
+  if (!p.is_deferred()) result.final_params.assign(p.data<float>(), p.data<float>() + p.numel());
   result.max_live_unsharded = t->model().max_live_unsharded();
   result.memory = dev.memory().stats();
   return std::move(result);

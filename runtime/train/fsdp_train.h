@@ -15,6 +15,22 @@
 // HYBRID_SHARD — post-divide), so gradients and parameters must match the sim run bit for
 // bit in fp32. Clipping sums the norm in a different order, so with max_grad_norm > 0 the
 // comparison needs a tolerance.
+//
+// Timing mode (the simulator's phantom tensors, NOTE [Phantom storage] in
+// runtime/core/tensor.h): train_fsdp runs unchanged on a device whose storages are
+// deferred, and its host reads are made phantom-safe — the program (ops, collectives,
+// allocations) stays exactly that of numerics mode, only values are dropped:
+//  - initial parameters: allocated as in numerics mode, but neither copied from
+//    initial_params nor initialized (no host pass over the full model);
+//  - the global target count: its all_reduce is issued as always; the values read back
+//    are whatever the device holds, and they only scale gradients (never change which
+//    ops run);
+//  - losses and grad norms: NaN per step (metrics.json writes null);
+//  - last_grads / final_params: gathered as in numerics mode (same collectives), not
+//    copied to the host (left empty).
+// FullyShardedModel::clip_grad_norm decides on the host whether to scale by the clip
+// coefficient; in timing mode the norm reads as 0, so the scale ops are not charged
+// (a numerics run that clips charges them): known difference, see sim/timing/op_graph.h.
 #pragma once
 
 #include <array>
@@ -48,6 +64,14 @@ using DataSource =
 
 struct FsdpTrainResult;
 
+// Fixed points of a rank's host program, reported through FsdpTrainOptions::on_marker
+// in program order (timing-mode capture places them in its op graph).
+enum class TrainMarker {
+  kStepBegin,     // top of a step, right after its start time is taken
+  kStepEnd,       // end of a step, right after its step time is taken
+  kMemorySample,  // right after a sample was appended to memory_timeline
+};
+
 struct FsdpTrainOptions {
   ModelKind model_kind = ModelKind::kMlp;
   model::MlpConfig model;   // kMlp
@@ -76,6 +100,8 @@ struct FsdpTrainOptions {
   // uninterrupted one does.
   // Called after every completed step with the result so far (e.g. a progress line).
   std::function<void(const FsdpTrainResult&)> on_step;
+  // Called at each TrainMarker with the 0-based step; empty: none.
+  std::function<void(TrainMarker, int step)> on_marker;
   // Called at the top of every step (0-based, before anything of the step runs); an error
   // ends the run with it (fault injection: a rank that crashes or hangs at a step).
   std::function<Status(int step)> before_step;

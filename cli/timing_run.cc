@@ -1,0 +1,113 @@
+#include "cli/timing_run.h"
+
+#include <cmath>
+#include <cstdio>
+
+#include "sim/timing/capture.h"
+#include "sim/timing/replay.h"
+
+namespace shardlab::cli {
+
+namespace {
+
+using runtime::train::FsdpTrainResult;
+
+// The numerics run's record fields (run_command.cc make_record), for timing mode.
+void describe_run(const RunArgs& a, RunRecord& r) {
+  r.scenario = a.scenario;
+  r.backend = "sim";
+  r.mode = "timing";
+  r.seed = a.train.seed;
+  r.world_size = a.world_size;
+  r.global_batch = a.train.global_batch;
+  const auto net = runtime::train::make_model(a.train);
+  if (a.train.model_kind == runtime::train::ModelKind::kBert) {
+    r.model = {{"name", a.model_name}, {"head", runtime::model::bert_head_name(a.train.bert.head)}};
+    r.seq_len = a.train.bert.seq_len;
+  } else {
+    r.model = {{"name", "mlp"}};
+  }
+  r.model["parameters"] = runtime::model::total_numel(net->params());
+  r.fsdp = {{"sharding_strategy", runtime::fsdp::strategy_name(a.train.fsdp.strategy)},
+            {"backward_prefetch", runtime::fsdp::prefetch_name(a.train.fsdp.backward_prefetch)},
+            {"forward_prefetch", a.train.fsdp.forward_prefetch},
+            {"limit_all_gathers", a.train.fsdp.limit_all_gathers},
+            {"devices_per_node", a.train.fsdp.devices_per_node > 0 ? a.train.fsdp.devices_per_node : a.world_size},
+            {"grad_accumulation", a.train.grad_accumulation}};
+  r.flops_per_step = analytic_step_flops(a.train);
+}
+
+std::shared_ptr<const sim::NetworkCostModel> network_of(const TimingRunOptions& o) {
+  return o.network ? o.network : sim::make_alpha_beta_ring(o.net);
+}
+
+}  // namespace
+
+Status fill_timing_record(const sim::timing::OpGraph& g, const TimingRunOptions& options, RunRecord& record) {
+  sim::timing::ReplayOptions ro;
+  ro.network = network_of(options);
+  const int traced = std::clamp(options.traced_ranks, 0, g.world_size);
+  for (int r = 0; r < traced; ++r) ro.traced_ranks.push_back(r);
+  SHARDLAB_ASSIGN_OR_RETURN(sim::timing::ReplayResult rep, sim::timing::replay(g, ro));
+  record.mode = "timing";
+  record.world_size = g.world_size;
+  record.device_peak_flops = options.device.matrix_flops_per_s;
+  record.ranks.assign(static_cast<std::size_t>(g.world_size), FsdpTrainResult{});
+  for (int r = 0; r < g.world_size; ++r) {
+    const auto ur = static_cast<std::size_t>(r);
+    const sim::timing::RankProgram& p = g.program(r);
+    FsdpTrainResult& out = record.ranks[ur];
+    sim::timing::RankTiming& t = rep.ranks[ur];
+    out.losses.assign(t.step_times.size(), std::nan(""));
+    out.step_times = std::move(t.step_times);
+    out.step_starts = std::move(t.step_starts);
+    out.memory = p.memory;
+    out.num_units = p.num_units;
+    out.num_trainable_units = p.num_trainable_units;
+    out.max_live_unsharded = p.max_live_unsharded;
+    out.counts = p.counts;
+    if (auto it = rep.memory_timelines.find(r); it != rep.memory_timelines.end()) out.memory_timeline = std::move(it->second);
+  }
+  record.traces.clear();
+  for (int r = 0; r < traced; ++r) record.traces.push_back(std::move(rep.traces[r]));
+  return Status::ok();
+}
+
+Status run_timing(const RunArgs& a, const TimingRunOptions& options, RunRecord& record) {
+  describe_run(a, record);
+  Status s = [&]() -> Status {
+    if (a.backend != "sim") {
+      return Status::invalid_argument("timing mode runs on the simulator (backend sim), not '" + a.backend + "'");
+    }
+    if (a.cpu_offload) return Status::invalid_argument("timing mode does not support CPU offload yet; run in numerics mode");
+    SHARDLAB_RETURN_IF_ERROR(runtime::train::validate(a.train, a.world_size));
+    SHARDLAB_ASSIGN_OR_RETURN(sim::timing::OpGraph g, sim::timing::capture_graph(a.train, a.world_size, options.device));
+    char line[256];
+    std::snprintf(line, sizeof line, "shardlab run (timing mode): %s · FSDP %s · %d simulated ranks · %d unit%s · global batch %lld · %d steps · seed %llu",
+                  a.model_name.c_str(), std::string(runtime::fsdp::strategy_name(a.train.fsdp.strategy)).c_str(),
+                  a.world_size, g.programs.front().num_units, g.programs.front().num_units == 1 ? "" : "s",
+                  static_cast<long long>(a.train.global_batch), a.train.steps,
+                  static_cast<unsigned long long>(a.train.seed));
+    record.header = line;
+    if (!g.approximation.empty()) record.header += " (approximate: " + g.approximation + ")";
+    g.description = record.header;
+    if (!options.dump_graph.empty()) SHARDLAB_RETURN_IF_ERROR(sim::timing::write_graph_json(g, options.dump_graph));
+    return fill_timing_record(g, options, record);
+  }();
+  if (!s.is_ok()) record.status = s.to_string();
+  return s;
+}
+
+Status replay_graph_file(const std::string& path, const TimingRunOptions& options, RunRecord& record) {
+  Status s = [&]() -> Status {
+    SHARDLAB_ASSIGN_OR_RETURN(sim::timing::OpGraph g, sim::timing::read_graph_json(path));
+    record.scenario = path;
+    record.backend = "sim";
+    record.header = g.description.empty() ? "shardlab replay of " + path : g.description + " (replayed from " + path + ")";
+    return fill_timing_record(g, options, record);
+  }();
+  if (!s.is_ok()) record.status = s.to_string();
+  return s;
+}
+
+}  // namespace shardlab::cli

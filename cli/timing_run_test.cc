@@ -1,0 +1,123 @@
+// `shardlab run` in timing mode: the RunRecord it fills writes the usual output folder;
+// a dumped op graph replays to the same step times; OOM ends the run with the breakdown.
+#include "cli/timing_run.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/model/bert.h"
+
+namespace shardlab::cli {
+namespace {
+
+RunArgs tiny_args(int world) {
+  RunArgs a;
+  a.backend = "sim";
+  a.world_size = world;
+  a.model_name = "bert-tiny";
+  a.scenario = "timing_test";
+  auto& o = a.train;
+  o.model_kind = runtime::train::ModelKind::kBert;
+  o.bert.config = *runtime::model::bert_preset("bert-tiny");
+  o.bert.head = runtime::model::BertHead::kMaskedLM;
+  o.bert.seq_len = 16;
+  o.global_batch = 2 * world;
+  o.steps = 2;
+  o.wrap = runtime::train::WrapPolicy::kByClass;
+  o.optimizer.kind = runtime::optim::OptimizerConfig::Kind::kAdamW;
+  o.optimizer.lr = 1e-3f;
+  return a;
+}
+
+std::string temp_path(const std::string& name) {
+  return (std::filesystem::temp_directory_path() / ("shardlab_timing_run_test_" + name)).string();
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+TEST(TimingRun, FillsARecordThatWritesTheUsualOutputFolder) {
+  TimingRunOptions opts;
+  opts.traced_ranks = 2;
+  RunRecord record;
+  ASSERT_TRUE(run_timing(tiny_args(4), opts, record).is_ok()) << record.status;
+  EXPECT_EQ(record.mode, "timing");
+  EXPECT_EQ(record.status, "ok");
+  ASSERT_EQ(record.ranks.size(), 4u);
+  ASSERT_EQ(record.traces.size(), 2u);
+  EXPECT_FALSE(record.traces[0].empty());
+  for (const auto& r : record.ranks) {
+    ASSERT_EQ(r.step_times.size(), 2u);
+    EXPECT_GT(r.step_times[0], 0);
+    EXPECT_TRUE(std::isnan(r.losses[0]));
+    EXPECT_GT(r.memory.peak_total, 0);
+  }
+  EXPECT_FALSE(record.ranks[0].memory_timeline.empty());
+  EXPECT_TRUE(record.ranks[3].memory_timeline.empty());  // not traced
+  const std::string dir = temp_path("out");
+  std::filesystem::remove_all(dir);
+  ASSERT_TRUE(write_run_outputs(dir, record).is_ok());
+  const auto metrics = nlohmann::json::parse(slurp(dir + "/metrics.json"));
+  EXPECT_EQ(metrics["mode"], "timing");
+  ASSERT_EQ(metrics["loss"].size(), 2u);
+  EXPECT_TRUE(metrics["loss"][0].is_null());
+  EXPECT_GT(metrics["step_time_s"]["median"].get<double>(), 0.0);
+  EXPECT_EQ(metrics["peak_memory_bytes"].size(), 4u);
+  EXPECT_NE(slurp(dir + "/trace.json").find("all_gather"), std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(TimingRun, DumpedGraphReplaysToTheSameTimeline) {
+  TimingRunOptions opts;
+  opts.dump_graph = temp_path("graph.json");
+  RunRecord direct;
+  ASSERT_TRUE(run_timing(tiny_args(4), opts, direct).is_ok()) << direct.status;
+  RunRecord replayed;
+  ASSERT_TRUE(replay_graph_file(opts.dump_graph, opts, replayed).is_ok()) << replayed.status;
+  std::filesystem::remove(opts.dump_graph);
+  ASSERT_EQ(replayed.ranks.size(), direct.ranks.size());
+  for (std::size_t r = 0; r < direct.ranks.size(); ++r) {
+    EXPECT_EQ(replayed.ranks[r].step_times, direct.ranks[r].step_times);
+    EXPECT_EQ(replayed.ranks[r].step_starts, direct.ranks[r].step_starts);
+    EXPECT_EQ(replayed.ranks[r].memory.peak, direct.ranks[r].memory.peak);
+  }
+  ASSERT_EQ(replayed.traces.size(), direct.traces.size());
+  EXPECT_EQ(replayed.traces[0].size(), direct.traces[0].size());
+}
+
+TEST(TimingRun, OutOfMemoryEndsTheRunWithThePerCategoryBreakdown) {
+  TimingRunOptions opts;
+  opts.device.capacity_bytes = 4 << 20;
+  RunRecord record;
+  const Status s = run_timing(tiny_args(4), opts, record);
+  ASSERT_FALSE(s.is_ok());
+  EXPECT_EQ(s.code(), StatusCode::kOutOfMemory);
+  EXPECT_EQ(s.exit_code(), 3);
+  EXPECT_NE(record.status.find("parameters"), std::string::npos) << record.status;
+}
+
+TEST(TimingRun, RefusesWhatTimingModeCannotCapture) {
+  RunArgs a = tiny_args(4);
+  a.train.checkpoint.dir = "ck";
+  RunRecord record;
+  EXPECT_EQ(run_timing(a, {}, record).code(), StatusCode::kInvalidArgument);
+  a = tiny_args(4);
+  a.train.fsdp.strategy = runtime::fsdp::ShardingStrategy::kHybridShard;
+  a.train.fsdp.devices_per_node = 2;
+  const Status s = run_timing(a, {}, record);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("split"), std::string::npos) << s.to_string();
+}
+
+}  // namespace
+}  // namespace shardlab::cli

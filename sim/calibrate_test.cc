@@ -1,0 +1,106 @@
+// Calibration measured on the simulator itself (a VirtualClock instead of the wall
+// clock): it must recover the profile and the α–β numbers the simulator was given. The
+// real-CPU measurement runs once, tiny, as a smoke test.
+#include "sim/calibrate.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "sim/device.h"
+#include "sim/profiles.h"
+#include "sim/world.h"
+
+namespace shardlab::sim {
+namespace {
+
+TEST(Calibrate, RecoversASimulatedDevicesRoofline) {
+  DeviceProfile truth;
+  truth.matrix_flops_per_s = 3e11;
+  truth.vector_flops_per_s = 1e10;  // in-cache GELU is compute bound
+  truth.memory_bytes_per_s = 5e10;
+  truth.launch_ns = 1500;
+  VirtualClock clock;
+  SimDevice dev(0, truth, &clock);
+  DeviceCalibrationOptions o;
+  o.name = "sim-measured";
+  o.gemm_size = 128;
+  o.vector_elements = 1 << 12;
+  o.copy_bytes = 1 << 22;
+  o.repeats = 2;
+  o.capacity_bytes = 1 << 30;
+  auto p = calibrate_device(dev, clock, o);
+  ASSERT_TRUE(p.is_ok()) << p.status().to_string();
+  EXPECT_EQ(p->name, "sim-measured");
+  EXPECT_EQ(p->launch_ns, truth.launch_ns);
+  EXPECT_NEAR(p->matrix_flops_per_s / truth.matrix_flops_per_s, 1.0, 1e-3);
+  EXPECT_NEAR(p->vector_flops_per_s / truth.vector_flops_per_s, 1.0, 1e-3);
+  EXPECT_NEAR(p->memory_bytes_per_s / truth.memory_bytes_per_s, 1.0, 1e-3);
+  EXPECT_EQ(p->matrix_bf16_flops_per_s, p->matrix_flops_per_s);
+  EXPECT_EQ(p->capacity_bytes, std::int64_t{1} << 30);
+  // What `shardlab calibrate` writes reads back as a profile.
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("shardlab_calibrated_" + std::to_string(::getpid()) + ".json")).string();
+  ASSERT_TRUE(write_device_profile(*p, path).is_ok());
+  auto back = load_device_profile(path);
+  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  EXPECT_EQ(back->launch_ns, p->launch_ns);
+  std::filesystem::remove(path);
+}
+
+TEST(Calibrate, RecoversTheSimulatedNetworksAlphaBeta) {
+  for (int world_size : {2, 3}) {
+    WorldOptions o;
+    o.world_size = world_size;
+    o.network = NetworkModel{4000, 20e9};
+    World world(o);
+    std::vector<NetworkCalibration> got(static_cast<std::size_t>(world_size));
+    const auto results = world.run([&](RankContext& ctx) -> Status {
+      NetworkCalibrationOptions n;
+      n.repeats = 2;
+      SHARDLAB_ASSIGN_OR_RETURN(got[static_cast<std::size_t>(ctx.rank)],
+                                calibrate_network(ctx.comm, ctx.device, ctx.clock, n));
+      return Status::ok();
+    });
+    for (const auto& r : results) ASSERT_TRUE(r.status.is_ok()) << r.status.to_string();
+    for (const auto& c : got) {
+      EXPECT_NEAR(static_cast<double>(c.latency_ns), 4000, 2) << "world " << world_size;
+      EXPECT_NEAR(c.bytes_per_s / 20e9, 1.0, 1e-3) << "world " << world_size;
+    }
+    EXPECT_EQ(got[0].one_way.size(), 5u);
+    const TopologySpec t = switch_topology_from(got[0], "measured");
+    EXPECT_EQ(t.kind, TopologyKind::kSwitch);
+    auto parsed = parse_topology(topology_to_json(t), "measured.json");
+    ASSERT_TRUE(parsed.is_ok()) << parsed.status().to_string();
+    EXPECT_NEAR(parsed->port.gbit_per_s, 160, 0.2);
+  }
+}
+
+TEST(Calibrate, NeedsTwoRanks) {
+  WorldOptions o;
+  World world(o);
+  const auto results = world.run([&](RankContext& ctx) -> Status {
+    return calibrate_network(ctx.comm, ctx.device, ctx.clock).status();
+  });
+  EXPECT_EQ(results[0].status.code(), StatusCode::kFailedPrecondition);
+}
+
+TEST(Calibrate, MeasuresThisCpu) {
+  DeviceCalibrationOptions o;
+  o.gemm_size = 64;
+  o.vector_elements = 1024;
+  o.copy_bytes = 1 << 20;
+  o.repeats = 1;
+  auto p = calibrate_cpu_device(o);
+  ASSERT_TRUE(p.is_ok()) << p.status().to_string();
+  EXPECT_GT(p->matrix_flops_per_s, 0);
+  EXPECT_GT(p->vector_flops_per_s, 0);
+  EXPECT_GT(p->memory_bytes_per_s, 0);
+  EXPECT_GT(p->capacity_bytes, 0);
+  EXPECT_GE(p->launch_ns, 0);
+  EXPECT_FALSE(calibrate_cpu_device(DeviceCalibrationOptions{.repeats = 0}).is_ok());
+}
+
+}  // namespace
+}  // namespace shardlab::sim

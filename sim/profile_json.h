@@ -1,0 +1,99 @@
+// Internal: reading profile JSON objects with errors that name the file, the key and
+// what is allowed (shared by sim/profiles.cc and sim/topology.cc).
+#pragma once
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/core/status.h"
+
+namespace shardlab::sim::detail {
+
+class JsonObject {
+ public:
+  // `where` prefixes messages: "gaudi2.json: key 'efficiency.matrix'".
+  JsonObject(const nlohmann::json& j, std::string origin, std::string path = "")
+      : j_(j), origin_(std::move(origin)), path_(std::move(path)) {}
+
+  static Result<nlohmann::json> parse(const std::string& text, const std::string& origin) {
+    try {
+      nlohmann::json j = nlohmann::json::parse(text);
+      if (!j.is_object()) return Status::invalid_argument(origin + ": a profile must be a JSON object");
+      return j;
+    } catch (const nlohmann::json::parse_error& e) {
+      return Status::invalid_argument(origin + ": not valid JSON: " + e.what());
+    }
+  }
+
+  std::string key(const std::string& k) const { return path_.empty() ? k : path_ + "." + k; }
+  Status bad(const std::string& k, const std::string& what) const {
+    return Status::invalid_argument(origin_ + ": key '" + key(k) + "': " + what);
+  }
+
+  // Every key must be one of `allowed`.
+  Status only(const std::vector<std::string>& allowed) const {
+    for (auto it = j_.begin(); it != j_.end(); ++it) {
+      bool ok = false;
+      for (const auto& a : allowed) ok = ok || a == it.key();
+      if (!ok) {
+        std::string list;
+        for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
+        return bad(it.key(), "unknown key; allowed: " + list);
+      }
+    }
+    return Status::ok();
+  }
+  bool has(const std::string& k) const { return j_.contains(k); }
+
+  Result<JsonObject> object(const std::string& k) const {
+    if (!j_.contains(k)) return bad(k, "missing (an object)");
+    if (!j_.at(k).is_object()) return bad(k, "must be an object");
+    return JsonObject(j_.at(k), origin_, key(k));
+  }
+  Result<std::string> string(const std::string& k, bool required, std::string fallback = "") const {
+    if (!j_.contains(k)) {
+      if (required) return bad(k, "missing (a string)");
+      return fallback;
+    }
+    if (!j_.at(k).is_string()) return bad(k, "must be a string");
+    return j_.at(k).get<std::string>();
+  }
+  // A finite number in [lo, hi] (exclusive of lo when lo_open).
+  Result<double> number(const std::string& k, double lo, double hi, bool lo_open, std::string allowed) const {
+    if (!j_.contains(k)) return bad(k, "missing; allowed: " + allowed);
+    const auto& v = j_.at(k);
+    if (!v.is_number()) return bad(k, "must be a number; allowed: " + allowed);
+    const double d = v.get<double>();
+    if (!std::isfinite(d) || d < lo || d > hi || (lo_open && d == lo)) {
+      return bad(k, "value " + v.dump() + " out of range; allowed: " + allowed);
+    }
+    return d;
+  }
+  Result<double> number_or(const std::string& k, double fallback, double lo, double hi, bool lo_open,
+                           std::string allowed) const {
+    if (!j_.contains(k)) return fallback;
+    return number(k, lo, hi, lo_open, std::move(allowed));
+  }
+  // "notes": free text, a string or an object of strings.
+  Status notes_ok(const std::string& k) const {
+    if (!j_.contains(k)) return Status::ok();
+    const auto& v = j_.at(k);
+    if (v.is_string()) return Status::ok();
+    if (v.is_object()) {
+      for (auto it = v.begin(); it != v.end(); ++it) {
+        if (!it->is_string()) return bad(k + "." + it.key(), "must be a string");
+      }
+      return Status::ok();
+    }
+    return bad(k, "must be a string or an object of strings");
+  }
+
+ private:
+  const nlohmann::json& j_;
+  std::string origin_, path_;
+};
+
+}  // namespace shardlab::sim::detail

@@ -1,0 +1,121 @@
+#include "sim/profiles.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "runtime/io/safetensors.h"
+#include "sim/profile_json.h"
+
+namespace shardlab::sim {
+
+namespace detail {
+
+std::vector<std::string> builtin_names(const char* kind) {
+  std::vector<std::string> names;
+  for (int i = 0; i < kNumBuiltinProfiles; ++i) {
+    if (std::string_view(kBuiltinProfiles[i].kind) == kind) names.emplace_back(kBuiltinProfiles[i].name);
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+Result<std::string> read_profile(const char* kind, const std::string& name_or_path, std::string* origin) {
+  const bool is_path = name_or_path.find('/') != std::string::npos ||
+                       (name_or_path.size() > 5 && name_or_path.ends_with(".json"));
+  const std::string what = std::string_view(kind) == "devices" ? "device profile" : "topology profile";
+  if (!is_path) {
+    for (int i = 0; i < kNumBuiltinProfiles; ++i) {
+      if (std::string_view(kBuiltinProfiles[i].kind) == kind && name_or_path == kBuiltinProfiles[i].name) {
+        *origin = "built-in " + what + " " + name_or_path;
+        return std::string(kBuiltinProfiles[i].json);
+      }
+    }
+    std::string list;
+    for (const auto& n : builtin_names(kind)) list += (list.empty() ? "" : ", ") + n;
+    return Status::invalid_argument("unknown " + what + " '" + name_or_path + "'; built-in: " + list +
+                                    ", or a path to a .json file");
+  }
+  *origin = name_or_path;
+  auto text = runtime::io::read_file(name_or_path);
+  if (!text.is_ok()) return Status::invalid_argument(what + " " + name_or_path + ": " + text.status().message());
+  return std::move(text).value();
+}
+
+}  // namespace detail
+
+std::vector<std::string> list_device_profiles() { return detail::builtin_names("devices"); }
+
+Result<DeviceProfile> load_device_profile(const std::string& name_or_path) {
+  std::string origin;
+  SHARDLAB_ASSIGN_OR_RETURN(std::string text,
+                            detail::read_profile("devices", name_or_path == "cpu" ? "cpu-sim" : name_or_path, &origin));
+  return parse_device_profile(text, origin);
+}
+
+namespace {
+
+constexpr double kMaxRate = 1e20;  // a sanity bound: far above any device
+
+// {"fp32": x, "bf16": y}
+Status read_rates(const detail::JsonObject& root, const std::string& key, double* fp32, double* bf16) {
+  SHARDLAB_ASSIGN_OR_RETURN(detail::JsonObject o, root.object(key));
+  SHARDLAB_RETURN_IF_ERROR(o.only({"fp32", "bf16"}));
+  const std::string allowed = "a number of FLOP/s > 0, e.g. 4.32e14";
+  SHARDLAB_ASSIGN_OR_RETURN(*fp32, o.number("fp32", 0, kMaxRate, true, allowed));
+  SHARDLAB_ASSIGN_OR_RETURN(*bf16, o.number("bf16", 0, kMaxRate, true, allowed));
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<DeviceProfile> parse_device_profile(const std::string& json_text, const std::string& origin) {
+  SHARDLAB_ASSIGN_OR_RETURN(nlohmann::json j, detail::JsonObject::parse(json_text, origin));
+  detail::JsonObject root(j, origin);
+  SHARDLAB_RETURN_IF_ERROR(root.only({"name", "description", "matrix_flops_per_s", "vector_flops_per_s",
+                                      "memory_bytes_per_s", "launch_ns", "capacity_gib", "efficiency", "notes"}));
+  SHARDLAB_RETURN_IF_ERROR(root.notes_ok("notes"));
+  DeviceProfile p;
+  SHARDLAB_ASSIGN_OR_RETURN(p.name, root.string("name", true));
+  if (p.name.empty()) return root.bad("name", "must not be empty");
+  SHARDLAB_ASSIGN_OR_RETURN(p.description, root.string("description", false));
+  SHARDLAB_RETURN_IF_ERROR(read_rates(root, "matrix_flops_per_s", &p.matrix_flops_per_s, &p.matrix_bf16_flops_per_s));
+  SHARDLAB_RETURN_IF_ERROR(read_rates(root, "vector_flops_per_s", &p.vector_flops_per_s, &p.vector_bf16_flops_per_s));
+  SHARDLAB_ASSIGN_OR_RETURN(p.memory_bytes_per_s,
+                            root.number("memory_bytes_per_s", 0, kMaxRate, true, "bytes/s > 0, e.g. 2.45e12"));
+  SHARDLAB_ASSIGN_OR_RETURN(const double launch,
+                            root.number("launch_ns", 0, 1e9, false, "an integer number of ns in [0, 1e9]"));
+  if (launch != std::floor(launch)) return root.bad("launch_ns", "must be an integer number of ns");
+  p.launch_ns = static_cast<Nanos>(launch);
+  SHARDLAB_ASSIGN_OR_RETURN(const double gib,
+                            root.number("capacity_gib", 0, 1 << 20, true, "GiB (2^30 bytes) > 0, e.g. 94.6"));
+  p.capacity_bytes = static_cast<std::int64_t>(std::llround(gib * static_cast<double>(std::int64_t{1} << 30)));
+  if (root.has("efficiency")) {
+    SHARDLAB_ASSIGN_OR_RETURN(detail::JsonObject e, root.object("efficiency"));
+    SHARDLAB_RETURN_IF_ERROR(e.only({"matrix", "vector", "memory"}));
+    const std::string allowed = "a fraction of the peak in (0, 1]";
+    SHARDLAB_ASSIGN_OR_RETURN(p.matrix_efficiency, e.number_or("matrix", 1.0, 0, 1, true, allowed));
+    SHARDLAB_ASSIGN_OR_RETURN(p.vector_efficiency, e.number_or("vector", 1.0, 0, 1, true, allowed));
+    SHARDLAB_ASSIGN_OR_RETURN(p.memory_efficiency, e.number_or("memory", 1.0, 0, 1, true, allowed));
+  }
+  return p;
+}
+
+std::string device_profile_to_json(const DeviceProfile& p) {
+  nlohmann::ordered_json j;
+  j["name"] = p.name;
+  if (!p.description.empty()) j["description"] = p.description;
+  j["matrix_flops_per_s"] = {{"fp32", p.matrix_flops_per_s}, {"bf16", p.matrix_bf16_flops_per_s}};
+  j["vector_flops_per_s"] = {{"fp32", p.vector_flops_per_s}, {"bf16", p.vector_bf16_flops_per_s}};
+  j["memory_bytes_per_s"] = p.memory_bytes_per_s;
+  j["launch_ns"] = p.launch_ns;
+  j["capacity_gib"] = static_cast<double>(p.capacity_bytes) / static_cast<double>(std::int64_t{1} << 30);
+  j["efficiency"] = {{"matrix", p.matrix_efficiency}, {"vector", p.vector_efficiency}, {"memory", p.memory_efficiency}};
+  return j.dump(2) + "\n";
+}
+
+Status write_device_profile(const DeviceProfile& profile, const std::string& path) {
+  return runtime::io::write_file_atomic(path, device_profile_to_json(profile));
+}
+
+}  // namespace shardlab::sim

@@ -1,0 +1,265 @@
+#include "sim/timing/capture.h"
+
+#include <memory>
+
+#include "sim/device.h"
+#include "sim/trace.h"
+#include "sim/virtual_clock.h"
+
+namespace shardlab::sim::timing {
+
+namespace {
+
+using runtime::comm::OpKind;
+using runtime::comm::ReduceOp;
+using runtime::comm::WorkPtr;
+
+// What happened on the host between device ops, in order, on the capture clock.
+struct HostEvent {
+  NodeKind kind;
+  int index;  // collective or marker
+  Nanos time;
+};
+
+struct Recording {
+  const VirtualClock* clock = nullptr;
+  std::vector<HostEvent> events;
+  std::vector<CollectiveDesc> collectives;
+  std::vector<Marker> markers;
+  int samples = 0;
+  void add(NodeKind kind, int index) { events.push_back({kind, index, clock->now()}); }
+};
+
+// A capture Work: its wait is recorded (the replay decides how long it blocks).
+class CaptureWork final : public runtime::comm::Work {
+ public:
+  CaptureWork(Recording* rec, int index) : rec_(rec), index_(index) {}
+  Status wait(Nanos) override {
+    rec_->add(NodeKind::kWait, index_);
+    return Status::ok();
+  }
+  bool is_completed() override { return true; }
+
+ private:
+  Recording* rec_;
+  int index_;
+};
+
+// The capturing Communicator: rank `rank` of a world of `size`; every collective is
+// validated as on other backends, recorded, and complete at once with no data moved.
+class CaptureCommunicator final : public runtime::comm::Communicator {
+ public:
+  CaptureCommunicator(Recording* rec, int rank, int size) : rec_(rec), rank_(rank), size_(size) {}
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  const std::string& group_name() const override { return name_; }
+
+  WorkPtr all_gather_into(const Tensor& output, const Tensor& input) override {
+    if (Status s = runtime::comm::validate_all_gather(*this, output, input); !s.is_ok()) return runtime::comm::completed_work(s);
+    return issue(OpKind::kAllGather, input.dtype(), input.numel(), ReduceOp::kSum, 0);
+  }
+  WorkPtr reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op) override {
+    if (Status s = runtime::comm::validate_reduce_scatter(*this, output, input, op); !s.is_ok()) {
+      return runtime::comm::completed_work(s);
+    }
+    return issue(OpKind::kReduceScatter, input.dtype(), output.numel(), op, 0);
+  }
+  WorkPtr all_reduce(const Tensor& inout, ReduceOp op) override {
+    if (Status s = runtime::comm::validate_all_reduce(*this, inout, op); !s.is_ok()) return runtime::comm::completed_work(s);
+    return issue(OpKind::kAllReduce, inout.dtype(), inout.numel(), op, 0);
+  }
+  WorkPtr broadcast(const Tensor& inout, int root) override {
+    if (Status s = runtime::comm::validate_broadcast(*this, inout, root); !s.is_ok()) return runtime::comm::completed_work(s);
+    return issue(OpKind::kBroadcast, inout.dtype(), inout.numel(), ReduceOp::kSum, root);
+  }
+  WorkPtr barrier() override { return issue(OpKind::kBarrier, DType::kI64, 0, ReduceOp::kSum, 0); }
+  WorkPtr send(const Tensor&, int, int) override { return runtime::comm::completed_work(unsupported("send")); }
+  WorkPtr recv(const Tensor&, int, int) override { return runtime::comm::completed_work(unsupported("recv")); }
+  Result<std::unique_ptr<runtime::comm::Communicator>> split(int, int) override {
+    return unsupported("communicator split (HYBRID_SHARD)");
+  }
+
+ private:
+  static Status unsupported(const std::string& what) {
+    return Status::invalid_argument("timing mode cannot capture " + what +
+                                    " yet; run this scenario in numerics mode (world.mode: numerics)");
+  }
+  WorkPtr issue(OpKind kind, DType dtype, std::int64_t count, ReduceOp op, int root) {
+    CollectiveDesc d;
+    d.kind = kind;
+    d.group = name_;
+    d.dtype = dtype;
+    d.count = count;
+    d.bytes = count * static_cast<std::int64_t>(element_size(dtype));
+    d.op = op;
+    d.root = root;
+    const int index = static_cast<int>(rec_->collectives.size());
+    rec_->collectives.push_back(d);
+    rec_->add(NodeKind::kIssue, index);
+    return std::make_shared<CaptureWork>(rec_, index);
+  }
+
+  Recording* rec_;
+  int rank_, size_;
+  std::string name_ = "world";
+};
+
+// Interleaves the device ops (from the trace, in start order) with the host events: an op
+// that started before an event's time ran before it. Device ops have positive durations
+// (launch overhead), so an op starting exactly at an event's time ran after it.
+RankProgram build_program(const Recording& rec, const std::vector<TraceEvent>& trace) {
+  RankProgram p;
+  p.collectives = rec.collectives;
+  p.markers = rec.markers;
+  std::size_t next = 0;
+  Nanos expected = trace.empty() ? 0 : trace.front().start;
+  auto flush = [&](Nanos before, bool all) {
+    Node n;
+    n.kind = NodeKind::kCompute;
+    n.index = static_cast<std::int32_t>(p.ops.size());
+    while (next < trace.size() && (all || trace[next].start < before)) {
+      const TraceEvent& e = trace[next++];
+      // Ops run back to back on the capture clock: only ops advance it.
+      SHARDLAB_CHECK_EQ(e.start, expected);
+      expected = e.start + e.duration;
+      p.ops.push_back({e.name, e.duration});
+      ++n.count;
+      n.duration += e.duration;
+    }
+    if (n.count > 0) p.nodes.push_back(n);
+  };
+  for (const HostEvent& e : rec.events) {
+    flush(e.time, false);
+    Node n;
+    n.kind = e.kind;
+    n.index = e.index;
+    p.nodes.push_back(n);
+  }
+  flush(0, true);
+  return p;
+}
+
+// Everything but compute: collectives in order, markers, memory samples and peaks.
+bool same_structure(const RankProgram& a, const RankProgram& b) {
+  if (a.collectives != b.collectives || a.markers != b.markers || a.memory.peak != b.memory.peak ||
+      a.memory_samples.size() != b.memory_samples.size()) {
+    return false;
+  }
+  for (std::size_t i = 0; i < a.memory_samples.size(); ++i) {
+    if (a.memory_samples[i].event != b.memory_samples[i].event || a.memory_samples[i].bytes != b.memory_samples[i].bytes) {
+      return false;
+    }
+  }
+  std::vector<Node> x, y;  // the nodes without compute
+  for (const Node& n : a.nodes) {
+    if (n.kind != NodeKind::kCompute) x.push_back(n);
+  }
+  for (const Node& n : b.nodes) {
+    if (n.kind != NodeKind::kCompute) y.push_back(n);
+  }
+  return x == y;
+}
+
+}  // namespace
+
+Result<RankProgram> capture_rank(const runtime::train::FsdpTrainOptions& in, int world_size, int rank,
+                                 const DeviceProfile& device) {
+  if (!in.checkpoint.dir.empty()) {
+    return Status::invalid_argument("timing mode does not write or load checkpoints (phantom tensors have no values); "
+                                    "remove the checkpoint section or run in numerics mode");
+  }
+  if (in.fsdp.offload_device != nullptr) {
+    return Status::invalid_argument("timing mode does not support CPU offload yet; run in numerics mode");
+  }
+  if (rank < 0 || rank >= world_size) {
+    return Status::invalid_argument("capture: rank " + std::to_string(rank) + " outside a world of " +
+                                    std::to_string(world_size));
+  }
+  VirtualClock clock;
+  TraceRecorder trace;
+  SimDevice dev(rank, device, &clock);
+  dev.set_timing_mode(true);
+  dev.set_trace(&trace);
+  Recording rec;
+  rec.clock = &clock;
+  CaptureCommunicator comm(&rec, rank, world_size);
+  runtime::train::FsdpTrainOptions o = in;
+  o.record_memory_timeline = true;
+  o.on_step = nullptr;
+  o.on_marker = [&rec](runtime::train::TrainMarker kind, int step) {
+    Marker m;
+    m.kind = kind;
+    m.step = step;
+    if (kind == runtime::train::TrainMarker::kMemorySample) m.sample = rec.samples++;
+    rec.markers.push_back(m);
+    rec.add(NodeKind::kMarker, static_cast<int>(rec.markers.size()) - 1);
+  };
+  SHARDLAB_ASSIGN_OR_RETURN(runtime::train::FsdpTrainResult result, runtime::train::train_fsdp(comm, dev, clock, o));
+  RankProgram p = build_program(rec, trace.events());
+  p.memory_samples = std::move(result.memory_timeline);
+  SHARDLAB_CHECK_EQ(static_cast<int>(p.memory_samples.size()), rec.samples);
+  for (auto& s : p.memory_samples) s.time = 0;  // replaced by the replay
+  p.memory = result.memory;
+  p.num_units = result.num_units;
+  p.num_trainable_units = result.num_trainable_units;
+  p.max_live_unsharded = result.max_live_unsharded;
+  p.counts = std::move(result.counts);
+  return p;
+}
+
+Result<OpGraph> capture_graph(const runtime::train::FsdpTrainOptions& options, int world_size,
+                              const DeviceProfile& device) {
+  if (world_size < 1) return Status::invalid_argument("world size " + std::to_string(world_size) + " must be >= 1");
+  OpGraph g;
+  g.world_size = world_size;
+  g.steps = options.steps;
+  SHARDLAB_ASSIGN_OR_RETURN(RankProgram first, capture_rank(options, world_size, 0, device));
+  if (world_size == 1) {
+    g.programs.push_back(std::move(first));
+    return g;
+  }
+  SHARDLAB_ASSIGN_OR_RETURN(RankProgram last, capture_rank(options, world_size, world_size - 1, device));
+  if (first.same_program(last)) {
+    g.programs.push_back(std::move(first));
+    return g;
+  }
+  if (world_size > kMaxPerRankCaptureWorld) {
+    if (same_structure(first, last)) {
+      g.approximation = "ranks 1-" + std::to_string(world_size - 2) +
+                        " replay rank 0's program (their compute differs slightly: shard pieces, data)";
+      g.programs.push_back(std::move(first));
+      g.programs.push_back(std::move(last));
+      g.program_of_rank.assign(static_cast<std::size_t>(world_size), 0);
+      g.program_of_rank.back() = 1;
+      return g;
+    }
+    return Status::failed_precondition(
+        "timing mode: rank 0 and rank " + std::to_string(world_size - 1) + " run different programs (" +
+        std::to_string(first.nodes.size()) + " vs " + std::to_string(last.nodes.size()) + " nodes, " +
+        std::to_string(first.collectives.size()) + " vs " + std::to_string(last.collectives.size()) +
+        " collectives); capturing every rank is limited to worlds of " + std::to_string(kMaxPerRankCaptureWorld) +
+        " ranks");
+  }
+  g.programs.push_back(std::move(first));
+  g.program_of_rank.assign(static_cast<std::size_t>(world_size), 0);
+  for (int r = 1; r < world_size; ++r) {
+    RankProgram p;
+    if (r == world_size - 1) {
+      p = std::move(last);
+    } else {
+      SHARDLAB_ASSIGN_OR_RETURN(p, capture_rank(options, world_size, r, device));
+    }
+    int found = -1;
+    for (std::size_t k = 0; k < g.programs.size() && found < 0; ++k) {
+      if (g.programs[k].same_program(p)) found = static_cast<int>(k);
+    }
+    if (found < 0) {
+      found = static_cast<int>(g.programs.size());
+      g.programs.push_back(std::move(p));
+    }
+    g.program_of_rank[static_cast<std::size_t>(r)] = found;
+  }
+  return g;
+}
+
+}  // namespace shardlab::sim::timing

@@ -1,0 +1,31 @@
+// Capture (NOTE [Timing mode] in op_graph.h): runs the real trainer on one rank's view of
+// a W-rank world with phantom tensors, and records what it does as a RankProgram.
+//
+// Thread safety: each call is self-contained (its own device, clock and communicator).
+#pragma once
+
+#include "runtime/train/fsdp_train.h"
+#include "sim/cost_model.h"
+#include "sim/timing/op_graph.h"
+
+namespace shardlab::sim::timing {
+
+// Rank `rank`'s program of train_fsdp(options) in a world of `world_size` ranks, on a
+// timing-mode SimDevice with `device`'s costs and capacity. Errors are the trainer's:
+// OUT_OF_MEMORY with the per-category breakdown at the failing allocation (as numerics
+// mode reports it), INVALID_ARGUMENT for options timing mode cannot capture (checkpoints,
+// CPU offload, HYBRID_SHARD's communicator split).
+Result<RankProgram> capture_rank(const runtime::train::FsdpTrainOptions& options, int world_size, int rank,
+                                 const DeviceProfile& device);
+
+// The whole world's graph: rank 0 and rank W-1 are captured; when their programs agree
+// every rank runs that one program. Otherwise worlds of at most kMaxPerRankCaptureWorld
+// ranks capture every rank and keep each distinct program once (exact); larger ones are
+// approximated when the two programs differ only in compute (NOTE [Timing mode] in
+// op_graph.h; OpGraph::approximation says so), else FAILED_PRECONDITION naming the
+// difference.
+constexpr int kMaxPerRankCaptureWorld = 64;
+Result<OpGraph> capture_graph(const runtime::train::FsdpTrainOptions& options, int world_size,
+                              const DeviceProfile& device);
+
+}  // namespace shardlab::sim::timing

@@ -1,0 +1,142 @@
+// OpGraph: what one rank's training program does, as the simulator's timing mode
+// replays it — compute segments, collectives issued and waited for, and markers —
+// without any model code. Written and read as JSON (`shardlab run --dump-graph FILE`).
+//
+// NOTE [Timing mode]
+// Numerics mode (sim/world.h) runs the real runtime with real math on every rank, one
+// host thread each: tens of ranks. Timing mode reaches tens of thousands:
+//  1. Capture (capture.h): the real trainer (runtime/train train_fsdp) runs once, on one
+//     rank's view of a W-rank world: a SimDevice in timing mode (phantom tensors, NOTE
+//     [Phantom storage] in runtime/core/tensor.h — every op charged its roofline cost,
+//     every allocation charged to the device's MemoryTracker, no math) and a capturing
+//     Communicator whose collectives complete at once and are recorded (kind, group,
+//     bytes). Consecutive device ops between two communicator calls form one compute
+//     segment (their durations kept for trace.json). Under FSDP ranks are symmetric
+//     (padding makes every shard the same size), so rank 0 and rank W-1 are captured and
+//     compared; when they differ, small worlds capture every rank and keep each distinct
+//     program once. Programs do differ in practice, in their compute only: a rank copies
+//     and zeroes its shard piece by piece (how many pieces depends on where parameter
+//     boundaries fall in its range), some ops depend on its data, and BERT's masked-LM
+//     head runs only the rows that have a label. Larger worlds, when rank 0 and rank W-1
+//     agree on everything but compute (the same collectives in the same order, the same
+//     markers and memory samples), are replayed *approximately*: rank W-1 runs its own
+//     program and every other rank rank 0's, and the graph says so
+//     (OpGraph::approximation, also in the run's header). Otherwise they are refused.
+//  2. Replay (replay.h): a single-threaded event-driven simulation of all W ranks over
+//     their programs — per rank a host/compute timeline and the communication streams of
+//     NOTE [Comm streams] (sim/communicator.cc); a collective is timed by the
+//     NetworkCostModel once all its members issued it and their previous operations on
+//     the same stream are timed, from the members' ready times, exactly as SimCommunicator
+//     does. So for the same scenario both modes give the same timeline: per-rank op and
+//     collective start/end times, step times, and (taken from the capture) memory peaks
+//     per category. Single-threaded and a pure function of the graph and the model:
+//     byte-identical on every run (NOTE [Determinism] in sim/world.h).
+// What timing mode cannot reproduce: values (losses and grad norms are NaN), and host
+// decisions made on values — FullyShardedModel::clip_grad_norm scales gradients only when
+// the norm exceeds the limit, which timing mode never sees (its norm reads 0), so a
+// numerics run that clips charges a few scale ops more. Communicator split (HYBRID_SHARD)
+// is not captured yet (capture refuses it), nor are point-to-point messages, checkpoints
+// or CPU offload.
+//
+// Thread safety: plain values.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "runtime/comm/communicator.h"
+#include "runtime/core/clock.h"
+#include "runtime/core/dtype.h"
+#include "runtime/core/memory.h"
+#include "runtime/core/status.h"
+#include "runtime/fsdp/fully_sharded.h"
+#include "runtime/train/fsdp_train.h"
+
+namespace shardlab::sim::timing {
+
+// One collective a rank issues; its position in RankProgram::collectives is its sequence
+// number in its group (every member issues the same sequence).
+struct CollectiveDesc {
+  runtime::comm::OpKind kind = runtime::comm::OpKind::kBarrier;
+  std::string group = "world";
+  // As CollectiveQuery::bytes: one rank's chunk for all_gather / reduce_scatter, the
+  // whole buffer for all_reduce / broadcast.
+  std::int64_t bytes = 0;
+  int root = 0;
+  DType dtype = DType::kF32;
+  std::int64_t count = 0;
+  runtime::comm::ReduceOp op = runtime::comm::ReduceOp::kSum;
+  friend bool operator==(const CollectiveDesc&, const CollectiveDesc&) = default;
+};
+
+enum class NodeKind : std::uint8_t {
+  kCompute,  // ops[first, first + count) back to back on the compute stream
+  kIssue,    // collective `index` enqueued on its stream at the current host time
+  kWait,     // the host blocks until collective `index` completes on this rank
+  kMarker,   // markers[index] happens at the current host time
+};
+
+struct Node {
+  NodeKind kind = NodeKind::kCompute;
+  std::int32_t index = 0;  // compute: first op; issue / wait: collective; marker: marker
+  std::int32_t count = 0;  // compute: number of ops
+  Nanos duration = 0;      // compute: the sum of the ops' durations
+  friend bool operator==(const Node&, const Node&) = default;
+};
+
+struct ComputeOp {
+  std::string name;  // "gemm", "layer_norm", ...
+  Nanos duration = 0;
+  friend bool operator==(const ComputeOp&, const ComputeOp&) = default;
+};
+
+struct Marker {
+  runtime::train::TrainMarker kind = runtime::train::TrainMarker::kStepBegin;
+  int step = 0;
+  int sample = -1;  // kMemorySample: the index in RankProgram::memory_samples
+  friend bool operator==(const Marker&, const Marker&) = default;
+};
+
+struct RankProgram {
+  std::vector<Node> nodes;
+  std::vector<ComputeOp> ops;
+  std::vector<CollectiveDesc> collectives;
+  std::vector<Marker> markers;
+  // The trainer's memory samples (bytes per category; `time` is the capture clock's and is
+  // replaced by the replayed time of its marker).
+  std::vector<runtime::train::MemorySample> memory_samples;
+  MemoryStats memory;  // at the end of the run: peaks per category, capacity
+  int num_units = 0, num_trainable_units = 0, max_live_unsharded = 0;
+  std::vector<runtime::fsdp::CollectiveCounts> counts;
+
+  // True when both drive the replay the same way and end with the same memory.
+  bool same_program(const RankProgram& other) const;
+  std::int64_t num_collectives() const { return static_cast<std::int64_t>(collectives.size()); }
+};
+
+struct OpGraph {
+  int world_size = 1;
+  int steps = 0;
+  std::vector<RankProgram> programs;   // the distinct programs
+  std::vector<int> program_of_rank;    // per rank an index into programs; empty: all run programs[0]
+  std::string description;             // free text (the run's header line)
+  // Empty when every rank runs its own captured program; else what was approximated.
+  std::string approximation;
+
+  const RankProgram& program(int rank) const {
+    return programs[program_of_rank.empty() ? 0 : static_cast<std::size_t>(program_of_rank[static_cast<std::size_t>(rank)])];
+  }
+  // Structural checks (indices in range, one program per rank); INVALID_ARGUMENT naming
+  // the first problem.
+  Status validate() const;
+};
+
+// JSON (format "shardlab-op-graph", version 1), written atomically; the reader checks
+// every field and reports INVALID_ARGUMENT naming the file and the field.
+Status write_graph_json(const OpGraph& graph, const std::string& path);
+Result<OpGraph> read_graph_json(const std::string& path);
+std::string graph_to_json_string(const OpGraph& graph);
+Result<OpGraph> graph_from_json_string(const std::string& text, const std::string& what = "op graph");
+
+}  // namespace shardlab::sim::timing

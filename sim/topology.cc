@@ -1,0 +1,348 @@
+#include "sim/topology.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "runtime/core/check.h"
+#include "sim/profile_json.h"
+#include "sim/profiles.h"
+
+namespace shardlab::sim {
+
+namespace {
+
+// LinkId = kind << 48 | index (NOTE: computed, never tabulated, so huge worlds cost nothing).
+enum LinkKind : std::int64_t { kPeer = 0, kPortUp = 1, kPortDown = 2, kLeafUp = 3, kLeafDown = 4 };
+constexpr int kKindShift = 48;
+constexpr int kMaxDevices = 1 << 20;
+
+LinkId make_link(LinkKind kind, std::int64_t index) { return (static_cast<std::int64_t>(kind) << kKindShift) | index; }
+LinkKind kind_of(LinkId id) { return static_cast<LinkKind>(id >> kKindShift); }
+std::int64_t index_of(LinkId id) { return id & ((std::int64_t{1} << kKindShift) - 1); }
+
+double payload_bps(const LinkSpec& l, double efficiency) { return l.gbit_per_s * 1e9 / 8.0 * efficiency; }
+
+}  // namespace
+
+std::string_view topology_kind_name(TopologyKind kind) {
+  switch (kind) {
+    case TopologyKind::kHls: return "hls";
+    case TopologyKind::kFullyConnected: return "fully_connected";
+    case TopologyKind::kSwitch: return "switch";
+    case TopologyKind::kRing: return "ring";
+  }
+  return "?";
+}
+
+Topology::Topology(TopologySpec spec, int nodes, int devices_per_node)
+    : spec_(std::move(spec)), nodes_(nodes), devices_per_node_(devices_per_node) {
+  peer_bps_ = payload_bps(spec_.peer, spec_.efficiency);
+  port_bps_ = payload_bps(spec_.port, spec_.efficiency);
+  const int nodes_under_leaf = spec_.nodes_per_leaf > 0 ? std::min(spec_.nodes_per_leaf, nodes_) : nodes_;
+  leaf_bps_ = port_bps_ * nodes_under_leaf * devices_per_node_ / spec_.oversubscription;
+}
+
+Result<Topology> Topology::create(TopologySpec spec, int nodes, int devices_per_node) {
+  if (nodes < 1 || devices_per_node < 1) {
+    return Status::invalid_argument("topology " + spec.name + ": nodes (" + std::to_string(nodes) +
+                                    ") and devices_per_node (" + std::to_string(devices_per_node) + ") must be >= 1");
+  }
+  if (spec.max_devices_per_node > 0 && devices_per_node > spec.max_devices_per_node) {
+    return Status::invalid_argument("topology " + spec.name + " has servers of " +
+                                    std::to_string(spec.max_devices_per_node) + " devices; devices_per_node " +
+                                    std::to_string(devices_per_node) + " does not fit (allowed: 1.." +
+                                    std::to_string(spec.max_devices_per_node) + ")");
+  }
+  if (static_cast<std::int64_t>(nodes) * devices_per_node > kMaxDevices) {
+    return Status::invalid_argument("topology " + spec.name + ": " + std::to_string(nodes) + " x " +
+                                    std::to_string(devices_per_node) + " devices; at most " +
+                                    std::to_string(kMaxDevices) + " allowed");
+  }
+  return Topology(std::move(spec), nodes, devices_per_node);
+}
+
+int Topology::leaf_of(int device) const {
+  return spec_.nodes_per_leaf > 0 ? node_of(device) / spec_.nodes_per_leaf : 0;
+}
+
+void Topology::route_cost(int src, int dst, Nanos* latency_ns, double* bytes_per_s) const {
+  SHARDLAB_CHECK(src >= 0 && src < devices() && dst >= 0 && dst < devices());
+  if (src == dst) {
+    *latency_ns = 0;
+    *bytes_per_s = 0;
+    return;
+  }
+  switch (spec_.kind) {
+    case TopologyKind::kFullyConnected:
+      *latency_ns = spec_.peer.latency_ns;
+      *bytes_per_s = peer_bps_;
+      return;
+    case TopologyKind::kSwitch:
+      *latency_ns = 2 * spec_.port.latency_ns;
+      *bytes_per_s = port_bps_;
+      return;
+    case TopologyKind::kRing: {
+      const int p = devices();
+      const int d = (dst - src + p) % p;
+      *latency_ns = std::min(d, p - d) * spec_.peer.latency_ns;
+      *bytes_per_s = peer_bps_;
+      return;
+    }
+    case TopologyKind::kHls:
+      if (node_of(src) == node_of(dst)) {
+        *latency_ns = spec_.peer.latency_ns;
+        *bytes_per_s = peer_bps_;
+      } else if (leaf_of(src) == leaf_of(dst)) {
+        *latency_ns = 2 * spec_.port.latency_ns;
+        *bytes_per_s = port_bps_;
+      } else {
+        *latency_ns = 2 * spec_.port.latency_ns + spec_.spine_latency_ns;
+        *bytes_per_s = std::min(port_bps_, leaf_bps_);
+      }
+      return;
+  }
+}
+
+Route Topology::route(int src, int dst) const {
+  Route r;
+  route_cost(src, dst, &r.latency_ns, &r.bytes_per_s);
+  if (src == dst) return r;
+  const std::int64_t p = devices();
+  switch (spec_.kind) {
+    case TopologyKind::kFullyConnected: r.links.push_back(make_link(kPeer, src * p + dst)); break;
+    case TopologyKind::kSwitch:
+      r.links.push_back(make_link(kPortUp, src));
+      r.links.push_back(make_link(kPortDown, dst));
+      break;
+    case TopologyKind::kRing: {
+      const std::int64_t d = (dst - src + p) % p;
+      const std::int64_t step = d <= p - d ? 1 : p - 1;  // clockwise, or counter-clockwise
+      for (std::int64_t at = src; at != dst; at = (at + step) % p) {
+        r.links.push_back(make_link(kPeer, at * p + (at + step) % p));
+      }
+      break;
+    }
+    case TopologyKind::kHls:
+      if (node_of(src) == node_of(dst)) {
+        r.links.push_back(make_link(kPeer, src * p + dst));
+      } else {
+        r.links.push_back(make_link(kPortUp, src));
+        if (leaf_of(src) != leaf_of(dst)) {
+          r.links.push_back(make_link(kLeafUp, leaf_of(src)));
+          r.links.push_back(make_link(kLeafDown, leaf_of(dst)));
+        }
+        r.links.push_back(make_link(kPortDown, dst));
+      }
+      break;
+  }
+  return r;
+}
+
+double Topology::link_bytes_per_s(LinkId link) const {
+  switch (kind_of(link)) {
+    case kPeer: return peer_bps_;
+    case kPortUp:
+    case kPortDown: return port_bps_;
+    case kLeafUp:
+    case kLeafDown: return leaf_bps_;
+  }
+  return 0;
+}
+
+std::string Topology::link_name(LinkId link) const {
+  const std::int64_t i = index_of(link);
+  switch (kind_of(link)) {
+    case kPeer: {
+      const std::int64_t a = i / devices(), b = i % devices();
+      return std::to_string(std::min(a, b)) + "-" + std::to_string(std::max(a, b));
+    }
+    case kPortUp:
+    case kPortDown: return std::to_string(i) + "-net";
+    case kLeafUp:
+    case kLeafDown: return "leaf" + std::to_string(i) + "-spine";
+  }
+  return "?";
+}
+
+Result<std::vector<LinkId>> Topology::parse_link(std::string_view name) const {
+  const std::int64_t p = devices();
+  auto number = [](std::string_view s, std::int64_t* out) {
+    if (s.empty() || s.size() > 9) return false;
+    std::int64_t v = 0;
+    for (char c : s) {
+      if (c < '0' || c > '9') return false;
+      v = v * 10 + (c - '0');
+    }
+    *out = v;
+    return true;
+  };
+  std::string allowed;
+  if (spec_.kind != TopologyKind::kSwitch) allowed += "'a-b' (the direct link between devices a and b";
+  if (spec_.kind == TopologyKind::kHls) allowed += " of one node";
+  if (spec_.kind == TopologyKind::kRing) allowed += ", ring neighbours";
+  if (!allowed.empty()) allowed += ")";
+  if (spec_.kind == TopologyKind::kHls || spec_.kind == TopologyKind::kSwitch) {
+    allowed += std::string(allowed.empty() ? "" : ", ") + "'a-net' (device a's ports to its switch)";
+  }
+  if (spec_.kind == TopologyKind::kHls && spec_.nodes_per_leaf > 0) {
+    allowed += ", 'leafK-spine' (leaf K's uplinks; K in 0.." + std::to_string(leaf_of(devices() - 1)) + ")";
+  }
+  allowed += "; devices are 0.." + std::to_string(p - 1);
+  const auto bad = [&](const std::string& why) {
+    return Status::invalid_argument("link '" + std::string(name) + "' in topology " + spec_.name + ": " + why +
+                                    "; allowed: " + allowed);
+  };
+  const auto dash = name.rfind('-');
+  if (dash == std::string_view::npos) return bad("not a link name");
+  const std::string_view left = name.substr(0, dash), right = name.substr(dash + 1);
+  std::int64_t a = 0, b = 0;
+  if (right == "spine") {
+    if (spec_.kind != TopologyKind::kHls || spec_.nodes_per_leaf <= 0 || !left.starts_with("leaf") ||
+        !number(left.substr(4), &a) || a > leaf_of(devices() - 1)) {
+      return bad("no such leaf uplink");
+    }
+    return std::vector<LinkId>{make_link(kLeafUp, a), make_link(kLeafDown, a)};
+  }
+  if (right == "net") {
+    if (spec_.kind != TopologyKind::kHls && spec_.kind != TopologyKind::kSwitch) return bad("this topology has no switch");
+    if (!number(left, &a) || a >= p) return bad("no such device");
+    return std::vector<LinkId>{make_link(kPortUp, a), make_link(kPortDown, a)};
+  }
+  if (!number(left, &a) || !number(right, &b) || a >= p || b >= p || a == b) return bad("no such pair of devices");
+  bool direct = false;
+  switch (spec_.kind) {
+    case TopologyKind::kFullyConnected: direct = true; break;
+    case TopologyKind::kHls: direct = node_of(static_cast<int>(a)) == node_of(static_cast<int>(b)); break;
+    case TopologyKind::kRing: direct = (a + 1) % p == b || (b + 1) % p == a; break;
+    case TopologyKind::kSwitch: direct = false; break;
+  }
+  if (!direct) return bad("devices " + std::to_string(a) + " and " + std::to_string(b) + " have no direct link");
+  return std::vector<LinkId>{make_link(kPeer, a * p + b), make_link(kPeer, b * p + a)};
+}
+
+std::string Topology::describe() const {
+  char buf[256];
+  const auto gbs = [](double bps) { return bps / 1e9; };
+  switch (spec_.kind) {
+    case TopologyKind::kHls:
+      std::snprintf(buf, sizeof buf,
+                    "%s: %d nodes x %d devices; %.4g GB/s per peer (%.3g us), %.4g GB/s scale-out per device (%.3g us "
+                    "per port), %d nodes per leaf, oversubscription %.3g",
+                    spec_.name.c_str(), nodes_, devices_per_node_, gbs(peer_bps_),
+                    static_cast<double>(spec_.peer.latency_ns) / 1e3, gbs(port_bps_),
+                    static_cast<double>(spec_.port.latency_ns) / 1e3, spec_.nodes_per_leaf, spec_.oversubscription);
+      break;
+    case TopologyKind::kSwitch:
+      std::snprintf(buf, sizeof buf, "%s: %d devices on one switch; %.4g GB/s per port, %.3g us end to end",
+                    spec_.name.c_str(), devices(), gbs(port_bps_), 2 * static_cast<double>(spec_.port.latency_ns) / 1e3);
+      break;
+    default:
+      std::snprintf(buf, sizeof buf, "%s (%s): %d devices; %.4g GB/s, %.3g us per link", spec_.name.c_str(),
+                    std::string(topology_kind_name(spec_.kind)).c_str(), devices(), gbs(peer_bps_),
+                    static_cast<double>(spec_.peer.latency_ns) / 1e3);
+  }
+  return buf;
+}
+
+// ---- profiles -------------------------------------------------------------------------
+
+std::vector<std::string> list_topologies() { return detail::builtin_names("topologies"); }
+
+Result<TopologySpec> load_topology(const std::string& name_or_path) {
+  std::string origin;
+  SHARDLAB_ASSIGN_OR_RETURN(std::string text, detail::read_profile("topologies", name_or_path, &origin));
+  return parse_topology(text, origin);
+}
+
+namespace {
+
+Result<LinkSpec> read_link(const detail::JsonObject& root, const std::string& key) {
+  SHARDLAB_ASSIGN_OR_RETURN(detail::JsonObject o, root.object(key));
+  SHARDLAB_RETURN_IF_ERROR(o.only({"gbit_per_s", "latency_ns"}));
+  LinkSpec l;
+  SHARDLAB_ASSIGN_OR_RETURN(l.gbit_per_s, o.number("gbit_per_s", 0, 1e9, true, "line rate in Gbit/s > 0, e.g. 300"));
+  SHARDLAB_ASSIGN_OR_RETURN(const double lat, o.number("latency_ns", 0, 1e9, false, "an integer number of ns in [0, 1e9]"));
+  if (lat != std::floor(lat)) return o.bad("latency_ns", "must be an integer number of ns");
+  l.latency_ns = static_cast<Nanos>(lat);
+  return l;
+}
+
+}  // namespace
+
+Result<TopologySpec> parse_topology(const std::string& json_text, const std::string& origin) {
+  SHARDLAB_ASSIGN_OR_RETURN(nlohmann::json j, detail::JsonObject::parse(json_text, origin));
+  detail::JsonObject root(j, origin);
+  SHARDLAB_RETURN_IF_ERROR(root.only({"name", "description", "kind", "max_devices_per_node", "peer", "port",
+                                      "nodes_per_leaf", "oversubscription", "spine_latency_ns", "efficiency", "notes"}));
+  SHARDLAB_RETURN_IF_ERROR(root.notes_ok("notes"));
+  TopologySpec t;
+  SHARDLAB_ASSIGN_OR_RETURN(t.name, root.string("name", true));
+  if (t.name.empty()) return root.bad("name", "must not be empty");
+  SHARDLAB_ASSIGN_OR_RETURN(t.description, root.string("description", false));
+  SHARDLAB_ASSIGN_OR_RETURN(const std::string kind, root.string("kind", true));
+  bool found = false;
+  for (TopologyKind k : {TopologyKind::kHls, TopologyKind::kFullyConnected, TopologyKind::kSwitch, TopologyKind::kRing}) {
+    if (kind == topology_kind_name(k)) {
+      t.kind = k;
+      found = true;
+    }
+  }
+  if (!found) return root.bad("kind", "unknown kind '" + kind + "'; allowed: hls, fully_connected, switch, ring");
+  const bool needs_peer = t.kind != TopologyKind::kSwitch;
+  const bool needs_port = t.kind == TopologyKind::kHls || t.kind == TopologyKind::kSwitch;
+  if (needs_peer) {
+    SHARDLAB_ASSIGN_OR_RETURN(t.peer, read_link(root, "peer"));
+  } else if (root.has("peer")) {
+    return root.bad("peer", "a '" + kind + "' topology has no direct links; remove it");
+  }
+  if (needs_port) {
+    SHARDLAB_ASSIGN_OR_RETURN(t.port, read_link(root, "port"));
+  } else if (root.has("port")) {
+    return root.bad("port", "a '" + kind + "' topology has no switch ports; remove it");
+  }
+  if (t.kind != TopologyKind::kHls) {
+    for (const char* k : {"max_devices_per_node", "nodes_per_leaf", "oversubscription", "spine_latency_ns"}) {
+      if (root.has(k)) return root.bad(k, "only 'hls' topologies have it");
+    }
+  } else {
+    SHARDLAB_ASSIGN_OR_RETURN(const double dpn,
+                              root.number("max_devices_per_node", 1, 1 << 16, false, "an integer >= 1, e.g. 8"));
+    SHARDLAB_ASSIGN_OR_RETURN(const double npl, root.number_or("nodes_per_leaf", 0, 0, 1 << 20, false,
+                                                               "an integer >= 0 (0: one switch for all nodes)"));
+    if (dpn != std::floor(dpn)) return root.bad("max_devices_per_node", "must be an integer");
+    if (npl != std::floor(npl)) return root.bad("nodes_per_leaf", "must be an integer");
+    t.max_devices_per_node = static_cast<int>(dpn);
+    t.nodes_per_leaf = static_cast<int>(npl);
+    SHARDLAB_ASSIGN_OR_RETURN(t.oversubscription, root.number_or("oversubscription", 1.0, 1, 1e6, false,
+                                                                 "downlink / uplink capacity >= 1 (1: non-blocking)"));
+    SHARDLAB_ASSIGN_OR_RETURN(const double sl, root.number_or("spine_latency_ns", 0, 0, 1e9, false,
+                                                              "an integer number of ns in [0, 1e9]"));
+    if (sl != std::floor(sl)) return root.bad("spine_latency_ns", "must be an integer number of ns");
+    t.spine_latency_ns = static_cast<Nanos>(sl);
+  }
+  SHARDLAB_ASSIGN_OR_RETURN(t.efficiency,
+                            root.number_or("efficiency", 1.0, 0, 1, true, "payload fraction of the line rate in (0, 1]"));
+  return t;
+}
+
+std::string topology_to_json(const TopologySpec& t) {
+  nlohmann::ordered_json j;
+  j["name"] = t.name;
+  if (!t.description.empty()) j["description"] = t.description;
+  j["kind"] = std::string(topology_kind_name(t.kind));
+  if (t.kind != TopologyKind::kSwitch) j["peer"] = {{"gbit_per_s", t.peer.gbit_per_s}, {"latency_ns", t.peer.latency_ns}};
+  if (t.kind == TopologyKind::kHls || t.kind == TopologyKind::kSwitch) {
+    j["port"] = {{"gbit_per_s", t.port.gbit_per_s}, {"latency_ns", t.port.latency_ns}};
+  }
+  if (t.kind == TopologyKind::kHls) {
+    j["max_devices_per_node"] = t.max_devices_per_node;
+    j["nodes_per_leaf"] = t.nodes_per_leaf;
+    j["oversubscription"] = t.oversubscription;
+    j["spine_latency_ns"] = t.spine_latency_ns;
+  }
+  j["efficiency"] = t.efficiency;
+  return j.dump(2) + "\n";
+}
+
+}  // namespace shardlab::sim

@@ -1,0 +1,114 @@
+// Topology: the links of a simulated cluster and the route every message takes.
+//
+// A topology is a profile (TopologySpec: a data file under sim/profiles/topologies/, by
+// name or path) instantiated for a world of `nodes × devices_per_node` devices (world rank
+// r is device r; its node is r / devices_per_node). Kinds:
+//   hls             Gaudi servers (hls1, hls2, hls3): inside a node every ordered pair of
+//                   cards has its own link (the per-peer ports of reference/gaudi.md,
+//                   aggregated); across nodes each card goes through its scale-out ports
+//                   to a leaf switch; leaves (nodes_per_leaf nodes each) meet at a spine
+//                   whose leaf uplinks carry (devices under the leaf × port) / oversubscription.
+//   fully_connected every ordered pair of devices of the world has its own link.
+//   switch          every device has one port (up and down) to a single non-blocking switch.
+//   ring            device r links to r+1 and r-1 (mod world); a message goes the shorter
+//                   way round, hop by hop.
+//
+// Links are directed and identified by a LinkId computed from the structure (never a
+// table of all pairs), so a 65,536-device topology costs O(1) memory and a route O(hops).
+// A route's latency is the sum of its links' latencies; its bandwidth the smallest of
+// its links' (line rate × the profile's payload efficiency).
+//
+// Link names (what link faults refer to; each name covers both directions):
+//   "a-b"          the direct link between devices a and b (hls inside a node,
+//                  fully_connected, ring neighbours)
+//   "a-net"        device a's port(s) to its switch (hls scale-out, switch)
+//   "leafK-spine"  leaf K's uplinks to the spine (hls with nodes_per_leaf > 0)
+//
+// Thread safety: immutable after construction; share freely.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "runtime/core/clock.h"
+#include "runtime/core/status.h"
+
+namespace shardlab::sim {
+
+enum class TopologyKind { kHls, kFullyConnected, kSwitch, kRing };
+std::string_view topology_kind_name(TopologyKind kind);
+
+struct LinkSpec {
+  double gbit_per_s = 200;  // line rate per direction, in 10^9 bits/s (network convention)
+  Nanos latency_ns = 2500;  // one traversal
+};
+
+// A topology profile (see sim/profiles/README.md for the file format and the reasoning
+// behind the built-in numbers). The defaults are the generic `switch` profile, which
+// matches the default α–β model (NetworkModel: 5 µs, 25 GB/s) end to end.
+struct TopologySpec {
+  std::string name = "switch";
+  std::string description;
+  TopologyKind kind = TopologyKind::kSwitch;
+  int max_devices_per_node = 0;  // hls: cards per server (8); 0: any
+  LinkSpec peer;                 // hls, fully_connected, ring: one direct link (all its ports)
+  LinkSpec port;                 // hls, switch: a device's ports to its (leaf) switch
+  int nodes_per_leaf = 0;        // hls: nodes under one leaf switch; 0: one switch for all
+  double oversubscription = 1.0; // hls: leaf downlink capacity / uplink capacity (>= 1)
+  Nanos spine_latency_ns = 0;    // hls: extra latency of a leaf → spine → leaf crossing
+  double efficiency = 1.0;       // payload bytes / line-rate bytes, in (0, 1]
+};
+
+using LinkId = std::int64_t;
+
+struct Route {
+  std::vector<LinkId> links;
+  Nanos latency_ns = 0;
+  double bytes_per_s = 0;  // the bottleneck link's payload bandwidth (0 for src == dst)
+};
+
+class Topology {
+ public:
+  // INVALID_ARGUMENT when the world does not fit the profile (nodes or devices_per_node
+  // < 1, more devices per node than the profile's servers hold, more than 2^20 devices).
+  static Result<Topology> create(TopologySpec spec, int nodes, int devices_per_node);
+
+  const TopologySpec& spec() const { return spec_; }
+  int nodes() const { return nodes_; }
+  int devices_per_node() const { return devices_per_node_; }
+  int devices() const { return nodes_ * devices_per_node_; }
+  int node_of(int device) const { return device / devices_per_node_; }
+  int leaf_of(int device) const;
+
+  // The route of a message from src to dst (devices in [0, devices())).
+  Route route(int src, int dst) const;
+  // Cheaper than route(): latency and bandwidth only.
+  void route_cost(int src, int dst, Nanos* latency_ns, double* bytes_per_s) const;
+  double link_bytes_per_s(LinkId link) const;  // payload capacity of a link
+  std::string link_name(LinkId link) const;    // "3-5", "3-net", "leaf2-spine"
+  // The directed links a fault name covers (both directions), or INVALID_ARGUMENT naming
+  // the forms this topology allows.
+  Result<std::vector<LinkId>> parse_link(std::string_view name) const;
+  // One line: "hls2: 2 nodes × 8 devices, 37.5 GB/s per peer, …".
+  std::string describe() const;
+
+ private:
+  Topology(TopologySpec spec, int nodes, int devices_per_node);
+  double peer_bps_ = 0, port_bps_ = 0, leaf_bps_ = 0;  // payload bytes/s
+  TopologySpec spec_;
+  int nodes_ = 1, devices_per_node_ = 1;
+};
+
+// Built-in topology profile names (sorted), for `shardlab devices`.
+std::vector<std::string> list_topologies();
+// A built-in profile by name, or a JSON file by path (anything with a '/' or ending in
+// ".json"). INVALID_ARGUMENT names the file, the key and what is allowed.
+Result<TopologySpec> load_topology(const std::string& name_or_path);
+// Parses a topology profile's JSON text; `origin` names it in messages.
+Result<TopologySpec> parse_topology(const std::string& json_text, const std::string& origin);
+// The profile as JSON (what parse_topology reads back).
+std::string topology_to_json(const TopologySpec& spec);
+
+}  // namespace shardlab::sim
