@@ -60,6 +60,8 @@ int main_impl(int argc, char** argv) {
   run_cmd->add_option("--set", overrides.set, "Override a scenario key: section.key=value (repeatable)");
   run_cmd->add_option("--dump-graph", run.dump_graph,
                       "Timing mode: also write the captured op graph as JSON (inspect or replay without the model)");
+  run_cmd->add_option("--perturb-host-schedule", run.perturb_seed,
+                      "Testing: seeded random host yields between the simulator's ranks (outputs must not change)");
   run_cmd->add_option("--fsdp-config", overrides.fsdp_config,
                       "An accelerate / optimum-habana fsdp_config JSON applied over the scenario's fsdp section");
   run_cmd->add_option("--model", model_name, "bert-tiny, bert-mini, bert-small, bert-base, bert-large or mlp")
@@ -228,10 +230,12 @@ int main_impl(int argc, char** argv) {
       const bool out_given = run_cmd->count("--out") > 0;
       const std::string backend = run.backend;
       const std::string dump_graph = run.dump_graph;
+      const std::uint64_t perturb_seed = run.perturb_seed;
       if (shardlab::Status st = shardlab::cli::scenario_to_run_args(*spec, run); !st.is_ok()) return bad(st);
       if (out_given) run.out_dir = out;
       if (run_cmd->count("--backend") > 0) run.backend = backend;
       run.dump_graph = dump_graph;
+      run.perturb_seed = perturb_seed;
       if (!run.dump_graph.empty() && run.mode != "timing") {
         return bad(shardlab::Status::invalid_argument("--dump-graph needs timing mode (world.mode: timing, or --set "
                                                       "world.mode=timing)"));

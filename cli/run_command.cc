@@ -17,6 +17,7 @@
 #include "runtime/comm/mpi/communicator.h"
 #include "runtime/device/cpu/device.h"
 #include "runtime/device/hpu/hpu_runtime.h"
+#include "sim/network.h"
 #include "sim/world.h"
 
 namespace shardlab::cli {
@@ -174,6 +175,19 @@ int run_sim(const RunArgs& a) {
   o.trace = !a.out_dir.empty();
   o.device = a.device;
   o.network_model = a.network;
+  o.perturb_seed = a.perturb_seed;
+  if (!o.network_model) {
+    // Without a scenario: the same network a scenario gets by default (world.topology
+    // switch, alpha_beta, collective_algorithm auto), so `shardlab run` equals
+    // `shardlab run scenarios/default.yaml`.
+    sim::NetworkSpec spec;
+    const int dpn = a.train.fsdp.devices_per_node;
+    spec.devices_per_node = dpn > 0 && a.world_size % dpn == 0 ? dpn : a.world_size;
+    spec.nodes = a.world_size / spec.devices_per_node;
+    auto network = sim::make_network(spec);
+    if (!network.is_ok()) return fail(network.status());
+    o.network_model = *network;
+  }
   if (a.faults) {
     for (int r = 0; r < a.world_size; ++r) o.slowdown.push_back(a.faults->slowdown(r));
   }
@@ -197,6 +211,12 @@ int run_sim(const RunArgs& a) {
     return Status::ok();
   });
   RunRecord record = make_record(a, a.world_size, "sim");
+  if (a.faults) {
+    for (sim::Fault f : a.faults->faults) {
+      f.origin.clear();  // the scenario's path would make summaries machine-specific
+      record.faults.push_back(f.describe());
+    }
+  }
   // MFU is against the spec-sheet matrix peak of the run's compute dtype (not the sustained rate).
   record.device_peak_flops = a.train.model_kind == runtime::train::ModelKind::kBert && a.train.bert.compute_dtype != DType::kF32
                                  ? o.device.matrix_bf16_flops_per_s

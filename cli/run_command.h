@@ -2,6 +2,7 @@
 // checked against the unsharded oracle (bitwise on sim, fp32 tolerance on MPI).
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "cli/scenario.h"
@@ -35,6 +36,9 @@ struct RunArgs {
   // numerics (real math on every rank) or timing (phantom tensors, capture + replay; sim only).
   std::string mode = "numerics";
   std::string dump_graph;  // timing: also write the op graph here (--dump-graph)
+  // Test knob (--perturb-host-schedule): seeded random host yields in the simulator, which
+  // must not change a single output byte (NOTE [Determinism] in sim/world.h).
+  std::uint64_t perturb_seed = 0;
 };
 
 // Returns the process exit code: 0 ok, 1 an expectation failed (oracle mismatch),

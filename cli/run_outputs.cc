@@ -100,6 +100,7 @@ Json metrics_json(const RunRecord& r) {
   j["global_batch"] = r.global_batch;
   j["seq_len"] = r.seq_len;
   j["status"] = r.status;
+  if (!r.faults.empty()) j["faults"] = r.faults;
   if (r.ranks.empty()) return j;
   const FsdpTrainResult& r0 = r.ranks.front();
   j["steps"] = r0.losses.size();
@@ -129,6 +130,21 @@ Json metrics_json(const RunRecord& r) {
     for (std::size_t s = 0; s < compute.size(); ++s) exposed.push_back(std::max(0.0, seconds(r0.step_times[s]) - compute[s]));
     j["step_breakdown_s"] = {{"compute", median(compute)}, {"exposed_comm", median(exposed)}, {"idle", 0.0}};
     j["exposed_comm_s"] = median(exposed);
+    // Every rank's breakdown when every rank was traced (the simulator): a straggler shows
+    // as the rank with the most compute, the ranks waiting for it as exposed communication.
+    if (r.traces.size() == r.ranks.size() && r.ranks.size() > 1) {
+      Json per_rank = Json::array();
+      for (std::size_t k = 0; k < r.ranks.size(); ++k) {
+        const FsdpTrainResult& rk = r.ranks[k];
+        const std::vector<double> c = compute_per_step(rk, r.traces[k]);
+        std::vector<double> e;
+        for (std::size_t s = 0; s < c.size() && s < rk.step_times.size(); ++s) {
+          e.push_back(std::max(0.0, seconds(rk.step_times[s]) - c[s]));
+        }
+        per_rank.push_back({{"compute", median(c)}, {"exposed_comm", median(e)}});
+      }
+      j["step_breakdown_s_per_rank"] = per_rank;
+    }
     Json bytes = {{"all_gather", 0}, {"reduce_scatter", 0}, {"all_reduce", 0}, {"broadcast", 0}};
     for (const auto& e : r.traces.front()) {
       if (e.stream != sim::kTraceCompute && e.bytes > 0) bytes[comm_key(e.stream)] = bytes[comm_key(e.stream)].get<std::int64_t>() + e.bytes;
@@ -184,9 +200,14 @@ std::string summary_text(const RunRecord& r) {
   o << (r.header.empty() ? "shardlab run: " + r.scenario : r.header) << "\n";
   o << "scenario " << r.scenario << " · backend " << r.backend << " (" << r.mode << ") · " << r.world_size
     << " rank" << (r.world_size == 1 ? "" : "s") << " · seed " << r.seed << "\n";
+  if (!r.faults.empty()) {
+    o << "faults:";
+    for (std::size_t i = 0; i < r.faults.size(); ++i) o << (i == 0 ? " " : "; ") << r.faults[i];
+    o << "\n";
+  }
   if (!r.ranks.empty()) {
     const FsdpTrainResult& r0 = r.ranks.front();
-    char line[160];
+    char line[320];
     std::snprintf(line, sizeof line, "%6s  %-14s  %s\n", "step", "loss", r.backend == "sim" ? "simulated step time" : "step time");
     o << line;
     for (std::size_t i = 0; i < r0.losses.size(); ++i) {
@@ -203,6 +224,21 @@ std::string summary_text(const RunRecord& r) {
     o << line;
     o << "peak memory per rank (rank 0): " << format_bytes(r0.memory.peak_total) << " (" << r0.memory.breakdown(true)
       << ")\n";
+    // With faults: where the time went (a straggler computes longest, the others wait).
+    if (!r.faults.empty() && m.contains("step_breakdown_s_per_rank")) {
+      const Json& per_rank = m["step_breakdown_s_per_rank"];
+      std::size_t slow = 0, fast = 0;
+      for (std::size_t k = 0; k < per_rank.size(); ++k) {
+        if (per_rank[k]["compute"].get<double>() > per_rank[slow]["compute"].get<double>()) slow = k;
+        if (per_rank[k]["compute"].get<double>() < per_rank[fast]["compute"].get<double>()) fast = k;
+      }
+      std::snprintf(line, sizeof line,
+                    "where the time went (median per step): compute %.6f s on rank %zu (most) … %.6f s on rank %zu "
+                    "(least); exposed communication %.6f s on rank %zu, %.6f s on rank %zu\n",
+                    per_rank[slow]["compute"].get<double>(), slow, per_rank[fast]["compute"].get<double>(), fast,
+                    per_rank[slow]["exposed_comm"].get<double>(), slow, per_rank[fast]["exposed_comm"].get<double>(), fast);
+      o << line;
+    }
   }
   if (r.check) o << "gradients vs unsharded training: " << r.check->describe() << "\n";
   for (const auto& e : r.expects) o << "expect " << e.name << ": " << (e.ok ? "ok" : "FAILED") << " — " << e.detail << "\n";

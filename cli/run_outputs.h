@@ -37,6 +37,7 @@ struct RunRecord {
   std::vector<ExpectResult> expects;
   std::string status = "ok";  // ok | expect_failed | the error
   std::string header;          // the run's one-line description (summary.txt)
+  std::vector<std::string> faults;  // injected faults, described (sim::Fault::describe without origin)
 };
 
 // Analytic training FLOPs of one optimizer step (forward + backward = 3 × forward GEMMs

@@ -821,7 +821,7 @@ std::vector<KeyDef> fault_keys() {
   return {
       leaf("kind", enum_setter([f](Scenario& s) -> std::string& { return f(s).kind; }, fault_kinds())),
       leaf("rank", int_setter([f](Scenario& s) -> int& { return f(s).rank; }, 0, kMaxWorldSize - 1)),
-      leaf("step", int_setter([f](Scenario& s) -> int& { return f(s).step; }, 0, kIntMax)),
+      leaf("step", int_setter([f](Scenario& s) -> int& { return f(s).step; }, 1, kIntMax)),
       leaf("time_ms", double_setter([f](Scenario& s) -> double& { return f(s).time_ms; },
                                     [](double v) { return v >= 0; }, "a finite number of milliseconds >= 0")),
       leaf("link",
@@ -1508,15 +1508,15 @@ Status validate(const Scenario& s, const SourcePos& top) {
             "allowed: ranks 0 to " + std::to_string(world - 1));
       }
     }
-    if (f.step >= s.train.steps) {
+    if (f.step > s.train.steps) {
       return bad(at("step"),
                  name + ".step = " + std::to_string(f.step) +
                      " is not a step of the run (train.steps = " + std::to_string(s.train.steps) + ")",
-                 "allowed: 0 to " + std::to_string(s.train.steps - 1));
+                 "allowed: 1 to " + std::to_string(s.train.steps) + " (steps count from 1, like the step table)");
     }
     if (when_kind && f.step < 0 && f.time_ms < 0) {
       return bad(f.pos, name + " (" + f.kind + ") has neither step nor time_ms",
-                 "give step (0-based) or time_ms to say when it happens");
+                 "give step (1-based, like the step table) or time_ms to say when it happens");
     }
     if (!when_kind && f.step >= 0) {
       return bad(at("step"), name + " (" + f.kind + ") takes no step",

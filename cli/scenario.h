@@ -105,7 +105,7 @@ struct Scenario {
   struct Fault {
     std::string kind;       // crash | hang | straggler | corrupt | link_down | link_degrade (sim/faults.h)
     int rank = -1;          // -1: not given
-    int step = -1;          // -1: not given
+    int step = -1;          // 1-based, like the step table; -1: not given
     double time_ms = -1.0;  // < 0: not given
     std::string link;       // "a-b" rank pair, for link faults
     double factor = 1.0;    // slowdown / bandwidth factor

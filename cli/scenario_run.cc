@@ -77,7 +77,7 @@ Status scenario_to_run_args(const Scenario& s, RunArgs& a) {
       sim::Fault x;
       SHARDLAB_ASSIGN_OR_RETURN(x.kind, sim::parse_fault_kind(f.kind));
       x.rank = f.rank;
-      x.step = f.step;
+      x.step = f.step >= 1 ? f.step - 1 : -1;  // the scenario counts steps from 1
       x.time = f.time_ms >= 0 ? static_cast<Nanos>(std::llround(f.time_ms * 1e6)) : -1;
       x.factor = f.factor;
       x.collective = f.collective;

@@ -52,7 +52,7 @@ std::string Fault::describe() const {
     case FaultKind::kCrash:
     case FaultKind::kHang:
       s += " of rank " + std::to_string(rank);
-      if (step >= 0) s += " at step " + std::to_string(step);
+      if (step >= 0) s += " at step " + std::to_string(step + 1);  // shown 1-based, like the step table
       if (time >= 0) s += std::string(step >= 0 ? " or" : "") + " at " + ms(time);
       break;
     case FaultKind::kStraggler: {
@@ -114,7 +114,7 @@ struct FaultInjector::State {
   std::shared_ptr<Storage> scratch;  // the receive buffer of a hang
 
   std::string where() const {
-    return "rank " + std::to_string(world_rank) + (step >= 0 ? ", step " + std::to_string(step) : std::string());
+    return "rank " + std::to_string(world_rank) + (step >= 0 ? ", step " + std::to_string(step + 1) : std::string());
   }
 };
 
@@ -231,7 +231,7 @@ Status FaultInjector::before_step(int step) {
   for (const Fault& f : state_->plan->faults) {
     if (f.rank == state_->world_rank && (f.kind == FaultKind::kCrash || f.kind == FaultKind::kHang) && f.step >= 0 &&
         step >= f.step) {
-      return stop(f, ("at the top of step " + std::to_string(step)).c_str());
+      return stop(f, ("at the top of step " + std::to_string(step + 1)).c_str());
     }
   }
   return Status::ok();

@@ -48,7 +48,8 @@ Result<FaultKind> parse_fault_kind(std::string_view name);
 struct Fault {
   FaultKind kind = FaultKind::kCrash;
   int rank = -1;                 // crash, hang, straggler, corrupt
-  int step = -1;                 // crash, hang: at the top of this 0-based step (-1: not given)
+  int step = -1;                 // crash, hang: at the top of this 0-based step (-1: not given);
+                                 // scenarios and messages count steps from 1, like the step table
   Nanos time = -1;               // crash, hang: from this virtual time; link faults: from (-1: not given)
   std::string link;              // link faults: a link name of the topology ("0-1", "3-net", "leaf0-spine")
   double factor = 1.0;           // straggler: slowdown (≥ 1); link_degrade: bandwidth factor (0, 1]

@@ -84,14 +84,14 @@ TEST(Faults, CrashAtAStepEndsEveryRankWithAnErrorNamingRankStepOperationAndFault
   plan.faults.push_back(crash_at_step(2, 1));
   const Outcome o = run(plan);
   EXPECT_EQ(o.status[2].code(), StatusCode::kUnavailable);
-  EXPECT_THAT(o.status[2].message(), HasSubstr("rank 2, step 1: crashed at the top of step 1"));
-  EXPECT_THAT(o.status[2].message(), HasSubstr("crash of rank 2 at step 1 (s.yaml:9:5)"));
+  EXPECT_THAT(o.status[2].message(), HasSubstr("rank 2, step 2: crashed at the top of step 2"));
+  EXPECT_THAT(o.status[2].message(), HasSubstr("crash of rank 2 at step 2 (s.yaml:9:5)"));
   for (int r : {0, 1, 3}) {
     const Status& s = o.status[static_cast<std::size_t>(r)];
     EXPECT_EQ(s.code(), StatusCode::kTimeout) << s.to_string();
-    EXPECT_THAT(s.message(), HasSubstr("rank " + std::to_string(r) + ", step 1: all_gather in group 'world'"));
+    EXPECT_THAT(s.message(), HasSubstr("rank " + std::to_string(r) + ", step 2: all_gather in group 'world'"));
     EXPECT_THAT(s.message(), HasSubstr("never arrived (group ranks): 2"));
-    EXPECT_THAT(s.message(), HasSubstr("[injected faults: crash of rank 2 at step 1 (s.yaml:9:5)]"));
+    EXPECT_THAT(s.message(), HasSubstr("[injected faults: crash of rank 2 at step 2 (s.yaml:9:5)]"));
     EXPECT_EQ(s.exit_code(), 3);
   }
   // The same faulty run replays identically whatever the host scheduling.
@@ -124,11 +124,11 @@ TEST(Faults, AHungRankStopsAnsweringAndTheRunStillEnds) {
   f.kind = FaultKind::kHang;
   plan.faults.push_back(f);
   const Outcome o = run(plan);
-  EXPECT_THAT(o.status[3].message(), HasSubstr("rank 3, step 2: hung at the top of step 2"));
+  EXPECT_THAT(o.status[3].message(), HasSubstr("rank 3, step 3: hung at the top of step 3"));
   EXPECT_THAT(o.status[3].message(), HasSubstr("released when the other ranks were done"));
   for (int r : {0, 1, 2}) {
     EXPECT_EQ(o.status[static_cast<std::size_t>(r)].code(), StatusCode::kTimeout);
-    EXPECT_THAT(o.status[static_cast<std::size_t>(r)].message(), HasSubstr("hang of rank 3 at step 2"));
+    EXPECT_THAT(o.status[static_cast<std::size_t>(r)].message(), HasSubstr("hang of rank 3 at step 3"));
   }
   // The survivors gave up one collective timeout after they blocked, not later.
   const Outcome plain = run(FaultPlan{});
@@ -174,7 +174,7 @@ TEST(Faults, CorruptWithTheIntegrityCheckIsDetectedAndEndsTheRun) {
   plan.faults.push_back(f);
   const Outcome o = run(plan);
   EXPECT_EQ(o.status[0].code(), StatusCode::kDataLoss);
-  EXPECT_THAT(o.status[0].message(), HasSubstr("rank 0, step 0: all_reduce in group 'world' (the rank's collective #1)"));
+  EXPECT_THAT(o.status[0].message(), HasSubstr("rank 0, step 1: all_reduce in group 'world' (the rank's collective #1)"));
   EXPECT_THAT(o.status[0].message(), HasSubstr("failed its integrity check"));
   EXPECT_THAT(o.status[0].message(), HasSubstr("s.yaml:4:3"));
   for (int r : {1, 2, 3}) EXPECT_EQ(o.status[static_cast<std::size_t>(r)].code(), StatusCode::kTimeout);
