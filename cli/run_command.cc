@@ -176,6 +176,9 @@ int run_sim(const RunArgs& a) {
   o.device = a.device;
   o.network_model = a.network;
   o.perturb_seed = a.perturb_seed;
+  if (a.train.model_kind == runtime::train::ModelKind::kBert && a.train.bert.compute_dtype == DType::kBF16) {
+    o.emulated_dtype = DType::kBF16;  // NOTE [Emulated low precision] in sim/device.h
+  }
   if (!o.network_model) {
     // Without a scenario: the same network a scenario gets by default (world.topology
     // switch, alpha_beta, collective_algorithm auto), so `shardlab run` equals
@@ -217,10 +220,7 @@ int run_sim(const RunArgs& a) {
       record.faults.push_back(f.describe());
     }
   }
-  // MFU is against the spec-sheet matrix peak of the run's compute dtype (not the sustained rate).
-  record.device_peak_flops = a.train.model_kind == runtime::train::ModelKind::kBert && a.train.bert.compute_dtype != DType::kF32
-                                 ? o.device.matrix_bf16_flops_per_s
-                                 : o.device.matrix_flops_per_s;
+  record.device_peak_flops = mfu_peak_flops(a.train, o.device);
   // A failed run reports every failed rank (with injected faults, the faulty rank first:
   // the others' errors are its consequences), and still writes a readable summary.
   std::vector<std::size_t> failed;

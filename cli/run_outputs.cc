@@ -61,6 +61,11 @@ const char* comm_key(int stream) {
 
 }  // namespace
 
+double mfu_peak_flops(const runtime::train::FsdpTrainOptions& o, const sim::DeviceProfile& device) {
+  const bool low = o.model_kind == runtime::train::ModelKind::kBert && o.bert.compute_dtype != DType::kF32;
+  return low ? device.matrix_bf16_flops_per_s : device.matrix_flops_per_s;
+}
+
 double analytic_step_flops(const runtime::train::FsdpTrainOptions& o) {
   const auto B = static_cast<double>(o.global_batch);
   if (o.model_kind == runtime::train::ModelKind::kMlp) {

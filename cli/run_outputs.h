@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/train/fsdp_train.h"
+#include "sim/cost_model.h"
 #include "sim/trace.h"
 
 namespace shardlab::cli {
@@ -43,6 +44,9 @@ struct RunRecord {
 // Analytic training FLOPs of one optimizer step (forward + backward = 3 × forward GEMMs
 // and attention; elementwise ops not counted), over the global batch.
 double analytic_step_flops(const runtime::train::FsdpTrainOptions& options);
+// The peak MFU is measured against: the spec-sheet matrix rate of the run's compute dtype
+// (bf16 for BERT with bf16 compute, fp32 otherwise) — not a sustained rate.
+double mfu_peak_flops(const runtime::train::FsdpTrainOptions& options, const sim::DeviceProfile& device);
 
 // metrics.json as a JSON value (exposed for tests).
 nlohmann::json metrics_json(const RunRecord& r);

@@ -92,7 +92,9 @@ Status run_timing(const RunArgs& a, const TimingRunOptions& options, RunRecord& 
     if (!g.approximation.empty()) record.header += " (approximate: " + g.approximation + ")";
     g.description = record.header;
     if (!options.dump_graph.empty()) SHARDLAB_RETURN_IF_ERROR(sim::timing::write_graph_json(g, options.dump_graph));
-    return fill_timing_record(g, options, record);
+    SHARDLAB_RETURN_IF_ERROR(fill_timing_record(g, options, record));
+    record.device_peak_flops = mfu_peak_flops(a.train, options.device);  // as in numerics mode
+    return Status::ok();
   }();
   if (!s.is_ok()) record.status = s.to_string();
   return s;

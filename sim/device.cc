@@ -9,7 +9,15 @@ using runtime::device::StreamId;
 SimDevice::SimDevice(int rank, DeviceProfile profile, VirtualClock* clock)
     : profile_(std::move(profile)), clock_(clock), inner_({"sim", rank}, profile_.capacity_bytes) {}
 
-Status SimDevice::charge(const char* op, Status s, double flops, double bytes, bool matrix, DType dtype) {
+Status SimDevice::charge(const char* op, Status s, double flops, double bytes, bool matrix, const Tensor& lead) {
+  DType dtype = lead.dtype();
+  // NOTE [Emulated low precision]: fp32 activations stand for bf16 ones; parameters,
+  // gradients and optimizer state keep their dtype (an fp32 AdamW is fp32 on any device).
+  if (emulated_ == DType::kBF16 && dtype == DType::kF32 && lead.storage() &&
+      lead.storage()->category() == MemoryCategory::kActivations) {
+    dtype = DType::kBF16;
+    bytes *= 0.5;
+  }
   if (s.is_ok()) {
     const Nanos t = profile_.op_time(flops, bytes, matrix ? ComputeUnit::kMatrix : ComputeUnit::kVector, dtype);
     if (trace_ != nullptr) trace_->add_compute({op, kTraceCompute, clock_->now(), t, -1, {}, {}});
@@ -34,53 +42,62 @@ void SimDevice::wait_event(StreamId waiter, EventId event) { inner_.wait_event(w
 void SimDevice::synchronize(StreamId stream) { inner_.synchronize(stream); }
 
 Status SimDevice::copy(const Tensor& src, const Tensor& dst, StreamId stream) {
-  return charge("copy", inner_.copy(src, dst, stream), 0, 2.0 * static_cast<double>(src.nbytes()), false, src.dtype());
+  return charge("copy", inner_.copy(src, dst, stream), 0, 2.0 * static_cast<double>(src.nbytes()), false, src);
 }
 Status SimDevice::fill(const Tensor& dst, float value, StreamId stream) {
-  return charge("fill", inner_.fill(dst, value, stream), 0, static_cast<double>(dst.nbytes()), false, dst.dtype());
+  return charge("fill", inner_.fill(dst, value, stream), 0, static_cast<double>(dst.nbytes()), false, dst);
 }
 Status SimDevice::cast(const Tensor& src, const Tensor& dst, StreamId stream) {
+  // NOTE [Emulated low precision]: the bf16 storage round trip of an activation is free.
+  const auto activation = [](const Tensor& t) {
+    return t.storage() && t.storage()->category() == MemoryCategory::kActivations;
+  };
+  if (emulated_ == DType::kBF16 && activation(src) && activation(dst) &&
+      ((src.dtype() == DType::kF32 && dst.dtype() == DType::kBF16) ||
+       (src.dtype() == DType::kBF16 && dst.dtype() == DType::kF32))) {
+    return inner_.cast(src, dst, stream);
+  }
   return charge("cast", inner_.cast(src, dst, stream), static_cast<double>(src.numel()),
-                static_cast<double>(src.nbytes() + dst.nbytes()), false, src.dtype());
+                static_cast<double>(src.nbytes() + dst.nbytes()), false, src);
 }
 Status SimDevice::axpy(float alpha, const Tensor& x, const Tensor& y, StreamId stream) {
   return charge("axpy", inner_.axpy(alpha, x, y, stream), 2.0 * static_cast<double>(x.numel()),
-                static_cast<double>(x.nbytes() + 2 * y.nbytes()), false, x.dtype());
+                static_cast<double>(x.nbytes() + 2 * y.nbytes()), false, x);
 }
 Status SimDevice::scale(const Tensor& x, float alpha, StreamId stream) {
   return charge("scale", inner_.scale(x, alpha, stream), static_cast<double>(x.numel()), 2.0 * static_cast<double>(x.nbytes()),
-                false, x.dtype());
+                false, x);
 }
 Status SimDevice::gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c, float alpha,
                        float beta, StreamId stream) {
   const double k = static_cast<double>(trans_a ? a.dim(0) : (a.ndim() == 2 ? a.dim(1) : 0));
   const double flops = 2.0 * static_cast<double>(c.numel()) * k;
   return charge("gemm", inner_.gemm(a, trans_a, b, trans_b, c, alpha, beta, stream), flops,
-                static_cast<double>(a.nbytes() + b.nbytes() + 2 * c.nbytes()), true, a.dtype());
+                static_cast<double>(a.nbytes() + b.nbytes() + 2 * c.nbytes()), true, a);
 }
 Status SimDevice::batched_gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c,
                                float alpha, float beta, StreamId stream) {
   const double k = a.ndim() == 3 ? static_cast<double>(trans_a ? a.dim(1) : a.dim(2)) : 0.0;
   const double flops = 2.0 * static_cast<double>(c.numel()) * k;
   return charge("batched_gemm", inner_.batched_gemm(a, trans_a, b, trans_b, c, alpha, beta, stream), flops,
-                static_cast<double>(a.nbytes() + b.nbytes() + 2 * c.nbytes()), true, a.dtype());
+                static_cast<double>(a.nbytes() + b.nbytes() + 2 * c.nbytes()), true, a);
 }
 Status SimDevice::add_bias(const Tensor& x, const Tensor& bias, StreamId stream) {
   return charge("add_bias", inner_.add_bias(x, bias, stream), static_cast<double>(x.numel()), 2.0 * static_cast<double>(x.nbytes()),
-                false, x.dtype());
+                false, x);
 }
 Status SimDevice::bias_grad(const Tensor& dy, const Tensor& dbias, bool accumulate, StreamId stream) {
   return charge("bias_grad", inner_.bias_grad(dy, dbias, accumulate, stream), static_cast<double>(dy.numel()),
-                static_cast<double>(dy.nbytes() + dbias.nbytes()), false, dy.dtype());
+                static_cast<double>(dy.nbytes() + dbias.nbytes()), false, dy);
 }
 Status SimDevice::activation(Activation act, const Tensor& x, const Tensor& y, StreamId stream) {
   return charge("activation", inner_.activation(act, x, y, stream), 8.0 * static_cast<double>(x.numel()),
-                static_cast<double>(x.nbytes() + y.nbytes()), false, x.dtype());
+                static_cast<double>(x.nbytes() + y.nbytes()), false, x);
 }
 Status SimDevice::activation_backward(Activation act, const Tensor& x, const Tensor& dy, const Tensor& dx,
                                       StreamId stream) {
   return charge("activation_backward", inner_.activation_backward(act, x, dy, dx, stream), 12.0 * static_cast<double>(x.numel()),
-                static_cast<double>(x.nbytes() + dy.nbytes() + dx.nbytes()), false, x.dtype());
+                static_cast<double>(x.nbytes() + dy.nbytes() + dx.nbytes()), false, x);
 }
 // Normalization, softmax and embedding ops are memory-bound: one read of each input and
 // one write of each output (read-modify-write for accumulated gradients).
@@ -89,7 +106,7 @@ Status SimDevice::layer_norm(const Tensor& x, const Tensor& gamma, const Tensor&
   return charge("layer_norm", inner_.layer_norm(x, gamma, beta, eps, y, mean, rstd, stream), 8.0 * static_cast<double>(x.numel()),
                 static_cast<double>(x.nbytes() + y.nbytes() + gamma.nbytes() + beta.nbytes() + mean.nbytes() +
                                     rstd.nbytes()),
-                false, x.dtype());
+                false, x);
 }
 Status SimDevice::layer_norm_backward(const Tensor& x, const Tensor& dy, const Tensor& mean, const Tensor& rstd,
                                       const Tensor& gamma, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,
@@ -98,45 +115,45 @@ Status SimDevice::layer_norm_backward(const Tensor& x, const Tensor& dy, const T
                 14.0 * static_cast<double>(x.numel()),
                 static_cast<double>(x.nbytes() + dy.nbytes() + dx.nbytes() + mean.nbytes() + rstd.nbytes() +
                                     gamma.nbytes() + 2 * (dgamma.nbytes() + dbeta.nbytes())),
-                false, x.dtype());
+                false, x);
 }
 Status SimDevice::attention_softmax(const Tensor& scores, const Tensor& attention_mask, float scale,
                                     const Tensor& probs, StreamId stream) {
   return charge("attention_softmax", inner_.attention_softmax(scores, attention_mask, scale, probs, stream),
                 6.0 * static_cast<double>(scores.numel()),
-                static_cast<double>(scores.nbytes() + attention_mask.nbytes() + probs.nbytes()), false, scores.dtype());
+                static_cast<double>(scores.nbytes() + attention_mask.nbytes() + probs.nbytes()), false, scores);
 }
 Status SimDevice::attention_softmax_backward(const Tensor& probs, const Tensor& dprobs, float scale,
                                              const Tensor& dscores, StreamId stream) {
   return charge("attention_softmax_backward", inner_.attention_softmax_backward(probs, dprobs, scale, dscores, stream),
                 5.0 * static_cast<double>(probs.numel()),
-                static_cast<double>(probs.nbytes() + dprobs.nbytes() + dscores.nbytes()), false, probs.dtype());
+                static_cast<double>(probs.nbytes() + dprobs.nbytes() + dscores.nbytes()), false, probs);
 }
 Status SimDevice::embedding(const Tensor& table, const Tensor& ids, const Tensor& out, StreamId stream) {
   // Only the gathered rows of the table are read.
   return charge("embedding", inner_.embedding(table, ids, out, stream), 0,
-                static_cast<double>(ids.nbytes() + 2 * out.nbytes()), false, out.dtype());
+                static_cast<double>(ids.nbytes() + 2 * out.nbytes()), false, out);
 }
 Status SimDevice::embedding_backward(const Tensor& dout, const Tensor& ids, const Tensor& dtable, bool accumulate,
                                      StreamId stream) {
   const double zeroing = accumulate ? 0.0 : static_cast<double>(dtable.nbytes());
   return charge("embedding_backward", inner_.embedding_backward(dout, ids, dtable, accumulate, stream), static_cast<double>(dout.numel()),
-                static_cast<double>(ids.nbytes() + 3 * dout.nbytes()) + zeroing, false, dout.dtype());
+                static_cast<double>(ids.nbytes() + 3 * dout.nbytes()) + zeroing, false, dout);
 }
 Status SimDevice::softmax_cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& loss_sum,
                                         const Tensor& dlogits, float grad_scale, std::int64_t ignore_index,
                                         StreamId stream) {
   return charge("softmax_cross_entropy", inner_.softmax_cross_entropy(logits, labels, loss_sum, dlogits, grad_scale, ignore_index, stream),
                 6.0 * static_cast<double>(logits.numel()), static_cast<double>(logits.nbytes() + dlogits.nbytes()),
-                false, logits.dtype());
+                false, logits);
 }
 
 Status SimDevice::transpose_1_2(const Tensor& x, const Tensor& y, StreamId stream) {
-  return charge("transpose_1_2", inner_.transpose_1_2(x, y, stream), 0, 2.0 * static_cast<double>(x.nbytes()), false, x.dtype());
+  return charge("transpose_1_2", inner_.transpose_1_2(x, y, stream), 0, 2.0 * static_cast<double>(x.nbytes()), false, x);
 }
 Status SimDevice::multiply(const Tensor& a, const Tensor& b, const Tensor& c, StreamId stream) {
   return charge("multiply", inner_.multiply(a, b, c, stream), static_cast<double>(a.numel()),
-                static_cast<double>(a.nbytes() + b.nbytes() + c.nbytes()), false, a.dtype());
+                static_cast<double>(a.nbytes() + b.nbytes() + c.nbytes()), false, a);
 }
 
 }  // namespace shardlab::sim

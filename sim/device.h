@@ -85,6 +85,17 @@ class SimDevice final : public runtime::device::Device {
   // Timing mode (see the top of this file); off by default. Set before the first allocation.
   void set_timing_mode(bool on) { inner_.skip = on; }
   bool timing_mode() const { return inner_.skip; }
+  // NOTE [Emulated low precision]
+  // BERT's bf16 compute runs in fp32 on the host and rounds every stored activation to
+  // bf16 (a cast to a bf16 scratch and back); an accelerator computes and streams those
+  // tensors in bf16. With set_emulated_dtype(kBF16) this device charges ops led by an fp32
+  // activation at the bf16 rates with half the bytes (parameters, gradients and optimizer
+  // state keep their dtype), and the round trip's two casts (between an fp32
+  // activation and a bf16 activation scratch) cost nothing. Memory is still charged at
+  // the fp32 size the host holds (an overestimate of a bf16 device's activations).
+  // Default kF32: everything is charged as it runs.
+  void set_emulated_dtype(DType d) { emulated_ = d; }
+  DType emulated_dtype() const { return emulated_; }
 
   Result<std::shared_ptr<Storage>> allocate(std::int64_t nbytes, MemoryCategory category,
                                             std::string_view label) override;
@@ -130,12 +141,14 @@ class SimDevice final : public runtime::device::Device {
  private:
   // Charges an op's roofline time when it succeeded: matrix ops at the profile's matrix
   // rate for `dtype` (the dtype of the op's inputs), the others at its vector rate.
-  Status charge(const char* op, Status s, double flops, double bytes, bool matrix, DType dtype);
+  // `lead`: the tensor whose dtype sets the rate (NOTE [Emulated low precision]).
+  Status charge(const char* op, Status s, double flops, double bytes, bool matrix, const Tensor& lead);
 
   DeviceProfile profile_;
   VirtualClock* clock_;
   SimMath inner_;  // the cpu backend's math, skipped in timing mode
   Nanos busy_ = 0;
+  DType emulated_ = DType::kF32;  // NOTE [Emulated low precision]
   TraceRecorder* trace_ = nullptr;
 };
 

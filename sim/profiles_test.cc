@@ -106,6 +106,42 @@ TEST(DeviceProfiles, SimDeviceChargesTheProfile) {
   EXPECT_EQ(dev.memory().capacity(), g3.capacity_bytes);
 }
 
+// NOTE [Emulated low precision]: with bf16 emulation, an fp32 activation GEMM costs what
+// the bf16 GEMM costs (rate and bytes), a GEMM led by fp32 parameters keeps the fp32 cost,
+// and the bf16 storage round trip of an activation is free.
+TEST(DeviceProfiles, EmulatedBf16ChargesActivationsAsBf16) {
+  auto g2 = *load_device_profile("gaudi2");
+  VirtualClock clock;
+  SimDevice dev(0, g2, &clock);
+  dev.set_emulated_dtype(DType::kBF16);
+  const auto make = [&](Shape s, DType d, MemoryCategory c) {
+    auto t = dev.empty(std::move(s), d, c, "t");
+    EXPECT_TRUE(t.is_ok());
+    return *t;
+  };
+  const double flops = 2.0 * 256 * 128 * 512, fp32_bytes = (256 * 512 + 512 * 128 + 2 * 256 * 128) * 4.0;
+  const Tensor a = make({256, 512}, DType::kF32, MemoryCategory::kActivations);
+  const Tensor b = make({512, 128}, DType::kF32, MemoryCategory::kActivations);
+  const Tensor c = make({256, 128}, DType::kF32, MemoryCategory::kActivations);
+  ASSERT_TRUE(dev.gemm(a, false, b, false, c, 1, 0, runtime::device::kComputeStream).is_ok());
+  EXPECT_EQ(clock.now(), g2.op_time(flops, fp32_bytes / 2, ComputeUnit::kMatrix, DType::kBF16));
+
+  const Nanos before = clock.now();
+  const Tensor p = make({256, 512}, DType::kF32, MemoryCategory::kParameters);
+  ASSERT_TRUE(dev.gemm(p, false, b, false, c, 1, 0, runtime::device::kComputeStream).is_ok());
+  EXPECT_EQ(clock.now() - before, g2.op_time(flops, fp32_bytes, ComputeUnit::kMatrix, DType::kF32));
+
+  const Nanos before_cast = clock.now();
+  const Tensor scratch = make({256, 128}, DType::kBF16, MemoryCategory::kActivations);
+  ASSERT_TRUE(dev.cast(c, scratch, runtime::device::kComputeStream).is_ok());
+  ASSERT_TRUE(dev.cast(scratch, c, runtime::device::kComputeStream).is_ok());
+  EXPECT_EQ(clock.now(), before_cast);
+  // A real cast (fp32 parameters to a bf16 buffer, as FSDP's param_dtype does) is charged.
+  const Tensor pb = make({256, 512}, DType::kBF16, MemoryCategory::kCommBuffers);
+  ASSERT_TRUE(dev.cast(p, pb, runtime::device::kComputeStream).is_ok());
+  EXPECT_GT(clock.now(), before_cast);
+}
+
 TEST(DeviceProfiles, RoundTripThroughJson) {
   auto g1 = *load_device_profile("gaudi1");
   const std::string path = temp_file("g1.json", device_profile_to_json(g1));

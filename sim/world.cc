@@ -54,6 +54,7 @@ std::vector<RankResult> World::run(const std::function<Status(RankContext&)>& bo
     const double slow = r < static_cast<int>(options_.slowdown.size()) ? options_.slowdown[static_cast<std::size_t>(r)] : 1.0;
     devices.push_back(std::make_unique<SimDevice>(r, slow == 1.0 ? options_.device : options_.device.slowed_by(slow),
                                                   clocks.back().get()));
+    devices.back()->set_emulated_dtype(options_.emulated_dtype);
   }
   traces_.clear();
   {

@@ -46,6 +46,9 @@ struct WorldOptions {
   // congestion-unaware α–β ring model of `network` (make_alpha_beta_ring).
   std::shared_ptr<const NetworkCostModel> network_model;
   DeviceProfile device;
+  // The compute dtype the runtime emulates in fp32 (NOTE [Emulated low precision] in
+  // sim/device.h): kBF16 for BERT with bf16 compute; kF32 (default) charges ops as run.
+  DType emulated_dtype = DType::kF32;
   // Test knob: when non-zero, every communicator call and wait first yields or sleeps a
   // few microseconds of host time, chosen by an Rng seeded with this value, to shake
   // out host-scheduling dependence. Results must not change.

@@ -199,11 +199,19 @@ class Pass {
     SHARDLAB_ASSIGN_OR_RETURN(Tensor gword, grad(kWordEmb));
     if (gword.defined()) {
       // nn.Embedding(padding_idx = pad_token_id): the padding row gets no gradient from the lookup.
+      // One fill per run of consecutive padding tokens (padding sits at the end of each
+      // sequence), not one per token: a device pays a launch per op.
       const std::int64_t* id = ids.data<std::int64_t>();
-      for (std::int64_t n = 0; n < N; ++n) {
-        if (id[n] != c_.pad_token_id) continue;
-        SHARDLAB_ASSIGN_OR_RETURN(Tensor row, dsum.narrow(n * H, H));
-        SHARDLAB_RETURN_IF_ERROR(dev_.fill(row, 0.0f));
+      for (std::int64_t n = 0; n < N;) {
+        if (id[n] != c_.pad_token_id) {
+          ++n;
+          continue;
+        }
+        std::int64_t end = n + 1;
+        while (end < N && id[end] == c_.pad_token_id) ++end;
+        SHARDLAB_ASSIGN_OR_RETURN(Tensor rows, dsum.narrow(n * H, (end - n) * H));
+        SHARDLAB_RETURN_IF_ERROR(dev_.fill(rows, 0.0f));
+        n = end;
       }
       SHARDLAB_RETURN_IF_ERROR(dev_.embedding_backward(dsum, ids, gword, /*accumulate=*/true));
     }

@@ -180,6 +180,10 @@ Result<RankProgram> capture_rank(const runtime::train::FsdpTrainOptions& in, int
   SimDevice dev(rank, device, &clock);
   dev.set_timing_mode(true);
   dev.set_trace(&trace);
+  // As the numerics World does for the same run (NOTE [Emulated low precision]).
+  if (in.model_kind == runtime::train::ModelKind::kBert && in.bert.compute_dtype == DType::kBF16) {
+    dev.set_emulated_dtype(DType::kBF16);
+  }
   Recording rec;
   rec.clock = &clock;
   CaptureCommunicator comm(&rec, rank, world_size);
