@@ -29,12 +29,15 @@ Status SimDevice::charge(const char* op, Status s, double flops, double bytes, b
 
 Result<std::shared_ptr<Storage>> SimDevice::allocate(std::int64_t nbytes, MemoryCategory category,
                                                      std::string_view label) {
-  if (!inner_.skip) return inner_.allocate(nbytes, category, label);
+  // NOTE [Emulated low precision]: activations are charged at their bf16 size.
+  const std::int64_t charged =
+      emulated_ == DType::kBF16 && category == MemoryCategory::kActivations && nbytes > 0 ? (nbytes + 1) / 2 : nbytes;
+  if (!inner_.skip) return inner_.allocate(nbytes, charged, category, label);
   // Timing mode: charged like any allocation, no bytes (NOTE [Phantom storage]).
   MemoryTracker* tracker = &inner_.memory();
-  SHARDLAB_RETURN_IF_ERROR(tracker->reserve(nbytes, category, label));
+  SHARDLAB_RETURN_IF_ERROR(tracker->reserve(charged, category, label));
   return Storage::make_deferred(nbytes, category, std::string(label), inner_.id().to_string(),
-                                [tracker](Storage& s) { tracker->release(s.nbytes(), s.category()); });
+                                [tracker, charged](Storage& s) { tracker->release(charged, s.category()); });
 }
 Result<StreamId> SimDevice::create_stream(std::string_view name) { return inner_.create_stream(name); }
 EventId SimDevice::record_event(StreamId stream) { return inner_.record_event(stream); }

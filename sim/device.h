@@ -32,8 +32,9 @@ class SimMath {
   runtime::device::cpu::CpuDevice& cpu() { return cpu_; }
   runtime::device::DeviceId id() const { return cpu_.id(); }
   MemoryTracker& memory() { return cpu_.memory(); }
-  Result<std::shared_ptr<Storage>> allocate(std::int64_t nbytes, MemoryCategory category, std::string_view label) {
-    return cpu_.allocate(nbytes, category, label);
+  Result<std::shared_ptr<Storage>> allocate(std::int64_t nbytes, std::int64_t charged_bytes, MemoryCategory category,
+                                            std::string_view label) {
+    return cpu_.allocate_charging(nbytes, charged_bytes, category, label);
   }
   Result<runtime::device::StreamId> create_stream(std::string_view name) { return cpu_.create_stream(name); }
   runtime::device::EventId record_event(runtime::device::StreamId s) { return cpu_.record_event(s); }
@@ -91,8 +92,9 @@ class SimDevice final : public runtime::device::Device {
   // tensors in bf16. With set_emulated_dtype(kBF16) this device charges ops led by an fp32
   // activation at the bf16 rates with half the bytes (parameters, gradients and optimizer
   // state keep their dtype), and the round trip's two casts (between an fp32
-  // activation and a bf16 activation scratch) cost nothing. Memory is still charged at
-  // the fp32 size the host holds (an overestimate of a bf16 device's activations).
+  // activation and a bf16 activation scratch) cost nothing. Activation memory is charged
+  // at half the bytes the host holds (bf16 for fp32; also, approximately, for the few
+  // int64 and bf16 activations). Other categories are charged as held.
   // Default kF32: everything is charged as it runs.
   void set_emulated_dtype(DType d) { emulated_ = d; }
   DType emulated_dtype() const { return emulated_; }

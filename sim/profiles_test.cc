@@ -108,7 +108,8 @@ TEST(DeviceProfiles, SimDeviceChargesTheProfile) {
 
 // NOTE [Emulated low precision]: with bf16 emulation, an fp32 activation GEMM costs what
 // the bf16 GEMM costs (rate and bytes), a GEMM led by fp32 parameters keeps the fp32 cost,
-// and the bf16 storage round trip of an activation is free.
+// the bf16 storage round trip of an activation is free, and activations are charged at
+// their bf16 size while parameters keep theirs.
 TEST(DeviceProfiles, EmulatedBf16ChargesActivationsAsBf16) {
   auto g2 = *load_device_profile("gaudi2");
   VirtualClock clock;
@@ -123,11 +124,15 @@ TEST(DeviceProfiles, EmulatedBf16ChargesActivationsAsBf16) {
   const Tensor a = make({256, 512}, DType::kF32, MemoryCategory::kActivations);
   const Tensor b = make({512, 128}, DType::kF32, MemoryCategory::kActivations);
   const Tensor c = make({256, 128}, DType::kF32, MemoryCategory::kActivations);
+  // Activations are charged at their bf16 size.
+  const auto act = static_cast<std::size_t>(MemoryCategory::kActivations);
+  EXPECT_EQ(dev.memory().stats().current[act], (256 * 512 + 512 * 128 + 256 * 128) * 2);
   ASSERT_TRUE(dev.gemm(a, false, b, false, c, 1, 0, runtime::device::kComputeStream).is_ok());
   EXPECT_EQ(clock.now(), g2.op_time(flops, fp32_bytes / 2, ComputeUnit::kMatrix, DType::kBF16));
 
   const Nanos before = clock.now();
   const Tensor p = make({256, 512}, DType::kF32, MemoryCategory::kParameters);
+  EXPECT_EQ(dev.memory().stats().current[static_cast<std::size_t>(MemoryCategory::kParameters)], 256 * 512 * 4);
   ASSERT_TRUE(dev.gemm(p, false, b, false, c, 1, 0, runtime::device::kComputeStream).is_ok());
   EXPECT_EQ(clock.now() - before, g2.op_time(flops, fp32_bytes, ComputeUnit::kMatrix, DType::kF32));
 

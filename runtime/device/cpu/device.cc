@@ -180,12 +180,22 @@ void CpuDevice::BlockCache::clear() {
 
 Result<std::shared_ptr<Storage>> CpuDevice::allocate(std::int64_t nbytes, MemoryCategory category,
                                                      std::string_view label) {
-  SHARDLAB_RETURN_IF_ERROR(memory_.reserve(nbytes, category, label));
+  return allocate_charging(nbytes, nbytes, category, label);
+}
+
+Result<std::shared_ptr<Storage>> CpuDevice::allocate_charging(std::int64_t nbytes, std::int64_t charged_bytes,
+                                                              MemoryCategory category, std::string_view label) {
+  if (nbytes >= 0) {
+    SHARDLAB_CHECK_GE(charged_bytes, 0);
+    SHARDLAB_CHECK_LE(charged_bytes, nbytes);
+  }
+  // A negative size is refused by reserve (INVALID_ARGUMENT naming the request).
+  SHARDLAB_RETURN_IF_ERROR(memory_.reserve(nbytes < 0 ? nbytes : charged_bytes, category, label));
   const std::size_t rounded = (static_cast<std::size_t>(nbytes) + kAlignment - 1) / kAlignment * kAlignment;
   void* p = rounded == 0 ? nullptr : cache_->take(rounded);
   if (rounded != 0 && p == nullptr) p = std::aligned_alloc(kAlignment, rounded);
   if (rounded != 0 && p == nullptr) {
-    memory_.release(nbytes, category);
+    memory_.release(charged_bytes, category);
     return Status::out_of_memory("host allocation of " + format_bytes(nbytes) + " for '" + std::string(label) +
                                  "' on " + id_.to_string() + " failed");
   }
@@ -195,9 +205,9 @@ Result<std::shared_ptr<Storage>> CpuDevice::allocate(std::int64_t nbytes, Memory
   MemoryTracker* tracker = &memory_;
   std::shared_ptr<BlockCache> cache = cache_;
   return std::make_shared<Storage>(data, reinterpret_cast<std::uint64_t>(data), nbytes, category, std::string(label),
-                                   id_.to_string(), [tracker, cache, p, rounded](Storage& s) {
+                                   id_.to_string(), [tracker, cache, p, rounded, charged_bytes](Storage& s) {
                                      if (p) cache->give(p, rounded);
-                                     tracker->release(s.nbytes(), s.category());
+                                     tracker->release(charged_bytes, s.category());
                                    });
 }
 

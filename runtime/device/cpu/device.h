@@ -29,6 +29,11 @@ class CpuDevice final : public Device {
 
   Result<std::shared_ptr<Storage>> allocate(std::int64_t nbytes, MemoryCategory category,
                                             std::string_view label) override;
+  // The same, but the memory tracker is charged `charged_bytes` (<= nbytes) for it: a
+  // simulated device that stands for one holding the tensor in fewer bytes (NOTE
+  // [Emulated low precision] in sim/device.h).
+  Result<std::shared_ptr<Storage>> allocate_charging(std::int64_t nbytes, std::int64_t charged_bytes,
+                                                     MemoryCategory category, std::string_view label);
 
   Result<StreamId> create_stream(std::string_view name) override;
   EventId record_event(StreamId stream) override;
