@@ -168,11 +168,14 @@ int main_impl(int argc, char** argv) {
   std::string calibrate_out, calibrate_topology_out;
   auto* calibrate_cmd = app.add_subcommand(
       "calibrate",
-      "Measure this machine (GEMM, vector and memcpy rates; under mpiexec -n 2 also MPI's latency and bandwidth) "
-      "and write simulator profiles: use them as world.device / world.topology to predict CPU runs.");
+      "Measure this machine (GEMM, vector and memcpy rates; with --topology-out under mpiexec -n P also the MPI\n"
+      "collectives' α/β) and write simulator profiles: use them as world.device / world.topology to predict CPU\n"
+      "runs. Under mpiexec every process measures at once, so the profiles describe a P-process run on this\n"
+      "machine (cores shared when P exceeds them); calibrate with the process count you want to predict.");
   calibrate_cmd->add_option("--out", calibrate_out, "Device profile to write (JSON)")->required();
   calibrate_cmd->add_option("--topology-out", calibrate_topology_out,
-                            "Also measure MPI point-to-point α/β (run under mpiexec -n 2) and write a switch topology");
+                            "Also time MPI all_gather/reduce_scatter/all_reduce on all processes (mpiexec -n P, "
+                            "P >= 2), fit a ring α/β and write it as a switch topology");
 
   auto* devices_cmd = app.add_subcommand(
       "devices", "List the device and topology profiles the simulator knows, and any accelerators found.");
@@ -303,33 +306,50 @@ int main_impl(int argc, char** argv) {
       std::fprintf(stderr, "shardlab calibrate: %s\n", s.to_string().c_str());
       return s.exit_code();
     };
-    int rank = 0;
-    if (!calibrate_topology_out.empty()) {
-      auto env = shardlab::runtime::comm::mpi::MpiEnvironment::initialize(&argc, &argv);
-      if (!env.is_ok()) return failed(env.status());
-      shardlab::SteadyClock clock;
-      auto world = shardlab::runtime::comm::mpi::MpiEnvironment::create_world(clock);
-      if (!world.is_ok()) return failed(world.status());
-      rank = (*world)->rank();
-      shardlab::runtime::device::cpu::CpuDevice host;
-      auto net = shardlab::sim::calibrate_network(**world, host, clock);
-      if (!net.is_ok()) {
-        return failed(net.status().with_context("--topology-out needs 2 MPI processes (mpiexec -n 2 shardlab calibrate …)"));
-      }
-      if (rank == 0) {
-        const auto topo = shardlab::sim::switch_topology_from(*net, "calibrated-mpi");
-        if (auto st = shardlab::sim::write_topology(topo, calibrate_topology_out); !st.is_ok()) return failed(st);
-        std::printf("MPI: α %.3g us, %.3g GB/s → %s\n", static_cast<double>(net->latency_ns) / 1e3,
-                    net->bytes_per_s / 1e9, calibrate_topology_out.c_str());
-      }
+    const auto print_device = [&](const shardlab::sim::DeviceProfile& p, int processes) {
+      std::printf("device: matrix %.3g GFLOP/s, vector %.3g GFLOP/s, memory %.3g GB/s, launch %lld ns "
+                  "(%d process%s at once) → %s\n",
+                  p.matrix_flops_per_s / 1e9, p.vector_flops_per_s / 1e9, p.memory_bytes_per_s / 1e9,
+                  static_cast<long long>(p.launch_ns), processes, processes == 1 ? "" : "es", calibrate_out.c_str());
+    };
+    if (calibrate_topology_out.empty()) {
+      auto profile = shardlab::sim::calibrate_cpu_device();
+      if (!profile.is_ok()) return failed(profile.status());
+      if (auto st = shardlab::sim::write_device_profile(*profile, calibrate_out); !st.is_ok()) return failed(st);
+      print_device(*profile, 1);
+      return 0;
     }
-    if (rank != 0) return 0;
-    auto profile = shardlab::sim::calibrate_cpu_device();
+    // NOTE [Calibrate with the run's process count] in sim/calibrate.h.
+    auto env = shardlab::runtime::comm::mpi::MpiEnvironment::initialize(&argc, &argv);
+    if (!env.is_ok()) return failed(env.status());
+    shardlab::SteadyClock clock;
+    auto world = shardlab::runtime::comm::mpi::MpiEnvironment::create_world(clock);
+    if (!world.is_ok()) return failed(world.status());
+    const int rank = (*world)->rank();
+    shardlab::runtime::device::cpu::CpuDevice host({"cpu", rank});
+    auto net = shardlab::sim::calibrate_network(**world, host, clock);
+    if (!net.is_ok()) {
+      return failed(net.status().with_context("--topology-out needs at least 2 MPI processes (mpiexec -n P shardlab "
+                                              "calibrate …)"));
+    }
+    auto profile = shardlab::sim::calibrate_device_together(**world, host, clock);
     if (!profile.is_ok()) return failed(profile.status());
+    if (rank != 0) return 0;
+    const auto topo = shardlab::sim::switch_topology_from(*net, "calibrated-mpi");
+    if (auto st = shardlab::sim::write_topology(topo, calibrate_topology_out); !st.is_ok()) return failed(st);
+    std::printf("MPI: α %.3g us, %.3g GB/s per ring step (collectives on %d processes) → %s\n",
+                static_cast<double>(net->latency_ns) / 1e3, net->bytes_per_s / 1e9, net->ranks,
+                calibrate_topology_out.c_str());
+    for (const auto& m : net->samples) {
+      const double step_ns = static_cast<double>(net->latency_ns) + static_cast<double>(m.step_bytes) * 1e9 / net->bytes_per_s;
+      const double fitted = static_cast<double>(m.steps) * step_ns;
+      std::printf("  %-14s %9lld B (%d ring steps of %lld B): %10.1f us measured, %10.1f us fitted\n",
+                  std::string(shardlab::runtime::comm::op_kind_name(m.kind)).c_str(),
+                  static_cast<long long>(m.buffer_bytes), m.steps, static_cast<long long>(m.step_bytes),
+                  static_cast<double>(m.time_ns) / 1e3, fitted / 1e3);
+    }
     if (auto st = shardlab::sim::write_device_profile(*profile, calibrate_out); !st.is_ok()) return failed(st);
-    std::printf("device: matrix %.3g GFLOP/s, vector %.3g GFLOP/s, memory %.3g GB/s → %s\n",
-                profile->matrix_flops_per_s / 1e9, profile->vector_flops_per_s / 1e9, profile->memory_bytes_per_s / 1e9,
-                calibrate_out.c_str());
+    print_device(*profile, net->ranks);
     return 0;
   }
   if (*devices_cmd) {

@@ -15,20 +15,45 @@ using runtime::device::kComputeStream;
 
 namespace {
 
-// Best-of-`repeats` time of `op` (after one warm-up run), synchronizing around it.
-Result<Nanos> best_time(runtime::device::Device& device, const Clock& clock, int repeats,
-                        const std::function<Status()>& op) {
-  SHARDLAB_RETURN_IF_ERROR(op());  // warm-up: page faults, caches, lazy init
-  device.synchronize(kComputeStream);
-  Nanos best = -1;
-  for (int i = 0; i < repeats; ++i) {
-    const Nanos t0 = clock.now();
+using runtime::comm::Communicator;
+using runtime::comm::OpKind;
+using runtime::comm::ReduceOp;
+
+// Called before each op's windows and given each op's best time: a no-op and the identity
+// for one device; a barrier and the maximum over ranks for calibrate_device_together.
+struct Coordination {
+  std::function<Status()> before;
+  std::function<Result<Nanos>(Nanos)> combine;
+};
+
+// Mean time of `op` over a window of at least `min_window` (at least one run),
+// synchronizing after each run.
+Result<Nanos> window_time(runtime::device::Device& device, const Clock& clock, Nanos min_window,
+                          const std::function<Status()>& op) {
+  const Nanos t0 = clock.now();
+  std::int64_t runs = 0;
+  Nanos elapsed = 0;
+  do {
     SHARDLAB_RETURN_IF_ERROR(op());
     device.synchronize(kComputeStream);
-    const Nanos t = clock.now() - t0;
+    ++runs;
+    elapsed = clock.now() - t0;
+  } while (elapsed < min_window);
+  return elapsed / runs;
+}
+
+// Best-of-`repeats` window time of `op` after one warm-up window (page faults, caches,
+// lazy init).
+Result<Nanos> best_time(runtime::device::Device& device, const Clock& clock, const DeviceCalibrationOptions& o,
+                        const Coordination& co, const std::function<Status()>& op) {
+  SHARDLAB_RETURN_IF_ERROR(co.before());
+  SHARDLAB_RETURN_IF_ERROR(window_time(device, clock, o.min_window_ns, op).status());
+  Nanos best = -1;
+  for (int i = 0; i < o.repeats; ++i) {
+    SHARDLAB_ASSIGN_OR_RETURN(const Nanos t, window_time(device, clock, o.min_window_ns, op));
     if (best < 0 || t < best) best = t;
   }
-  return best;
+  return co.combine(best);
 }
 
 std::int64_t host_memory_bytes() {
@@ -39,13 +64,12 @@ std::int64_t host_memory_bytes() {
 // Seconds of work once the launch overhead is taken off (at least 1 ns).
 double work_s(Nanos t, Nanos launch) { return static_cast<double>(std::max<Nanos>(t - launch, 1)) / 1e9; }
 
-}  // namespace
-
-Result<DeviceProfile> calibrate_device(runtime::device::Device& device, const Clock& clock,
-                                       const DeviceCalibrationOptions& o) {
-  if (o.gemm_size < 1 || o.vector_elements < 1 || o.copy_bytes < 4 || o.repeats < 1 || o.capacity_bytes < 0) {
-    return Status::invalid_argument("calibrate: gemm_size, vector_elements, repeats must be >= 1, copy_bytes >= 4 and "
-                                    "capacity_bytes >= 0");
+Result<DeviceProfile> measure_device(runtime::device::Device& device, const Clock& clock,
+                                     const DeviceCalibrationOptions& o, const Coordination& co) {
+  if (o.gemm_size < 1 || o.vector_elements < 1 || o.copy_bytes < 4 || o.repeats < 1 || o.capacity_bytes < 0 ||
+      o.min_window_ns < 0) {
+    return Status::invalid_argument("calibrate: gemm_size, vector_elements, repeats must be >= 1, copy_bytes >= 4, "
+                                    "capacity_bytes and min_window_ns >= 0");
   }
   using runtime::device::Activation;
   const MemoryCategory cat = MemoryCategory::kOther;
@@ -60,16 +84,16 @@ Result<DeviceProfile> calibrate_device(runtime::device::Device& device, const Cl
   SHARDLAB_ASSIGN_OR_RETURN(Tensor dst, device.empty({c}, DType::kF32, cat, "calibrate.dst"));
   for (const Tensor* t : {&a, &b, &x, &src}) SHARDLAB_RETURN_IF_ERROR(device.fill(*t, 0.5f, kComputeStream));
 
-  SHARDLAB_ASSIGN_OR_RETURN(const Nanos launch, best_time(device, clock, o.repeats, [&] {
+  SHARDLAB_ASSIGN_OR_RETURN(const Nanos launch, best_time(device, clock, o, co, [&] {
     return device.fill(one, 1.0f, kComputeStream);
   }));
-  SHARDLAB_ASSIGN_OR_RETURN(const Nanos t_gemm, best_time(device, clock, o.repeats, [&] {
+  SHARDLAB_ASSIGN_OR_RETURN(const Nanos t_gemm, best_time(device, clock, o, co, [&] {
     return device.gemm(a, false, b, false, out, 1.0f, 0.0f, kComputeStream);
   }));
-  SHARDLAB_ASSIGN_OR_RETURN(const Nanos t_gelu, best_time(device, clock, o.repeats, [&] {
+  SHARDLAB_ASSIGN_OR_RETURN(const Nanos t_gelu, best_time(device, clock, o, co, [&] {
     return device.activation(Activation::kGelu, x, y, kComputeStream);
   }));
-  SHARDLAB_ASSIGN_OR_RETURN(const Nanos t_copy, best_time(device, clock, o.repeats, [&] {
+  SHARDLAB_ASSIGN_OR_RETURN(const Nanos t_copy, best_time(device, clock, o, co, [&] {
     return device.copy(src, dst, kComputeStream);
   }));
 
@@ -88,90 +112,126 @@ Result<DeviceProfile> calibrate_device(runtime::device::Device& device, const Cl
   return p;
 }
 
+// The largest of every rank's `values` (elementwise), on every rank.
+Result<std::vector<Nanos>> max_over_ranks(Communicator& comm, runtime::device::Device& device,
+                                          const std::vector<Nanos>& values) {
+  SHARDLAB_ASSIGN_OR_RETURN(Tensor t, device.empty({static_cast<std::int64_t>(values.size())}, DType::kI64,
+                                                   MemoryCategory::kOther, "calibrate.max"));
+  std::copy(values.begin(), values.end(), t.data<std::int64_t>());
+  SHARDLAB_RETURN_IF_ERROR(comm.all_reduce(t, ReduceOp::kMax)->wait(runtime::comm::kDefaultTimeout));
+  return std::vector<Nanos>(t.data<std::int64_t>(), t.data<std::int64_t>() + values.size());
+}
+
+}  // namespace
+
+Result<DeviceProfile> calibrate_device(runtime::device::Device& device, const Clock& clock,
+                                       const DeviceCalibrationOptions& o) {
+  const Coordination alone{[] { return Status::ok(); }, [](Nanos t) -> Result<Nanos> { return t; }};
+  return measure_device(device, clock, o, alone);
+}
+
 Result<DeviceProfile> calibrate_cpu_device(const DeviceCalibrationOptions& options) {
   runtime::device::cpu::CpuDevice device({"cpu", 0});
   SteadyClock clock;
   return calibrate_device(device, clock, options);
 }
 
-Result<NetworkCalibration> calibrate_network(runtime::comm::Communicator& comm, runtime::device::Device& device,
+Result<DeviceProfile> calibrate_device_together(Communicator& comm, runtime::device::Device& device,
+                                                const Clock& clock, const DeviceCalibrationOptions& o) {
+  const Coordination together{
+      [&] { return comm.barrier()->wait(runtime::comm::kDefaultTimeout); },
+      [&](Nanos t) -> Result<Nanos> {
+        SHARDLAB_ASSIGN_OR_RETURN(std::vector<Nanos> slowest, max_over_ranks(comm, device, {t}));
+        return slowest[0];
+      }};
+  return measure_device(device, clock, o, together);
+}
+
+Result<NetworkCalibration> calibrate_network(Communicator& comm, runtime::device::Device& device,
                                              const Clock& clock, const NetworkCalibrationOptions& o) {
-  if (comm.size() < 2) return Status::failed_precondition("calibrate_network needs at least 2 ranks; got " + std::to_string(comm.size()));
+  const int p = comm.size();
+  if (p < 2) return Status::failed_precondition("calibrate_network needs at least 2 ranks; got " + std::to_string(p));
   if (o.sizes.size() < 2 || o.repeats < 1) {
     return Status::invalid_argument("calibrate_network: needs at least 2 sizes and repeats >= 1");
   }
   std::int64_t largest = 0;
   for (std::int64_t s : o.sizes) {
-    if (s < 4 || s % 4 != 0) {
-      return Status::invalid_argument("calibrate_network: size " + std::to_string(s) + " bytes; allowed: multiples of 4, >= 4");
+    if (s < 1) {
+      return Status::invalid_argument("calibrate_network: size " + std::to_string(s) + " bytes; allowed: >= 1");
     }
     largest = std::max(largest, s);
   }
-  const int me = comm.rank();
-  SHARDLAB_ASSIGN_OR_RETURN(Tensor buf, device.empty({largest / 4}, DType::kF32, MemoryCategory::kOther, "calibrate.msg"));
-  SHARDLAB_RETURN_IF_ERROR(device.fill(buf, 0.0f, kComputeStream));
+  const auto chunk_elements = [p](std::int64_t bytes) { return std::max<std::int64_t>(1, bytes / 4 / p); };
+  SHARDLAB_ASSIGN_OR_RETURN(Tensor full_buf, device.empty({chunk_elements(largest) * p}, DType::kF32,
+                                                          MemoryCategory::kOther, "calibrate.full"));
+  SHARDLAB_ASSIGN_OR_RETURN(Tensor shard_buf, device.empty({chunk_elements(largest)}, DType::kF32,
+                                                           MemoryCategory::kOther, "calibrate.shard"));
+  // Zeros: sums of zeros stay finite however often they are reduced.
+  SHARDLAB_RETURN_IF_ERROR(device.fill(full_buf, 0.0f, kComputeStream));
+  SHARDLAB_RETURN_IF_ERROR(device.fill(shard_buf, 0.0f, kComputeStream));
+  const Nanos timeout = runtime::comm::kDefaultTimeout;
+
   NetworkCalibration result;
-  if (me < 2) {
-    const int peer = 1 - me;
-    for (std::int64_t size : o.sizes) {
-      SHARDLAB_ASSIGN_OR_RETURN(Tensor msg, buf.narrow(0, size / 4));
-      Nanos best = -1;
+  result.ranks = p;
+  std::vector<Nanos> medians;
+  for (std::int64_t size : o.sizes) {
+    const std::int64_t n = chunk_elements(size);
+    SHARDLAB_ASSIGN_OR_RETURN(Tensor full, full_buf.narrow(0, n * p));
+    SHARDLAB_ASSIGN_OR_RETURN(Tensor mine, full.narrow(comm.rank() * n, n));
+    SHARDLAB_ASSIGN_OR_RETURN(Tensor shard, shard_buf.narrow(0, n));
+    const std::pair<OpKind, std::function<runtime::comm::WorkPtr()>> ops[] = {
+        {OpKind::kAllGather, [&] { return comm.all_gather_into(full, mine); }},
+        {OpKind::kReduceScatter, [&] { return comm.reduce_scatter(shard, full, ReduceOp::kSum); }},
+        {OpKind::kAllReduce, [&] { return comm.all_reduce(full, ReduceOp::kSum); }},
+    };
+    for (const auto& [kind, issue] : ops) {
+      std::vector<Nanos> times;
       for (int i = 0; i <= o.repeats; ++i) {  // round 0 is a warm-up
+        SHARDLAB_RETURN_IF_ERROR(comm.barrier()->wait(timeout));
         const Nanos t0 = clock.now();
-        if (me == 0) {
-          SHARDLAB_RETURN_IF_ERROR(comm.send(msg, peer, 0)->wait(runtime::comm::kDefaultTimeout));
-          SHARDLAB_RETURN_IF_ERROR(comm.recv(msg, peer, 0)->wait(runtime::comm::kDefaultTimeout));
-        } else {
-          SHARDLAB_RETURN_IF_ERROR(comm.recv(msg, peer, 0)->wait(runtime::comm::kDefaultTimeout));
-          SHARDLAB_RETURN_IF_ERROR(comm.send(msg, peer, 0)->wait(runtime::comm::kDefaultTimeout));
-        }
-        const Nanos rtt = clock.now() - t0;
-        if (i > 0 && (best < 0 || rtt < best)) best = rtt;
+        SHARDLAB_RETURN_IF_ERROR(issue()->wait(timeout));
+        if (i > 0) times.push_back(clock.now() - t0);
       }
-      result.one_way.push_back({size, best / 2});
+      std::nth_element(times.begin(), times.begin() + static_cast<std::ptrdiff_t>(times.size() / 2), times.end());
+      medians.push_back(times[times.size() / 2]);
+      const std::int64_t chunk = 4 * n;
+      const int steps = kind == OpKind::kAllReduce ? 2 * (p - 1) : p - 1;
+      result.samples.push_back({kind, chunk * p, chunk, steps, chunk, 0});
     }
   }
-  // Least squares on rank 0: t = α + β·n.
-  Status fit;
-  if (me == 0) {
-    double sn = 0, st = 0, snn = 0, snt = 0;
-    const double k = static_cast<double>(result.one_way.size());
-    for (const auto& [n, t] : result.one_way) {
-      sn += static_cast<double>(n);
-      st += static_cast<double>(t);
-      snn += static_cast<double>(n) * static_cast<double>(n);
-      snt += static_cast<double>(n) * static_cast<double>(t);
-    }
-    const double beta = (k * snt - sn * st) / (k * snn - sn * sn);  // ns per byte
-    const double alpha = (st - beta * sn) / k;
-    if (!(beta > 0)) {
-      fit = Status::failed_precondition("calibrate_network: one-way times do not grow with the message size (slope " +
-                                        std::to_string(beta) + " ns/byte); use larger sizes");
-    } else {
-      result.latency_ns = std::max<Nanos>(0, static_cast<Nanos>(std::llround(alpha)));
-      result.bytes_per_s = 1e9 / beta;
-    }
+  SHARDLAB_ASSIGN_OR_RETURN(const std::vector<Nanos> slowest, max_over_ranks(comm, device, medians));
+  for (std::size_t i = 0; i < slowest.size(); ++i) result.samples[i].time_ns = slowest[i];
+
+  // Weighted least squares on y = time/steps = α + β·x (x = step bytes) with weights 1/y²:
+  // the relative error of every sample counts the same. Every rank fits the same numbers.
+  double sw = 0, swx = 0, swxx = 0, swy = 0, swxy = 0;
+  for (const CollectiveSample& s : result.samples) {
+    const double y = static_cast<double>(s.time_ns) / s.steps;
+    const double x = static_cast<double>(s.step_bytes);
+    const double w = 1.0 / std::max(y * y, 1.0);
+    sw += w;
+    swx += w * x;
+    swxx += w * x * x;
+    swy += w * y;
+    swxy += w * x * y;
   }
-  // Share rank 0's result (or failure) with every rank.
-  SHARDLAB_ASSIGN_OR_RETURN(Tensor shared, device.empty({3}, DType::kI64, MemoryCategory::kOther, "calibrate.result"));
-  auto* s = shared.data<std::int64_t>();
-  s[0] = fit.is_ok() ? 1 : 0;
-  s[1] = result.latency_ns;
-  s[2] = static_cast<std::int64_t>(std::llround(result.bytes_per_s));
-  SHARDLAB_RETURN_IF_ERROR(comm.broadcast(shared, 0)->wait(runtime::comm::kDefaultTimeout));
-  if (!fit.is_ok()) return fit;
-  if (s[0] == 0) return Status::failed_precondition("calibrate_network: rank 0 could not fit the measurements");
-  if (me != 0) {
-    result.latency_ns = s[1];
-    result.bytes_per_s = static_cast<double>(s[2]);
+  const double det = sw * swxx - swx * swx;
+  const double beta = det > 0 ? (sw * swxy - swx * swy) / det : 0.0;  // ns per byte
+  if (!(beta > 0)) {
+    return Status::failed_precondition("calibrate_network: collective times do not grow with the message size (slope " +
+                                       std::to_string(beta) + " ns/byte); use larger sizes");
   }
+  const double alpha = (swy - beta * swx) / sw;
+  result.latency_ns = std::max<Nanos>(0, static_cast<Nanos>(std::llround(alpha)));
+  result.bytes_per_s = 1e9 / beta;
   return result;
 }
 
 TopologySpec switch_topology_from(const NetworkCalibration& c, std::string name) {
   TopologySpec t;
   t.name = std::move(name);
-  t.description = "measured by shardlab calibrate (ping-pong, least-squares alpha-beta)";
+  t.description = "measured by shardlab calibrate with " + std::to_string(c.ranks) +
+                  " MPI processes (all_gather, reduce_scatter, all_reduce; ring alpha-beta fit)";
   t.kind = TopologyKind::kSwitch;
   t.port.gbit_per_s = c.bytes_per_s * 8.0 / 1e9;
   t.port.latency_ns = c.latency_ns / 2;

@@ -10,12 +10,27 @@
 //
 // Flops and bytes are counted exactly as SimDevice charges them (gemm 2mnk; a GELU 8
 // flops per element; a copy reads and writes its bytes), so a calibrated profile predicts
-// the measured op times on the machine it came from. Each figure is the best of
-// `repeats` runs after one warm-up (the least disturbed run), with the launch overhead
-// (the time of a one-element op) taken off before dividing.
+// the measured op times on the machine it came from. Each figure is the best of `repeats`
+// windows after one warm-up window (the least disturbed window); a window runs the op back
+// to back for at least `min_window_ns` and yields the mean time per op, with the launch
+// overhead (the mean time of a one-element op) taken off before dividing.
 //
-// Thread safety: calibrate_device uses the device from one thread; calibrate_network is
-// called by every rank of the communicator, each from its own thread or process.
+// NOTE [Calibrate with the run's process count]
+// The simulator gives every rank a device of its own. When a run has more processes than
+// the machine has cores (4 MPI ranks on 2 cores), each rank's "device" is a time share
+// of a core, and the collectives' latency includes being scheduled. So the profiles for a
+// P-process run are measured with P processes: calibrate_device_together has every rank
+// measure at once (windows long enough to span several scheduler time slices) and keeps
+// the slowest rank's time, and calibrate_network times the collectives the runtime issues
+// (all_gather, reduce_scatter, all_reduce through the Communicator, i.e. Open MPI's
+// nonblocking collectives) on all P ranks and fits the simulator's ring α–β to them
+// (rather than timing point-to-point messages: the collectives are what a run waits for).
+// A profile measured with P processes predicts runs of P processes on this machine; it is
+// not a property of the hardware alone.
+//
+// Thread safety: calibrate_device uses the device from one thread; calibrate_device_together
+// and calibrate_network are called by every rank of the communicator, each from its own
+// thread or process.
 #pragma once
 
 #include <cstdint>
@@ -36,7 +51,10 @@ struct DeviceCalibrationOptions {
   std::int64_t gemm_size = 512;         // square fp32 GEMM (m = n = k): compute bound
   std::int64_t vector_elements = 1 << 15;  // GELU on an in-cache tensor: vector compute
   std::int64_t copy_bytes = 64 << 20;   // a copy far larger than caches: memory bandwidth
-  int repeats = 5;
+  int repeats = 5;                      // windows per op (after one warm-up window)
+  // Each window runs the op until this much time has passed (at least once). Longer
+  // windows average over time slices when ranks share cores; shorter ones calibrate faster.
+  Nanos min_window_ns = 50 * kNanosPerMilli;
   std::int64_t capacity_bytes = 0;      // 0: the host's physical memory
 };
 
@@ -47,27 +65,59 @@ Result<DeviceProfile> calibrate_device(runtime::device::Device& device, const Cl
                                        const DeviceCalibrationOptions& options = {});
 // The host CPU through runtime/device/cpu and SteadyClock.
 Result<DeviceProfile> calibrate_cpu_device(const DeviceCalibrationOptions& options = {});
+// Every rank of `comm` measures its `device` at the same time (a barrier before each op's
+// windows), and each op's time is the slowest rank's (NOTE [Calibrate with the run's
+// process count]). Every rank returns the same profile. Errors as calibrate_device, or a
+// communicator error.
+Result<DeviceProfile> calibrate_device_together(runtime::comm::Communicator& comm, runtime::device::Device& device,
+                                                const Clock& clock, const DeviceCalibrationOptions& options = {});
 
 struct NetworkCalibrationOptions {
-  std::vector<std::int64_t> sizes = {4, 4 << 10, 64 << 10, 1 << 20, 4 << 20};  // bytes (multiples of 4)
+  // Whole-buffer sizes in bytes, as FSDP's flat parameters have them: all_gather fills,
+  // reduce_scatter reduces and all_reduce reduces a buffer of this size, p chunks of
+  // size/p bytes (rounded down to whole fp32 elements, at least one). The largest stays
+  // below a cliff of Open MPI 4.1 on the reference VM: a reduce_scatter of 16 MiB or more
+  // takes ~20x longer than one of 12 MiB, for raw MPI as well (bench/README.md,
+  // "Validating the simulator"); one such size would dominate the fit.
+  std::vector<std::int64_t> sizes = {64, 4 << 10, 64 << 10, 1 << 20, 4 << 20, 8 << 20};
   int repeats = 10;
 };
 
-struct NetworkCalibration {
-  Nanos latency_ns = 0;              // α: the fitted one-way time of an empty message
-  double bytes_per_s = 0;            // 1/β: the fitted slope
-  std::vector<std::pair<std::int64_t, Nanos>> one_way;  // (bytes, best one-way time)
+// One measured collective: the slowest rank's median time, and what the simulator's ring
+// algorithm makes of it (`steps` messages of `step_bytes` one after the other: p-1 of one
+// chunk for all_gather and reduce_scatter, 2(p-1) of one chunk for all_reduce).
+struct CollectiveSample {
+  runtime::comm::OpKind kind = runtime::comm::OpKind::kAllGather;
+  std::int64_t buffer_bytes = 0;  // p chunks
+  std::int64_t chunk_bytes = 0;
+  int steps = 0;
+  std::int64_t step_bytes = 0;
+  Nanos time_ns = 0;
 };
 
-// Ping-pong between ranks 0 and 1 of `comm` (every rank calls it; the others wait at a
-// barrier), one-way time = half the round trip, fitted as α + n·β by least squares.
-// Every rank returns rank 0's result. FAILED_PRECONDITION with fewer than 2 ranks or
-// when the times do not grow with the size (no bandwidth to fit).
+struct NetworkCalibration {
+  int ranks = 0;                     // how many processes were measured
+  Nanos latency_ns = 0;              // α: the fitted time of an empty ring step
+  double bytes_per_s = 0;            // 1/β: the fitted bytes per second of a ring step
+  std::vector<CollectiveSample> samples;
+};
+
+// Times all_gather (in place, as FSDP's unshard issues it), reduce_scatter (into a separate
+// shard, as FSDP's gradient reduction) and all_reduce (in place), fp32 sum, of every size
+// on all ranks of `comm`: a barrier before each run; each rank keeps the median of
+// `repeats` runs after a warm-up, then the slowest rank's median is taken. The median, not
+// the best: with more ranks than cores a collective's time depends on whether its peers
+// are scheduled, and a training run sees the typical case, not the luckiest. Then fits the
+// ring model time/steps = α + step_bytes·β by least squares on relative error (sizes span
+// orders of magnitude; each should be predicted equally well, and an outlier size weighs
+// little). Every rank calls it and gets the same result.
+// FAILED_PRECONDITION with fewer than 2 ranks or when the times do not grow with the size
+// (no bandwidth to fit); INVALID_ARGUMENT for bad options.
 Result<NetworkCalibration> calibrate_network(runtime::comm::Communicator& comm, runtime::device::Device& device,
                                              const Clock& clock, const NetworkCalibrationOptions& options = {});
 
-// A `switch` topology profile with the measured α (split over the two port traversals)
-// and bandwidth — what `shardlab calibrate` writes next to the device profile.
+// A `switch` topology profile with the fitted α (split over the two port traversals of a
+// message) and bandwidth — what `shardlab calibrate` writes next to the device profile.
 TopologySpec switch_topology_from(const NetworkCalibration& c, std::string name);
 // Writes topology_to_json atomically.
 Status write_topology(const TopologySpec& spec, const std::string& path);

@@ -29,6 +29,7 @@ TEST(Calibrate, RecoversASimulatedDevicesRoofline) {
   o.vector_elements = 1 << 12;
   o.copy_bytes = 1 << 22;
   o.repeats = 2;
+  o.min_window_ns = 200 * kNanosPerMicro;  // several runs of the fastest op, one of the slowest
   o.capacity_bytes = 1 << 30;
   auto p = calibrate_device(dev, clock, o);
   ASSERT_TRUE(p.is_ok()) << p.status().to_string();
@@ -50,14 +51,15 @@ TEST(Calibrate, RecoversASimulatedDevicesRoofline) {
 }
 
 TEST(Calibrate, RecoversTheSimulatedNetworksAlphaBeta) {
-  for (int world_size : {2, 3}) {
+  for (int world_size : {2, 3, 4}) {
     WorldOptions o;
     o.world_size = world_size;
-    o.network = NetworkModel{4000, 20e9};
+    o.network = NetworkModel{4000, 20e9};  // the ring α–β model the fit assumes
     World world(o);
     std::vector<NetworkCalibration> got(static_cast<std::size_t>(world_size));
     const auto results = world.run([&](RankContext& ctx) -> Status {
       NetworkCalibrationOptions n;
+      n.sizes = {4, 4 << 10, 64 << 10, 1 << 20};
       n.repeats = 2;
       SHARDLAB_ASSIGN_OR_RETURN(got[static_cast<std::size_t>(ctx.rank)],
                                 calibrate_network(ctx.comm, ctx.device, ctx.clock, n));
@@ -65,15 +67,63 @@ TEST(Calibrate, RecoversTheSimulatedNetworksAlphaBeta) {
     });
     for (const auto& r : results) ASSERT_TRUE(r.status.is_ok()) << r.status.to_string();
     for (const auto& c : got) {
+      EXPECT_EQ(c.ranks, world_size);
       EXPECT_NEAR(static_cast<double>(c.latency_ns), 4000, 2) << "world " << world_size;
       EXPECT_NEAR(c.bytes_per_s / 20e9, 1.0, 1e-3) << "world " << world_size;
     }
-    EXPECT_EQ(got[0].one_way.size(), 5u);
+    // all_gather, reduce_scatter and all_reduce per size, with the ring's step counts.
+    ASSERT_EQ(got[0].samples.size(), 12u);
+    EXPECT_EQ(got[0].samples[0].kind, runtime::comm::OpKind::kAllGather);
+    EXPECT_EQ(got[0].samples[0].steps, world_size - 1);
+    EXPECT_EQ(got[0].samples[2].kind, runtime::comm::OpKind::kAllReduce);
+    EXPECT_EQ(got[0].samples[2].steps, 2 * (world_size - 1));
+    // Sizes are whole buffers: p chunks of whole fp32 elements, at least one each.
+    EXPECT_EQ(got[0].samples[0].chunk_bytes, 4);
+    EXPECT_EQ(got[0].samples[11].chunk_bytes, 4 * ((1 << 20) / 4 / world_size));
+    EXPECT_EQ(got[0].samples[11].buffer_bytes, world_size * got[0].samples[11].chunk_bytes);
+    EXPECT_EQ(got[0].samples[11].step_bytes, got[0].samples[11].chunk_bytes);
     const TopologySpec t = switch_topology_from(got[0], "measured");
     EXPECT_EQ(t.kind, TopologyKind::kSwitch);
     auto parsed = parse_topology(topology_to_json(t), "measured.json");
     ASSERT_TRUE(parsed.is_ok()) << parsed.status().to_string();
     EXPECT_NEAR(parsed->port.gbit_per_s, 160, 0.2);
+    EXPECT_EQ(parsed->port.latency_ns, 2000);
+  }
+}
+
+// NOTE [Calibrate with the run's process count]: every rank measures at once and the
+// slowest rank's times make the profile — here rank 1 is a straggler twice as slow.
+TEST(Calibrate, TogetherKeepsTheSlowestRank) {
+  DeviceProfile truth;
+  truth.matrix_flops_per_s = 3e11;
+  truth.vector_flops_per_s = 1e10;
+  truth.memory_bytes_per_s = 5e10;
+  truth.launch_ns = 1500;
+  WorldOptions o;
+  o.world_size = 3;
+  o.device = truth;
+  o.slowdown = {1.0, 2.0, 1.0};
+  World world(o);
+  std::vector<DeviceProfile> got(3);
+  const auto results = world.run([&](RankContext& ctx) -> Status {
+    DeviceCalibrationOptions d;
+    d.gemm_size = 64;
+    d.vector_elements = 1 << 10;
+    d.copy_bytes = 1 << 20;
+    d.repeats = 1;
+    d.min_window_ns = 0;
+    d.capacity_bytes = 1 << 30;
+    SHARDLAB_ASSIGN_OR_RETURN(got[static_cast<std::size_t>(ctx.rank)],
+                              calibrate_device_together(ctx.comm, ctx.device, ctx.clock, d));
+    return Status::ok();
+  });
+  for (const auto& r : results) ASSERT_TRUE(r.status.is_ok()) << r.status.to_string();
+  const DeviceProfile slow = truth.slowed_by(2.0);
+  for (const auto& p : got) {
+    EXPECT_EQ(p.launch_ns, slow.launch_ns);
+    EXPECT_NEAR(p.matrix_flops_per_s / slow.matrix_rate(DType::kF32), 1.0, 1e-3);
+    EXPECT_NEAR(p.vector_flops_per_s / slow.vector_rate(DType::kF32), 1.0, 1e-3);
+    EXPECT_NEAR(p.memory_bytes_per_s / slow.memory_rate(), 1.0, 1e-3);
   }
 }
 
@@ -92,6 +142,7 @@ TEST(Calibrate, MeasuresThisCpu) {
   o.vector_elements = 1024;
   o.copy_bytes = 1 << 20;
   o.repeats = 1;
+  o.min_window_ns = kNanosPerMilli;
   auto p = calibrate_cpu_device(o);
   ASSERT_TRUE(p.is_ok()) << p.status().to_string();
   EXPECT_GT(p->matrix_flops_per_s, 0);

@@ -1,0 +1,373 @@
+#!/usr/bin/python3
+"""Validate the simulator against real Open MPI runs on this machine (issue 6, "Validation
+against reality").
+
+1. Calibrate once per process count P of the sweep: `shardlab calibrate` writes a device
+   profile; for P >= 2 it runs under `mpiexec -n P` with `--topology-out`, so that every
+   process measures at once (sharing the cores as the real runs will) and the MPI
+   collectives are timed on P ranks and fitted as an α–β `switch` topology (NOTE
+   [Calibrate with the run's process count] in sim/calibrate.h).
+2. For every point (processes × model × sharding strategy): run the same scenario for real
+   (`shardlab run --backend mpi` under `mpiexec -n P`) and in the simulator with the
+   calibrated profiles (`--set world.device=… --set world.topology=…`).
+3. Compare steady-state step times: the median over the same steps of both runs, measured
+   (wall clock on rank 0, pooled over --repeats real runs) against predicted (simulated
+   time). The first --warmup steps are left out (a real run takes several steps to settle:
+   the first one initializes, the next few still fault in fresh pages while the allocator
+   caches fill), and so is the last step, which also gathers the full gradients for the
+   run's result; at least one step is always kept.
+
+Prints a table (procs, model, strategy, measured s/step, predicted s/step, error %) and
+writes the same as JSON (--json). Accuracy is reported, never enforced: the exit code is 0
+when every run worked, 1 when a run or the calibration failed, 2 for bad arguments.
+`--table-from RESULT.json` reprints the table of a saved result (exit 1 when it is not a
+complete result file).
+
+Thread variables (OMP_NUM_THREADS, OPENBLAS_NUM_THREADS = 1) are set here, for the children
+only, so that ranks and BLAS threads never fight for cores. As root, Open MPI also needs
+OMPI_ALLOW_RUN_AS_ROOT(_CONFIRM); they are set when running as root. Standard library only.
+
+Usage (from the repository root, after `cmake --build --preset dev`):
+  bench/validate_sim.py --json validate_sim.json
+  bench/validate_sim.py --procs 2 --models mlp --strategies FULL_SHARD --steps 2 --repeats 1 --json smoke.json
+  bench/validate_sim.py --table-from validate_sim.json
+"""
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEFAULT_SHARDLAB = os.path.join(REPO, "build", "dev", "bin", "shardlab")
+# What the project's MPI ctests use (CMakePresets.json: SHARDLAB_MPIEXEC_PREFLAGS): more
+# ranks than cores need --oversubscribe, and yielding while idle lets the others run.
+MPIEXEC_FLAGS = ["--oversubscribe", "--mca", "mpi_yield_when_idle", "1"]
+TARGET_PCT = 10.0
+RESULT_SCHEMA = "shardlab.validate_sim/1"
+
+
+class BrokenRun(Exception):
+    """A calibration or a run that failed: exit code 1."""
+
+
+def child_env():
+    env = dict(os.environ)
+    env["OMP_NUM_THREADS"] = "1"
+    env["OPENBLAS_NUM_THREADS"] = "1"
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+    return env
+
+
+def run(cmd, what, log_path, timeout):
+    """Runs cmd; its output goes to log_path. Raises BrokenRun on failure."""
+    with open(log_path, "w", encoding="utf-8") as log:
+        log.write("$ " + " ".join(cmd) + "\n")
+        log.flush()
+        try:
+            p = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=child_env(), timeout=timeout,
+                               check=False)
+        except subprocess.TimeoutExpired:
+            raise BrokenRun(f"{what}: timed out after {timeout} s (log: {log_path})") from None
+        except OSError as e:
+            raise BrokenRun(f"{what}: cannot start {cmd[0]}: {e}") from None
+    if p.returncode != 0:
+        with open(log_path, encoding="utf-8", errors="replace") as f:
+            tail = "".join(f.readlines()[-15:])
+        raise BrokenRun(f"{what}: exit code {p.returncode} (log: {log_path})\n{tail}")
+
+
+def mpiexec_cmd(args, procs):
+    return [args.mpiexec, "-n", str(procs)] + MPIEXEC_FLAGS
+
+
+def write_scenario(path, args):
+    """The validation scenario: synthetic data, AdamW, one node of `procs` devices (set per run)."""
+    text = f"""# Written by bench/validate_sim.py: one scenario, run for real and in the simulator.
+name: validate_sim
+description: real Open MPI step time against the simulator's prediction with calibrated profiles
+seed: 0
+model:
+  preset: bert-tiny
+  head: mlm
+data:
+  kind: synthetic
+  batch_size_per_rank: {args.batch_size_per_rank}
+  seq_len: {args.seq_len}
+train:
+  steps: {args.steps}
+  precision: fp32
+  optimizer: {{name: adamw, lr: 1.0e-3}}
+fsdp:
+  sharding_strategy: FULL_SHARD
+  auto_wrap_policy: transformer
+  transformer_layer_cls_to_wrap: [BertLayer]
+  backward_prefetch: BACKWARD_PRE
+world:
+  backend: sim
+  mode: numerics
+  nodes: 1
+  devices_per_node: 1
+"""
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+
+
+def kept_steps(per_step, warmup):
+    """The steady-state steps: drops the first `warmup` steps and the last step (it also
+    gathers the full gradients for the run's result), keeping at least one step."""
+    kept = list(per_step)
+    drop = min(warmup, len(kept) - 1)
+    kept = kept[drop:]
+    if len(kept) > 1:
+        kept = kept[:-1]
+    return kept
+
+
+def read_step_times(out_dir, what):
+    path = os.path.join(out_dir, "metrics.json")
+    try:
+        with open(path, encoding="utf-8") as f:
+            m = json.load(f)
+        per_step = [float(t) for t in m["step_time_s"]["per_step"]]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise BrokenRun(f"{what}: no step times in {path}: {e}") from None
+    if not per_step or any(not (t > 0) for t in per_step):
+        raise BrokenRun(f"{what}: bad step times in {path}: {per_step}")
+    return per_step, m.get("step_breakdown_s")
+
+
+def calibrate(args, work, procs):
+    """Profiles measured with `procs` processes: (device path, topology path or None, log path)."""
+    dev = os.path.join(work, f"device_{procs}p.json")
+    topo = os.path.join(work, f"topology_{procs}p.json") if procs >= 2 else None
+    if topo:  # every process measures at once (NOTE [Calibrate with the run's process count])
+        cmd = mpiexec_cmd(args, procs) + [args.shardlab, "calibrate", "--out", dev, "--topology-out", topo]
+    else:  # one process: no collectives to time (the simulator charges none on one rank)
+        cmd = [args.shardlab, "calibrate", "--out", dev]
+    log = os.path.join(work, f"calibrate_{procs}p.log")
+    run(cmd, f"calibrate ({procs} processes)", log, args.timeout)
+    for p in (dev, topo):
+        if p and not os.path.exists(p):
+            raise BrokenRun(f"calibrate ({procs} processes) wrote no {p}")
+    with open(log, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            if line.startswith(("device:", "MPI:")):
+                print(f"  calibrated, {procs} process{'es' if procs > 1 else ''}: {line.strip()}", flush=True)
+    return dev, topo, log
+
+
+def point_overrides(procs, model, strategy):
+    return ["--set", f"world.devices_per_node={procs}", "--set", f"model.preset={model}",
+            "--set", f"fsdp.sharding_strategy={strategy}"]
+
+
+def real_run(args, work, scenario, point, repeat):
+    procs, model, strategy = point
+    tag = f"{procs}p_{model}_{strategy}"
+    out = os.path.join(work, "real", f"{tag}_r{repeat}")
+    shutil.rmtree(out, ignore_errors=True)
+    cmd = (mpiexec_cmd(args, procs) + [args.shardlab, "run", scenario, "--backend", "mpi"] +
+           point_overrides(procs, model, strategy) + ["--out", out])
+    run(cmd, f"real run {tag} (repeat {repeat + 1})", out + ".log", args.timeout)
+    per_step, _ = read_step_times(out, f"real run {tag}")
+    return per_step, out
+
+
+def simulated_run(args, work, scenario, point, profiles):
+    procs, model, strategy = point
+    tag = f"{procs}p_{model}_{strategy}"
+    dev, topo, _ = profiles[procs]
+    out = os.path.join(work, "sim", tag)
+    shutil.rmtree(out, ignore_errors=True)
+    cmd = [args.shardlab, "run", scenario] + point_overrides(procs, model, strategy)
+    cmd += ["--set", f"world.device={dev}"]
+    if topo:
+        cmd += ["--set", f"world.topology={topo}"]
+    cmd += ["--out", out]
+    run(cmd, f"simulated run {tag}", out + ".log", args.timeout)
+    per_step, breakdown = read_step_times(out, f"simulated run {tag}")
+    return per_step, breakdown, out
+
+
+def compare(args, point, real, sim, profiles):
+    procs, model, strategy = point
+    real_steps = [steps for steps, _ in real]
+    sim_steps, breakdown, sim_out = sim
+    measured = statistics.median([t for steps in real_steps for t in kept_steps(steps, args.warmup)])
+    predicted = statistics.median(kept_steps(sim_steps, args.warmup))
+    return {
+        "procs": procs,
+        "model": model,
+        "strategy": strategy,
+        "measured_s": measured,
+        "predicted_s": predicted,
+        "error_pct": (predicted - measured) / measured * 100.0,
+        "measured_per_step_s": real_steps,
+        "predicted_per_step_s": sim_steps,
+        "predicted_breakdown_s": breakdown,
+        "device_profile": profiles[procs][0],
+        "topology_profile": profiles[procs][1],
+        "real_out": [out for _, out in real],
+        "sim_out": sim_out,
+    }
+
+
+def format_table(points):
+    lines = [f"{'procs':>5}  {'model':<10} {'strategy':<11} {'measured s/step':>15} {'predicted s/step':>16} "
+             f"{'error %':>8}"]
+    for p in points:
+        mark = "" if abs(p["error_pct"]) <= TARGET_PCT else "  (miss)"
+        lines.append(f"{p['procs']:>5}  {p['model']:<10} {p['strategy']:<11} {p['measured_s']:>15.6f} "
+                     f"{p['predicted_s']:>16.6f} {p['error_pct']:>+8.1f}{mark}")
+    if points:
+        errs = [abs(p["error_pct"]) for p in points]
+        within = sum(e <= TARGET_PCT for e in errs)
+        lines.append(f"{within}/{len(points)} points within ±{TARGET_PCT:g}%; mean |error| "
+                     f"{statistics.mean(errs):.1f}%, max |error| {max(errs):.1f}%")
+    return "\n".join(lines)
+
+
+def table_from(path):
+    try:
+        with open(path, encoding="utf-8") as f:
+            result = json.load(f)
+        if result.get("schema") != RESULT_SCHEMA:
+            raise ValueError(f"schema is {result.get('schema')!r}, expected {RESULT_SCHEMA!r}")
+        points = result["points"]
+        if not points:
+            raise ValueError("no points")
+        for p in points:
+            for key in ("procs", "model", "strategy", "measured_s", "predicted_s", "error_pct"):
+                if key not in p:
+                    raise ValueError(f"a point has no {key!r}: {p}")
+            if not (p["measured_s"] > 0 and p["predicted_s"] > 0):
+                raise ValueError(f"a point has a non-positive time: {p}")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        print(f"validate_sim: {path}: not a complete result file: {e}", file=sys.stderr)
+        return 1
+    print(format_table(points))
+    return 0
+
+
+def parse_list(text, convert=str):
+    return [convert(x) for x in text.split(",") if x]
+
+
+def main(argv):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--shardlab", default=DEFAULT_SHARDLAB, help="the shardlab binary (default: %(default)s)")
+    ap.add_argument("--mpiexec", default="mpiexec", help="Open MPI's launcher (default: %(default)s)")
+    ap.add_argument("--json", help="where to write the result (JSON)")
+    ap.add_argument("--work", help="folder for profiles, run outputs and logs (default: a temporary folder, kept)")
+    ap.add_argument("--procs", default="1,2,4", help="process counts (default: %(default)s)")
+    ap.add_argument("--models", default="mlp,bert-tiny", help="model presets (default: %(default)s)")
+    ap.add_argument("--strategies", default="FULL_SHARD,NO_SHARD", help="sharding strategies (default: %(default)s)")
+    ap.add_argument("--steps", type=int, default=16, help="training steps per run (default: %(default)s)")
+    ap.add_argument("--warmup", type=int, default=5,
+                    help="leading steps left out of the comparison (default: %(default)s)")
+    ap.add_argument("--repeats", type=int, default=3,
+                    help="real runs per point; their kept steps are pooled (default: %(default)s)")
+    ap.add_argument("--batch-size-per-rank", type=int, default=2, help="samples per rank (default: %(default)s)")
+    ap.add_argument("--seq-len", type=int, default=64, help="BERT sequence length (default: %(default)s)")
+    ap.add_argument("--timeout", type=int, default=300, help="seconds allowed per command (default: %(default)s)")
+    ap.add_argument("--table-from", metavar="RESULT.json", help="reprint the table of a saved result and exit")
+    args = ap.parse_args(argv)
+    if args.table_from:
+        return table_from(args.table_from)
+    try:
+        procs_list = parse_list(args.procs, int)
+        models = parse_list(args.models)
+        strategies = parse_list(args.strategies)
+    except ValueError as e:
+        ap.error(f"--procs: {e}")
+    if not procs_list or any(p < 1 for p in procs_list) or not models or not strategies:
+        ap.error("--procs (positive integers), --models and --strategies need at least one value each")
+    if args.steps < 1 or args.repeats < 1 or args.warmup < 0:
+        ap.error("--steps and --repeats must be >= 1, --warmup >= 0")
+    if not os.access(args.shardlab, os.X_OK):
+        ap.error(f"--shardlab {args.shardlab}: not an executable (build it: cmake --build --preset dev)")
+    if shutil.which(args.mpiexec) is None:
+        ap.error(f"--mpiexec {args.mpiexec}: not found")
+
+    work = args.work or tempfile.mkdtemp(prefix="shardlab_validate_sim_")
+    for sub in ("", "real", "sim"):
+        os.makedirs(os.path.join(work, sub), exist_ok=True)
+    scenario = os.path.join(work, "validate_sim.yaml")
+    write_scenario(scenario, args)
+    started = time.monotonic()
+    load_before = os.getloadavg()
+    if load_before[0] > (os.cpu_count() or 1):
+        print(f"validate_sim: warning: load average {load_before[0]:.1f} on {os.cpu_count()} cores before the "
+              "start; other jobs will disturb the measured times", file=sys.stderr)
+    points = []
+    profiles = {}
+    try:
+        for procs in procs_list:
+            profiles[procs] = calibrate(args, work, procs)
+        grid = [(procs, model, strategy) for procs in procs_list for model in models for strategy in strategies]
+        # Repeats go round the whole grid, so that a burst of load from elsewhere lands on
+        # one run of several points rather than on every run of one point.
+        real = {point: [] for point in grid}
+        for repeat in range(args.repeats):
+            for point in grid:
+                real[point].append(real_run(args, work, scenario, point, repeat))
+        for point in grid:
+            p = compare(args, point, real[point], simulated_run(args, work, scenario, point, profiles), profiles)
+            points.append(p)
+            print(f"  {p['procs']}p {p['model']} {p['strategy']}: measured {p['measured_s']:.6f} s, predicted "
+                  f"{p['predicted_s']:.6f} s ({p['error_pct']:+.1f}%)", flush=True)
+    except BrokenRun as e:
+        print(f"validate_sim: {e}", file=sys.stderr)
+        return 1
+    calibrations = {}
+    for procs, (dev, topo, log) in profiles.items():
+        entry = {}
+        for key, path in (("device", dev), ("topology", topo)):
+            if path:
+                with open(path, encoding="utf-8") as f:
+                    entry[key] = json.load(f)
+        with open(log, encoding="utf-8", errors="replace") as f:  # with the per-collective fit
+            entry["output"] = [line.rstrip("\n") for line in f if not line.startswith("$ ")]
+        calibrations[str(procs)] = entry
+    result = {
+        "schema": RESULT_SCHEMA,
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "host": {"name": platform.node(), "cpus": os.cpu_count(), "machine": platform.machine(),
+                 "loadavg_before": load_before, "loadavg_after": os.getloadavg()},
+        "shardlab": args.shardlab,
+        "work": work,
+        "config": {"steps": args.steps, "warmup": args.warmup, "repeats": args.repeats,
+                   "batch_size_per_rank": args.batch_size_per_rank, "seq_len": args.seq_len,
+                   "mpiexec_flags": MPIEXEC_FLAGS,
+                   "step_statistic": "median of steps warmup+1..steps-1 (real: pooled over repeats)"},
+        "target_pct": TARGET_PCT,
+        "calibration": calibrations,
+        "points": points,
+        "wall_s": time.monotonic() - started,
+    }
+    print()
+    print(format_table(points))
+    print(f"(work folder: {work}; {result['wall_s']:.0f} s)")
+    if args.json:
+        tmp = args.json + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(result, f, indent=1)
+            f.write("\n")
+        os.replace(tmp, args.json)
+        print(f"result: {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
