@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <limits>
 #include <new>
 
@@ -145,7 +146,23 @@ void store_from_float(DType dtype, std::byte* p, std::int64_t i, float v) {
 }  // namespace
 
 CpuDevice::CpuDevice(DeviceId id, std::int64_t capacity_bytes)
-    : id_(std::move(id)), memory_(id_.to_string(), capacity_bytes), cache_(std::make_shared<BlockCache>()) {}
+    : id_(std::move(id)), memory_(id_.to_string(), capacity_bytes), cache_(std::make_shared<BlockCache>()) {
+  pin_eigen_blocking();
+}
+
+// NOTE [Pinned GEMM blocking]
+// Eigen splits a GEMM's k dimension into panels sized from the CPU's cache sizes, which it
+// reads with CPUID at run time (in practice the L1 size changed the bits); the panel size
+// decides the order in which each output sums its k products. Hosts with different caches
+// (this project's 2-core EPYC VM reports a 32 KiB L1, the host the goldens were made on
+// 48 KiB) therefore produced different fp32 bits for the same program, and golden scenarios
+// made on one failed on the other. The cpu backend fixes the sizes Eigen blocks for, once
+// per process before any product, so results depend on the build only, not on the host.
+// The values (48 KiB L1, 2 MiB L2, 32 MiB L3) reproduce the goldens' host.
+void pin_eigen_blocking() {
+  static std::once_flag once;
+  std::call_once(once, [] { Eigen::setCpuCacheSizes(kPinnedL1Bytes, kPinnedL2Bytes, kPinnedL3Bytes); });
+}
 
 CpuDevice::~CpuDevice() { cache_->clear(); }
 

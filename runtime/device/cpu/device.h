@@ -7,6 +7,7 @@
 // Thread safety: as for Device (one owning thread; the MemoryTracker is thread-safe).
 #pragma once
 
+#include <cstddef>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -15,6 +16,12 @@
 #include "runtime/device/device.h"
 
 namespace shardlab::runtime::device::cpu {
+
+// The cache sizes Eigen's GEMM blocking is computed from in every process that makes a
+// CpuDevice (NOTE [Pinned GEMM blocking] in device.cc): fp32 results do not depend on the
+// host's caches. Idempotent and thread-safe; the CpuDevice constructor calls it.
+inline constexpr std::ptrdiff_t kPinnedL1Bytes = 48 << 10, kPinnedL2Bytes = 2 << 20, kPinnedL3Bytes = 32 << 20;
+void pin_eigen_blocking();
 
 class CpuDevice final : public Device {
  public:

@@ -5,6 +5,7 @@
 // relative per operation) times the length of the reduction.
 #include "runtime/device/cpu/device.h"
 
+#include <Eigen/Core>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
@@ -783,6 +784,15 @@ TEST(CpuCrossEntropyTest, RejectsBadOperands) {
       dev.softmax_cross_entropy(s.logits, s.labels, make(dev, {2}), s.dlogits, 1.0f, -100, kComputeStream).is_ok());
   EXPECT_FALSE(
       dev.softmax_cross_entropy(s.logits, s.labels, s.loss, make(dev, {5}), 1.0f, -100, kComputeStream).is_ok());
+}
+
+TEST(CpuGemmTest, EigenBlocksForThePinnedCacheSizesWhateverTheHost) {
+  // NOTE [Pinned GEMM blocking]: the k-panel size, hence every GEMM's summation order,
+  // must not come from this machine's CPUID.
+  const CpuDevice dev;
+  EXPECT_EQ(Eigen::l1CacheSize(), kPinnedL1Bytes);
+  EXPECT_EQ(Eigen::l2CacheSize(), kPinnedL2Bytes);
+  EXPECT_EQ(Eigen::l3CacheSize(), kPinnedL3Bytes);
 }
 
 }  // namespace
