@@ -159,4 +159,22 @@ Status SimDevice::multiply(const Tensor& a, const Tensor& b, const Tensor& c, St
                 static_cast<double>(a.nbytes() + b.nbytes() + c.nbytes()), false, a);
 }
 
+// The fused optimizer update streams every operand once (read param, grad and state, write
+// param and state; the mask byte when there is one), and counts its arithmetic per element:
+// AdamW 14 (decay 1, exp_avg 3, exp_avg_sq 4, sqrt, bias-correction divide, + eps, divide,
+// step-size multiply, subtract), SGD 2 plus 2 for weight decay and 2 for momentum. Masked
+// elements are charged too: a device streams the whole slice.
+Status SimDevice::optimizer_step(const runtime::device::OptimizerUpdate& update, const Tensor& param,
+                                 const Tensor& grad, const Tensor& state0, const Tensor& state1,
+                                 const std::uint8_t* mask, StreamId stream) {
+  const double n = static_cast<double>(param.numel());
+  const bool adamw = update.kind == runtime::device::OptimizerKind::kAdamW;
+  const double state_tensors = (state0.defined() ? 1.0 : 0.0) + (state1.defined() ? 1.0 : 0.0);
+  const double flops = adamw ? 14.0 * n
+                             : (2.0 + (update.weight_decay != 0.0f ? 2.0 : 0.0) + (state0.defined() ? 2.0 : 0.0)) * n;
+  const double bytes = (3.0 + 2.0 * state_tensors) * 4.0 * n + (mask != nullptr ? n : 0.0);
+  return charge("optimizer_step", inner_.optimizer_step(update, param, grad, state0, state1, mask, stream), flops,
+                bytes, false, param);
+}
+
 }  // namespace shardlab::sim

@@ -66,6 +66,7 @@ class SimMath {
   SHARDLAB_SIM_MATH_OP(softmax_cross_entropy)
   SHARDLAB_SIM_MATH_OP(transpose_1_2)
   SHARDLAB_SIM_MATH_OP(multiply)
+  SHARDLAB_SIM_MATH_OP(optimizer_step)
 #undef SHARDLAB_SIM_MATH_OP
 
  private:
@@ -139,6 +140,9 @@ class SimDevice final : public runtime::device::Device {
                                runtime::device::StreamId stream) override;
   Status transpose_1_2(const Tensor& x, const Tensor& y, runtime::device::StreamId stream) override;
   Status multiply(const Tensor& a, const Tensor& b, const Tensor& c, runtime::device::StreamId stream) override;
+  Status optimizer_step(const runtime::device::OptimizerUpdate& update, const Tensor& param, const Tensor& grad,
+                        const Tensor& state0, const Tensor& state1, const std::uint8_t* mask,
+                        runtime::device::StreamId stream) override;
 
  private:
   // Charges an op's roofline time when it succeeded: matrix ops at the profile's matrix

@@ -252,5 +252,26 @@ TEST(TopologyProfiles, HlsPortCountsMatchTheReference) {
   }
 }
 
+TEST(DeviceProfiles, OptimizerStepIsChargedAsOneStreamingVectorOp) {
+  auto g2 = *load_device_profile("gaudi2");
+  VirtualClock clock;
+  SimDevice dev(0, g2, &clock);
+  const auto make = [&](const char* name) {
+    auto t = dev.zeros({1000}, DType::kF32, MemoryCategory::kOptimizerState, name);
+    EXPECT_TRUE(t.is_ok());
+    return *t;
+  };
+  const Tensor p = make("p"), g = make("g"), m = make("m"), v = make("v");
+  runtime::device::OptimizerUpdate adamw;
+  adamw.kind = runtime::device::OptimizerKind::kAdamW;
+  ASSERT_TRUE(dev.optimizer_step(adamw, p, g, m, v, nullptr, runtime::device::kComputeStream).is_ok());
+  // Reads p, g, m, v and writes p, m, v: 28 bytes and 14 flops per element.
+  EXPECT_EQ(clock.now(), g2.op_time(14.0 * 1000, 28.0 * 1000, ComputeUnit::kVector, DType::kF32));
+  const Nanos before = clock.now();
+  runtime::device::OptimizerUpdate sgd;  // plain SGD: read p and g, write p
+  ASSERT_TRUE(dev.optimizer_step(sgd, p, g, Tensor(), Tensor(), nullptr, runtime::device::kComputeStream).is_ok());
+  EXPECT_EQ(clock.now() - before, g2.op_time(2.0 * 1000, 12.0 * 1000, ComputeUnit::kVector, DType::kF32));
+}
+
 }  // namespace
 }  // namespace shardlab::sim

@@ -51,6 +51,19 @@ struct EventId {
 
 enum class Activation { kRelu, kGelu /* exact erf */, kGeluTanh /* "gelu_new" */, kTanh };
 
+// One step of an elementwise optimizer with PyTorch semantics over a flat fp32 slice (the
+// formulas are in runtime/optim/optimizer.h). `step` is the step being taken, from 1 (AdamW's
+// bias correction; SGD's momentum buffer starts as the gradient at step 1).
+enum class OptimizerKind { kSgd, kAdamW };
+struct OptimizerUpdate {
+  OptimizerKind kind = OptimizerKind::kSgd;
+  float lr = 0.1f;
+  float weight_decay = 0.0f;
+  float momentum = 0.0f;                            // SGD
+  float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;  // AdamW
+  std::int64_t step = 1;
+};
+
 class Device {
  public:
   virtual ~Device() = default;
@@ -159,6 +172,15 @@ class Device {
   // c = a * b elementwise (fp32, equal element counts); c may be the same view as a or b.
   // Dropout applies a mask of 0 and 1/(1-p) this way, forward and backward.
   virtual Status multiply(const Tensor& a, const Tensor& b, const Tensor& c, StreamId stream = kComputeStream) = 0;
+  // The optimizer update, fused into one op (like torch's fused AdamW or Habana's FusedAdamW),
+  // so that it runs — and is charged, in the simulator — where the shard lives. param, grad
+  // and the state tensors are fp32 with the same element count and do not overlap; the state
+  // is SGD with momentum: [momentum_buffer]; SGD without: none (state0/state1 undefined);
+  // AdamW: [exp_avg, exp_avg_sq]. `mask`, when not null, has one byte per element: elements
+  // whose byte is 0 (frozen parameters, padding) are left untouched, state included.
+  virtual Status optimizer_step(const OptimizerUpdate& update, const Tensor& param, const Tensor& grad,
+                                const Tensor& state0, const Tensor& state1, const std::uint8_t* mask,
+                                StreamId stream = kComputeStream) = 0;
 };
 
 }  // namespace shardlab::runtime::device

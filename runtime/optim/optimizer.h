@@ -6,7 +6,8 @@
 //   momentum·buf + g; p -= lr·buf (buf = g without momentum).
 // AdamW (torch.optim.AdamW): p *= 1 - lr·wd; m = β1·m + (1-β1)·g; v = β2·v + (1-β2)·g²;
 //   p -= (lr / (1-β1^t)) · m / (√v / √(1-β2^t) + eps).
-// State tensors are allocated on the device in the "optimizer_state" category.
+// State tensors are allocated on the device in the "optimizer_state" category, and each step
+// is one fused Device::optimizer_step on that device (so the simulator charges it).
 // Thread safety: one instance per rank.
 #pragma once
 
@@ -19,7 +20,7 @@
 namespace shardlab::runtime::optim {
 
 struct OptimizerConfig {
-  enum class Kind { kSgd, kAdamW };
+  using Kind = device::OptimizerKind;
   Kind kind = Kind::kSgd;
   float lr = 0.1f;
   float weight_decay = 0.0f;
@@ -30,7 +31,7 @@ Result<OptimizerConfig::Kind> parse_optimizer(std::string_view name);  // "sgd" 
 
 class Optimizer {
  public:
-  // State for `numel` parameters (zeros).
+  // State for `numel` parameters (zeros) on `dev`, which must outlive the optimizer.
   static Result<Optimizer> create(device::Device& dev, const OptimizerConfig& config, std::int64_t numel,
                                   const std::string& label);
 
@@ -47,6 +48,7 @@ class Optimizer {
   const OptimizerConfig& config() const { return config_; }
 
  private:
+  device::Device* dev_ = nullptr;  // where the state lives and the update runs (not owned)
   OptimizerConfig config_;
   std::vector<Tensor> state_;
   std::int64_t step_ = 0;

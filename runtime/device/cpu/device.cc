@@ -775,4 +775,63 @@ Status CpuDevice::multiply(const Tensor& a, const Tensor& b, const Tensor& c, St
   return Status::ok();
 }
 
+Status CpuDevice::optimizer_step(const OptimizerUpdate& u, const Tensor& param, const Tensor& grad, const Tensor& state0,
+                                 const Tensor& state1, const std::uint8_t* mask, StreamId stream) {
+  constexpr std::string_view kOp = "optimizer_step";
+  SHARDLAB_RETURN_IF_ERROR(check_stream(kOp, stream));
+  const bool adamw = u.kind == OptimizerKind::kAdamW;
+  const int n_state = adamw ? 2 : (u.momentum != 0.0f ? 1 : 0);
+  if ((n_state >= 1) != state0.defined() || (n_state == 2) != state1.defined()) {
+    return Status::invalid_argument(std::string(kOp) + ": " + (adamw ? "AdamW" : "SGD") + " needs " +
+                                    std::to_string(n_state) + " state tensor(s)");
+  }
+  if (u.step < 1) return Status::invalid_argument(std::string(kOp) + ": step must be >= 1, got " + std::to_string(u.step));
+  std::vector<const Tensor*> all{&param, &grad};
+  if (n_state >= 1) all.push_back(&state0);
+  if (n_state == 2) all.push_back(&state1);
+  for (const Tensor* t : all) {
+    SHARDLAB_RETURN_IF_ERROR(expect_dtype(kOp, *t, DType::kF32));
+    SHARDLAB_RETURN_IF_ERROR(expect_numel(kOp, *t, param.numel(), "param's element count"));
+  }
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    for (std::size_t j = i + 1; j < all.size(); ++j) {
+      if (all[i]->overlaps(*all[j])) {
+        return Status::invalid_argument(std::string(kOp) + ": " + all[i]->describe() + " overlaps " + all[j]->describe());
+      }
+    }
+  }
+  const std::int64_t n = param.numel();
+  float* p = param.data<float>();
+  const float* g = grad.data<float>();
+  if (!adamw) {
+    float* buf = n_state == 1 ? state0.data<float>() : nullptr;
+    for (std::int64_t i = 0; i < n; ++i) {
+      if (mask && !mask[i]) continue;
+      float d = g[i];
+      if (u.weight_decay != 0.0f) d += u.weight_decay * p[i];
+      if (buf) {
+        buf[i] = u.step == 1 ? d : u.momentum * buf[i] + d;
+        d = buf[i];
+      }
+      p[i] -= u.lr * d;
+    }
+    return Status::ok();
+  }
+  float* m = state0.data<float>();
+  float* v = state1.data<float>();
+  const double bc1 = 1.0 - std::pow(static_cast<double>(u.beta1), static_cast<double>(u.step));
+  const double bc2 = 1.0 - std::pow(static_cast<double>(u.beta2), static_cast<double>(u.step));
+  const float step_size = static_cast<float>(u.lr / bc1);
+  const float bc2_sqrt = static_cast<float>(std::sqrt(bc2));
+  for (std::int64_t i = 0; i < n; ++i) {
+    if (mask && !mask[i]) continue;
+    p[i] *= 1.0f - u.lr * u.weight_decay;
+    m[i] = u.beta1 * m[i] + (1.0f - u.beta1) * g[i];
+    v[i] = u.beta2 * v[i] + (1.0f - u.beta2) * g[i] * g[i];
+    const float denom = std::sqrt(v[i]) / bc2_sqrt + u.eps;
+    p[i] -= step_size * m[i] / denom;
+  }
+  return Status::ok();
+}
+
 }  // namespace shardlab::runtime::device::cpu

@@ -79,6 +79,8 @@ class CpuDevice final : public Device {
                                StreamId stream) override;
   Status transpose_1_2(const Tensor& x, const Tensor& y, StreamId stream) override;
   Status multiply(const Tensor& a, const Tensor& b, const Tensor& c, StreamId stream) override;
+  Status optimizer_step(const OptimizerUpdate& update, const Tensor& param, const Tensor& grad, const Tensor& state0,
+                        const Tensor& state1, const std::uint8_t* mask, StreamId stream) override;
 
  private:
   Status check_stream(std::string_view op, StreamId stream) const;

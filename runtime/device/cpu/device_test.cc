@@ -793,6 +793,74 @@ TEST(CpuGemmTest, EigenBlocksForThePinnedCacheSizesWhateverTheHost) {
   EXPECT_EQ(Eigen::l1CacheSize(), kPinnedL1Bytes);
   EXPECT_EQ(Eigen::l2CacheSize(), kPinnedL2Bytes);
   EXPECT_EQ(Eigen::l3CacheSize(), kPinnedL3Bytes);
+// ---- optimizer_step -------------------------------------------------------------------------
+
+TEST(CpuOptimizerStepTest, AdamWFirstStepIsLrTimesTheSignAndTheMaskFreezes) {
+  CpuDevice dev;
+  const Tensor p = make_f32(dev, {4}, {1.0f, 2.0f, -1.0f, 0.5f}, "p");
+  const Tensor g = make_f32(dev, {4}, {0.5f, -2.0f, 1e-3f, 0.25f}, "g");
+  const Tensor m = make_f32(dev, {4}, {0, 0, 0, 0}, "m"), v = make_f32(dev, {4}, {0, 0, 0, 0}, "v");
+  OptimizerUpdate u;
+  u.kind = OptimizerKind::kAdamW;
+  u.lr = 0.1f;
+  u.weight_decay = 0.01f;
+  u.step = 1;
+  const std::uint8_t mask[4] = {1, 1, 1, 0};
+  ASSERT_TRUE(dev.optimizer_step(u, p, g, m, v, mask, kComputeStream).is_ok());
+  // Step 1: bias correction makes m̂ = g and v̂ = g², so p ← p·(1 − lr·wd) − lr·g / (|g| + eps).
+  const std::vector<float> gs = {0.5f, -2.0f, 1e-3f};
+  const std::vector<float> ps = {1.0f, 2.0f, -1.0f};
+  for (int i = 0; i < 3; ++i) {
+    const double expect = ps[i] * (1.0 - 0.1 * 0.01) - 0.1 * gs[i] / (std::fabs(gs[i]) + 1e-8);
+    EXPECT_NEAR(get(p)[i], expect, 2e-6) << i;
+    EXPECT_NEAR(get(m)[i], 0.1 * gs[i], 1e-7) << i;
+    EXPECT_NEAR(get(v)[i], 0.001 * gs[i] * gs[i], 1e-9) << i;
+  }
+  EXPECT_EQ(get(p)[3], 0.5f);  // masked: untouched, state included
+  EXPECT_EQ(get(m)[3], 0.0f);
+  EXPECT_EQ(get(v)[3], 0.0f);
+}
+
+TEST(CpuOptimizerStepTest, SgdMomentumStartsFromTheGradient) {
+  CpuDevice dev;
+  const Tensor p = make_f32(dev, {1}, {1.0f}, "p"), g = make_f32(dev, {1}, {0.5f}, "g");
+  const Tensor buf = make_f32(dev, {1}, {123.0f}, "buf");  // step 1 overwrites whatever is there
+  OptimizerUpdate u;
+  u.kind = OptimizerKind::kSgd;
+  u.lr = 0.1f;
+  u.momentum = 0.9f;
+  ASSERT_TRUE(dev.optimizer_step(u, p, g, buf, Tensor(), nullptr, kComputeStream).is_ok());
+  EXPECT_FLOAT_EQ(get(buf)[0], 0.5f);
+  EXPECT_FLOAT_EQ(get(p)[0], 0.95f);
+  u.step = 2;
+  ASSERT_TRUE(dev.optimizer_step(u, p, g, buf, Tensor(), nullptr, kComputeStream).is_ok());
+  EXPECT_FLOAT_EQ(get(buf)[0], 0.95f);
+  EXPECT_FLOAT_EQ(get(p)[0], 0.855f);
+}
+
+TEST(CpuOptimizerStepTest, RejectsBadOperandsWithoutWriting) {
+  CpuDevice dev;
+  const Tensor p = make_f32(dev, {3}, {1, 2, 3}, "p"), g = make_f32(dev, {3}, {1, 1, 1}, "g");
+  const Tensor m = make_f32(dev, {3}, {0, 0, 0}, "m"), v2 = make_f32(dev, {2}, {0, 0}, "v2");
+  const Tensor v = make_f32(dev, {3}, {0, 0, 0}, "v");
+  const Tensor b = make(dev, {3}, DType::kBF16, "b");
+  OptimizerUpdate adamw;
+  adamw.kind = OptimizerKind::kAdamW;
+  const auto msg = [&](const Status& s) { return s.is_ok() ? std::string("ok") : s.to_string(); };
+  EXPECT_THAT(msg(dev.optimizer_step(adamw, p, g, m, Tensor(), nullptr, kComputeStream)),
+              HasSubstr("AdamW needs 2 state tensor(s)"));
+  EXPECT_THAT(msg(dev.optimizer_step(adamw, p, g, m, v2, nullptr, kComputeStream)), HasSubstr("expected 3"));
+  EXPECT_THAT(msg(dev.optimizer_step(adamw, p, b, m, v, nullptr, kComputeStream)),
+              HasSubstr("must be fp32"));
+  EXPECT_THAT(msg(dev.optimizer_step(adamw, p, g, m, m, nullptr, kComputeStream)), HasSubstr("overlaps"));
+  OptimizerUpdate sgd;
+  EXPECT_THAT(msg(dev.optimizer_step(sgd, p, g, m, Tensor(), nullptr, kComputeStream)),
+              HasSubstr("SGD needs 0 state tensor(s)"));
+  sgd.step = 0;
+  EXPECT_THAT(msg(dev.optimizer_step(sgd, p, g, Tensor(), Tensor(), nullptr, kComputeStream)),
+              HasSubstr("step must be >= 1"));
+  EXPECT_THAT(msg(dev.optimizer_step(sgd, p, g, Tensor(), Tensor(), nullptr, 7)), HasSubstr("stream"));
+  EXPECT_EQ(get(p), (std::vector<float>{1, 2, 3}));
 }
 
 }  // namespace

@@ -1039,4 +1039,13 @@ Status HpuDevice::multiply(const Tensor& a, const Tensor& b, const Tensor& c, St
   return run_graph(g, {{ta, a, true, false}, {tb, b, true, false}, {tc, c, false, true}}, stream);
 }
 
+// No public TPC kernel matches PyTorch's update order bit for bit (the unsharded oracle is
+// compared bitwise); the update runs on the host shadow (NOTE [HPU host shadow]).
+Status HpuDevice::optimizer_step(const OptimizerUpdate& update, const Tensor& param, const Tensor& grad,
+                                 const Tensor& state0, const Tensor& state1, const std::uint8_t* mask,
+                                 StreamId stream) {
+  SHARDLAB_RETURN_IF_ERROR(check_stream("optimizer_step", stream));
+  return host_fallback(host_math_.optimizer_step(update, param, grad, state0, state1, mask, kComputeStream));
+}
+
 }  // namespace shardlab::runtime::device::hpu

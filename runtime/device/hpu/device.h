@@ -30,8 +30,9 @@
 // Scalars (alpha, beta, scale) are 1-element input tensors so recipes do not depend on
 // their values. Ops whose exact contract has no public kernel (HF's masked attention
 // softmax with lowest-float masking, cross-entropy with ignore_index and fp64 row-order
-// sums, bias_grad/embedding_backward's fixed summation order, copies, int64 fills) run
-// on the host shadows with the cpu backend's math; stats().host_fallback_ops counts them.
+// sums, bias_grad/embedding_backward's fixed summation order, the optimizer update, copies,
+// int64 fills) run on the host shadows with the cpu backend's math;
+// stats().host_fallback_ops counts them.
 //
 // Before every launch each bound tensor is checked (check_launch_tensor): its byte offset
 // and extent lie inside its storage, the storage is a live allocation of this device of at
@@ -143,6 +144,8 @@ class HpuDevice final : public Device {
                                StreamId stream) override;
   Status transpose_1_2(const Tensor& x, const Tensor& y, StreamId stream) override;
   Status multiply(const Tensor& a, const Tensor& b, const Tensor& c, StreamId stream) override;
+  Status optimizer_step(const OptimizerUpdate& update, const Tensor& param, const Tensor& grad, const Tensor& state0,
+                        const Tensor& state1, const std::uint8_t* mask, StreamId stream) override;
 
   Stats stats() const { return stats_; }
   std::uint32_t module_id() const { return module_id_; }
