@@ -793,6 +793,8 @@ TEST(CpuGemmTest, EigenBlocksForThePinnedCacheSizesWhateverTheHost) {
   EXPECT_EQ(Eigen::l1CacheSize(), kPinnedL1Bytes);
   EXPECT_EQ(Eigen::l2CacheSize(), kPinnedL2Bytes);
   EXPECT_EQ(Eigen::l3CacheSize(), kPinnedL3Bytes);
+}
+
 // ---- optimizer_step -------------------------------------------------------------------------
 
 TEST(CpuOptimizerStepTest, AdamWFirstStepIsLrTimesTheSignAndTheMaskFreezes) {
@@ -814,7 +816,7 @@ TEST(CpuOptimizerStepTest, AdamWFirstStepIsLrTimesTheSignAndTheMaskFreezes) {
     const double expect = ps[i] * (1.0 - 0.1 * 0.01) - 0.1 * gs[i] / (std::fabs(gs[i]) + 1e-8);
     EXPECT_NEAR(get(p)[i], expect, 2e-6) << i;
     EXPECT_NEAR(get(m)[i], 0.1 * gs[i], 1e-7) << i;
-    EXPECT_NEAR(get(v)[i], 0.001 * gs[i] * gs[i], 1e-9) << i;
+    EXPECT_NEAR(get(v)[i], 0.001 * gs[i] * gs[i], 2e-5 * 0.001 * gs[i] * gs[i]) << i;  // 1 - 0.999f in fp32
   }
   EXPECT_EQ(get(p)[3], 0.5f);  // masked: untouched, state included
   EXPECT_EQ(get(m)[3], 0.0f);
