@@ -3,6 +3,14 @@
 # The one way tests get registered. With MPI_RANKS the test is launched as
 #   mpiexec -n N <SHARDLAB_MPIEXEC_PREFLAGS> <exe> <args>
 # where the pre-flags (root/oversubscribe) come from the preset or cache, never from here.
+# Sanitizer builds run 5-20x slower: the asan preset sets SHARDLAB_TEST_TIMEOUT_SCALE so the
+# same tests keep their meaning there instead of timing out.
+set(SHARDLAB_TEST_TIMEOUT_SCALE 1 CACHE STRING "multiplies every test's timeout")
+function(shardlab_scaled_timeout out seconds)
+  math(EXPR scaled "${seconds} * ${SHARDLAB_TEST_TIMEOUT_SCALE}")
+  set(${out} ${scaled} PARENT_SCOPE)
+endfunction()
+
 function(shardlab_add_test)
   cmake_parse_arguments(T "" "NAME;TARGET;LABEL;TIMEOUT;MPI_RANKS" "ARGS;ENVIRONMENT" ${ARGN})
   if(NOT T_NAME OR NOT T_TARGET OR NOT T_LABEL)
@@ -11,6 +19,7 @@ function(shardlab_add_test)
   if(NOT T_TIMEOUT)
     set(T_TIMEOUT 120)
   endif()
+  shardlab_scaled_timeout(T_TIMEOUT ${T_TIMEOUT})
   if(T_MPI_RANKS)
     add_test(NAME ${T_NAME}
              COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${T_MPI_RANKS}
