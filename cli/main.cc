@@ -307,10 +307,11 @@ int main_impl(int argc, char** argv) {
       return s.exit_code();
     };
     const auto print_device = [&](const shardlab::sim::DeviceProfile& p, int processes) {
-      std::printf("device: matrix %.3g GFLOP/s, vector %.3g GFLOP/s, memory %.3g GB/s, launch %lld ns "
-                  "(%d process%s at once) → %s\n",
+      std::printf("device: matrix %.3g GFLOP/s, vector %.3g GFLOP/s, memory %.3g GB/s, launch %lld ns, "
+                  "allocation %lld ns, %zu op compute factors (%d process%s at once) → %s\n",
                   p.matrix_flops_per_s / 1e9, p.vector_flops_per_s / 1e9, p.memory_bytes_per_s / 1e9,
-                  static_cast<long long>(p.launch_ns), processes, processes == 1 ? "" : "es", calibrate_out.c_str());
+                  static_cast<long long>(p.launch_ns), static_cast<long long>(p.alloc_ns), p.compute_factors.size(),
+                  processes, processes == 1 ? "" : "es", calibrate_out.c_str());
     };
     if (calibrate_topology_out.empty()) {
       auto profile = shardlab::sim::calibrate_cpu_device();
@@ -337,12 +338,11 @@ int main_impl(int argc, char** argv) {
     if (rank != 0) return 0;
     const auto topo = shardlab::sim::switch_topology_from(*net, "calibrated-mpi");
     if (auto st = shardlab::sim::write_topology(topo, calibrate_topology_out); !st.is_ok()) return failed(st);
-    std::printf("MPI: α %.3g us, %.3g GB/s per ring step (collectives on %d processes) → %s\n",
-                static_cast<double>(net->latency_ns) / 1e3, net->bytes_per_s / 1e9, net->ranks,
-                calibrate_topology_out.c_str());
+    std::printf("MPI: α %.3g us, %.3g GB/s per ring step, reductions at %.3g GB/s (collectives on %d processes) → %s\n",
+                static_cast<double>(net->latency_ns) / 1e3, net->bytes_per_s / 1e9, net->reduce_bytes_per_s / 1e9,
+                net->ranks, calibrate_topology_out.c_str());
     for (const auto& m : net->samples) {
-      const double step_ns = static_cast<double>(net->latency_ns) + static_cast<double>(m.step_bytes) * 1e9 / net->bytes_per_s;
-      const double fitted = static_cast<double>(m.steps) * step_ns;
+      const double fitted = net->fitted_ns(m);
       std::printf("  %-14s %9lld B (%d ring steps of %lld B): %10.1f us measured, %10.1f us fitted\n",
                   std::string(shardlab::runtime::comm::op_kind_name(m.kind)).c_str(),
                   static_cast<long long>(m.buffer_bytes), m.steps, static_cast<long long>(m.step_bytes),

@@ -8,6 +8,8 @@
 
 #include "runtime/device/cpu/device.h"
 #include "runtime/io/safetensors.h"
+#include "sim/device.h"
+#include "sim/virtual_clock.h"
 
 namespace shardlab::sim {
 
@@ -64,6 +66,125 @@ std::int64_t host_memory_bytes() {
 // Seconds of work once the launch overhead is taken off (at least 1 ns).
 double work_s(Nanos t, Nanos launch) { return static_cast<double>(std::max<Nanos>(t - launch, 1)) / 1e9; }
 
+// NOTE [Per-op compute factors]: each op with a compute term runs on in-cache tensors of
+// about `vector_elements` elements (where its arithmetic, not memory, sets the pace) —
+// except the optimizer update, which runs on shard-sized ones as in training —, and
+// its factor is the measured time, less the launch overhead, over the compute time the
+// simulator charges for the same call with the profile measured so far. That charge comes
+// from a SimDevice in timing mode (no math) given the very same tensors, so the flop
+// counts are SimDevice's own; its memory bandwidth is made unlimited and its launch zero
+// so that only the compute term is left.
+Result<std::map<std::string, double, std::less<>>> measure_compute_factors(runtime::device::Device& device,
+                                                                           const Clock& clock,
+                                                                           const DeviceCalibrationOptions& o,
+                                                                           const Coordination& co,
+                                                                           const DeviceProfile& measured) {
+  using runtime::device::Activation;
+  using runtime::device::OptimizerKind;
+  using runtime::device::OptimizerUpdate;
+  DeviceProfile compute_only = measured;
+  compute_only.launch_ns = 0;
+  compute_only.alloc_ns = 0;
+  compute_only.memory_bytes_per_s = 1e30;
+  compute_only.compute_factors.clear();
+  VirtualClock sim_clock;
+  SimDevice sim(0, compute_only, &sim_clock);
+  sim.set_timing_mode(true);
+
+  const MemoryCategory cat = MemoryCategory::kOther;
+  const std::int64_t h = 128, rows = std::max<std::int64_t>(1, o.vector_elements / h), n = rows * h;
+  const auto make = [&](const Shape& shape, DType dtype, float value) -> Result<Tensor> {
+    SHARDLAB_ASSIGN_OR_RETURN(Tensor t, device.empty(shape, dtype, cat, "calibrate.op"));
+    if (dtype == DType::kF32) SHARDLAB_RETURN_IF_ERROR(device.fill(t, value, kComputeStream));
+    return t;
+  };
+  SHARDLAB_ASSIGN_OR_RETURN(Tensor x, make({rows, h}, DType::kF32, 0.25f));
+  SHARDLAB_ASSIGN_OR_RETURN(Tensor y, make({rows, h}, DType::kF32, 0.0f));
+  SHARDLAB_ASSIGN_OR_RETURN(Tensor dy, make({rows, h}, DType::kF32, 0.5f));
+  SHARDLAB_ASSIGN_OR_RETURN(Tensor dx, make({rows, h}, DType::kF32, 0.0f));
+  SHARDLAB_ASSIGN_OR_RETURN(Tensor half, make({rows, h}, DType::kBF16, 0.0f));
+  SHARDLAB_ASSIGN_OR_RETURN(Tensor gamma, make({h}, DType::kF32, 1.0f));
+  SHARDLAB_ASSIGN_OR_RETURN(Tensor beta, make({h}, DType::kF32, 0.0f));
+  SHARDLAB_ASSIGN_OR_RETURN(Tensor dgamma, make({h}, DType::kF32, 0.0f));
+  SHARDLAB_ASSIGN_OR_RETURN(Tensor dbeta, make({h}, DType::kF32, 0.0f));
+  SHARDLAB_ASSIGN_OR_RETURN(Tensor mean, make({rows}, DType::kF32, 0.0f));
+  SHARDLAB_ASSIGN_OR_RETURN(Tensor rstd, make({rows}, DType::kF32, 1.0f));
+  // The optimizer runs over whole flat-parameter shards (megabytes), not in cache: its
+  // operands are shard-sized (a quarter of copy_bytes each, at least the in-cache size).
+  const std::int64_t shard = std::max(n, o.copy_bytes / 16);
+  SHARDLAB_ASSIGN_OR_RETURN(Tensor state0, make({shard}, DType::kF32, 0.0f));
+  SHARDLAB_ASSIGN_OR_RETURN(Tensor state1, make({shard}, DType::kF32, 0.0f));
+  SHARDLAB_ASSIGN_OR_RETURN(Tensor param, make({shard}, DType::kF32, 0.5f));
+  SHARDLAB_ASSIGN_OR_RETURN(Tensor grad, make({shard}, DType::kF32, 0.01f));
+  // Attention: [1, A, 128, 128] scores with an all-ones mask over 128 keys.
+  const std::int64_t heads = std::max<std::int64_t>(1, n / (h * h));
+  SHARDLAB_ASSIGN_OR_RETURN(Tensor scores, make({1, heads, h, h}, DType::kF32, 0.1f));
+  SHARDLAB_ASSIGN_OR_RETURN(Tensor probs, make({1, heads, h, h}, DType::kF32, 0.0f));
+  SHARDLAB_ASSIGN_OR_RETURN(Tensor dprobs, make({1, heads, h, h}, DType::kF32, 0.2f));
+  SHARDLAB_ASSIGN_OR_RETURN(Tensor dscores, make({1, heads, h, h}, DType::kF32, 0.0f));
+  SHARDLAB_ASSIGN_OR_RETURN(Tensor mask, make({1, h}, DType::kF32, 1.0f));
+  // Cross-entropy over `rows` rows of 128 classes, every label valid.
+  SHARDLAB_ASSIGN_OR_RETURN(Tensor labels, make({rows}, DType::kI64, 0.0f));
+  for (std::int64_t i = 0; i < rows; ++i) labels.data<std::int64_t>()[i] = i % h;
+  SHARDLAB_ASSIGN_OR_RETURN(Tensor loss_sum, make({1}, DType::kF32, 0.0f));
+  // Attention-shaped batched GEMM: [heads·8, 64, 64] · [heads·8, 64, 64].
+  const std::int64_t batch = 8 * heads;
+  SHARDLAB_ASSIGN_OR_RETURN(Tensor ba, make({batch, 64, 64}, DType::kF32, 0.01f));
+  SHARDLAB_ASSIGN_OR_RETURN(Tensor bb, make({batch, 64, 64}, DType::kF32, 0.01f));
+  SHARDLAB_ASSIGN_OR_RETURN(Tensor bc, make({batch, 64, 64}, DType::kF32, 0.0f));
+  OptimizerUpdate adamw;
+  adamw.kind = OptimizerKind::kAdamW;
+  adamw.lr = 1e-3f;
+  adamw.weight_decay = 0.01f;
+  adamw.step = 10;
+
+  using Op = std::function<Status(runtime::device::Device&)>;
+  std::vector<std::pair<std::string, Op>> ops = {
+      {"add_bias", [&](auto& d) { return d.add_bias(y, gamma, kComputeStream); }},
+      {"attention_softmax", [&](auto& d) { return d.attention_softmax(scores, mask, 0.125f, probs, kComputeStream); }},
+      {"attention_softmax_backward",
+       [&](auto& d) { return d.attention_softmax_backward(probs, dprobs, 0.125f, dscores, kComputeStream); }},
+      {"axpy", [&](auto& d) { return d.axpy(0.5f, x, y, kComputeStream); }},
+      {"batched_gemm", [&](auto& d) { return d.batched_gemm(ba, false, bb, true, bc, 1.0f, 0.0f, kComputeStream); }},
+      {"bias_grad", [&](auto& d) { return d.bias_grad(dy, dbeta, false, kComputeStream); }},
+      {"cast", [&](auto& d) { return d.cast(x, half, kComputeStream); }},
+      {"layer_norm", [&](auto& d) { return d.layer_norm(x, gamma, beta, 1e-12f, y, mean, rstd, kComputeStream); }},
+      {"layer_norm_backward",
+       [&](auto& d) {
+         return d.layer_norm_backward(x, dy, mean, rstd, gamma, dx, dgamma, dbeta, false, kComputeStream);
+       }},
+      {"multiply", [&](auto& d) { return d.multiply(x, dy, y, kComputeStream); }},
+      {"optimizer_step",
+       [&](auto& d) { return d.optimizer_step(adamw, param, grad, state0, state1, nullptr, kComputeStream); }},
+      {"scale", [&](auto& d) { return d.scale(y, 1.0f, kComputeStream); }},
+      {"softmax_cross_entropy",
+       [&](auto& d) { return d.softmax_cross_entropy(x, labels, loss_sum, dx, 1.0f, -100, kComputeStream); }},
+  };
+  const std::pair<Activation, const char*> acts[] = {
+      {Activation::kRelu, "relu"}, {Activation::kGelu, "gelu"}, {Activation::kGeluTanh, "gelu_tanh"},
+      {Activation::kTanh, "tanh"}};
+  for (const auto& [act, name] : acts) {
+    ops.emplace_back(std::string("activation_") + name,
+                     [&, act = act](auto& d) { return d.activation(act, x, y, kComputeStream); });
+    ops.emplace_back(std::string("activation_backward_") + name,
+                     [&, act = act](auto& d) { return d.activation_backward(act, x, dy, dx, kComputeStream); });
+  }
+
+  DeviceCalibrationOptions quick = o;
+  quick.min_window_ns = std::max<Nanos>(1, o.min_window_ns / 5);  // small ops: many runs per window
+  std::map<std::string, double, std::less<>> factors;
+  for (const auto& [key, op] : ops) {
+    const Nanos before = sim_clock.now();
+    SHARDLAB_RETURN_IF_ERROR(op(sim));
+    const Nanos charged = sim_clock.now() - before;
+    SHARDLAB_ASSIGN_OR_RETURN(const Nanos t, best_time(device, clock, quick, co, [&] { return op(device); }));
+    if (charged <= 0) continue;  // no compute term at this size: nothing to scale
+    const double f = static_cast<double>(std::max<Nanos>(t - measured.launch_ns, 1)) / static_cast<double>(charged);
+    factors.emplace(key, std::clamp(f, 1e-3, 1000.0));
+  }
+  return factors;
+}
+
 Result<DeviceProfile> measure_device(runtime::device::Device& device, const Clock& clock,
                                      const DeviceCalibrationOptions& o, const Coordination& co) {
   if (o.gemm_size < 1 || o.vector_elements < 1 || o.copy_bytes < 4 || o.repeats < 1 || o.capacity_bytes < 0 ||
@@ -97,18 +218,64 @@ Result<DeviceProfile> measure_device(runtime::device::Device& device, const Cloc
     return device.copy(src, dst, kComputeStream);
   }));
 
+  // NOTE [Host time per allocation]: an activation-sized tensor allocated and dropped, then
+  // the one-element op (a device may charge the allocation only with its next op, as
+  // SimDevice does); the one-element op's own time is taken off.
+  SHARDLAB_ASSIGN_OR_RETURN(const Nanos t_alloc_op, best_time(device, clock, o, co, [&]() -> Status {
+    SHARDLAB_RETURN_IF_ERROR(device.empty({v}, DType::kF32, MemoryCategory::kActivations, "calibrate.alloc").status());
+    return device.fill(one, 1.0f, kComputeStream);
+  }));
+  const Nanos t_alloc = std::max<Nanos>(0, t_alloc_op - launch);
+
   DeviceProfile p;
   p.name = o.name;
   p.description = "measured by shardlab calibrate";
   p.launch_ns = launch;
-  p.matrix_flops_per_s = 2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n) /
-                         work_s(t_gemm, launch);
-  p.matrix_bf16_flops_per_s = p.matrix_flops_per_s;
+  p.alloc_ns = t_alloc;
   p.vector_flops_per_s = 8.0 * static_cast<double>(v) / work_s(t_gelu, launch);
   p.vector_bf16_flops_per_s = p.vector_flops_per_s;
   p.memory_bytes_per_s = 2.0 * static_cast<double>(src.nbytes()) / work_s(t_copy, launch);
+  // NOTE [Matrix ops on a CPU]: the GEMM's operand traffic is charged after its flops, so
+  // it is taken off the measured time before the rate is computed.
+  p.matrix_memory_overlap = false;
+  const auto gemm_bytes = [](double m, double nn, double k) { return 4.0 * (m * k + k * nn + 2.0 * m * nn); };
+  const auto gemm_compute_s = [&](Nanos t, double m, double nn, double k) {
+    return std::max(work_s(t, launch) - gemm_bytes(m, nn, k) / p.memory_bytes_per_s, 1e-9);
+  };
+  const double nd = static_cast<double>(n);
+  p.matrix_flops_per_s = 2.0 * nd * nd * nd / gemm_compute_s(t_gemm, nd, nd, nd);
+  p.matrix_bf16_flops_per_s = p.matrix_flops_per_s;
+  if (o.small_dim_factors) {
+    // Each factor: the mean over a GEMM whose m and one whose k is `d`, against a large
+    // operand — m = d: [d, G/2] · [G/2, 16G] (the weight of 8 G² bytes streams from memory,
+    // as a language-model head's does); k = d: [16G, d] · [d, G/2] (a weight gradient of the
+    // same size written). G = gemm_size.
+    DeviceCalibrationOptions quick = o;
+    quick.min_window_ns = std::max<Nanos>(1, o.min_window_ns / 5);
+    for (std::int64_t d = 8; d <= n / 2; d *= 2) {
+      double sum = 0;
+      for (const bool small_m : {true, false}) {
+        const std::int64_t m = small_m ? d : 16 * n, k = small_m ? n / 2 : d, cols = small_m ? 16 * n : n / 2;
+        SHARDLAB_ASSIGN_OR_RETURN(Tensor ga, device.empty({m, k}, DType::kF32, cat, "calibrate.ga"));
+        SHARDLAB_ASSIGN_OR_RETURN(Tensor gb, device.empty({k, cols}, DType::kF32, cat, "calibrate.gb"));
+        SHARDLAB_ASSIGN_OR_RETURN(Tensor gc, device.empty({m, cols}, DType::kF32, cat, "calibrate.gc"));
+        SHARDLAB_RETURN_IF_ERROR(device.fill(ga, 0.5f, kComputeStream));
+        SHARDLAB_RETURN_IF_ERROR(device.fill(gb, 0.5f, kComputeStream));
+        SHARDLAB_ASSIGN_OR_RETURN(const Nanos t, best_time(device, clock, quick, co, [&] {
+          return device.gemm(ga, false, gb, false, gc, 1.0f, 0.0f, kComputeStream);
+        }));
+        const double md = static_cast<double>(m), kd = static_cast<double>(k), cd = static_cast<double>(cols);
+        sum += gemm_compute_s(t, md, cd, kd) / (2.0 * md * cd * kd / p.matrix_flops_per_s);
+      }
+      p.small_dim_factors.emplace_back(d, std::clamp(sum / 2.0, 0.05, 1000.0));
+    }
+    p.small_dim_factors.emplace_back(n, 1.0);  // the shape the rate was measured on
+  }
   p.capacity_bytes = o.capacity_bytes > 0 ? o.capacity_bytes : host_memory_bytes();
   p.matrix_efficiency = p.vector_efficiency = p.memory_efficiency = 1.0;
+  if (o.compute_factors) {
+    SHARDLAB_ASSIGN_OR_RETURN(p.compute_factors, measure_compute_factors(device, clock, o, co, p));
+  }
   return p;
 }
 
@@ -196,16 +363,19 @@ Result<NetworkCalibration> calibrate_network(Communicator& comm, runtime::device
       medians.push_back(times[times.size() / 2]);
       const std::int64_t chunk = 4 * n;
       const int steps = kind == OpKind::kAllReduce ? 2 * (p - 1) : p - 1;
-      result.samples.push_back({kind, chunk * p, chunk, steps, chunk, 0});
+      const std::int64_t reduced = kind == OpKind::kAllGather ? 0 : (p - 1) * chunk;
+      result.samples.push_back({kind, chunk * p, chunk, steps, chunk, reduced, 0});
     }
   }
   SHARDLAB_ASSIGN_OR_RETURN(const std::vector<Nanos> slowest, max_over_ranks(comm, device, medians));
   for (std::size_t i = 0; i < slowest.size(); ++i) result.samples[i].time_ns = slowest[i];
 
-  // Weighted least squares on y = time/steps = α + β·x (x = step bytes) with weights 1/y²:
-  // the relative error of every sample counts the same. Every rank fits the same numbers.
+  // Weighted least squares on y = time/steps = α + β·x (x = step bytes) over the all_gather
+  // samples, with weights 1/y²: the relative error of every sample counts the same. Every
+  // rank fits the same numbers.
   double sw = 0, swx = 0, swxx = 0, swy = 0, swxy = 0;
   for (const CollectiveSample& s : result.samples) {
+    if (s.kind != OpKind::kAllGather) continue;
     const double y = static_cast<double>(s.time_ns) / s.steps;
     const double x = static_cast<double>(s.step_bytes);
     const double w = 1.0 / std::max(y * y, 1.0);
@@ -218,24 +388,55 @@ Result<NetworkCalibration> calibrate_network(Communicator& comm, runtime::device
   const double det = sw * swxx - swx * swx;
   const double beta = det > 0 ? (sw * swxy - swx * swy) / det : 0.0;  // ns per byte
   if (!(beta > 0)) {
-    return Status::failed_precondition("calibrate_network: collective times do not grow with the message size (slope " +
+    return Status::failed_precondition("calibrate_network: all_gather times do not grow with the message size (slope " +
                                        std::to_string(beta) + " ns/byte); use larger sizes");
   }
   const double alpha = (swy - beta * swx) / sw;
   result.latency_ns = std::max<Nanos>(0, static_cast<Nanos>(std::llround(alpha)));
   result.bytes_per_s = 1e9 / beta;
+  // γ: the excess of the reducing collectives over α–β, per reduced byte, minimizing the
+  // relative error Σ ((excess − γ·x) / t)² → γ = Σ excess·x/t² / Σ x²/t².
+  double num = 0, den = 0;
+  for (const CollectiveSample& s : result.samples) {
+    if (s.reduced_bytes <= 0) continue;
+    const double t = std::max(static_cast<double>(s.time_ns), 1.0);
+    const double excess = t - result.fitted_ns(s);
+    const double x = static_cast<double>(s.reduced_bytes);
+    num += excess * x / (t * t);
+    den += x * x / (t * t);
+  }
+  double gamma = den > 0 ? num / den : 0.0;  // ns per reduced byte
+  // Under 1% of every reducing sample's time is rounding, not a cost: reductions are free.
+  double largest_share = 0;
+  for (const CollectiveSample& s : result.samples) {
+    if (s.reduced_bytes > 0) {
+      largest_share = std::max(largest_share, gamma * static_cast<double>(s.reduced_bytes) /
+                                                  std::max(static_cast<double>(s.time_ns), 1.0));
+    }
+  }
+  if (largest_share < 0.01) gamma = 0;
+  result.reduce_bytes_per_s = gamma > 0 ? 1e9 / gamma : 0.0;
   return result;
+}
+
+double NetworkCalibration::fitted_ns(const CollectiveSample& s) const {
+  double t = static_cast<double>(s.steps) *
+             (static_cast<double>(latency_ns) + static_cast<double>(s.step_bytes) * 1e9 / bytes_per_s);
+  if (reduce_bytes_per_s > 0) t += static_cast<double>(s.reduced_bytes) * 1e9 / reduce_bytes_per_s;
+  return t;
 }
 
 TopologySpec switch_topology_from(const NetworkCalibration& c, std::string name) {
   TopologySpec t;
   t.name = std::move(name);
   t.description = "measured by shardlab calibrate with " + std::to_string(c.ranks) +
-                  " MPI processes (all_gather, reduce_scatter, all_reduce; ring alpha-beta fit)";
+                  " MPI processes (ring alpha-beta fit to all_gather; reduction rate fit to reduce_scatter and "
+                  "all_reduce)";
   t.kind = TopologyKind::kSwitch;
   t.port.gbit_per_s = c.bytes_per_s * 8.0 / 1e9;
   t.port.latency_ns = c.latency_ns / 2;
   t.efficiency = 1.0;
+  t.reduce_bytes_per_s = c.reduce_bytes_per_s;
   return t;
 }
 

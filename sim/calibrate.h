@@ -56,6 +56,12 @@ struct DeviceCalibrationOptions {
   // windows average over time slices when ranks share cores; shorter ones calibrate faster.
   Nanos min_window_ns = 50 * kNanosPerMilli;
   std::int64_t capacity_bytes = 0;      // 0: the host's physical memory
+  // Measure a compute factor per op (NOTE [Per-op compute factors] in sim/cost_model.h),
+  // in windows of min_window_ns / 5.
+  bool compute_factors = true;
+  // Measure small_dim_factors at dimensions 8, 16, … up to gemm_size / 2 (NOTE [Matrix ops on
+  // a CPU] in sim/cost_model.h), in windows of min_window_ns / 5.
+  bool small_dim_factors = true;
 };
 
 // Measures `device` with `clock`. The matrix and vector rates are measured in fp32; bf16
@@ -92,6 +98,7 @@ struct CollectiveSample {
   std::int64_t chunk_bytes = 0;
   int steps = 0;
   std::int64_t step_bytes = 0;
+  std::int64_t reduced_bytes = 0;  // what each member reduces: (p-1) chunks, 0 for all_gather
   Nanos time_ns = 0;
 };
 
@@ -99,7 +106,10 @@ struct NetworkCalibration {
   int ranks = 0;                     // how many processes were measured
   Nanos latency_ns = 0;              // α: the fitted time of an empty ring step
   double bytes_per_s = 0;            // 1/β: the fitted bytes per second of a ring step
+  double reduce_bytes_per_s = 0;     // 1/γ (NOTE [Reduction cost] in sim/topology.h); 0: none fitted
   std::vector<CollectiveSample> samples;
+  // What the fitted α–β–γ model predicts for a sample.
+  double fitted_ns(const CollectiveSample& s) const;
 };
 
 // Times all_gather (in place, as FSDP's unshard issues it), reduce_scatter (into a separate
@@ -110,7 +120,12 @@ struct NetworkCalibration {
 // are scheduled, and a training run sees the typical case, not the luckiest. Then fits the
 // ring model time/steps = α + step_bytes·β by least squares on relative error (sizes span
 // orders of magnitude; each should be predicted equally well, and an outlier size weighs
-// little). Every rank calls it and gets the same result.
+// little). α and β are fitted to the all_gather samples (no reduction), then γ
+// (NOTE [Reduction cost] in sim/topology.h) to what reduce_scatter and all_reduce take
+// beyond their α–β time, per reduced byte, by the same relative least squares; γ is left
+// out (reductions free) when that excess is not positive or under 1% of every reducing
+// sample's time (rounding, not a cost). Every rank calls it and gets the
+// same result.
 // FAILED_PRECONDITION with fewer than 2 ranks or when the times do not grow with the size
 // (no bandwidth to fit); INVALID_ARGUMENT for bad options.
 Result<NetworkCalibration> calibrate_network(runtime::comm::Communicator& comm, runtime::device::Device& device,

@@ -9,7 +9,9 @@
 #include <filesystem>
 
 #include "sim/device.h"
+#include "sim/network.h"
 #include "sim/profiles.h"
+#include "sim/topology.h"
 #include "sim/world.h"
 
 namespace shardlab::sim {
@@ -21,6 +23,12 @@ TEST(Calibrate, RecoversASimulatedDevicesRoofline) {
   truth.vector_flops_per_s = 1e10;  // in-cache GELU is compute bound
   truth.memory_bytes_per_s = 5e10;
   truth.launch_ns = 1500;
+  // A CPU-like device (what calibrate assumes): GEMM operand traffic after the flops, a
+  // host cost per allocation, per-op compute factors and a small-dimension table.
+  truth.matrix_memory_overlap = false;
+  truth.alloc_ns = 700;
+  truth.compute_factors = {{"optimizer_step", 0.5}, {"layer_norm", 2.0}};
+  truth.small_dim_factors = {{8, 1.5}, {128, 1.0}};
   VirtualClock clock;
   SimDevice dev(0, truth, &clock);
   DeviceCalibrationOptions o;
@@ -40,6 +48,22 @@ TEST(Calibrate, RecoversASimulatedDevicesRoofline) {
   EXPECT_NEAR(p->memory_bytes_per_s / truth.memory_bytes_per_s, 1.0, 1e-3);
   EXPECT_EQ(p->matrix_bf16_flops_per_s, p->matrix_flops_per_s);
   EXPECT_EQ(p->capacity_bytes, std::int64_t{1} << 30);
+  EXPECT_FALSE(p->matrix_memory_overlap);
+  EXPECT_EQ(p->alloc_ns, truth.alloc_ns);
+  // Compute-bound in the truth at the calibration sizes: optimizer 0.7 ns/element of
+  // compute against 0.56 of memory, layer_norm 1.6 against ~0.2.
+  EXPECT_NEAR(p->compute_factor("optimizer_step"), 0.5, 1e-3);
+  EXPECT_NEAR(p->compute_factor("layer_norm"), 2.0, 1e-3);
+  EXPECT_NEAR(p->compute_factor("activation_gelu"), 1.0, 1e-3);  // the vector rate's own op
+  EXPECT_NEAR(p->compute_factor("activation_relu"), 1.0, 1e-3);
+  // Dimensions 8, 16, 32, 64 measured, 128 = gemm_size is the reference; the truth is
+  // linear in log2 between 8 (1.5) and 128 (1.0): 16 → 1.375, 32 → 1.25, 64 → 1.125.
+  ASSERT_EQ(p->small_dim_factors.size(), 5u);
+  const double want[] = {1.5, 1.375, 1.25, 1.125, 1.0};
+  for (std::size_t i = 0; i < 5; ++i) {
+    EXPECT_EQ(p->small_dim_factors[i].first, std::int64_t{8} << i);
+    EXPECT_NEAR(p->small_dim_factors[i].second, want[i], 1e-2) << "dimension " << (8 << i);
+  }
   // What `shardlab calibrate` writes reads back as a profile.
   const std::string path = (std::filesystem::temp_directory_path() /
                             ("shardlab_calibrated_" + std::to_string(::getpid()) + ".json")).string();
@@ -47,6 +71,10 @@ TEST(Calibrate, RecoversASimulatedDevicesRoofline) {
   auto back = load_device_profile(path);
   ASSERT_TRUE(back.is_ok()) << back.status().to_string();
   EXPECT_EQ(back->launch_ns, p->launch_ns);
+  EXPECT_EQ(back->alloc_ns, p->alloc_ns);
+  EXPECT_EQ(back->compute_factors, p->compute_factors);
+  EXPECT_EQ(back->small_dim_factors, p->small_dim_factors);
+  EXPECT_EQ(back->matrix_memory_overlap, p->matrix_memory_overlap);
   std::filesystem::remove(path);
 }
 
@@ -70,6 +98,7 @@ TEST(Calibrate, RecoversTheSimulatedNetworksAlphaBeta) {
       EXPECT_EQ(c.ranks, world_size);
       EXPECT_NEAR(static_cast<double>(c.latency_ns), 4000, 2) << "world " << world_size;
       EXPECT_NEAR(c.bytes_per_s / 20e9, 1.0, 1e-3) << "world " << world_size;
+      EXPECT_EQ(c.reduce_bytes_per_s, 0.0) << "reductions are free in this network";
     }
     // all_gather, reduce_scatter and all_reduce per size, with the ring's step counts.
     ASSERT_EQ(got[0].samples.size(), 12u);
@@ -91,6 +120,50 @@ TEST(Calibrate, RecoversTheSimulatedNetworksAlphaBeta) {
   }
 }
 
+// NOTE [Reduction cost]: a network whose members reduce at 2 GB/s — the fit keeps α and β
+// from all_gather and recovers γ from reduce_scatter and all_reduce.
+TEST(Calibrate, RecoversTheReductionRate) {
+  for (int world_size : {2, 4}) {
+    TopologySpec truth;
+    truth.name = "truth";
+    truth.kind = TopologyKind::kSwitch;
+    truth.port = {160, 2000};  // 20 GB/s, α = 4 µs end to end
+    truth.reduce_bytes_per_s = 2e9;
+    NetworkSpec ns;
+    ns.nodes = 1;
+    ns.devices_per_node = world_size;
+    ns.algorithm = Algorithm::kRing;
+    auto net = make_network(ns, truth);
+    ASSERT_TRUE(net.is_ok()) << net.status().to_string();
+    WorldOptions o;
+    o.world_size = world_size;
+    o.network_model = *net;
+    World world(o);
+    std::vector<NetworkCalibration> got(static_cast<std::size_t>(world_size));
+    const auto results = world.run([&](RankContext& ctx) -> Status {
+      NetworkCalibrationOptions n;
+      n.sizes = {4 << 10, 64 << 10, 1 << 20};
+      n.repeats = 2;
+      SHARDLAB_ASSIGN_OR_RETURN(got[static_cast<std::size_t>(ctx.rank)],
+                                calibrate_network(ctx.comm, ctx.device, ctx.clock, n));
+      return Status::ok();
+    });
+    for (const auto& r : results) ASSERT_TRUE(r.status.is_ok()) << r.status.to_string();
+    const NetworkCalibration& c = got[0];
+    EXPECT_NEAR(static_cast<double>(c.latency_ns), 4000, 2) << "world " << world_size;
+    EXPECT_NEAR(c.bytes_per_s / 20e9, 1.0, 1e-3) << "world " << world_size;
+    EXPECT_NEAR(c.reduce_bytes_per_s / 2e9, 1.0, 1e-3) << "world " << world_size;
+    for (const CollectiveSample& s : c.samples) {
+      EXPECT_EQ(s.reduced_bytes, s.kind == runtime::comm::OpKind::kAllGather ? 0 : (world_size - 1) * s.chunk_bytes);
+      EXPECT_NEAR(c.fitted_ns(s) / static_cast<double>(s.time_ns), 1.0, 1e-2);
+    }
+    // The topology written for it carries the rate, and reads back.
+    auto back = parse_topology(topology_to_json(switch_topology_from(c, "measured")), "measured.json");
+    ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+    EXPECT_NEAR(back->reduce_bytes_per_s / 2e9, 1.0, 1e-3);
+  }
+}
+
 // NOTE [Calibrate with the run's process count]: every rank measures at once and the
 // slowest rank's times make the profile — here rank 1 is a straggler twice as slow.
 TEST(Calibrate, TogetherKeepsTheSlowestRank) {
@@ -99,6 +172,7 @@ TEST(Calibrate, TogetherKeepsTheSlowestRank) {
   truth.vector_flops_per_s = 1e10;
   truth.memory_bytes_per_s = 5e10;
   truth.launch_ns = 1500;
+  truth.matrix_memory_overlap = false;  // CPU-like, as calibrate assumes
   WorldOptions o;
   o.world_size = 3;
   o.device = truth;

@@ -18,6 +18,7 @@ DeviceProfile DeviceProfile::slowed_by(double factor) const {
   SHARDLAB_CHECK_GE(factor, 1.0);
   DeviceProfile p = *this;
   p.launch_ns = static_cast<Nanos>(std::llround(static_cast<double>(launch_ns) * factor));
+  p.alloc_ns = static_cast<Nanos>(std::llround(static_cast<double>(alloc_ns) * factor));
   p.matrix_efficiency /= factor;
   p.vector_efficiency /= factor;
   p.memory_efficiency /= factor;
@@ -35,10 +36,52 @@ double DeviceProfile::vector_rate(DType dtype) const {
   return (is_16bit_float(dtype) ? vector_bf16_flops_per_s : vector_flops_per_s) * vector_efficiency;
 }
 
+const std::vector<std::string>& compute_factor_keys() {
+  static const std::vector<std::string> keys = [] {
+    std::vector<std::string> k = {"add_bias", "attention_softmax", "attention_softmax_backward", "axpy",
+                                  "batched_gemm", "bias_grad", "cast", "embedding_backward", "gemm",
+                                  "layer_norm", "layer_norm_backward", "multiply", "optimizer_step", "scale",
+                                  "softmax_cross_entropy"};
+    for (const char* act : {"gelu", "gelu_tanh", "relu", "tanh"}) {
+      k.push_back(std::string("activation_") + act);
+      k.push_back(std::string("activation_backward_") + act);
+    }
+    std::sort(k.begin(), k.end());
+    return k;
+  }();
+  return keys;
+}
+
+double DeviceProfile::compute_factor(std::string_view factor_key) const {
+  const auto it = compute_factors.find(factor_key);
+  return it == compute_factors.end() ? 1.0 : it->second;
+}
+
 Nanos DeviceProfile::op_time(double flops, double bytes, ComputeUnit unit, DType dtype) const {
-  const double compute_s = flops / (unit == ComputeUnit::kMatrix ? matrix_rate(dtype) : vector_rate(dtype));
+  return op_time({}, flops, bytes, unit, dtype);
+}
+
+double DeviceProfile::small_dim_factor(std::int64_t min_dim) const {
+  if (small_dim_factors.empty() || min_dim <= 0) return 1.0;
+  if (min_dim <= small_dim_factors.front().first) return small_dim_factors.front().second;
+  if (min_dim >= small_dim_factors.back().first) return small_dim_factors.back().second;
+  const auto hi = std::lower_bound(small_dim_factors.begin(), small_dim_factors.end(), min_dim,
+                                   [](const auto& e, std::int64_t d) { return e.first < d; });
+  const auto lo = hi - 1;
+  const double x = std::log2(static_cast<double>(min_dim)), x0 = std::log2(static_cast<double>(lo->first)),
+               x1 = std::log2(static_cast<double>(hi->first));
+  return lo->second + (hi->second - lo->second) * (x - x0) / (x1 - x0);
+}
+
+Nanos DeviceProfile::op_time(std::string_view factor_key, double flops, double bytes, ComputeUnit unit,
+                             DType dtype, std::int64_t min_dim) const {
+  const bool matrix = unit == ComputeUnit::kMatrix;
+  double compute_s = flops / (matrix ? matrix_rate(dtype) : vector_rate(dtype)) * compute_factor(factor_key);
+  if (matrix) compute_s *= small_dim_factor(min_dim);
   const double memory_s = bytes / memory_rate();
-  return launch_ns + static_cast<Nanos>(std::llround(std::max(compute_s, memory_s) * 1e9));
+  // NOTE [Matrix ops on a CPU]: staging operands does not overlap the multiply there.
+  const double t = matrix && !matrix_memory_overlap ? compute_s + memory_s : std::max(compute_s, memory_s);
+  return launch_ns + static_cast<Nanos>(std::llround(t * 1e9));
 }
 
 Nanos DeviceProfile::op_time(double flops, double bytes, bool matrix) const {

@@ -7,7 +7,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "runtime/comm/communicator.h"
@@ -28,8 +31,10 @@ struct NetworkModel {
 enum class ComputeUnit { kMatrix, kVector };
 
 // Roofline device: an op takes
-//   launch + max(flops / (peak(unit, dtype) · efficiency(unit)), bytes / (memory · memory_efficiency))
-// rounded once to ns. Peaks are per dtype: 16-bit floats (bf16, fp16) use the *_bf16 rates,
+//   launch + max(flops / (peak(unit, dtype) · efficiency(unit)) · compute_factor(op),
+//                bytes / (memory · memory_efficiency))
+// rounded once to ns, plus the host time of the allocations made since the previous op
+// (alloc_ns each; NOTE [Host time per allocation]). Peaks are per dtype: 16-bit floats (bf16, fp16) use the *_bf16 rates,
 // everything else the fp32 ones. The efficiency factors are the fraction of the vendor
 // peak a well-shaped op sustains (documented per profile in sim/profiles/README.md); the
 // defaults below are the simulator's `cpu-sim` profile (sim/profiles/devices/cpu-sim.json),
@@ -47,18 +52,60 @@ struct DeviceProfile {
   double matrix_efficiency = 1.0;           // in (0, 1]
   double vector_efficiency = 1.0;
   double memory_efficiency = 1.0;
+  // NOTE [Per-op compute factors]
+  // An op's flop count is a convention (sim/device.cc: a GELU is 8 flops, AdamW 14 per
+  // element), and the cost of one flop is not the same in every op: a square root or a
+  // division costs a CPU core several multiply-adds, an erf a few dozen. One vector rate
+  // therefore cannot time every vector op. `compute_factors` holds a measured factor per
+  // op key (compute_factor_keys()) that multiplies that op's compute term — never the
+  // memory term, so a memory-bound op stays bound by bandwidth. `shardlab calibrate`
+  // measures them on the host (sim/calibrate.h); the Gaudi profiles have none (factor 1:
+  // their TPC kernels' per-op costs are unknown here). A sorted map: iteration order is
+  // fixed, so the JSON it writes is too.
+  std::map<std::string, double, std::less<>> compute_factors;
+  // NOTE [Host time per allocation]
+  // Host time to allocate (and later free) one tensor, charged to the rank's compute
+  // timeline ahead of its next op. On an accelerator the host allocates while the device
+  // computes (0 in the Gaudi profiles); on the cpu backend the host *is* the device and
+  // every op allocates its output through CpuDevice's block cache, so a calibrated cpu
+  // profile measures it.
+  Nanos alloc_ns = 0;
+  // NOTE [Matrix ops on a CPU]
+  // Two measured departures from the plain roofline for matrix ops (gemm, batched_gemm),
+  // both off in the Gaudi profiles (an MME streams its operands while it multiplies):
+  //  - matrix_memory_overlap = false: the op's bytes are charged *after* its flops
+  //    (compute + memory, not the max) — a CPU GEMM packs its operands into cache-sized
+  //    panels before multiplying them, on the same core, and writes C back after, so a
+  //    "thin" GEMM against a large operand (BERT's masked-LM decoder: ~20 rows times the
+  //    30522 × H word embeddings) pays for streaming that operand on top of its flops.
+  //  - small_dim_factors: {smallest of m, n, k → factor on the compute time}, linear in
+  //    log2 of the dimension between entries, the nearest entry's factor outside them;
+  //    register tiles are partly empty and packing is amortized over fewer flops when a
+  //    dimension is small. Empty: factor 1.
+  bool matrix_memory_overlap = true;
+  std::vector<std::pair<std::int64_t, double>> small_dim_factors;  // sorted by dimension
 
   // The sustained rates the roofline uses (peak · efficiency).
   double matrix_rate(DType dtype) const;
   double vector_rate(DType dtype) const;
   double memory_rate() const { return memory_bytes_per_s * memory_efficiency; }
   Nanos op_time(double flops, double bytes, ComputeUnit unit, DType dtype) const;
+  // The same with the op's compute factor (1 when `factor_key` has none) and, for matrix
+  // ops, the factor of their smallest dimension (`min_dim`, 0: none; NOTE [Matrix ops on a CPU]).
+  Nanos op_time(std::string_view factor_key, double flops, double bytes, ComputeUnit unit, DType dtype,
+                std::int64_t min_dim = 0) const;
+  double small_dim_factor(std::int64_t min_dim) const;
   // fp32 shorthand: op_time(flops, bytes, matrix ? kMatrix : kVector, kF32).
   Nanos op_time(double flops, double bytes, bool matrix) const;
+  double compute_factor(std::string_view factor_key) const;
   // The same device `factor` (≥ 1) times slower at everything (a straggler, sim/faults.h):
   // launch overhead × factor and every efficiency ÷ factor.
   DeviceProfile slowed_by(double factor) const;
 };
+
+// The keys `compute_factors` may hold (sorted): SimDevice's op names with a compute term,
+// activations by kind ("activation_gelu", "activation_backward_relu", …).
+const std::vector<std::string>& compute_factor_keys();
 
 // Per-rank completion times of a collective in a group, given each member's arrival
 // time (index = group rank) and the buffer size in bytes:

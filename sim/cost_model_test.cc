@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <string_view>
+
 namespace shardlab::sim {
 namespace {
 
@@ -60,6 +62,135 @@ TEST(CostModel, RooflineTakesTheSlowerOfComputeAndMemory) {
   d.launch_ns = 1000;
   EXPECT_EQ(d.op_time(2e9, 1e6, true), 1000 + 2'000'000);  // compute bound: 2 ms
   EXPECT_EQ(d.op_time(1e3, 1e9, true), 1000 + 10'000'000);  // memory bound: 10 ms
+}
+
+// NOTE [Per-op compute factors]: rates of 1e9 make one flop and one byte 1 ns each, so the
+// expected times below are read off the flop and byte counts.
+DeviceProfile unit_rates() {
+  DeviceProfile d;
+  d.matrix_flops_per_s = 1e9;
+  d.matrix_bf16_flops_per_s = 1e9;
+  d.vector_flops_per_s = 1e9;
+  d.vector_bf16_flops_per_s = 1e9;
+  d.memory_bytes_per_s = 1e9;
+  d.launch_ns = 1000;
+  return d;
+}
+
+TEST(CostModel, ComputeFactorScalesOnlyTheComputeTerm) {
+  DeviceProfile d = unit_rates();
+  d.compute_factors = {{"activation_gelu", 3.0}, {"optimizer_step", 0.25}, {"gemm", 1.5}};
+  const auto vec = [&](std::string_view key, double flops, double bytes) {
+    return d.op_time(key, flops, bytes, ComputeUnit::kVector, DType::kF32);
+  };
+  // Compute bound (1e6 flops = 1 ms vs 1e5 bytes = 0.1 ms): the factor scales the time.
+  EXPECT_EQ(vec("activation_gelu", 1e6, 1e5), 1000 + 3'000'000);
+  // A factor > 1 on a memory-bound op (compute 3 × 0.1 ms < memory 0.5 ms): bandwidth decides.
+  EXPECT_EQ(vec("activation_gelu", 1e5, 5e5), 1000 + 500'000);
+  // A small factor turns a compute-bound op (1 ms vs 0.5 ms) memory bound: 0.25 ms < 0.5 ms,
+  // and the memory term is not scaled.
+  EXPECT_EQ(vec("optimizer_step", 1e6, 5e5), 1000 + 500'000);
+  EXPECT_EQ(vec("optimizer_step", 4e6, 5e5), 1000 + 1'000'000);  // 0.25 × 4 ms = 1 ms > 0.5 ms
+  // Ops without a factor, and the factor-less overload, are unchanged.
+  EXPECT_EQ(vec("axpy", 1e6, 5e5), 1000 + 1'000'000);
+  EXPECT_EQ(vec("", 1e6, 5e5), 1000 + 1'000'000);
+  EXPECT_EQ(d.op_time(1e6, 5e5, ComputeUnit::kVector, DType::kF32), 1000 + 1'000'000);
+  EXPECT_EQ(d.compute_factor("axpy"), 1.0);
+  EXPECT_EQ(d.compute_factor("optimizer_step"), 0.25);
+  // Matrix ops take their factor too: 2e6 flops × 1.5 = 3 ms.
+  EXPECT_EQ(d.op_time("gemm", 2e6, 1e3, ComputeUnit::kMatrix, DType::kF32), 1000 + 3'000'000);
+  EXPECT_EQ(d.op_time(2e6, 1e3, true), 1000 + 2'000'000);
+}
+
+TEST(CostModel, ComputeFactorOfOneIsBitForBitNoFactor) {
+  DeviceProfile with, without;
+  with.vector_flops_per_s = without.vector_flops_per_s = 7.3e9;  // times that do not land on whole ns
+  with.matrix_flops_per_s = without.matrix_flops_per_s = 3.7e11;
+  with.memory_bytes_per_s = without.memory_bytes_per_s = 1.9e10;
+  with.compute_factors = {{"scale", 1.0}, {"gemm", 1.0}};
+  for (double flops : {1.0, 12345.0, 123456789.0, 9.87654321e12}) {
+    for (double bytes : {0.0, 3.3, 77777.0}) {
+      EXPECT_EQ(with.op_time("scale", flops, bytes, ComputeUnit::kVector, DType::kF32),
+                without.op_time("scale", flops, bytes, ComputeUnit::kVector, DType::kF32))
+          << flops << " " << bytes;
+      EXPECT_EQ(with.op_time("scale", flops, bytes, ComputeUnit::kVector, DType::kF32),
+                without.op_time(flops, bytes, ComputeUnit::kVector, DType::kF32));
+      EXPECT_EQ(with.op_time("gemm", flops, bytes, ComputeUnit::kMatrix, DType::kBF16),
+                without.op_time(flops, bytes, ComputeUnit::kMatrix, DType::kBF16));
+    }
+  }
+}
+
+// NOTE [Matrix ops on a CPU]: linear in log2 of the dimension, clamped to the end entries.
+TEST(CostModel, SmallDimFactorInterpolatesInLog2AndClamps) {
+  DeviceProfile d;
+  EXPECT_EQ(d.small_dim_factor(1), 1.0);  // empty table: factor 1 everywhere
+  EXPECT_EQ(d.small_dim_factor(16), 1.0);
+  EXPECT_EQ(d.small_dim_factor(std::int64_t{1} << 20), 1.0);
+  d.small_dim_factors = {{16, 0.5}, {64, 1.0}};
+  EXPECT_EQ(d.small_dim_factor(16), 0.5);   // at the entries
+  EXPECT_EQ(d.small_dim_factor(64), 1.0);
+  EXPECT_EQ(d.small_dim_factor(32), 0.75);  // log2: 5 is halfway between 4 and 6
+  EXPECT_EQ(d.small_dim_factor(8), 0.5);    // below the first entry: clamped
+  EXPECT_EQ(d.small_dim_factor(1), 0.5);
+  EXPECT_EQ(d.small_dim_factor(65), 1.0);   // above the last: clamped
+  EXPECT_EQ(d.small_dim_factor(100000), 1.0);
+  EXPECT_EQ(d.small_dim_factor(0), 1.0);    // 0: no dimension given
+  d.small_dim_factors = {{8, 4.0}, {16, 2.0}, {256, 1.0}};
+  EXPECT_EQ(d.small_dim_factor(64), 1.5);   // log2 6 is halfway between 4 and 8: 2 + (1 - 2)/2
+  EXPECT_EQ(d.small_dim_factor(16), 2.0);
+  // 12: 4 + (2 - 4)·(log2 12 - 3) = 4 - 2·0.5849625007 = 2.8300749986 (not 3, the linear value).
+  EXPECT_NEAR(d.small_dim_factor(12), 2.8300749986, 1e-9);
+}
+
+TEST(CostModel, SmallDimFactorScalesMatrixComputeOnly) {
+  DeviceProfile d = unit_rates();
+  d.small_dim_factors = {{8, 2.0}, {64, 1.0}};
+  d.compute_factors = {{"batched_gemm", 1.5}};
+  // min_dim 8: matrix compute 1 ms × 2.
+  EXPECT_EQ(d.op_time("gemm", 1e6, 1e3, ComputeUnit::kMatrix, DType::kF32, 8), 1000 + 2'000'000);
+  EXPECT_EQ(d.op_time("gemm", 1e6, 1e3, ComputeUnit::kMatrix, DType::kF32, 64), 1000 + 1'000'000);
+  EXPECT_EQ(d.op_time("gemm", 1e6, 1e3, ComputeUnit::kMatrix, DType::kF32, 0), 1000 + 1'000'000);
+  // Both factors multiply: 1 ms × 1.5 × 2.
+  EXPECT_EQ(d.op_time("batched_gemm", 1e6, 1e3, ComputeUnit::kMatrix, DType::kF32, 8), 1000 + 3'000'000);
+  // Not on the vector unit, and not on the memory term (memory bound: 1 ms × 2 < 5 ms).
+  EXPECT_EQ(d.op_time("scale", 1e6, 1e3, ComputeUnit::kVector, DType::kF32, 8), 1000 + 1'000'000);
+  EXPECT_EQ(d.op_time("gemm", 1e6, 5e6, ComputeUnit::kMatrix, DType::kF32, 8), 1000 + 5'000'000);
+}
+
+TEST(CostModel, MatrixMemoryOverlapOffAddsMemoryToCompute) {
+  DeviceProfile d;
+  d.matrix_flops_per_s = 1e12;
+  d.vector_flops_per_s = 1e10;
+  d.memory_bytes_per_s = 1e11;
+  d.launch_ns = 1000;
+  // 2e9 flops = 2 ms of matrix compute, 1e8 bytes = 1 ms of memory.
+  EXPECT_TRUE(d.matrix_memory_overlap);  // the default
+  EXPECT_EQ(d.op_time(2e9, 1e8, true), 1000 + 2'000'000);  // max
+  EXPECT_EQ(d.op_time("gemm", 2e9, 1e8, ComputeUnit::kMatrix, DType::kF32), 1000 + 2'000'000);
+  d.matrix_memory_overlap = false;
+  EXPECT_EQ(d.op_time(2e9, 1e8, true), 1000 + 3'000'000);  // sum
+  EXPECT_EQ(d.op_time("gemm", 2e9, 1e8, ComputeUnit::kMatrix, DType::kF32), 1000 + 3'000'000);
+  EXPECT_EQ(d.op_time(1e3, 1e9, true), 1000 + 10'000'001);  // 1 ns + 10 ms
+  // With a small-dimension factor the doubled compute is added: 4 ms + 1 ms.
+  d.small_dim_factors = {{8, 2.0}};
+  EXPECT_EQ(d.op_time("gemm", 2e9, 1e8, ComputeUnit::kMatrix, DType::kF32, 8), 1000 + 5'000'000);
+  // Vector ops keep the roofline max: 2e7 flops = 2 ms vs 1 ms.
+  EXPECT_EQ(d.op_time(2e7, 1e8, false), 1000 + 2'000'000);
+}
+
+TEST(CostModel, SlowedByScalesAllocTimeAndKeepsTheNewFields) {
+  DeviceProfile d;
+  d.alloc_ns = 100;
+  d.compute_factors = {{"gemm", 2.0}};
+  d.matrix_memory_overlap = false;
+  d.small_dim_factors = {{16, 3.0}};
+  const DeviceProfile s = d.slowed_by(2.5);
+  EXPECT_EQ(s.alloc_ns, 250);
+  EXPECT_EQ(s.launch_ns, 5000);  // 2 µs × 2.5
+  EXPECT_EQ(s.compute_factors, d.compute_factors);
+  EXPECT_FALSE(s.matrix_memory_overlap);
+  EXPECT_EQ(s.small_dim_factors, d.small_dim_factors);
 }
 
 }  // namespace

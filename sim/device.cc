@@ -1,5 +1,7 @@
 #include "sim/device.h"
 
+#include <algorithm>
+
 namespace shardlab::sim {
 
 using runtime::device::Activation;
@@ -9,7 +11,21 @@ using runtime::device::StreamId;
 SimDevice::SimDevice(int rank, DeviceProfile profile, VirtualClock* clock)
     : profile_(std::move(profile)), clock_(clock), inner_({"sim", rank}, profile_.capacity_bytes) {}
 
-Status SimDevice::charge(const char* op, Status s, double flops, double bytes, bool matrix, const Tensor& lead) {
+namespace {
+// Compute-factor keys of the activation ops, by kind (compute_factor_keys()).
+const char* activation_key(Activation act, bool backward) {
+  switch (act) {
+    case Activation::kRelu: return backward ? "activation_backward_relu" : "activation_relu";
+    case Activation::kGelu: return backward ? "activation_backward_gelu" : "activation_gelu";
+    case Activation::kGeluTanh: return backward ? "activation_backward_gelu_tanh" : "activation_gelu_tanh";
+    case Activation::kTanh: return backward ? "activation_backward_tanh" : "activation_tanh";
+  }
+  return backward ? "activation_backward" : "activation";
+}
+}  // namespace
+
+Status SimDevice::charge(const char* op, Status s, double flops, double bytes, bool matrix, const Tensor& lead,
+                         const char* factor_key, std::int64_t min_dim) {
   DType dtype = lead.dtype();
   // NOTE [Emulated low precision]: fp32 activations stand for bf16 ones; parameters,
   // gradients and optimizer state keep their dtype (an fp32 AdamW is fp32 on any device).
@@ -19,7 +35,10 @@ Status SimDevice::charge(const char* op, Status s, double flops, double bytes, b
     bytes *= 0.5;
   }
   if (s.is_ok()) {
-    const Nanos t = profile_.op_time(flops, bytes, matrix ? ComputeUnit::kMatrix : ComputeUnit::kVector, dtype);
+    const Nanos t = pending_alloc_ns_ + profile_.op_time(factor_key != nullptr ? factor_key : op, flops, bytes,
+                                                         matrix ? ComputeUnit::kMatrix : ComputeUnit::kVector, dtype,
+                                                         min_dim);
+    pending_alloc_ns_ = 0;
     if (trace_ != nullptr) trace_->add_compute({op, kTraceCompute, clock_->now(), t, -1, {}, {}});
     clock_->advance_by(t);
     busy_ += t;
@@ -32,6 +51,7 @@ Result<std::shared_ptr<Storage>> SimDevice::allocate(std::int64_t nbytes, Memory
   // NOTE [Emulated low precision]: activations are charged at their bf16 size.
   const std::int64_t charged =
       emulated_ == DType::kBF16 && category == MemoryCategory::kActivations && nbytes > 0 ? (nbytes + 1) / 2 : nbytes;
+  pending_alloc_ns_ += profile_.alloc_ns;  // NOTE [Host time per allocation]
   if (!inner_.skip) return inner_.allocate(nbytes, charged, category, label);
   // Timing mode: charged like any allocation, no bytes (NOTE [Phantom storage]).
   MemoryTracker* tracker = &inner_.memory();
@@ -75,15 +95,19 @@ Status SimDevice::gemm(const Tensor& a, bool trans_a, const Tensor& b, bool tran
                        float beta, StreamId stream) {
   const double k = static_cast<double>(trans_a ? a.dim(0) : (a.ndim() == 2 ? a.dim(1) : 0));
   const double flops = 2.0 * static_cast<double>(c.numel()) * k;
+  const std::int64_t min_dim =
+      c.ndim() == 2 ? std::min({c.dim(0), c.dim(1), static_cast<std::int64_t>(k)}) : 0;
   return charge("gemm", inner_.gemm(a, trans_a, b, trans_b, c, alpha, beta, stream), flops,
-                static_cast<double>(a.nbytes() + b.nbytes() + 2 * c.nbytes()), true, a);
+                static_cast<double>(a.nbytes() + b.nbytes() + 2 * c.nbytes()), true, a, nullptr, min_dim);
 }
 Status SimDevice::batched_gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c,
                                float alpha, float beta, StreamId stream) {
   const double k = a.ndim() == 3 ? static_cast<double>(trans_a ? a.dim(1) : a.dim(2)) : 0.0;
   const double flops = 2.0 * static_cast<double>(c.numel()) * k;
+  const std::int64_t min_dim =
+      c.ndim() == 3 ? std::min({c.dim(1), c.dim(2), static_cast<std::int64_t>(k)}) : 0;
   return charge("batched_gemm", inner_.batched_gemm(a, trans_a, b, trans_b, c, alpha, beta, stream), flops,
-                static_cast<double>(a.nbytes() + b.nbytes() + 2 * c.nbytes()), true, a);
+                static_cast<double>(a.nbytes() + b.nbytes() + 2 * c.nbytes()), true, a, nullptr, min_dim);
 }
 Status SimDevice::add_bias(const Tensor& x, const Tensor& bias, StreamId stream) {
   return charge("add_bias", inner_.add_bias(x, bias, stream), static_cast<double>(x.numel()), 2.0 * static_cast<double>(x.nbytes()),
@@ -95,12 +119,12 @@ Status SimDevice::bias_grad(const Tensor& dy, const Tensor& dbias, bool accumula
 }
 Status SimDevice::activation(Activation act, const Tensor& x, const Tensor& y, StreamId stream) {
   return charge("activation", inner_.activation(act, x, y, stream), 8.0 * static_cast<double>(x.numel()),
-                static_cast<double>(x.nbytes() + y.nbytes()), false, x);
+                static_cast<double>(x.nbytes() + y.nbytes()), false, x, activation_key(act, false));
 }
 Status SimDevice::activation_backward(Activation act, const Tensor& x, const Tensor& dy, const Tensor& dx,
                                       StreamId stream) {
   return charge("activation_backward", inner_.activation_backward(act, x, dy, dx, stream), 12.0 * static_cast<double>(x.numel()),
-                static_cast<double>(x.nbytes() + dy.nbytes() + dx.nbytes()), false, x);
+                static_cast<double>(x.nbytes() + dy.nbytes() + dx.nbytes()), false, x, activation_key(act, true));
 }
 // Normalization, softmax and embedding ops are memory-bound: one read of each input and
 // one write of each output (read-modify-write for accumulated gradients).

@@ -148,12 +148,18 @@ class SimDevice final : public runtime::device::Device {
   // Charges an op's roofline time when it succeeded: matrix ops at the profile's matrix
   // rate for `dtype` (the dtype of the op's inputs), the others at its vector rate.
   // `lead`: the tensor whose dtype sets the rate (NOTE [Emulated low precision]).
-  Status charge(const char* op, Status s, double flops, double bytes, bool matrix, const Tensor& lead);
+  // `factor_key` selects the op's compute factor (NOTE [Per-op compute factors]); nullptr:
+  // the op's name. The host time of the allocations since the previous op
+  // (NOTE [Host time per allocation]) is added to this op's time.
+  // `min_dim`: a matrix op's smallest dimension (NOTE [Matrix ops on a CPU]).
+  Status charge(const char* op, Status s, double flops, double bytes, bool matrix, const Tensor& lead,
+                const char* factor_key = nullptr, std::int64_t min_dim = 0);
 
   DeviceProfile profile_;
   VirtualClock* clock_;
   SimMath inner_;  // the cpu backend's math, skipped in timing mode
   Nanos busy_ = 0;
+  Nanos pending_alloc_ns_ = 0;  // NOTE [Host time per allocation]: not yet charged
   DType emulated_ = DType::kF32;  // NOTE [Emulated low precision]
   TraceRecorder* trace_ = nullptr;
 };

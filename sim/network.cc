@@ -89,6 +89,7 @@ class TopologyNetwork final : public NetworkCostModel {
     const Nanos earliest = *std::min_element(q.arrivals.begin(), q.arrivals.end());
     if (!faults_after(earliest)) {
       t.done = evaluate_schedule(s, q.world_ranks, q.arrivals, pricer);
+      add_reduction(q, t.done);
       return t;
     }
     Transfer blocked{-1, -1, 0};
@@ -99,6 +100,8 @@ class TopologyNetwork final : public NetworkCostModel {
       t.status = Status::unavailable(std::string(runtime::comm::op_kind_name(q.kind)) + " of " +
                                      std::to_string(q.world_ranks.size()) + " ranks (" + s.algorithm +
                                      ") cannot complete: " + down_reason(blocked));
+    } else {
+      add_reduction(q, t.done);
     }
     return t;
   }
@@ -120,6 +123,19 @@ class TopologyNetwork final : public NetworkCostModel {
 
  private:
   bool faults_after(Nanos t) const { return !windows_.empty() && last_end_ > t; }
+
+  // NOTE [Reduction cost] in sim/topology.h: each member reduces (p-1) chunks of its result.
+  void add_reduction(const CollectiveQuery& q, std::vector<Nanos>& done) const {
+    const double rate = topo_.spec().reduce_bytes_per_s;
+    const std::int64_t p = static_cast<std::int64_t>(q.world_ranks.size());
+    if (!(rate > 0) || p < 2) return;
+    std::int64_t chunk = 0;
+    if (q.kind == runtime::comm::OpKind::kReduceScatter) chunk = q.bytes;
+    else if (q.kind == runtime::comm::OpKind::kAllReduce) chunk = (q.bytes + p - 1) / p;
+    else return;
+    const Nanos t = static_cast<Nanos>(std::llround(static_cast<double>((p - 1) * chunk) * 1e9 / rate));
+    for (Nanos& d : done) d += t;
+  }
 
   // The windows on a route's links.
   std::vector<const Window*> windows_on(const Route& r) const {

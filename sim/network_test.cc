@@ -380,6 +380,57 @@ TEST(LinkFaults, ALinkDownForGoodFailsTheCollectiveNamingIt) {
   EXPECT_TRUE(other.status.is_ok());
 }
 
+// NOTE [Reduction cost]: γ adds ((p-1)/p)·N·γ to every member of reduce_scatter and
+// all_reduce, whatever the algorithm — here γ = 2 ns per byte (0.5 GB/s) on top of β = 1.
+TEST(ClosedForms, ReductionCostIsTheAlphaBetaGammaTerm) {
+  for (Algorithm a : {Algorithm::kRing, Algorithm::kDirect, Algorithm::kHalvingDoubling}) {
+    for (int p : {1, 2, 4, 8}) {
+      TopologySpec t = clique_spec();
+      t.reduce_bytes_per_s = 0.5e9;
+      auto with = model(t, 1, p, a), without = model(clique_spec(), 1, p, a);
+      const std::int64_t n = 1000, N = 8000;
+      const std::string at = std::string(algorithm_name(a)) + " p=" + std::to_string(p);
+      const auto rs = run(*with, OpKind::kReduceScatter, p, n), rs0 = run(*without, OpKind::kReduceScatter, p, n);
+      const auto ar = run(*with, OpKind::kAllReduce, p, N), ar0 = run(*without, OpKind::kAllReduce, p, N);
+      for (int i = 0; i < p; ++i) {
+        const auto u = static_cast<std::size_t>(i);
+        EXPECT_EQ(rs.done[u], rs0.done[u] + 2 * (p - 1) * n) << "reduce_scatter " << at;
+        EXPECT_EQ(ar.done[u], ar0.done[u] + 2 * (p - 1) * cdiv(N, p)) << "all_reduce " << at;
+      }
+      // Nothing is reduced by the other collectives.
+      EXPECT_EQ(run(*with, OpKind::kAllGather, p, n).done, run(*without, OpKind::kAllGather, p, n).done) << at;
+      EXPECT_EQ(run(*with, OpKind::kBroadcast, p, N).done, run(*without, OpKind::kBroadcast, p, N).done) << at;
+    }
+  }
+  // Ring reduce_scatter in full: (p-1)α + ((p-1)/p)·pn·(β + γ).
+  TopologySpec t = clique_spec();
+  t.reduce_bytes_per_s = 0.5e9;
+  expect_all(run(*model(t, 1, 4, Algorithm::kRing), OpKind::kReduceScatter, 4, 1000), 500 + 3 * kA + 3 * 1000 * 3,
+             "ring reduce_scatter with gamma");
+}
+
+TEST(Topology, ReductionRateIsReadWrittenAndChecked) {
+  const std::string base = R"({"name": "t", "kind": "switch", "port": {"gbit_per_s": 100, "latency_ns": 1000})";
+  auto ok = parse_topology(base + R"(, "reduce_gbyte_per_s": 2.5})", "t.json");
+  ASSERT_TRUE(ok.is_ok()) << ok.status().to_string();
+  EXPECT_EQ(ok->reduce_bytes_per_s, 2.5e9);
+  auto back = parse_topology(topology_to_json(*ok), "back.json");
+  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  EXPECT_EQ(back->reduce_bytes_per_s, 2.5e9);
+  EXPECT_EQ(parse_topology(base + "}", "t.json")->reduce_bytes_per_s, 0.0);  // absent: free
+  EXPECT_EQ(topology_to_json(*parse_topology(base + "}", "t.json")).find("reduce"), std::string::npos);
+  for (const char* bad : {R"(0)", R"(-1)", R"("fast")", R"(1e10)"}) {
+    auto r = parse_topology(base + R"(, "reduce_gbyte_per_s": )" + bad + "}", "t.json");
+    ASSERT_FALSE(r.is_ok()) << bad;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(r.status().message().find("reduce_gbyte_per_s"), std::string::npos) << r.status().message();
+    EXPECT_NE(r.status().message().find("t.json"), std::string::npos) << r.status().message();
+  }
+  for (const std::string& name : list_topologies()) {
+    EXPECT_EQ(load_topology(name)->reduce_bytes_per_s, 0.0) << name << ": HCCL reduces on the device";
+  }
+}
+
 TEST(LinkFaults, BadFaultsAreRefusedNamingWhatIsAllowed) {
   NetworkSpec s;
   s.topology = "hls2";

@@ -77,6 +77,16 @@ class JsonObject {
     if (!j_.contains(k)) return fallback;
     return number(k, lo, hi, lo_open, std::move(allowed));
   }
+  Result<bool> boolean_or(const std::string& k, bool fallback) const {
+    if (!j_.contains(k)) return fallback;
+    if (!j_.at(k).is_boolean()) return bad(k, "must be true or false");
+    return j_.at(k).get<bool>();
+  }
+  std::vector<std::string> keys() const {
+    std::vector<std::string> out;
+    for (auto it = j_.begin(); it != j_.end(); ++it) out.push_back(it.key());
+    return out;
+  }
   // "notes": free text, a string or an object of strings.
   Status notes_ok(const std::string& k) const {
     if (!j_.contains(k)) return Status::ok();

@@ -1,6 +1,7 @@
 #include "sim/profiles.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 
@@ -73,7 +74,8 @@ Result<DeviceProfile> parse_device_profile(const std::string& json_text, const s
   SHARDLAB_ASSIGN_OR_RETURN(nlohmann::json j, detail::JsonObject::parse(json_text, origin));
   detail::JsonObject root(j, origin);
   SHARDLAB_RETURN_IF_ERROR(root.only({"name", "description", "matrix_flops_per_s", "vector_flops_per_s",
-                                      "memory_bytes_per_s", "launch_ns", "capacity_gib", "efficiency", "notes"}));
+                                      "memory_bytes_per_s", "launch_ns", "alloc_ns", "capacity_gib", "efficiency",
+                                      "compute_factors", "matrix_memory_overlap", "small_dim_factors", "notes"}));
   SHARDLAB_RETURN_IF_ERROR(root.notes_ok("notes"));
   DeviceProfile p;
   SHARDLAB_ASSIGN_OR_RETURN(p.name, root.string("name", true));
@@ -87,6 +89,10 @@ Result<DeviceProfile> parse_device_profile(const std::string& json_text, const s
                             root.number("launch_ns", 0, 1e9, false, "an integer number of ns in [0, 1e9]"));
   if (launch != std::floor(launch)) return root.bad("launch_ns", "must be an integer number of ns");
   p.launch_ns = static_cast<Nanos>(launch);
+  SHARDLAB_ASSIGN_OR_RETURN(const double alloc,
+                            root.number_or("alloc_ns", 0, 0, 1e9, false, "an integer number of ns in [0, 1e9]"));
+  if (alloc != std::floor(alloc)) return root.bad("alloc_ns", "must be an integer number of ns");
+  p.alloc_ns = static_cast<Nanos>(alloc);
   SHARDLAB_ASSIGN_OR_RETURN(const double gib,
                             root.number("capacity_gib", 0, 1 << 20, true, "GiB (2^30 bytes) > 0, e.g. 94.6"));
   p.capacity_bytes = static_cast<std::int64_t>(std::llround(gib * static_cast<double>(std::int64_t{1} << 30)));
@@ -97,6 +103,37 @@ Result<DeviceProfile> parse_device_profile(const std::string& json_text, const s
     SHARDLAB_ASSIGN_OR_RETURN(p.matrix_efficiency, e.number_or("matrix", 1.0, 0, 1, true, allowed));
     SHARDLAB_ASSIGN_OR_RETURN(p.vector_efficiency, e.number_or("vector", 1.0, 0, 1, true, allowed));
     SHARDLAB_ASSIGN_OR_RETURN(p.memory_efficiency, e.number_or("memory", 1.0, 0, 1, true, allowed));
+  }
+  if (root.has("compute_factors")) {  // NOTE [Per-op compute factors]
+    SHARDLAB_ASSIGN_OR_RETURN(detail::JsonObject f, root.object("compute_factors"));
+    SHARDLAB_RETURN_IF_ERROR(f.only(compute_factor_keys()));
+    for (const std::string& key : compute_factor_keys()) {
+      if (!f.has(key)) continue;
+      SHARDLAB_ASSIGN_OR_RETURN(const double v,
+                                f.number(key, 0, 1000, true, "a factor on the op's compute time in (0, 1000]"));
+      p.compute_factors.emplace(key, v);
+    }
+  }
+  // NOTE [Matrix ops on a CPU]
+  SHARDLAB_ASSIGN_OR_RETURN(p.matrix_memory_overlap, root.boolean_or("matrix_memory_overlap", true));
+  if (root.has("small_dim_factors")) {
+    SHARDLAB_ASSIGN_OR_RETURN(detail::JsonObject f, root.object("small_dim_factors"));
+    for (const std::string& key : f.keys()) {
+      std::int64_t dim = 0;
+      const auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), dim);
+      if (ec != std::errc() || end != key.data() + key.size() || dim < 1 || dim > (std::int64_t{1} << 30)) {
+        return f.bad(key, "not a dimension; allowed: keys are integers in [1, 2^30], e.g. \"16\"");
+      }
+      SHARDLAB_ASSIGN_OR_RETURN(const double v,
+                                f.number(key, 0, 1000, true, "a factor on the compute time in (0, 1000]"));
+      p.small_dim_factors.emplace_back(dim, v);
+    }
+    std::sort(p.small_dim_factors.begin(), p.small_dim_factors.end());
+    for (std::size_t i = 1; i < p.small_dim_factors.size(); ++i) {
+      if (p.small_dim_factors[i].first == p.small_dim_factors[i - 1].first) {
+        return f.bad(std::to_string(p.small_dim_factors[i].first), "given twice (as another spelling)");
+      }
+    }
   }
   return p;
 }
@@ -109,8 +146,20 @@ std::string device_profile_to_json(const DeviceProfile& p) {
   j["vector_flops_per_s"] = {{"fp32", p.vector_flops_per_s}, {"bf16", p.vector_bf16_flops_per_s}};
   j["memory_bytes_per_s"] = p.memory_bytes_per_s;
   j["launch_ns"] = p.launch_ns;
+  if (p.alloc_ns != 0) j["alloc_ns"] = p.alloc_ns;
   j["capacity_gib"] = static_cast<double>(p.capacity_bytes) / static_cast<double>(std::int64_t{1} << 30);
   j["efficiency"] = {{"matrix", p.matrix_efficiency}, {"vector", p.vector_efficiency}, {"memory", p.memory_efficiency}};
+  if (!p.matrix_memory_overlap) j["matrix_memory_overlap"] = false;
+  if (!p.small_dim_factors.empty()) {
+    nlohmann::ordered_json f = nlohmann::ordered_json::object();
+    for (const auto& [dim, v] : p.small_dim_factors) f[std::to_string(dim)] = v;
+    j["small_dim_factors"] = f;
+  }
+  if (!p.compute_factors.empty()) {
+    nlohmann::ordered_json f = nlohmann::ordered_json::object();
+    for (const auto& [key, v] : p.compute_factors) f[key] = v;
+    j["compute_factors"] = f;
+  }
   return j.dump(2) + "\n";
 }
 

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 
 #include "sim/device.h"
 #include "sim/topology.h"
@@ -272,6 +273,240 @@ TEST(DeviceProfiles, OptimizerStepIsChargedAsOneStreamingVectorOp) {
   runtime::device::OptimizerUpdate sgd;  // plain SGD: read p and g, write p
   ASSERT_TRUE(dev.optimizer_step(sgd, p, g, Tensor(), Tensor(), nullptr, runtime::device::kComputeStream).is_ok());
   EXPECT_EQ(clock.now() - before, g2.op_time(2.0 * 1000, 12.0 * 1000, ComputeUnit::kVector, DType::kF32));
+}
+
+// NOTE [Host time per allocation]: allocations charge nothing until the next op, which
+// carries alloc_ns for each of them; the op after that carries none.
+TEST(DeviceProfiles, SimDeviceChargesAllocTimeToTheNextOp) {
+  DeviceProfile d;  // cpu-sim: vector 20 GFLOP/s, memory 20 GB/s, launch 2 µs
+  d.alloc_ns = 700;
+  VirtualClock clock;
+  SimDevice dev(0, d, &clock);
+  auto a = dev.empty({1000}, DType::kF32, MemoryCategory::kOther, "a");
+  auto b = dev.empty({1000}, DType::kF32, MemoryCategory::kOther, "b");
+  ASSERT_TRUE(a.is_ok() && b.is_ok());
+  EXPECT_EQ(clock.now(), 0);
+  // scale: 1000 flops = 50 ns, 8000 bytes = 400 ns → 2000 + 400; plus 2 × 700.
+  ASSERT_TRUE(dev.scale(*a, 2.0f, runtime::device::kComputeStream).is_ok());
+  EXPECT_EQ(clock.now(), 2 * 700 + 2400);
+  EXPECT_EQ(clock.now(), 2 * d.alloc_ns + d.op_time("scale", 1000, 8000, ComputeUnit::kVector, DType::kF32));
+  // axpy, no allocation since: 2000 flops = 100 ns, 12000 bytes = 600 ns → 2600.
+  ASSERT_TRUE(dev.axpy(1.0f, *a, *b, runtime::device::kComputeStream).is_ok());
+  EXPECT_EQ(clock.now(), 3800 + 2600);
+  // zeros: one allocation, then its fill (2000 bytes = 100 ns) carries it.
+  auto z = dev.zeros({500}, DType::kF32, MemoryCategory::kOther, "z");
+  ASSERT_TRUE(z.is_ok());
+  EXPECT_EQ(clock.now(), 6400 + 700 + 2100);
+  EXPECT_EQ(dev.busy_time(), 9200);
+}
+
+// NOTE [Matrix ops on a CPU]: SimDevice's GEMMs take the factor of min(m, n, k).
+TEST(DeviceProfiles, SimDeviceGemmUsesTheSmallestDimensionsFactor) {
+  DeviceProfile d;
+  d.matrix_flops_per_s = d.matrix_bf16_flops_per_s = 65.536e9;  // 65536 flops = 1 µs
+  d.memory_bytes_per_s = 1e12;                                  // memory well under compute
+  DeviceProfile plain = d;
+  d.small_dim_factors = {{8, 2.0}, {64, 1.0}};
+  const auto gemm_time = [](const DeviceProfile& p, Shape sa, bool trans_a, Shape sb, Shape sc) {
+    VirtualClock clock;
+    SimDevice dev(0, p, &clock);
+    auto a = dev.zeros(sa, DType::kF32, MemoryCategory::kOther, "a");
+    auto b = dev.zeros(sb, DType::kF32, MemoryCategory::kOther, "b");
+    auto c = dev.zeros(sc, DType::kF32, MemoryCategory::kOther, "c");
+    EXPECT_TRUE(a.is_ok() && b.is_ok() && c.is_ok());
+    const Nanos start = clock.now();
+    const Status s = sa.size() == 3 ? dev.batched_gemm(*a, trans_a, *b, false, *c, 1, 0, runtime::device::kComputeStream)
+                                    : dev.gemm(*a, trans_a, *b, false, *c, 1, 0, runtime::device::kComputeStream);
+    EXPECT_TRUE(s.is_ok()) << s.to_string();
+    return clock.now() - start;
+  };
+  // [8x64]·[64x64]: 2·8·64·64 = 65536 flops = 1 µs, min dim 8 → factor 2; 22528 bytes = 23 ns.
+  EXPECT_EQ(gemm_time(plain, {8, 64}, false, {64, 64}, {8, 64}), 2000 + 1000);
+  EXPECT_EQ(gemm_time(d, {8, 64}, false, {64, 64}, {8, 64}), 2000 + 2000);
+  // The same with A transposed ([64x8]ᵀ), and with k = 8 ([64x8]·[8x64], also 65536 flops).
+  EXPECT_EQ(gemm_time(d, {64, 8}, true, {64, 64}, {8, 64}), 2000 + 2000);
+  EXPECT_EQ(gemm_time(d, {64, 8}, false, {8, 64}, {64, 64}), 2000 + 2000);
+  // All dims 64: factor 1, 524288 flops = 8 µs.
+  EXPECT_EQ(gemm_time(d, {64, 64}, false, {64, 64}, {64, 64}), 2000 + 8000);
+  // min dim 32: 2 + (1 - 2)·(5 - 3)/(6 - 3) = 4/3; 262144 flops = 4 µs → 5333.33 ns.
+  EXPECT_EQ(gemm_time(d, {32, 64}, false, {64, 64}, {32, 64}), 2000 + 5333);
+  // batched [2x8x64]·[2x64x64]: 131072 flops = 2 µs, min dim 8 → 4 µs.
+  EXPECT_EQ(gemm_time(plain, {2, 8, 64}, false, {2, 64, 64}, {2, 8, 64}), 2000 + 2000);
+  EXPECT_EQ(gemm_time(d, {2, 8, 64}, false, {2, 64, 64}, {2, 8, 64}), 2000 + 4000);
+}
+
+// NOTE [Per-op compute factors]: activations are keyed by kind and direction; other ops by name.
+TEST(DeviceProfiles, SimDeviceUsesPerOpComputeFactorKeys) {
+  DeviceProfile d;  // cpu-sim: vector 20 GFLOP/s (50 ps/flop), memory 20 GB/s (50 ps/byte), launch 2 µs
+  d.compute_factors = {{"activation_relu", 4.0}, {"activation_backward_gelu", 2.0}, {"optimizer_step", 3.0}};
+  VirtualClock clock;
+  SimDevice dev(0, d, &clock);
+  const auto make = [&](const char* name) {
+    auto t = dev.zeros({1000}, DType::kF32, MemoryCategory::kOther, name);
+    EXPECT_TRUE(t.is_ok());
+    return *t;
+  };
+  const Tensor x = make("x"), y = make("y"), dy = make("dy"), dx = make("dx"), m = make("m"), v = make("v");
+  const auto timed = [&](const std::function<Status()>& op) {
+    const Nanos start = clock.now();
+    EXPECT_TRUE(op().is_ok());
+    return clock.now() - start;
+  };
+  using runtime::device::Activation;
+  const auto fwd = [&](Activation a) { return timed([&] { return dev.activation(a, x, y, runtime::device::kComputeStream); }); };
+  const auto bwd = [&](Activation a) { return timed([&] { return dev.activation_backward(a, x, dy, dx, runtime::device::kComputeStream); }); };
+  // Forward: 8000 flops = 400 ns, 8000 bytes = 400 ns.
+  EXPECT_EQ(fwd(Activation::kRelu), 2000 + 4 * 400);
+  EXPECT_EQ(fwd(Activation::kGelu), 2000 + 400);
+  EXPECT_EQ(fwd(Activation::kTanh), 2000 + 400);
+  // Backward: 12000 flops = 600 ns, 12000 bytes = 600 ns.
+  EXPECT_EQ(bwd(Activation::kRelu), 2000 + 600);
+  EXPECT_EQ(bwd(Activation::kGelu), 2000 + 2 * 600);
+  EXPECT_EQ(bwd(Activation::kGeluTanh), 2000 + 600);
+  // AdamW: 14000 flops = 700 ns × 3 = 2100 ns > 28000 bytes = 1400 ns.
+  runtime::device::OptimizerUpdate adamw;
+  adamw.kind = runtime::device::OptimizerKind::kAdamW;
+  EXPECT_EQ(timed([&] { return dev.optimizer_step(adamw, x, dy, m, v, nullptr, runtime::device::kComputeStream); }), 2000 + 2100);
+  // SGD: 2000 flops = 100 ns × 3 = 300 ns < 12000 bytes = 600 ns: still memory bound.
+  runtime::device::OptimizerUpdate sgd;
+  EXPECT_EQ(timed([&] { return dev.optimizer_step(sgd, x, dy, Tensor(), Tensor(), nullptr, runtime::device::kComputeStream); }), 2000 + 600);
+}
+
+DeviceProfile profile_with_new_fields() {
+  DeviceProfile p;
+  p.name = "calibrated";
+  p.description = "measured";
+  p.alloc_ns = 1234;
+  p.compute_factors = {{"activation_gelu", 2.5}, {"optimizer_step", 0.75}, {"batched_gemm", 1.0 / 3.0}};
+  p.matrix_memory_overlap = false;
+  p.small_dim_factors = {{8, 3.0}, {64, 1.25}, {1024, 0.9}};
+  return p;
+}
+
+TEST(DeviceProfiles, NewFieldsRoundTripThroughJson) {
+  const DeviceProfile p = profile_with_new_fields();
+  const std::string text = device_profile_to_json(p);
+  auto back = parse_device_profile(text, "calibrated.json");
+  ASSERT_TRUE(back.is_ok()) << back.status().to_string() << "\n" << text;
+  EXPECT_EQ(back->name, "calibrated");
+  EXPECT_EQ(back->alloc_ns, 1234);
+  EXPECT_EQ(back->compute_factors, p.compute_factors);  // exactly, 1/3 included
+  EXPECT_FALSE(back->matrix_memory_overlap);
+  EXPECT_EQ(back->small_dim_factors, p.small_dim_factors);
+  EXPECT_EQ(back->matrix_flops_per_s, p.matrix_flops_per_s);
+  EXPECT_EQ(back->capacity_bytes, p.capacity_bytes);
+  EXPECT_EQ(device_profile_to_json(*back), text);
+  // And through a file.
+  auto loaded = load_device_profile(temp_file("calibrated.json", text));
+  ASSERT_TRUE(loaded.is_ok()) << loaded.status().to_string();
+  EXPECT_EQ(loaded->small_dim_factors, p.small_dim_factors);
+  EXPECT_EQ(loaded->alloc_ns, 1234);
+  // The defaults write none of the new keys, so existing profile files read the same.
+  const std::string plain = device_profile_to_json(DeviceProfile{});
+  for (const char* key : {"alloc_ns", "compute_factors", "matrix_memory_overlap", "small_dim_factors"}) {
+    EXPECT_EQ(plain.find(key), std::string::npos) << key << " in\n" << plain;
+    EXPECT_NE(text.find(key), std::string::npos) << key << " not in\n" << text;
+  }
+  auto plain_back = parse_device_profile(plain, "plain.json");
+  ASSERT_TRUE(plain_back.is_ok()) << plain_back.status().to_string();
+  EXPECT_EQ(plain_back->alloc_ns, 0);
+  EXPECT_TRUE(plain_back->compute_factors.empty());
+  EXPECT_TRUE(plain_back->matrix_memory_overlap);
+  EXPECT_TRUE(plain_back->small_dim_factors.empty());
+}
+
+const std::string kGoodDeviceKeys =
+    R"("name": "x", "matrix_flops_per_s": {"fp32": 1e10, "bf16": 1e10},)"
+    R"( "vector_flops_per_s": {"fp32": 1e10, "bf16": 1e10}, "memory_bytes_per_s": 1e10, "launch_ns": 100, "capacity_gib": 1)";
+
+TEST(DeviceProfiles, NewKeysAcceptTheirRanges) {
+  const auto parse = [](const std::string& extra) { return parse_device_profile("{" + kGoodDeviceKeys + extra + "}", "ok.json"); };
+  auto base = parse("");
+  ASSERT_TRUE(base.is_ok()) << base.status().to_string();
+  auto r = parse(R"(, "alloc_ns": 0, "compute_factors": {}, "matrix_memory_overlap": true, "small_dim_factors": {})");
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  EXPECT_EQ(r->alloc_ns, 0);
+  EXPECT_TRUE(r->compute_factors.empty());
+  EXPECT_TRUE(r->small_dim_factors.empty());
+  // Bounds are inclusive at 1000; dimension keys sort by value, not as strings ("64" < "8").
+  r = parse(R"(, "alloc_ns": 1000000000, "compute_factors": {"gemm": 1000, "activation_backward_tanh": 0.001},)"
+            R"( "small_dim_factors": {"64": 1, "8": 1000, "1": 2.5}, "matrix_memory_overlap": false)");
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  EXPECT_EQ(r->alloc_ns, 1'000'000'000);
+  EXPECT_EQ(r->compute_factor("gemm"), 1000.0);
+  EXPECT_EQ(r->compute_factor("activation_backward_tanh"), 0.001);
+  EXPECT_EQ(r->compute_factor("axpy"), 1.0);
+  EXPECT_EQ(r->small_dim_factors,
+            (std::vector<std::pair<std::int64_t, double>>{{1, 2.5}, {8, 1000.0}, {64, 1.0}}));
+  EXPECT_FALSE(r->matrix_memory_overlap);
+  // Every key compute_factor_keys() lists is accepted.
+  std::string all;
+  for (const auto& k : compute_factor_keys()) all += (all.empty() ? "" : ", ") + ("\"" + k + "\": 2");
+  r = parse(R"(, "compute_factors": {)" + all + "}");
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  EXPECT_EQ(r->compute_factors.size(), compute_factor_keys().size());
+}
+
+TEST(DeviceProfiles, BadNewKeysAreInvalidArgumentNamingTheKey) {
+  const std::string factor_range = "(0, 1000]";
+  const std::vector<BadCase> cases = {
+      {"unknown compute factor", R"("compute_factors": {"activation_swish": 2})", "compute_factors.activation_swish",
+       "unknown key; allowed: activation_backward_gelu, activation_backward_gelu_tanh"},
+      {"factor 0", R"("compute_factors": {"gemm": 0})", "compute_factors.gemm", factor_range},
+      {"negative factor", R"("compute_factors": {"optimizer_step": -1})", "compute_factors.optimizer_step", factor_range},
+      {"factor > 1000", R"("compute_factors": {"gemm": 1000.5})", "compute_factors.gemm", factor_range},
+      {"factor not a number", R"("compute_factors": {"gemm": "2"})", "compute_factors.gemm", "must be a number"},
+      {"compute_factors not an object", R"("compute_factors": [1])", "compute_factors", "must be an object"},
+      {"fractional alloc_ns", R"("alloc_ns": 1.5)", "alloc_ns", "integer"},
+      {"negative alloc_ns", R"("alloc_ns": -1)", "alloc_ns", "out of range; allowed: an integer number of ns"},
+      {"alloc_ns too large", R"("alloc_ns": 2e9)", "alloc_ns", "[0, 1e9]"},
+      {"alloc_ns a string", R"("alloc_ns": "5")", "alloc_ns", "must be a number"},
+      {"dimension 'abc'", R"("small_dim_factors": {"abc": 1})", "small_dim_factors.abc", "not a dimension"},
+      {"dimension 0", R"("small_dim_factors": {"0": 1})", "small_dim_factors.0", "not a dimension"},
+      {"negative dimension", R"("small_dim_factors": {"-8": 1})", "small_dim_factors.-8", "not a dimension"},
+      {"trailing junk", R"("small_dim_factors": {"16x": 1})", "small_dim_factors.16x", "integers in [1, 2^30]"},
+      {"dimension spelled twice", R"("small_dim_factors": {"16": 1, "016": 2})", "small_dim_factors.16",
+       "given twice"},
+      {"dimension factor 0", R"("small_dim_factors": {"16": 0})", "small_dim_factors.16", factor_range},
+      {"dimension factor > 1000", R"("small_dim_factors": {"16": 1001})", "small_dim_factors.16", factor_range},
+      {"small_dim_factors not an object", R"("small_dim_factors": 16)", "small_dim_factors", "must be an object"},
+      {"overlap a string", R"("matrix_memory_overlap": "false")", "matrix_memory_overlap", "true or false"},
+      {"overlap a number", R"("matrix_memory_overlap": 0)", "matrix_memory_overlap", "true or false"},
+  };
+  for (const auto& c : cases) {
+    auto r = parse_device_profile("{" + kGoodDeviceKeys + ", " + c.json + "}", "custom.json");
+    ASSERT_FALSE(r.is_ok()) << c.what;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << c.what;
+    const std::string& m = r.status().message();
+    EXPECT_NE(m.find("custom.json"), std::string::npos) << c.what << ": " << m;
+    EXPECT_NE(m.find("'" + c.key + "'"), std::string::npos) << c.what << ": " << m;
+    EXPECT_NE(m.find(c.allowed), std::string::npos) << c.what << ": " << m;
+  }
+  // The unknown-key message lists every allowed key.
+  auto r = parse_device_profile("{" + kGoodDeviceKeys + R"(, "compute_factors": {"relu": 2}})", "custom.json");
+  ASSERT_FALSE(r.is_ok());
+  for (const auto& k : compute_factor_keys()) {
+    EXPECT_NE(r.status().message().find(k), std::string::npos) << k << ": " << r.status().message();
+  }
+}
+
+// The built-in profiles carry none of the new fields, so their times (and the goldens
+// built on them) are those of the plain roofline.
+TEST(DeviceProfiles, BuiltInsHaveNoFactorsAllocTimeOrSmallDimTable) {
+  for (const auto& name : list_device_profiles()) {
+    auto p = load_device_profile(name);
+    ASSERT_TRUE(p.is_ok()) << p.status().to_string();
+    EXPECT_TRUE(p->compute_factors.empty()) << name;
+    EXPECT_EQ(p->alloc_ns, 0) << name;
+    EXPECT_TRUE(p->matrix_memory_overlap) << name;
+    EXPECT_TRUE(p->small_dim_factors.empty()) << name;
+    EXPECT_EQ(p->small_dim_factor(8), 1.0) << name;
+    for (const auto& key : compute_factor_keys()) EXPECT_EQ(p->compute_factor(key), 1.0) << name << " " << key;
+    EXPECT_EQ(p->op_time("gemm", 2e9, 1e8, ComputeUnit::kMatrix, DType::kBF16, 8),
+              p->op_time(2e9, 1e8, ComputeUnit::kMatrix, DType::kBF16))
+        << name;
+  }
+  EXPECT_EQ(list_device_profiles().size(), 4u);  // cpu-sim, gaudi1, gaudi2, gaudi3
 }
 
 }  // namespace

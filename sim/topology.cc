@@ -242,7 +242,12 @@ std::string Topology::describe() const {
                     std::string(topology_kind_name(spec_.kind)).c_str(), devices(), gbs(peer_bps_),
                     static_cast<double>(spec_.peer.latency_ns) / 1e3);
   }
-  return buf;
+  std::string d = buf;
+  if (spec_.reduce_bytes_per_s > 0) {  // NOTE [Reduction cost]
+    std::snprintf(buf, sizeof buf, "; reductions at %.4g GB/s", spec_.reduce_bytes_per_s / 1e9);
+    d += buf;
+  }
+  return d;
 }
 
 // ---- profiles -------------------------------------------------------------------------
@@ -274,7 +279,8 @@ Result<TopologySpec> parse_topology(const std::string& json_text, const std::str
   SHARDLAB_ASSIGN_OR_RETURN(nlohmann::json j, detail::JsonObject::parse(json_text, origin));
   detail::JsonObject root(j, origin);
   SHARDLAB_RETURN_IF_ERROR(root.only({"name", "description", "kind", "max_devices_per_node", "peer", "port",
-                                      "nodes_per_leaf", "oversubscription", "spine_latency_ns", "efficiency", "notes"}));
+                                      "nodes_per_leaf", "oversubscription", "spine_latency_ns", "efficiency", "reduce_gbyte_per_s",
+                                      "notes"}));
   SHARDLAB_RETURN_IF_ERROR(root.notes_ok("notes"));
   TopologySpec t;
   SHARDLAB_ASSIGN_OR_RETURN(t.name, root.string("name", true));
@@ -323,6 +329,11 @@ Result<TopologySpec> parse_topology(const std::string& json_text, const std::str
   }
   SHARDLAB_ASSIGN_OR_RETURN(t.efficiency,
                             root.number_or("efficiency", 1.0, 0, 1, true, "payload fraction of the line rate in (0, 1]"));
+  if (root.has("reduce_gbyte_per_s")) {  // NOTE [Reduction cost]
+    SHARDLAB_ASSIGN_OR_RETURN(const double gbs, root.number("reduce_gbyte_per_s", 0, 1e9, true,
+                                                            "10^9 bytes/s > 0 (leave it out: reductions are free)"));
+    t.reduce_bytes_per_s = gbs * 1e9;
+  }
   return t;
 }
 
@@ -342,6 +353,7 @@ std::string topology_to_json(const TopologySpec& t) {
     j["spine_latency_ns"] = t.spine_latency_ns;
   }
   j["efficiency"] = t.efficiency;
+  if (t.reduce_bytes_per_s > 0) j["reduce_gbyte_per_s"] = t.reduce_bytes_per_s / 1e9;
   return j.dump(2) + "\n";
 }
 

@@ -59,6 +59,15 @@ struct TopologySpec {
   double oversubscription = 1.0; // hls: leaf downlink capacity / uplink capacity (>= 1)
   Nanos spine_latency_ns = 0;    // hls: extra latency of a leaf → spine → leaf crossing
   double efficiency = 1.0;       // payload bytes / line-rate bytes, in (0, 1]
+  // NOTE [Reduction cost]
+  // γ of the α–β–γ model (Thakur, Rabenseifner & Gropp 2005): the bytes per second at
+  // which a member combines what it receives in reduce_scatter and all_reduce; 0: free
+  // (the Gaudi profiles: HCCL reduces at line rate on the device). Every algorithm here
+  // has each member reduce (p-1) chunks of its result — ((p-1)/p)·N bytes for a buffer
+  // of N —, so the term is algorithm-independent and is added to each member's completion
+  // after the schedule: ring reduce_scatter (p-1)α + ((p-1)/p)·pn·(β + γ). It matters
+  // where the reduction is host work (Open MPI on CPUs: `shardlab calibrate` fits it).
+  double reduce_bytes_per_s = 0;
 };
 
 using LinkId = std::int64_t;
