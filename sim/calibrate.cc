@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <functional>
 
@@ -238,7 +239,10 @@ Result<DeviceProfile> measure_device(runtime::device::Device& device, const Cloc
   // NOTE [Matrix ops on a CPU]: the GEMM's operand traffic is charged after its flops, so
   // it is taken off the measured time before the rate is computed.
   p.matrix_memory_overlap = false;
-  const auto gemm_bytes = [](double m, double nn, double k) { return 4.0 * (m * k + k * nn + 2.0 * m * nn); };
+  // Operand bytes counted matrix_operand_passes times (1 until they are measured below).
+  const auto gemm_bytes = [&p](double m, double nn, double k) {
+    return 4.0 * (m * k + k * nn) * p.matrix_operand_passes + 8.0 * m * nn;
+  };
   const auto gemm_compute_s = [&](Nanos t, double m, double nn, double k) {
     return std::max(work_s(t, launch) - gemm_bytes(m, nn, k) / p.memory_bytes_per_s, 1e-9);
   };
@@ -246,24 +250,51 @@ Result<DeviceProfile> measure_device(runtime::device::Device& device, const Cloc
   p.matrix_flops_per_s = 2.0 * nd * nd * nd / gemm_compute_s(t_gemm, nd, nd, nd);
   p.matrix_bf16_flops_per_s = p.matrix_flops_per_s;
   if (o.small_dim_factors) {
-    // Each factor: the mean over a GEMM whose m and one whose k is `d`, against a large
-    // operand — m = d: [d, G/2] · [G/2, 16G] (the weight of 8 G² bytes streams from memory,
-    // as a language-model head's does); k = d: [16G, d] · [d, G/2] (a weight gradient of the
-    // same size written). G = gemm_size.
+    // Thin GEMMs against an operand far larger than the caches, G = gemm_size, W = 32·G:
+    // m = d: [d, G/2] · [G/2, W] (the weight of 16 G² bytes streams from memory, as a
+    // language-model head's does); k = d: [W, d] · [d, G/2] (a weight gradient that size).
+    const std::int64_t wide = 32 * n, half = std::max<std::int64_t>(1, n / 2);
     DeviceCalibrationOptions quick = o;
     quick.min_window_ns = std::max<Nanos>(1, o.min_window_ns / 5);
-    for (std::int64_t d = 8; d <= n / 2; d *= 2) {
+    const auto time_gemm = [&](std::int64_t m, std::int64_t k, std::int64_t cols) -> Result<Nanos> {
+      SHARDLAB_ASSIGN_OR_RETURN(Tensor ga, device.empty({m, k}, DType::kF32, cat, "calibrate.ga"));
+      SHARDLAB_ASSIGN_OR_RETURN(Tensor gb, device.empty({k, cols}, DType::kF32, cat, "calibrate.gb"));
+      SHARDLAB_ASSIGN_OR_RETURN(Tensor gc, device.empty({m, cols}, DType::kF32, cat, "calibrate.gc"));
+      SHARDLAB_RETURN_IF_ERROR(device.fill(ga, 0.5f, kComputeStream));
+      SHARDLAB_RETURN_IF_ERROR(device.fill(gb, 0.5f, kComputeStream));
+      return best_time(device, clock, quick, co, [&] {
+        return device.gemm(ga, false, gb, false, gc, 1.0f, 0.0f, kComputeStream);
+      });
+    };
+    // The matrix rate and the operand passes together, from the square GEMM and the thin
+    // one with m = 16 (two full register tiles): each time, less launch and C's traffic, is
+    //   flops · (1 / rate) + (A + B bytes) / memory · passes,
+    // two linear equations. Passes outside their physical range [1, 3] are clamped (the
+    // thin GEMM then has inefficiency beyond its operand traffic, which its small-dimension
+    // factor below takes), and the rate is taken from the square GEMM with them.
+    const std::int64_t d0 = std::min<std::int64_t>(16, half);
+    SHARDLAB_ASSIGN_OR_RETURN(const Nanos t0, time_gemm(d0, half, wide));
+    {
+      const double mem = p.memory_bytes_per_s;
+      const auto row = [&](Nanos t, double m, double nn, double k) {
+        return std::array<double, 3>{2.0 * m * nn * k, 4.0 * (m * k + k * nn) / mem,
+                                     work_s(t, launch) - 8.0 * m * nn / mem};
+      };
+      const auto r1 = row(t_gemm, nd, nd, nd);
+      const auto r0 = row(t0, static_cast<double>(d0), static_cast<double>(wide), static_cast<double>(half));
+      const double det = r1[0] * r0[1] - r0[0] * r1[1];
+      const double passes = det != 0 ? (r1[0] * r0[2] - r0[0] * r1[2]) / det : 1.0;
+      p.matrix_operand_passes = std::clamp(std::isfinite(passes) ? passes : 1.0, 1.0, 3.0);
+      p.matrix_flops_per_s = 2.0 * nd * nd * nd / gemm_compute_s(t_gemm, nd, nd, nd);
+      p.matrix_bf16_flops_per_s = p.matrix_flops_per_s;
+    }
+    // Each factor: the mean over the two shapes of the time left once the operand traffic
+    // (with those passes) is taken off, over the flops at the matrix rate.
+    for (std::int64_t d = 8; d <= half; d *= 2) {
       double sum = 0;
       for (const bool small_m : {true, false}) {
-        const std::int64_t m = small_m ? d : 16 * n, k = small_m ? n / 2 : d, cols = small_m ? 16 * n : n / 2;
-        SHARDLAB_ASSIGN_OR_RETURN(Tensor ga, device.empty({m, k}, DType::kF32, cat, "calibrate.ga"));
-        SHARDLAB_ASSIGN_OR_RETURN(Tensor gb, device.empty({k, cols}, DType::kF32, cat, "calibrate.gb"));
-        SHARDLAB_ASSIGN_OR_RETURN(Tensor gc, device.empty({m, cols}, DType::kF32, cat, "calibrate.gc"));
-        SHARDLAB_RETURN_IF_ERROR(device.fill(ga, 0.5f, kComputeStream));
-        SHARDLAB_RETURN_IF_ERROR(device.fill(gb, 0.5f, kComputeStream));
-        SHARDLAB_ASSIGN_OR_RETURN(const Nanos t, best_time(device, clock, quick, co, [&] {
-          return device.gemm(ga, false, gb, false, gc, 1.0f, 0.0f, kComputeStream);
-        }));
+        const std::int64_t m = small_m ? d : wide, k = small_m ? half : d, cols = small_m ? wide : half;
+        SHARDLAB_ASSIGN_OR_RETURN(const Nanos t, d == d0 && small_m ? Result<Nanos>(t0) : time_gemm(m, k, cols));
         const double md = static_cast<double>(m), kd = static_cast<double>(k), cd = static_cast<double>(cols);
         sum += gemm_compute_s(t, md, cd, kd) / (2.0 * md * cd * kd / p.matrix_flops_per_s);
       }

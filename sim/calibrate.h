@@ -59,7 +59,7 @@ struct DeviceCalibrationOptions {
   // Measure a compute factor per op (NOTE [Per-op compute factors] in sim/cost_model.h),
   // in windows of min_window_ns / 5.
   bool compute_factors = true;
-  // Measure small_dim_factors at dimensions 8, 16, … up to gemm_size / 2 (NOTE [Matrix ops on
+  // Measure matrix_operand_passes and small_dim_factors at dimensions 8, 16, … up to gemm_size / 2 (NOTE [Matrix ops on
   // a CPU] in sim/cost_model.h), in windows of min_window_ns / 5.
   bool small_dim_factors = true;
 };

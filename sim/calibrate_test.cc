@@ -28,7 +28,8 @@ TEST(Calibrate, RecoversASimulatedDevicesRoofline) {
   truth.matrix_memory_overlap = false;
   truth.alloc_ns = 700;
   truth.compute_factors = {{"optimizer_step", 0.5}, {"layer_norm", 2.0}};
-  truth.small_dim_factors = {{8, 1.5}, {128, 1.0}};
+  truth.small_dim_factors = {{8, 1.5}, {16, 1.0}, {128, 1.0}};
+  truth.matrix_operand_passes = 2.0;
   VirtualClock clock;
   SimDevice dev(0, truth, &clock);
   DeviceCalibrationOptions o;
@@ -56,10 +57,11 @@ TEST(Calibrate, RecoversASimulatedDevicesRoofline) {
   EXPECT_NEAR(p->compute_factor("layer_norm"), 2.0, 1e-3);
   EXPECT_NEAR(p->compute_factor("activation_gelu"), 1.0, 1e-3);  // the vector rate's own op
   EXPECT_NEAR(p->compute_factor("activation_relu"), 1.0, 1e-3);
-  // Dimensions 8, 16, 32, 64 measured, 128 = gemm_size is the reference; the truth is
-  // linear in log2 between 8 (1.5) and 128 (1.0): 16 → 1.375, 32 → 1.25, 64 → 1.125.
+  // The passes come out of the square GEMM and the thin one at m = 16 together; then
+  // dimensions 8, 16, 32, 64 are measured, and 128 = gemm_size is the rate's own shape.
+  EXPECT_NEAR(p->matrix_operand_passes, 2.0, 1e-2);
   ASSERT_EQ(p->small_dim_factors.size(), 5u);
-  const double want[] = {1.5, 1.375, 1.25, 1.125, 1.0};
+  const double want[] = {1.5, 1.0, 1.0, 1.0, 1.0};
   for (std::size_t i = 0; i < 5; ++i) {
     EXPECT_EQ(p->small_dim_factors[i].first, std::int64_t{8} << i);
     EXPECT_NEAR(p->small_dim_factors[i].second, want[i], 1e-2) << "dimension " << (8 << i);
@@ -75,6 +77,7 @@ TEST(Calibrate, RecoversASimulatedDevicesRoofline) {
   EXPECT_EQ(back->compute_factors, p->compute_factors);
   EXPECT_EQ(back->small_dim_factors, p->small_dim_factors);
   EXPECT_EQ(back->matrix_memory_overlap, p->matrix_memory_overlap);
+  EXPECT_EQ(back->matrix_operand_passes, p->matrix_operand_passes);
   std::filesystem::remove(path);
 }
 

@@ -82,7 +82,12 @@ struct DeviceProfile {
   //    log2 of the dimension between entries, the nearest entry's factor outside them;
   //    register tiles are partly empty and packing is amortized over fewer flops when a
   //    dimension is small. Empty: factor 1.
+  //  - matrix_operand_passes, in [1, 3]: how often the A and B operands' bytes are
+  //    streamed (C's once, twice with accumulation as before). Packing reads an operand
+  //    and writes its packed panels, and the kernel reads those panels again: up to 3
+  //    passes when the operand does not fit in cache, 1 when the device streams it once.
   bool matrix_memory_overlap = true;
+  double matrix_operand_passes = 1.0;
   std::vector<std::pair<std::int64_t, double>> small_dim_factors;  // sorted by dimension
 
   // The sustained rates the roofline uses (peak · efficiency).

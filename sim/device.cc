@@ -24,6 +24,13 @@ const char* activation_key(Activation act, bool backward) {
 }
 }  // namespace
 
+// NOTE [Matrix ops on a CPU]: A and B count matrix_operand_passes times, C twice (read and
+// written). With one pass this is the plain a + b + 2c.
+double SimDevice::matrix_bytes(const Tensor& a, const Tensor& b, const Tensor& c) const {
+  return static_cast<double>(a.nbytes() + b.nbytes()) * profile_.matrix_operand_passes +
+         static_cast<double>(2 * c.nbytes());
+}
+
 Status SimDevice::charge(const char* op, Status s, double flops, double bytes, bool matrix, const Tensor& lead,
                          const char* factor_key, std::int64_t min_dim) {
   DType dtype = lead.dtype();
@@ -98,7 +105,7 @@ Status SimDevice::gemm(const Tensor& a, bool trans_a, const Tensor& b, bool tran
   const std::int64_t min_dim =
       c.ndim() == 2 ? std::min({c.dim(0), c.dim(1), static_cast<std::int64_t>(k)}) : 0;
   return charge("gemm", inner_.gemm(a, trans_a, b, trans_b, c, alpha, beta, stream), flops,
-                static_cast<double>(a.nbytes() + b.nbytes() + 2 * c.nbytes()), true, a, nullptr, min_dim);
+                matrix_bytes(a, b, c), true, a, nullptr, min_dim);
 }
 Status SimDevice::batched_gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c,
                                float alpha, float beta, StreamId stream) {
@@ -107,7 +114,7 @@ Status SimDevice::batched_gemm(const Tensor& a, bool trans_a, const Tensor& b, b
   const std::int64_t min_dim =
       c.ndim() == 3 ? std::min({c.dim(1), c.dim(2), static_cast<std::int64_t>(k)}) : 0;
   return charge("batched_gemm", inner_.batched_gemm(a, trans_a, b, trans_b, c, alpha, beta, stream), flops,
-                static_cast<double>(a.nbytes() + b.nbytes() + 2 * c.nbytes()), true, a, nullptr, min_dim);
+                matrix_bytes(a, b, c), true, a, nullptr, min_dim);
 }
 Status SimDevice::add_bias(const Tensor& x, const Tensor& bias, StreamId stream) {
   return charge("add_bias", inner_.add_bias(x, bias, stream), static_cast<double>(x.numel()), 2.0 * static_cast<double>(x.nbytes()),

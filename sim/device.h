@@ -155,6 +155,8 @@ class SimDevice final : public runtime::device::Device {
   Status charge(const char* op, Status s, double flops, double bytes, bool matrix, const Tensor& lead,
                 const char* factor_key = nullptr, std::int64_t min_dim = 0);
 
+  double matrix_bytes(const Tensor& a, const Tensor& b, const Tensor& c) const;
+
   DeviceProfile profile_;
   VirtualClock* clock_;
   SimMath inner_;  // the cpu backend's math, skipped in timing mode

@@ -75,7 +75,8 @@ Result<DeviceProfile> parse_device_profile(const std::string& json_text, const s
   detail::JsonObject root(j, origin);
   SHARDLAB_RETURN_IF_ERROR(root.only({"name", "description", "matrix_flops_per_s", "vector_flops_per_s",
                                       "memory_bytes_per_s", "launch_ns", "alloc_ns", "capacity_gib", "efficiency",
-                                      "compute_factors", "matrix_memory_overlap", "small_dim_factors", "notes"}));
+                                      "compute_factors", "matrix_memory_overlap", "matrix_operand_passes",
+                                      "small_dim_factors", "notes"}));
   SHARDLAB_RETURN_IF_ERROR(root.notes_ok("notes"));
   DeviceProfile p;
   SHARDLAB_ASSIGN_OR_RETURN(p.name, root.string("name", true));
@@ -116,6 +117,9 @@ Result<DeviceProfile> parse_device_profile(const std::string& json_text, const s
   }
   // NOTE [Matrix ops on a CPU]
   SHARDLAB_ASSIGN_OR_RETURN(p.matrix_memory_overlap, root.boolean_or("matrix_memory_overlap", true));
+  SHARDLAB_ASSIGN_OR_RETURN(p.matrix_operand_passes,
+                            root.number_or("matrix_operand_passes", 1.0, 1, 3, false,
+                                           "how often a GEMM streams its A and B operands, in [1, 3]"));
   if (root.has("small_dim_factors")) {
     SHARDLAB_ASSIGN_OR_RETURN(detail::JsonObject f, root.object("small_dim_factors"));
     for (const std::string& key : f.keys()) {
@@ -150,6 +154,7 @@ std::string device_profile_to_json(const DeviceProfile& p) {
   j["capacity_gib"] = static_cast<double>(p.capacity_bytes) / static_cast<double>(std::int64_t{1} << 30);
   j["efficiency"] = {{"matrix", p.matrix_efficiency}, {"vector", p.vector_efficiency}, {"memory", p.memory_efficiency}};
   if (!p.matrix_memory_overlap) j["matrix_memory_overlap"] = false;
+  if (p.matrix_operand_passes != 1.0) j["matrix_operand_passes"] = p.matrix_operand_passes;
   if (!p.small_dim_factors.empty()) {
     nlohmann::ordered_json f = nlohmann::ordered_json::object();
     for (const auto& [dim, v] : p.small_dim_factors) f[std::to_string(dim)] = v;

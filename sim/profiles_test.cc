@@ -336,6 +336,50 @@ TEST(DeviceProfiles, SimDeviceGemmUsesTheSmallestDimensionsFactor) {
 }
 
 // NOTE [Per-op compute factors]: activations are keyed by kind and direction; other ops by name.
+// NOTE [Matrix ops on a CPU]: operand passes multiply A's and B's bytes, not C's.
+TEST(DeviceProfiles, SimDeviceGemmStreamsItsOperandsMatrixOperandPassesTimes) {
+  DeviceProfile d;
+  d.launch_ns = 0;
+  d.matrix_flops_per_s = d.matrix_bf16_flops_per_s = 1e15;  // compute ~free
+  d.memory_bytes_per_s = 1e9;                                // 1 byte = 1 ns
+  d.matrix_memory_overlap = false;
+  const auto gemm_time = [](const DeviceProfile& p) {
+    VirtualClock clock;
+    SimDevice dev(0, p, &clock);
+    auto a = dev.zeros({8, 64}, DType::kF32, MemoryCategory::kOther, "a");    // 2048 B
+    auto b = dev.zeros({64, 256}, DType::kF32, MemoryCategory::kOther, "b");  // 65536 B
+    auto c = dev.zeros({8, 256}, DType::kF32, MemoryCategory::kOther, "c");   // 8192 B
+    EXPECT_TRUE(a.is_ok() && b.is_ok() && c.is_ok());
+    const Nanos start = clock.now();
+    EXPECT_TRUE(dev.gemm(*a, false, *b, false, *c, 1, 0, runtime::device::kComputeStream).is_ok());
+    return clock.now() - start;
+  };
+  // 262144 flops at 1e15 = 0.26 ns; bytes (2048 + 65536)·passes + 2·8192.
+  EXPECT_EQ(gemm_time(d), 67584 + 16384);
+  d.matrix_operand_passes = 3.0;
+  EXPECT_EQ(gemm_time(d), 3 * 67584 + 16384);
+  // In JSON: written when not 1, read back; outside [1, 3] refused naming the key.
+  auto back = parse_device_profile(device_profile_to_json(d), "d.json");
+  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  EXPECT_EQ(back->matrix_operand_passes, 3.0);
+  EXPECT_EQ(device_profile_to_json(DeviceProfile{}).find("matrix_operand_passes"), std::string::npos);
+  std::string json = device_profile_to_json(d);
+  for (const char* bad : {"0.5", "3.5", "\"two\""}) {
+    std::string text = json;
+    const auto at = text.find("\"matrix_operand_passes\": 3.0");
+    ASSERT_NE(at, std::string::npos) << text;
+    text.replace(at, std::string("\"matrix_operand_passes\": 3.0").size(), std::string("\"matrix_operand_passes\": ") + bad);
+    auto r = parse_device_profile(text, "d.json");
+    ASSERT_FALSE(r.is_ok()) << bad;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(r.status().message().find("matrix_operand_passes"), std::string::npos) << r.status().message();
+    EXPECT_NE(r.status().message().find("[1, 3]"), std::string::npos) << r.status().message();
+  }
+  for (const std::string& name : list_device_profiles()) {
+    EXPECT_EQ(load_device_profile(name)->matrix_operand_passes, 1.0) << name;
+  }
+}
+
 TEST(DeviceProfiles, SimDeviceUsesPerOpComputeFactorKeys) {
   DeviceProfile d;  // cpu-sim: vector 20 GFLOP/s (50 ps/flop), memory 20 GB/s (50 ps/byte), launch 2 µs
   d.compute_factors = {{"activation_relu", 4.0}, {"activation_backward_gelu", 2.0}, {"optimizer_step", 3.0}};
