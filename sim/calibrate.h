@@ -13,7 +13,11 @@
 // the measured op times on the machine it came from. Each figure is the best of `repeats`
 // windows after one warm-up window (the least disturbed window); a window runs the op back
 // to back for at least `min_window_ns` and yields the mean time per op, with the launch
-// overhead (the mean time of a one-element op) taken off before dividing.
+// overhead (the mean time of a one-element op) taken off before dividing. Beyond the
+// roofline rates it measures what a CPU device has and an accelerator hides: the host time
+// per allocation, a compute factor per vector op kind (NOTE [Per-op compute factors]), and
+// for GEMMs the operand passes and small-dimension factors (NOTE [Matrix ops on a CPU],
+// both in sim/cost_model.h); calibrate_network adds the reduction rate γ.
 //
 // NOTE [Calibrate with the run's process count]
 // The simulator gives every rank a device of its own. When a run has more processes than
