@@ -3,10 +3,11 @@
 against reality").
 
 1. Calibrate once per process count P of the sweep: `shardlab calibrate` writes a device
-   profile; for P >= 2 it runs under `mpiexec -n P` with `--topology-out`, so that every
-   process measures at once (sharing the cores as the real runs will) and the MPI
-   collectives are timed on P ranks and fitted as an α–β `switch` topology (NOTE
-   [Calibrate with the run's process count] in sim/calibrate.h).
+   profile; it runs under `mpiexec -n P` with `--topology-out`, so that every process
+   measures at once (sharing the cores as the real runs will) and the MPI collectives are
+   timed on P ranks and fitted as an α–β–γ `switch` topology (NOTE [Calibrate with the
+   run's process count] in sim/calibrate.h) — with one process, their per-call overhead
+   (NOTE [Collective overhead] in sim/topology.h).
 2. For every point (processes × model × sharding strategy): run the same scenario for real
    (`shardlab run --backend mpi` under `mpiexec -n P`) and in the simulator with the
    calibrated profiles (`--set world.device=… --set world.topology=…`).
@@ -17,7 +18,8 @@ against reality").
    caches fill), and so is the last step, which also gathers the full gradients for the
    run's result; at least one step is always kept.
 
-Prints a table (procs, model, strategy, measured s/step, predicted s/step, error %) and
+Prints a table (procs, model, strategy, measured s/step, predicted s/step, error %, and the
+spread % of the real repeats: max − min of their medians over the pooled median) and
 writes the same as JSON (--json). Accuracy is reported, never enforced: the exit code is 0
 when every run worked, 1 when a run or the calibration failed, 2 for bad arguments.
 `--table-from RESULT.json` reprints the table of a saved result (exit 1 when it is not a
@@ -147,13 +149,12 @@ def read_step_times(out_dir, what):
 
 
 def calibrate(args, work, procs):
-    """Profiles measured with `procs` processes: (device path, topology path or None, log path)."""
+    """Profiles measured with `procs` processes: (device path, topology path, log path)."""
     dev = os.path.join(work, f"device_{procs}p.json")
-    topo = os.path.join(work, f"topology_{procs}p.json") if procs >= 2 else None
-    if topo:  # every process measures at once (NOTE [Calibrate with the run's process count])
-        cmd = mpiexec_cmd(args, procs) + [args.shardlab, "calibrate", "--out", dev, "--topology-out", topo]
-    else:  # one process: no collectives to time (the simulator charges none on one rank)
-        cmd = [args.shardlab, "calibrate", "--out", dev]
+    topo = os.path.join(work, f"topology_{procs}p.json")
+    # Every process measures at once (NOTE [Calibrate with the run's process count]); one
+    # process times its one-rank collectives' per-call overhead (NOTE [Collective overhead]).
+    cmd = mpiexec_cmd(args, procs) + [args.shardlab, "calibrate", "--out", dev, "--topology-out", topo]
     log = os.path.join(work, f"calibrate_{procs}p.log")
     run(cmd, f"calibrate ({procs} processes)", log, args.timeout)
     for p in (dev, topo):
@@ -190,9 +191,7 @@ def simulated_run(args, work, scenario, point, profiles):
     out = os.path.join(work, "sim", tag)
     shutil.rmtree(out, ignore_errors=True)
     cmd = [args.shardlab, "run", scenario] + point_overrides(procs, model, strategy)
-    cmd += ["--set", f"world.device={dev}"]
-    if topo:
-        cmd += ["--set", f"world.topology={topo}"]
+    cmd += ["--set", f"world.device={dev}", "--set", f"world.topology={topo}"]
     cmd += ["--out", out]
     run(cmd, f"simulated run {tag}", out + ".log", args.timeout)
     per_step, breakdown = read_step_times(out, f"simulated run {tag}")
@@ -205,6 +204,11 @@ def compare(args, point, real, sim, profiles):
     sim_steps, breakdown, sim_out = sim
     measured = statistics.median([t for steps in real_steps for t in kept_steps(steps, args.warmup)])
     predicted = statistics.median(kept_steps(sim_steps, args.warmup))
+    # How far the real runs of this point disagree with each other: the spread of the
+    # per-repeat medians around the pooled one (0 with one repeat). An error inside it
+    # cannot be told from measurement noise.
+    repeat_medians = [statistics.median(kept_steps(steps, args.warmup)) for steps in real_steps]
+    spread = (max(repeat_medians) - min(repeat_medians)) / measured * 100.0
     return {
         "procs": procs,
         "model": model,
@@ -212,6 +216,8 @@ def compare(args, point, real, sim, profiles):
         "measured_s": measured,
         "predicted_s": predicted,
         "error_pct": (predicted - measured) / measured * 100.0,
+        "repeat_spread_pct": spread,
+        "repeat_medians_s": repeat_medians,
         "measured_per_step_s": real_steps,
         "predicted_per_step_s": sim_steps,
         "predicted_breakdown_s": breakdown,
@@ -224,11 +230,13 @@ def compare(args, point, real, sim, profiles):
 
 def format_table(points):
     lines = [f"{'procs':>5}  {'model':<10} {'strategy':<11} {'measured s/step':>15} {'predicted s/step':>16} "
-             f"{'error %':>8}"]
+             f"{'error %':>8} {'spread %':>9}"]
     for p in points:
         mark = "" if abs(p["error_pct"]) <= TARGET_PCT else "  (miss)"
+        spread = p.get("repeat_spread_pct")  # absent in results written before it existed
+        spread_text = f"{spread:>9.1f}" if spread is not None else f"{'-':>9}"
         lines.append(f"{p['procs']:>5}  {p['model']:<10} {p['strategy']:<11} {p['measured_s']:>15.6f} "
-                     f"{p['predicted_s']:>16.6f} {p['error_pct']:>+8.1f}{mark}")
+                     f"{p['predicted_s']:>16.6f} {p['error_pct']:>+8.1f} {spread_text}{mark}")
     if points:
         errs = [abs(p["error_pct"]) for p in points]
         within = sum(e <= TARGET_PCT for e in errs)

@@ -168,14 +168,16 @@ int main_impl(int argc, char** argv) {
   std::string calibrate_out, calibrate_topology_out;
   auto* calibrate_cmd = app.add_subcommand(
       "calibrate",
-      "Measure this machine (GEMM, vector and memcpy rates; with --topology-out under mpiexec -n P also the MPI\n"
-      "collectives' α/β) and write simulator profiles: use them as world.device / world.topology to predict CPU\n"
+      "Measure this machine (GEMM, vector and memcpy rates and the CPU's per-op costs; with --topology-out under\n"
+      "mpiexec -n P also the MPI collectives' α/β/γ, or with one process their per-call overhead) and write simulator\n"
+      "profiles: use them as world.device / world.topology to predict CPU\n"
       "runs. Under mpiexec every process measures at once, so the profiles describe a P-process run on this\n"
       "machine (cores shared when P exceeds them); calibrate with the process count you want to predict.");
   calibrate_cmd->add_option("--out", calibrate_out, "Device profile to write (JSON)")->required();
   calibrate_cmd->add_option("--topology-out", calibrate_topology_out,
-                            "Also time MPI all_gather/reduce_scatter/all_reduce on all processes (mpiexec -n P, "
-                            "P >= 2), fit a ring α/β and write it as a switch topology");
+                            "Also time MPI all_gather/reduce_scatter/all_reduce on all processes (mpiexec -n P), "
+                            "fit a ring α/β/γ (P >= 2) or the per-call overhead (P = 1) and write it as a switch "
+                            "topology");
 
   auto* devices_cmd = app.add_subcommand(
       "devices", "List the device and topology profiles the simulator knows, and any accelerators found.");
@@ -329,18 +331,22 @@ int main_impl(int argc, char** argv) {
     const int rank = (*world)->rank();
     shardlab::runtime::device::cpu::CpuDevice host({"cpu", rank});
     auto net = shardlab::sim::calibrate_network(**world, host, clock);
-    if (!net.is_ok()) {
-      return failed(net.status().with_context("--topology-out needs at least 2 MPI processes (mpiexec -n P shardlab "
-                                              "calibrate …)"));
-    }
+    if (!net.is_ok()) return failed(net.status());
     auto profile = shardlab::sim::calibrate_device_together(**world, host, clock);
     if (!profile.is_ok()) return failed(profile.status());
     if (rank != 0) return 0;
     const auto topo = shardlab::sim::switch_topology_from(*net, "calibrated-mpi");
     if (auto st = shardlab::sim::write_topology(topo, calibrate_topology_out); !st.is_ok()) return failed(st);
-    std::printf("MPI: α %.3g us, %.3g GB/s per ring step, reductions at %.3g GB/s (collectives on %d processes) → %s\n",
-                static_cast<double>(net->latency_ns) / 1e3, net->bytes_per_s / 1e9, net->reduce_bytes_per_s / 1e9,
-                net->ranks, calibrate_topology_out.c_str());
+    if (net->ranks == 1) {
+      std::printf("MPI: %.3g us per collective call, reduce_scatter copies at %.3g GB/s (one-rank collectives; 1 "
+                  "process) → %s\n",
+                  static_cast<double>(net->overhead_ns) / 1e3, net->reduce_bytes_per_s / 1e9,
+                  calibrate_topology_out.c_str());
+    } else {
+      std::printf("MPI: α %.3g us, %.3g GB/s per ring step, reductions at %.3g GB/s (collectives on %d processes) → %s\n",
+                  static_cast<double>(net->latency_ns) / 1e3, net->bytes_per_s / 1e9, net->reduce_bytes_per_s / 1e9,
+                  net->ranks, calibrate_topology_out.c_str());
+    }
     for (const auto& m : net->samples) {
       const double fitted = net->fitted_ns(m);
       std::printf("  %-14s %9lld B (%d ring steps of %lld B): %10.1f us measured, %10.1f us fitted\n",

@@ -348,7 +348,6 @@ Result<DeviceProfile> calibrate_device_together(Communicator& comm, runtime::dev
 Result<NetworkCalibration> calibrate_network(Communicator& comm, runtime::device::Device& device,
                                              const Clock& clock, const NetworkCalibrationOptions& o) {
   const int p = comm.size();
-  if (p < 2) return Status::failed_precondition("calibrate_network needs at least 2 ranks; got " + std::to_string(p));
   if (o.sizes.size() < 2 || o.repeats < 1) {
     return Status::invalid_argument("calibrate_network: needs at least 2 sizes and repeats >= 1");
   }
@@ -394,37 +393,53 @@ Result<NetworkCalibration> calibrate_network(Communicator& comm, runtime::device
       medians.push_back(times[times.size() / 2]);
       const std::int64_t chunk = 4 * n;
       const int steps = kind == OpKind::kAllReduce ? 2 * (p - 1) : p - 1;
-      const std::int64_t reduced = kind == OpKind::kAllGather ? 0 : (p - 1) * chunk;
+      // NOTE [Reduction cost]: (p-1) chunks; one rank's reduce_scatter copies its chunk.
+      const std::int64_t reduced = kind == OpKind::kAllGather ? 0
+                                   : p > 1                    ? (p - 1) * chunk
+                                   : kind == OpKind::kReduceScatter ? chunk
+                                                                    : 0;
       result.samples.push_back({kind, chunk * p, chunk, steps, chunk, reduced, 0});
     }
   }
   SHARDLAB_ASSIGN_OR_RETURN(const std::vector<Nanos> slowest, max_over_ranks(comm, device, medians));
   for (std::size_t i = 0; i < slowest.size(); ++i) result.samples[i].time_ns = slowest[i];
+  if (p == 1) {  // NOTE [Collective overhead]: the per-call cost is all there is to fit
+    std::vector<Nanos> small;
+    for (const CollectiveSample& s : result.samples) {
+      if (s.buffer_bytes <= (64 << 10)) small.push_back(s.time_ns);
+    }
+    if (small.empty()) {
+      return Status::invalid_argument("calibrate_network: one rank needs a size of at most 64 KiB");
+    }
+    std::nth_element(small.begin(), small.begin() + static_cast<std::ptrdiff_t>(small.size() / 2), small.end());
+    result.overhead_ns = small[small.size() / 2];
+  } else {
 
-  // Weighted least squares on y = time/steps = α + β·x (x = step bytes) over the all_gather
-  // samples, with weights 1/y²: the relative error of every sample counts the same. Every
-  // rank fits the same numbers.
-  double sw = 0, swx = 0, swxx = 0, swy = 0, swxy = 0;
-  for (const CollectiveSample& s : result.samples) {
-    if (s.kind != OpKind::kAllGather) continue;
-    const double y = static_cast<double>(s.time_ns) / s.steps;
-    const double x = static_cast<double>(s.step_bytes);
-    const double w = 1.0 / std::max(y * y, 1.0);
-    sw += w;
-    swx += w * x;
-    swxx += w * x * x;
-    swy += w * y;
-    swxy += w * x * y;
+    // Weighted least squares on y = time/steps = α + β·x (x = step bytes) over the all_gather
+    // samples, with weights 1/y²: the relative error of every sample counts the same. Every
+    // rank fits the same numbers.
+    double sw = 0, swx = 0, swxx = 0, swy = 0, swxy = 0;
+    for (const CollectiveSample& s : result.samples) {
+      if (s.kind != OpKind::kAllGather) continue;
+      const double y = static_cast<double>(s.time_ns) / s.steps;
+      const double x = static_cast<double>(s.step_bytes);
+      const double w = 1.0 / std::max(y * y, 1.0);
+      sw += w;
+      swx += w * x;
+      swxx += w * x * x;
+      swy += w * y;
+      swxy += w * x * y;
+    }
+    const double det = sw * swxx - swx * swx;
+    const double beta = det > 0 ? (sw * swxy - swx * swy) / det : 0.0;  // ns per byte
+    if (!(beta > 0)) {
+      return Status::failed_precondition("calibrate_network: all_gather times do not grow with the message size (slope " +
+                                         std::to_string(beta) + " ns/byte); use larger sizes");
+    }
+    const double alpha = (swy - beta * swx) / sw;
+    result.latency_ns = std::max<Nanos>(0, static_cast<Nanos>(std::llround(alpha)));
+    result.bytes_per_s = 1e9 / beta;
   }
-  const double det = sw * swxx - swx * swx;
-  const double beta = det > 0 ? (sw * swxy - swx * swy) / det : 0.0;  // ns per byte
-  if (!(beta > 0)) {
-    return Status::failed_precondition("calibrate_network: all_gather times do not grow with the message size (slope " +
-                                       std::to_string(beta) + " ns/byte); use larger sizes");
-  }
-  const double alpha = (swy - beta * swx) / sw;
-  result.latency_ns = std::max<Nanos>(0, static_cast<Nanos>(std::llround(alpha)));
-  result.bytes_per_s = 1e9 / beta;
   // γ: the excess of the reducing collectives over α–β, per reduced byte, minimizing the
   // relative error Σ ((excess − γ·x) / t)² → γ = Σ excess·x/t² / Σ x²/t².
   double num = 0, den = 0;
@@ -451,8 +466,11 @@ Result<NetworkCalibration> calibrate_network(Communicator& comm, runtime::device
 }
 
 double NetworkCalibration::fitted_ns(const CollectiveSample& s) const {
-  double t = static_cast<double>(s.steps) *
-             (static_cast<double>(latency_ns) + static_cast<double>(s.step_bytes) * 1e9 / bytes_per_s);
+  double t = static_cast<double>(overhead_ns);
+  if (s.steps > 0 && bytes_per_s > 0) {
+    t += static_cast<double>(s.steps) *
+         (static_cast<double>(latency_ns) + static_cast<double>(s.step_bytes) * 1e9 / bytes_per_s);
+  }
   if (reduce_bytes_per_s > 0) t += static_cast<double>(s.reduced_bytes) * 1e9 / reduce_bytes_per_s;
   return t;
 }
@@ -461,13 +479,17 @@ TopologySpec switch_topology_from(const NetworkCalibration& c, std::string name)
   TopologySpec t;
   t.name = std::move(name);
   t.description = "measured by shardlab calibrate with " + std::to_string(c.ranks) +
-                  " MPI processes (ring alpha-beta fit to all_gather; reduction rate fit to reduce_scatter and "
-                  "all_reduce)";
+                  (c.ranks == 1 ? " MPI process (the per-call overhead of one-rank collectives; default links)"
+                                 : " MPI processes (ring alpha-beta fit to all_gather; reduction rate fit to "
+                                   "reduce_scatter and all_reduce)");
   t.kind = TopologyKind::kSwitch;
-  t.port.gbit_per_s = c.bytes_per_s * 8.0 / 1e9;
-  t.port.latency_ns = c.latency_ns / 2;
+  if (c.bytes_per_s > 0) {  // one rank measures no links: the defaults stay
+    t.port.gbit_per_s = c.bytes_per_s * 8.0 / 1e9;
+    t.port.latency_ns = c.latency_ns / 2;
+  }
   t.efficiency = 1.0;
   t.reduce_bytes_per_s = c.reduce_bytes_per_s;
+  t.collective_overhead_ns = c.overhead_ns;
   return t;
 }
 

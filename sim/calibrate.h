@@ -108,6 +108,7 @@ struct CollectiveSample {
 
 struct NetworkCalibration {
   int ranks = 0;                     // how many processes were measured
+  Nanos overhead_ns = 0;             // NOTE [Collective overhead] in sim/topology.h; one rank only
   Nanos latency_ns = 0;              // α: the fitted time of an empty ring step
   double bytes_per_s = 0;            // 1/β: the fitted bytes per second of a ring step
   double reduce_bytes_per_s = 0;     // 1/γ (NOTE [Reduction cost] in sim/topology.h); 0: none fitted
@@ -130,13 +131,16 @@ struct NetworkCalibration {
 // out (reductions free) when that excess is not positive or under 1% of every reducing
 // sample's time (rounding, not a cost). Every rank calls it and gets the
 // same result.
-// FAILED_PRECONDITION with fewer than 2 ranks or when the times do not grow with the size
-// (no bandwidth to fit); INVALID_ARGUMENT for bad options.
+// With one rank there is nothing to fit but the per-call overhead (NOTE [Collective
+// overhead] in sim/topology.h): the median time of the samples of at most 64 KiB (where no
+// copy matters); α, β and γ stay 0. FAILED_PRECONDITION when the all_gather times do not
+// grow with the size (no bandwidth to fit); INVALID_ARGUMENT for bad options.
 Result<NetworkCalibration> calibrate_network(runtime::comm::Communicator& comm, runtime::device::Device& device,
                                              const Clock& clock, const NetworkCalibrationOptions& options = {});
 
 // A `switch` topology profile with the fitted α (split over the two port traversals of a
-// message) and bandwidth — what `shardlab calibrate` writes next to the device profile.
+// message), bandwidth, reduction rate and overhead — what `shardlab calibrate` writes next
+// to the device profile. From one rank: the default links, and the overhead.
 TopologySpec switch_topology_from(const NetworkCalibration& c, std::string name);
 // Writes topology_to_json atomically.
 Status write_topology(const TopologySpec& spec, const std::string& path);

@@ -204,13 +204,66 @@ TEST(Calibrate, TogetherKeepsTheSlowestRank) {
   }
 }
 
-TEST(Calibrate, NeedsTwoRanks) {
+// NOTE [Collective overhead]: one rank has no links to fit, only the per-call cost — here
+// a truth of 7 µs per collective; written out, it reads back and times a one-rank world.
+TEST(Calibrate, OneRankMeasuresTheCollectiveOverhead) {
+  TopologySpec truth;
+  truth.name = "truth";
+  truth.kind = TopologyKind::kSwitch;
+  truth.collective_overhead_ns = 7000;
+  truth.reduce_bytes_per_s = 4e9;  // the one-rank reduce_scatter's copy: 0.25 ns per byte
+  NetworkSpec ns;
+  ns.nodes = 1;
+  ns.devices_per_node = 1;
+  auto net = make_network(ns, truth);
+  ASSERT_TRUE(net.is_ok()) << net.status().to_string();
   WorldOptions o;
+  o.network_model = *net;
   World world(o);
+  NetworkCalibration got;
   const auto results = world.run([&](RankContext& ctx) -> Status {
-    return calibrate_network(ctx.comm, ctx.device, ctx.clock).status();
+    SHARDLAB_ASSIGN_OR_RETURN(got, calibrate_network(ctx.comm, ctx.device, ctx.clock));
+    return Status::ok();
   });
-  EXPECT_EQ(results[0].status.code(), StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(results[0].status.is_ok()) << results[0].status.to_string();
+  EXPECT_EQ(got.ranks, 1);
+  EXPECT_EQ(got.overhead_ns, 7000);
+  EXPECT_EQ(got.latency_ns, 0);
+  EXPECT_EQ(got.bytes_per_s, 0.0);
+  EXPECT_NEAR(got.reduce_bytes_per_s / 4e9, 1.0, 1e-3);
+  for (const CollectiveSample& s : got.samples) {
+    const bool copies = s.kind == runtime::comm::OpKind::kReduceScatter;
+    EXPECT_EQ(s.reduced_bytes, copies ? s.chunk_bytes : 0);
+    EXPECT_NEAR(got.fitted_ns(s), 7000.0 + (copies ? 0.25 * static_cast<double>(s.chunk_bytes) : 0.0), 2.0);
+  }
+  const TopologySpec t = switch_topology_from(got, "one");
+  auto back = parse_topology(topology_to_json(t), "one.json");
+  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  EXPECT_EQ(back->collective_overhead_ns, 7000);
+  EXPECT_NEAR(back->reduce_bytes_per_s / 4e9, 1.0, 1e-3);
+  EXPECT_EQ(back->port.gbit_per_s, TopologySpec{}.port.gbit_per_s);  // default links
+  // A one-rank world on it: an all_reduce issued at t completes at t + 7 µs.
+  auto again = make_network(ns, *back);
+  ASSERT_TRUE(again.is_ok());
+  const int ranks[] = {0};
+  const Nanos arrivals[] = {1000};
+  CollectiveQuery q;
+  q.kind = runtime::comm::OpKind::kAllReduce;
+  q.world_ranks = ranks;
+  q.arrivals = arrivals;
+  q.bytes = 4096;
+  EXPECT_EQ((*again)->collective(q).done, std::vector<Nanos>{8000});
+  // A reduce_scatter of a 4096-byte chunk also copies it: + 4096 / 4 GB/s ≈ 1024 ns.
+  q.kind = runtime::comm::OpKind::kReduceScatter;
+  EXPECT_NEAR(static_cast<double>((*again)->collective(q).done[0]), 8000 + 1024, 2);
+  // Bad values in a file are refused naming the key.
+  for (const char* bad : {"-1", "1.5", "2e9", "\"7us\""}) {
+    auto r = parse_topology(R"({"name": "t", "kind": "switch", "port": {"gbit_per_s": 100, "latency_ns": 1000},
+                                "collective_overhead_ns": )" + std::string(bad) + "}",
+                            "t.json");
+    ASSERT_FALSE(r.is_ok()) << bad;
+    EXPECT_NE(r.status().message().find("collective_overhead_ns"), std::string::npos) << r.status().message();
+  }
 }
 
 TEST(Calibrate, MeasuresThisCpu) {

@@ -89,7 +89,7 @@ class TopologyNetwork final : public NetworkCostModel {
     const Nanos earliest = *std::min_element(q.arrivals.begin(), q.arrivals.end());
     if (!faults_after(earliest)) {
       t.done = evaluate_schedule(s, q.world_ranks, q.arrivals, pricer);
-      add_reduction(q, t.done);
+      add_host_costs(q, t.done);
       return t;
     }
     Transfer blocked{-1, -1, 0};
@@ -101,7 +101,7 @@ class TopologyNetwork final : public NetworkCostModel {
                                      std::to_string(q.world_ranks.size()) + " ranks (" + s.algorithm +
                                      ") cannot complete: " + down_reason(blocked));
     } else {
-      add_reduction(q, t.done);
+      add_host_costs(q, t.done);
     }
     return t;
   }
@@ -125,15 +125,19 @@ class TopologyNetwork final : public NetworkCostModel {
   bool faults_after(Nanos t) const { return !windows_.empty() && last_end_ > t; }
 
   // NOTE [Reduction cost] in sim/topology.h: each member reduces (p-1) chunks of its result.
-  void add_reduction(const CollectiveQuery& q, std::vector<Nanos>& done) const {
+  // Also NOTE [Collective overhead]: every member, every kind, any group size.
+  void add_host_costs(const CollectiveQuery& q, std::vector<Nanos>& done) const {
+    if (const Nanos o = topo_.spec().collective_overhead_ns; o > 0) {
+      for (Nanos& d : done) d += o;
+    }
     const double rate = topo_.spec().reduce_bytes_per_s;
     const std::int64_t p = static_cast<std::int64_t>(q.world_ranks.size());
-    if (!(rate > 0) || p < 2) return;
-    std::int64_t chunk = 0;
-    if (q.kind == runtime::comm::OpKind::kReduceScatter) chunk = q.bytes;
-    else if (q.kind == runtime::comm::OpKind::kAllReduce) chunk = (q.bytes + p - 1) / p;
-    else return;
-    const Nanos t = static_cast<Nanos>(std::llround(static_cast<double>((p - 1) * chunk) * 1e9 / rate));
+    if (!(rate > 0)) return;
+    std::int64_t reduced = 0;  // (p-1) chunks; one member's reduce_scatter copies its chunk
+    if (q.kind == runtime::comm::OpKind::kReduceScatter) reduced = p > 1 ? (p - 1) * q.bytes : q.bytes;
+    else if (q.kind == runtime::comm::OpKind::kAllReduce) reduced = (p - 1) * ((q.bytes + p - 1) / p);
+    if (reduced == 0) return;
+    const Nanos t = static_cast<Nanos>(std::llround(static_cast<double>(reduced) * 1e9 / rate));
     for (Nanos& d : done) d += t;
   }
 

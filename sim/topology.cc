@@ -247,6 +247,11 @@ std::string Topology::describe() const {
     std::snprintf(buf, sizeof buf, "; reductions at %.4g GB/s", spec_.reduce_bytes_per_s / 1e9);
     d += buf;
   }
+  if (spec_.collective_overhead_ns > 0) {  // NOTE [Collective overhead]
+    std::snprintf(buf, sizeof buf, "; %.3g us per collective call",
+                  static_cast<double>(spec_.collective_overhead_ns) / 1e3);
+    d += buf;
+  }
   return d;
 }
 
@@ -280,7 +285,7 @@ Result<TopologySpec> parse_topology(const std::string& json_text, const std::str
   detail::JsonObject root(j, origin);
   SHARDLAB_RETURN_IF_ERROR(root.only({"name", "description", "kind", "max_devices_per_node", "peer", "port",
                                       "nodes_per_leaf", "oversubscription", "spine_latency_ns", "efficiency", "reduce_gbyte_per_s",
-                                      "notes"}));
+                                      "collective_overhead_ns", "notes"}));
   SHARDLAB_RETURN_IF_ERROR(root.notes_ok("notes"));
   TopologySpec t;
   SHARDLAB_ASSIGN_OR_RETURN(t.name, root.string("name", true));
@@ -334,6 +339,10 @@ Result<TopologySpec> parse_topology(const std::string& json_text, const std::str
                                                             "10^9 bytes/s > 0 (leave it out: reductions are free)"));
     t.reduce_bytes_per_s = gbs * 1e9;
   }
+  SHARDLAB_ASSIGN_OR_RETURN(const double overhead, root.number_or("collective_overhead_ns", 0, 0, 1e9, false,
+                                                                  "an integer number of ns in [0, 1e9]"));
+  if (overhead != std::floor(overhead)) return root.bad("collective_overhead_ns", "must be an integer number of ns");
+  t.collective_overhead_ns = static_cast<Nanos>(overhead);
   return t;
 }
 
@@ -354,6 +363,7 @@ std::string topology_to_json(const TopologySpec& t) {
   }
   j["efficiency"] = t.efficiency;
   if (t.reduce_bytes_per_s > 0) j["reduce_gbyte_per_s"] = t.reduce_bytes_per_s / 1e9;
+  if (t.collective_overhead_ns > 0) j["collective_overhead_ns"] = t.collective_overhead_ns;
   return j.dump(2) + "\n";
 }
 

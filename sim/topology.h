@@ -66,8 +66,18 @@ struct TopologySpec {
   // has each member reduce (p-1) chunks of its result — ((p-1)/p)·N bytes for a buffer
   // of N —, so the term is algorithm-independent and is added to each member's completion
   // after the schedule: ring reduce_scatter (p-1)α + ((p-1)/p)·pn·(β + γ). It matters
-  // where the reduction is host work (Open MPI on CPUs: `shardlab calibrate` fits it).
+  // where the reduction is host work (Open MPI on CPUs: `shardlab calibrate` fits it). A
+  // one-member reduce_scatter reduces nothing but copies its input chunk to the output (Open
+  // MPI does, ~8 GB/s here): charged as one chunk at this rate.
   double reduce_bytes_per_s = 0;
+  // NOTE [Collective overhead]
+  // Host time a member spends in the collective library per call, added to every
+  // member's completion of every collective — also on a one-member group, which the
+  // network itself completes at once. 0 in the built-in topologies (it is part of their
+  // latencies). `shardlab calibrate` measures it with one process (Open MPI's libnbc
+  // builds and progresses a schedule even then: several µs per call); with more
+  // processes it cannot be told apart from α, which absorbs it, and it stays 0.
+  Nanos collective_overhead_ns = 0;
 };
 
 using LinkId = std::int64_t;
