@@ -10,6 +10,7 @@
 #include "runtime/device/cpu/device.h"
 #include "runtime/io/safetensors.h"
 #include "sim/device.h"
+#include "sim/network.h"
 #include "sim/virtual_clock.h"
 
 namespace shardlab::sim {
@@ -66,6 +67,13 @@ std::int64_t host_memory_bytes() {
 
 // Seconds of work once the launch overhead is taken off (at least 1 ns).
 double work_s(Nanos t, Nanos launch) { return static_cast<double>(std::max<Nanos>(t - launch, 1)) / 1e9; }
+
+// Options for ops timed many times over: windows of min_window_ns / 5.
+DeviceCalibrationOptions quick_options(const DeviceCalibrationOptions& o) {
+  DeviceCalibrationOptions quick = o;
+  quick.min_window_ns = std::max<Nanos>(1, o.min_window_ns / 5);
+  return quick;
+}
 
 // NOTE [Per-op compute factors]: each op with a compute term runs on in-cache tensors of
 // about `vector_elements` elements (where its arithmetic, not memory, sets the pace) —
@@ -171,8 +179,7 @@ Result<std::map<std::string, double, std::less<>>> measure_compute_factors(runti
                      [&, act = act](auto& d) { return d.activation_backward(act, x, dy, dx, kComputeStream); });
   }
 
-  DeviceCalibrationOptions quick = o;
-  quick.min_window_ns = std::max<Nanos>(1, o.min_window_ns / 5);  // small ops: many runs per window
+  const DeviceCalibrationOptions quick = quick_options(o);  // small ops: many runs per window
   std::map<std::string, double, std::less<>> factors;
   for (const auto& [key, op] : ops) {
     const Nanos before = sim_clock.now();
@@ -239,9 +246,9 @@ Result<DeviceProfile> measure_device(runtime::device::Device& device, const Cloc
   // NOTE [Matrix ops on a CPU]: the GEMM's operand traffic is charged after its flops, so
   // it is taken off the measured time before the rate is computed.
   p.matrix_memory_overlap = false;
-  // Operand bytes counted matrix_operand_passes times (1 until they are measured below).
+  // fp32 [m, k] · [k, nn] as SimDevice charges it (operand passes 1 until measured below).
   const auto gemm_bytes = [&p](double m, double nn, double k) {
-    return 4.0 * (m * k + k * nn) * p.matrix_operand_passes + 8.0 * m * nn;
+    return p.matrix_bytes(4.0 * m * k, 4.0 * k * nn, 4.0 * m * nn);
   };
   const auto gemm_compute_s = [&](Nanos t, double m, double nn, double k) {
     return std::max(work_s(t, launch) - gemm_bytes(m, nn, k) / p.memory_bytes_per_s, 1e-9);
@@ -254,8 +261,7 @@ Result<DeviceProfile> measure_device(runtime::device::Device& device, const Cloc
     // m = d: [d, G/2] · [G/2, W] (the weight of 16 G² bytes streams from memory, as a
     // language-model head's does); k = d: [W, d] · [d, G/2] (a weight gradient that size).
     const std::int64_t wide = 32 * n, half = std::max<std::int64_t>(1, n / 2);
-    DeviceCalibrationOptions quick = o;
-    quick.min_window_ns = std::max<Nanos>(1, o.min_window_ns / 5);
+    const DeviceCalibrationOptions quick = quick_options(o);
     const auto time_gemm = [&](std::int64_t m, std::int64_t k, std::int64_t cols) -> Result<Nanos> {
       SHARDLAB_ASSIGN_OR_RETURN(Tensor ga, device.empty({m, k}, DType::kF32, cat, "calibrate.ga"));
       SHARDLAB_ASSIGN_OR_RETURN(Tensor gb, device.empty({k, cols}, DType::kF32, cat, "calibrate.gb"));
@@ -393,11 +399,8 @@ Result<NetworkCalibration> calibrate_network(Communicator& comm, runtime::device
       medians.push_back(times[times.size() / 2]);
       const std::int64_t chunk = 4 * n;
       const int steps = kind == OpKind::kAllReduce ? 2 * (p - 1) : p - 1;
-      // NOTE [Reduction cost]: (p-1) chunks; one rank's reduce_scatter copies its chunk.
-      const std::int64_t reduced = kind == OpKind::kAllGather ? 0
-                                   : p > 1                    ? (p - 1) * chunk
-                                   : kind == OpKind::kReduceScatter ? chunk
-                                                                    : 0;
+      // What the simulator charges γ for (bytes as a CollectiveQuery holds them).
+      const std::int64_t reduced = reduced_bytes(kind, p, kind == OpKind::kAllReduce ? chunk * p : chunk);
       result.samples.push_back({kind, chunk * p, chunk, steps, chunk, reduced, 0});
     }
   }
@@ -414,7 +417,6 @@ Result<NetworkCalibration> calibrate_network(Communicator& comm, runtime::device
     std::nth_element(small.begin(), small.begin() + static_cast<std::ptrdiff_t>(small.size() / 2), small.end());
     result.overhead_ns = small[small.size() / 2];
   } else {
-
     // Weighted least squares on y = time/steps = α + β·x (x = step bytes) over the all_gather
     // samples, with weights 1/y²: the relative error of every sample counts the same. Every
     // rank fits the same numbers.

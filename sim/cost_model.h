@@ -100,6 +100,11 @@ struct DeviceProfile {
   Nanos op_time(std::string_view factor_key, double flops, double bytes, ComputeUnit unit, DType dtype,
                 std::int64_t min_dim = 0) const;
   double small_dim_factor(std::int64_t min_dim) const;
+  // A matrix op's bytes (NOTE [Matrix ops on a CPU]): A and B matrix_operand_passes times,
+  // C twice (read and written).
+  double matrix_bytes(double a_bytes, double b_bytes, double c_bytes) const {
+    return (a_bytes + b_bytes) * matrix_operand_passes + 2.0 * c_bytes;
+  }
   // fp32 shorthand: op_time(flops, bytes, matrix ? kMatrix : kVector, kF32).
   Nanos op_time(double flops, double bytes, bool matrix) const;
   double compute_factor(std::string_view factor_key) const;

@@ -24,11 +24,10 @@ const char* activation_key(Activation act, bool backward) {
 }
 }  // namespace
 
-// NOTE [Matrix ops on a CPU]: A and B count matrix_operand_passes times, C twice (read and
-// written). With one pass this is the plain a + b + 2c.
+// DeviceProfile::matrix_bytes of the operands; with one pass the plain a + b + 2c.
 double SimDevice::matrix_bytes(const Tensor& a, const Tensor& b, const Tensor& c) const {
-  return static_cast<double>(a.nbytes() + b.nbytes()) * profile_.matrix_operand_passes +
-         static_cast<double>(2 * c.nbytes());
+  return profile_.matrix_bytes(static_cast<double>(a.nbytes()), static_cast<double>(b.nbytes()),
+                               static_cast<double>(c.nbytes()));
 }
 
 Status SimDevice::charge(const char* op, Status s, double flops, double bytes, bool matrix, const Tensor& lead,

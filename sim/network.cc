@@ -39,6 +39,13 @@ class AlphaBetaRing final : public NetworkCostModel {
 
 }  // namespace
 
+std::int64_t reduced_bytes(runtime::comm::OpKind kind, std::int64_t group_size, std::int64_t bytes) {
+  const std::int64_t p = group_size;
+  if (kind == runtime::comm::OpKind::kReduceScatter) return p > 1 ? (p - 1) * bytes : bytes;
+  if (kind == runtime::comm::OpKind::kAllReduce) return (p - 1) * ((bytes + p - 1) / p);
+  return 0;
+}
+
 std::shared_ptr<const NetworkCostModel> make_alpha_beta_ring(NetworkModel net) {
   return std::make_shared<const AlphaBetaRing>(net);
 }
@@ -131,11 +138,9 @@ class TopologyNetwork final : public NetworkCostModel {
       for (Nanos& d : done) d += o;
     }
     const double rate = topo_.spec().reduce_bytes_per_s;
-    const std::int64_t p = static_cast<std::int64_t>(q.world_ranks.size());
     if (!(rate > 0)) return;
-    std::int64_t reduced = 0;  // (p-1) chunks; one member's reduce_scatter copies its chunk
-    if (q.kind == runtime::comm::OpKind::kReduceScatter) reduced = p > 1 ? (p - 1) * q.bytes : q.bytes;
-    else if (q.kind == runtime::comm::OpKind::kAllReduce) reduced = (p - 1) * ((q.bytes + p - 1) / p);
+    const std::int64_t reduced =
+        reduced_bytes(q.kind, static_cast<std::int64_t>(q.world_ranks.size()), q.bytes);
     if (reduced == 0) return;
     const Nanos t = static_cast<Nanos>(std::llround(static_cast<double>(reduced) * 1e9 / rate));
     for (Nanos& d : done) d += t;

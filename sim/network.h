@@ -51,6 +51,12 @@ struct CollectiveQuery {
   int root = 0;  // broadcast: the group rank that sends
 };
 
+// NOTE [Reduction cost] in sim/topology.h: the bytes each member of a `group_size` group
+// reduces in a collective of `kind` with `bytes` as in CollectiveQuery — (p-1) chunks for
+// reduce_scatter (chunk = bytes) and all_reduce (chunk = ⌈bytes/p⌉); a one-member
+// reduce_scatter copies its chunk; 0 for every other kind.
+std::int64_t reduced_bytes(runtime::comm::OpKind kind, std::int64_t group_size, std::int64_t bytes);
+
 struct CollectiveTiming {
   std::vector<Nanos> done;  // per group rank: when the member's Work completes
   std::string algorithm;    // "ring", "direct", "hierarchical", … (for trace.json)
