@@ -115,6 +115,6 @@ void BM_StepFsdpFullShard(benchmark::State& state) {
 using namespace shardlab::bench;
 BENCHMARK(BM_UnshardMemcpy)->Name("unshard/memcpy")->RangeMultiplier(8)->Range(64 << 10, 32 << 20)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_UnshardSimFsdp)->Name("unshard/sim_fsdp")->RangeMultiplier(8)->Range(64 << 10, 32 << 20)->UseManualTime()->Unit(benchmark::kMicrosecond);
-BENCHMARK(BM_StepUnsharded)->Name("step/unsharded")->Arg(256)->Arg(512)->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_StepFsdpFullShard)->Name("step/fsdp_full_shard")->Arg(256)->Arg(512)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_StepUnsharded)->Name("step/unsharded")->Arg(16)->Arg(256)->Arg(512)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_StepFsdpFullShard)->Name("step/fsdp_full_shard")->Arg(16)->Arg(256)->Arg(512)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_MAIN();

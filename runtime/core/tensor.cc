@@ -62,6 +62,14 @@ Storage::~Storage() {
   std::free(deferred_bytes_.load(std::memory_order_relaxed));
 }
 
+bool view_in_bounds(std::int64_t offset, std::int64_t numel, std::size_t element_bytes, std::int64_t storage_bytes) {
+  const auto eb = static_cast<std::int64_t>(element_bytes);
+  std::int64_t begin_bytes, count_bytes, end_bytes;
+  return offset >= 0 && numel >= 0 && !__builtin_mul_overflow(offset, eb, &begin_bytes) &&
+         !__builtin_mul_overflow(numel, eb, &count_bytes) && !__builtin_add_overflow(begin_bytes, count_bytes, &end_bytes) &&
+         end_bytes <= storage_bytes;
+}
+
 Status check_view_bounds(const std::string& what, std::int64_t offset, std::int64_t numel, std::size_t element_bytes,
                          std::int64_t storage_bytes) {
   const auto eb = static_cast<std::int64_t>(element_bytes);
@@ -90,9 +98,12 @@ Result<Tensor> Tensor::view_of(std::shared_ptr<Storage> storage, DType dtype, Sh
   auto numel_or = checked_numel(shape);
   if (!numel_or.is_ok()) return numel_or.status().with_context("view '" + name + "'");
   const std::int64_t numel = *numel_or;
-  SHARDLAB_RETURN_IF_ERROR(check_view_bounds("'" + name + "' " + std::string(dtype_name(dtype)) + " " +
-                                                 shape_to_string(shape) + " in '" + storage->label() + "'",
-                                             offset, numel, element_size(dtype), storage->nbytes()));
+  // The description is built only for the error: views are made on every op (hot path).
+  if (!view_in_bounds(offset, numel, element_size(dtype), storage->nbytes())) {
+    return check_view_bounds("'" + name + "' " + std::string(dtype_name(dtype)) + " " + shape_to_string(shape) +
+                                 " in '" + storage->label() + "'",
+                             offset, numel, element_size(dtype), storage->nbytes());
+  }
   Tensor t;
   t.storage_ = std::move(storage);
   t.dtype_ = dtype;

@@ -96,6 +96,9 @@ class Storage {
 
 // Checks that [offset, offset + numel) elements of `element_bytes` each lie inside a
 // storage of `storage_bytes` bytes, without overflowing. The error names `what`.
+// view_in_bounds is the same test without the error (no strings: cheap on hot paths;
+// check_view_bounds builds its message first and is kept independent of it, tests compare them).
+bool view_in_bounds(std::int64_t offset, std::int64_t numel, std::size_t element_bytes, std::int64_t storage_bytes);
 Status check_view_bounds(const std::string& what, std::int64_t offset, std::int64_t numel,
                          std::size_t element_bytes, std::int64_t storage_bytes);
 

@@ -169,6 +169,27 @@ TEST(ViewTest, ExtentPastStorageEndNamesTensorOffsetExtentAndStorageSize) {
   EXPECT_THAT(m, HasSubstr("<= 10 elements"));
 }
 
+// view_of tests the bounds with view_in_bounds and builds the message only on failure
+// (views are made on every op): the fast test must accept exactly what check_view_bounds
+// accepts, overflow and negative values included.
+RC_GTEST_PROP(ViewTest, FastBoundsTestAgreesWithTheCheckedOne, ()) {
+  const std::int64_t big = std::numeric_limits<std::int64_t>::max();
+  const auto edge = rc::gen::element<std::int64_t>(0, 1, 7, 10, 11, -1, -(std::int64_t{1} << 62), big, big / 2, big / 4 + 1);
+  const auto small = rc::gen::inRange<std::int64_t>(-3, 60);
+  const std::int64_t offset = *rc::gen::weightedOneOf<std::int64_t>({{1, edge}, {3, small}});
+  const std::int64_t numel = *rc::gen::weightedOneOf<std::int64_t>({{1, edge}, {3, small}});
+  const std::size_t element_bytes = *rc::gen::element<std::size_t>(1, 2, 4, 8);
+  // Often right at the view's end (± a few bytes), where an off-by-one would show.
+  std::int64_t end = 0;
+  const bool fits = !__builtin_add_overflow(offset, numel, &end) &&
+                    !__builtin_mul_overflow(end, static_cast<std::int64_t>(element_bytes), &end) && end >= 2;
+  const std::int64_t storage_bytes =
+      fits && *rc::gen::inRange(0, 4) != 0 ? end + *rc::gen::element<std::int64_t>(-2, -1, 0, 0, 1)
+                                          : *rc::gen::oneOf(edge, rc::gen::inRange<std::int64_t>(0, 200));
+  RC_ASSERT(view_in_bounds(offset, numel, element_bytes, storage_bytes) ==
+            check_view_bounds("t", offset, numel, element_bytes, storage_bytes).is_ok());
+}
+
 TEST(ViewTest, ViewsExactlyAtTheBoundary) {
   auto s = host_storage(40);  // 10 fp32
   EXPECT_TRUE(Tensor::view_of(s, DType::kF32, {3}, 7, "last3").is_ok());

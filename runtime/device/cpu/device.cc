@@ -146,7 +146,7 @@ void store_from_float(DType dtype, std::byte* p, std::int64_t i, float v) {
 }  // namespace
 
 CpuDevice::CpuDevice(DeviceId id, std::int64_t capacity_bytes)
-    : id_(std::move(id)), memory_(id_.to_string(), capacity_bytes), cache_(std::make_shared<BlockCache>()) {
+    : id_(std::move(id)), id_name_(id_.to_string()), memory_(id_name_, capacity_bytes), cache_(std::make_shared<BlockCache>()) {
   pin_eigen_blocking();
 }
 
@@ -222,7 +222,7 @@ Result<std::shared_ptr<Storage>> CpuDevice::allocate_charging(std::int64_t nbyte
   MemoryTracker* tracker = &memory_;
   std::shared_ptr<BlockCache> cache = cache_;
   return std::make_shared<Storage>(data, reinterpret_cast<std::uint64_t>(data), nbytes, category, std::string(label),
-                                   id_.to_string(), [tracker, cache, p, rounded, charged_bytes](Storage& s) {
+                                   id_name_, [tracker, cache, p, rounded, charged_bytes](Storage& s) {
                                      if (p) cache->give(p, rounded);
                                      tracker->release(charged_bytes, s.category());
                                    });
@@ -823,13 +823,21 @@ Status CpuDevice::optimizer_step(const OptimizerUpdate& u, const Tensor& param, 
   const double bc2 = 1.0 - std::pow(static_cast<double>(u.beta2), static_cast<double>(u.step));
   const float step_size = static_cast<float>(u.lr / bc1);
   const float bc2_sqrt = static_cast<float>(std::sqrt(bc2));
+  // The unmasked loop has no branch, so the compiler vectorizes it (this file is built
+  // with -fno-math-errno: sqrt then has a vector form; IEEE sqrt and division are correctly
+  // rounded either way, so the bits are the same as element by element).
+  const float decay = 1.0f - u.lr * u.weight_decay;
+  const float beta1 = u.beta1, beta2 = u.beta2, eps = u.eps;
   for (std::int64_t i = 0; i < n; ++i) {
-    if (mask && !mask[i]) continue;
-    p[i] *= 1.0f - u.lr * u.weight_decay;
-    m[i] = u.beta1 * m[i] + (1.0f - u.beta1) * g[i];
-    v[i] = u.beta2 * v[i] + (1.0f - u.beta2) * g[i] * g[i];
-    const float denom = std::sqrt(v[i]) / bc2_sqrt + u.eps;
-    p[i] -= step_size * m[i] / denom;
+    // A masked-out element keeps its values: blend instead of branch.
+    const bool on = mask == nullptr || mask[i] != 0;
+    const float mi = beta1 * m[i] + (1.0f - beta1) * g[i];
+    const float vi = beta2 * v[i] + (1.0f - beta2) * g[i] * g[i];
+    const float pd = p[i] * decay;
+    const float pi = pd - step_size * mi / (std::sqrt(vi) / bc2_sqrt + eps);
+    m[i] = on ? mi : m[i];
+    v[i] = on ? vi : v[i];
+    p[i] = on ? pi : p[i];
   }
   return Status::ok();
 }

@@ -100,6 +100,7 @@ class CpuDevice final : public Device {
   };
 
   DeviceId id_;
+  std::string id_name_;  // id_.to_string(), once: every allocation's storage carries it
   MemoryTracker memory_;
   std::shared_ptr<BlockCache> cache_;
   int num_streams_ = 1;
