@@ -29,17 +29,26 @@ using runtime::train::FsdpTrainResult;
 std::string header_line(const RunArgs& a, int world, int units);
 
 // Progress on stderr: on a terminal one line rewritten in place (step i/N, samples/s of the
-// step's simulated or wall time, host ETA); in logs one line per step.
+// step's simulated or wall time, host ETA) at most 10 times a second; in logs a line for
+// the first and the last step and otherwise at most one a second. Under mpiexec every line
+// wakes the launcher to forward it, and with as many ranks as cores that wake-up takes a
+// core from a rank: a line per 30 µs step made a 2-process MLP step ~20% slower.
 std::function<void(const FsdpTrainResult&)> progress_printer(const RunArgs& a, const char* time_kind) {
   auto clock = std::make_shared<SteadyClock>();
   const Nanos start = clock->now();
   const bool tty = isatty(fileno(stderr)) != 0;
+  const Nanos min_interval = tty ? 100 * kNanosPerMilli : 1000 * kNanosPerMilli;
+  auto last_line = std::make_shared<Nanos>(start - min_interval);
   return [=](const FsdpTrainResult& r) {
     if (r.losses.empty()) return;
     const std::size_t done = r.losses.size() + static_cast<std::size_t>(r.first_step);
+    const Nanos now = clock->now();
+    const bool first_or_last = r.losses.size() == 1 || static_cast<int>(done) == a.train.steps;
+    if (!first_or_last && now - *last_line < min_interval) return;
+    *last_line = now;
     const double step_s = static_cast<double>(r.step_times.back()) / 1e9;
     const double rate = step_s > 0 ? static_cast<double>(a.train.global_batch) / step_s : 0.0;
-    const double elapsed = static_cast<double>(clock->now() - start) / 1e9;
+    const double elapsed = static_cast<double>(now - start) / 1e9;
     const double eta = elapsed / static_cast<double>(r.losses.size()) * static_cast<double>(a.train.steps - static_cast<int>(done));
     if (tty) {
       std::fprintf(stderr, "\r  step %zu/%d · loss %.6f · %.1f samples/s (%s) · ETA %.0f s   %s", done, a.train.steps,
