@@ -310,9 +310,11 @@ int main_impl(int argc, char** argv) {
     };
     const auto print_device = [&](const shardlab::sim::DeviceProfile& p, int processes) {
       std::printf("device: matrix %.3g GFLOP/s, vector %.3g GFLOP/s, memory %.3g GB/s, launch %lld ns, "
-                  "allocation %lld ns, %zu op compute factors (%d process%s at once) → %s\n",
+                  "allocation %lld ns, runtime host time %lld ns per op, %zu op compute factors (%d process%s at "
+                  "once) → %s\n",
                   p.matrix_flops_per_s / 1e9, p.vector_flops_per_s / 1e9, p.memory_bytes_per_s / 1e9,
-                  static_cast<long long>(p.launch_ns), static_cast<long long>(p.alloc_ns), p.compute_factors.size(),
+                  static_cast<long long>(p.launch_ns), static_cast<long long>(p.alloc_ns),
+                  static_cast<long long>(p.op_host_ns), p.compute_factors.size(),
                   processes, processes == 1 ? "" : "es", calibrate_out.c_str());
     };
     if (calibrate_topology_out.empty()) {

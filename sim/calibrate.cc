@@ -9,6 +9,7 @@
 
 #include "runtime/device/cpu/device.h"
 #include "runtime/io/safetensors.h"
+#include "runtime/train/fsdp_train.h"
 #include "sim/device.h"
 #include "sim/network.h"
 #include "sim/virtual_clock.h"
@@ -94,6 +95,7 @@ Result<std::map<std::string, double, std::less<>>> measure_compute_factors(runti
   DeviceProfile compute_only = measured;
   compute_only.launch_ns = 0;
   compute_only.alloc_ns = 0;
+  compute_only.op_host_ns = 0;
   compute_only.memory_bytes_per_s = 1e30;
   compute_only.compute_factors.clear();
   VirtualClock sim_clock;
@@ -191,6 +193,46 @@ Result<std::map<std::string, double, std::less<>>> measure_compute_factors(runti
     factors.emplace(key, std::clamp(f, 1e-3, 1000.0));
   }
   return factors;
+}
+
+// NOTE [Host time per op] (sim/cost_model.h): the calibration workload is a small MLP
+// (24 → 48 → 48 → 48 → 3, batch 4, AdamW) trained without sharding by train_oracle, the
+// runtime's own training loop: model code, views, allocations and the optimizer. Small
+// on purpose — its ops take about a microsecond, so the loop's host time is not lost in
+// their noise — and unlike the MLP that bench/validate_sim.py predicts (16 → 32 → 32 → 4).
+// Its time per step is the difference of two loop lengths (initialization cancels),
+// best of the windows as for every op; what the simulator charges for the same loop comes
+// from a SimDevice with `measured` (op_host_ns 0), and the host time per op is the
+// difference over the ops it charged, 0 when the loop is no slower than its ops.
+Result<Nanos> host_time_per_op(runtime::device::Device& device, const Clock& clock, const DeviceCalibrationOptions& o,
+                               const Coordination& co, const DeviceProfile& measured) {
+  runtime::train::FsdpTrainOptions t;
+  t.model.input_dim = 8;
+  t.model.hidden_dim = 8;
+  t.model.num_hidden_layers = 3;
+  t.model.num_classes = 3;
+  t.global_batch = 4;
+  t.optimizer.kind = runtime::optim::OptimizerConfig::Kind::kAdamW;
+  t.optimizer.lr = 1e-3f;
+  constexpr int kShort = 10, kLong = 60;
+  const DeviceCalibrationOptions quick = quick_options(o);
+  Nanos real[2];
+  double charged[2], ops[2];
+  DeviceProfile prediction = measured;
+  prediction.op_host_ns = 0;
+  for (int i = 0; i < 2; ++i) {
+    t.steps = i == 0 ? kShort : kLong;
+    SHARDLAB_ASSIGN_OR_RETURN(real[i], best_time(device, clock, quick, co, [&] {
+      return runtime::train::train_oracle(device, t, 1).status();
+    }));
+    VirtualClock sim_clock;
+    SimDevice sim(0, prediction, &sim_clock);
+    SHARDLAB_RETURN_IF_ERROR(runtime::train::train_oracle(sim, t, 1).status());
+    charged[i] = static_cast<double>(sim_clock.now());
+    ops[i] = static_cast<double>(sim.ops_charged());
+  }
+  const double extra_ns = static_cast<double>(real[1] - real[0]) - (charged[1] - charged[0]);
+  return static_cast<Nanos>(std::llround(std::max(0.0, extra_ns / (ops[1] - ops[0]))));
 }
 
 Result<DeviceProfile> measure_device(runtime::device::Device& device, const Clock& clock,
@@ -313,6 +355,9 @@ Result<DeviceProfile> measure_device(runtime::device::Device& device, const Cloc
   if (o.compute_factors) {
     SHARDLAB_ASSIGN_OR_RETURN(p.compute_factors, measure_compute_factors(device, clock, o, co, p));
   }
+  if (o.op_host) {
+    SHARDLAB_ASSIGN_OR_RETURN(p.op_host_ns, host_time_per_op(device, clock, o, co, p));
+  }
   return p;
 }
 
@@ -332,6 +377,12 @@ Result<DeviceProfile> calibrate_device(runtime::device::Device& device, const Cl
                                        const DeviceCalibrationOptions& o) {
   const Coordination alone{[] { return Status::ok(); }, [](Nanos t) -> Result<Nanos> { return t; }};
   return measure_device(device, clock, o, alone);
+}
+
+Result<Nanos> measure_op_host_ns(runtime::device::Device& device, const Clock& clock, const DeviceProfile& profile,
+                                 const DeviceCalibrationOptions& options) {
+  const Coordination alone{[] { return Status::ok(); }, [](Nanos t) -> Result<Nanos> { return t; }};
+  return host_time_per_op(device, clock, options, alone, profile);
 }
 
 Result<DeviceProfile> calibrate_cpu_device(const DeviceCalibrationOptions& options) {

@@ -66,6 +66,9 @@ struct DeviceCalibrationOptions {
   // Measure matrix_operand_passes and small_dim_factors at dimensions 8, 16, … up to gemm_size / 2 (NOTE [Matrix ops on
   // a CPU] in sim/cost_model.h), in windows of min_window_ns / 5.
   bool small_dim_factors = true;
+  // Measure op_host_ns from a training loop (NOTE [Host time per op] in sim/cost_model.h),
+  // in windows of min_window_ns / 5.
+  bool op_host = true;
 };
 
 // Measures `device` with `clock`. The matrix and vector rates are measured in fp32; bf16
@@ -73,6 +76,12 @@ struct DeviceCalibrationOptions {
 // are already sustained ones). INVALID_ARGUMENT for bad options; a device error as is.
 Result<DeviceProfile> calibrate_device(runtime::device::Device& device, const Clock& clock,
                                        const DeviceCalibrationOptions& options = {});
+// NOTE [Host time per op] (sim/cost_model.h): what a short training loop of the runtime
+// (a small MLP, unsharded) takes on `device` beyond what a SimDevice with `profile` charges
+// for the same loop, per op charged, in ns (0 when it takes no longer). The profile's own
+// op_host_ns is ignored. Errors as calibrate_device.
+Result<Nanos> measure_op_host_ns(runtime::device::Device& device, const Clock& clock, const DeviceProfile& profile,
+                                 const DeviceCalibrationOptions& options = {});
 // The host CPU through runtime/device/cpu and SteadyClock.
 Result<DeviceProfile> calibrate_cpu_device(const DeviceCalibrationOptions& options = {});
 // Every rank of `comm` measures its `device` at the same time (a barrier before each op's

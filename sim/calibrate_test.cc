@@ -17,6 +17,46 @@
 namespace shardlab::sim {
 namespace {
 
+// NOTE [Host time per op]: a device whose every op costs 300 ns more than the profile says
+// (the runtime's host time, on a CPU) shows it in the training loop, per op charged.
+TEST(Calibrate, MeasuresTheHostTimePerOpOfATrainingLoop) {
+  DeviceProfile truth;
+  truth.launch_ns = 1500;
+  truth.alloc_ns = 200;
+  truth.op_host_ns = 300;
+  truth.compute_factors = {{"optimizer_step", 0.5}};
+  VirtualClock clock;
+  SimDevice dev(0, truth, &clock);
+  DeviceCalibrationOptions o;
+  o.repeats = 2;
+  o.min_window_ns = 5 * kNanosPerMilli;  // quick windows of 1 ms: one loop each
+  DeviceProfile without = truth;
+  without.op_host_ns = 0;
+  auto host = measure_op_host_ns(dev, clock, without, o);
+  ASSERT_TRUE(host.is_ok()) << host.status().to_string();
+  EXPECT_NEAR(*host, 300, 1);
+  // The profile's own op_host_ns is not part of the prediction.
+  host = measure_op_host_ns(dev, clock, truth, o);
+  ASSERT_TRUE(host.is_ok()) << host.status().to_string();
+  EXPECT_NEAR(*host, 300, 1);
+  // A profile that charges more than the device takes finds no host time (never negative).
+  DeviceProfile slower = without;
+  slower.launch_ns = 3000;
+  host = measure_op_host_ns(dev, clock, slower, o);
+  ASSERT_TRUE(host.is_ok()) << host.status().to_string();
+  EXPECT_EQ(*host, 0);
+  // From the outside a per-op host time and the launch overhead are the same charge: the
+  // full calibration finds their sum, in launch_ns (timed on a bare one-element op).
+  o.gemm_size = 64;
+  o.vector_elements = 1 << 10;
+  o.copy_bytes = 1 << 20;
+  o.small_dim_factors = false;
+  o.compute_factors = false;
+  auto p = calibrate_device(dev, clock, o);
+  ASSERT_TRUE(p.is_ok()) << p.status().to_string();
+  EXPECT_NEAR(p->launch_ns + p->op_host_ns, 1800, 2);
+}
+
 TEST(Calibrate, RecoversASimulatedDevicesRoofline) {
   DeviceProfile truth;
   truth.matrix_flops_per_s = 3e11;
@@ -51,6 +91,9 @@ TEST(Calibrate, RecoversASimulatedDevicesRoofline) {
   EXPECT_EQ(p->capacity_bytes, std::int64_t{1} << 30);
   EXPECT_FALSE(p->matrix_memory_overlap);
   EXPECT_EQ(p->alloc_ns, truth.alloc_ns);
+  // The truth has no host time beyond its ops: the training loop takes exactly what the
+  // calibrated profile charges for it (to the rates' rounding).
+  EXPECT_LE(p->op_host_ns, 2);
   // Compute-bound in the truth at the calibration sizes: optimizer 0.7 ns/element of
   // compute against 0.56 of memory, layer_norm 1.6 against ~0.2.
   EXPECT_NEAR(p->compute_factor("optimizer_step"), 0.5, 1e-3);

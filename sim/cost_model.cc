@@ -19,6 +19,7 @@ DeviceProfile DeviceProfile::slowed_by(double factor) const {
   DeviceProfile p = *this;
   p.launch_ns = static_cast<Nanos>(std::llround(static_cast<double>(launch_ns) * factor));
   p.alloc_ns = static_cast<Nanos>(std::llround(static_cast<double>(alloc_ns) * factor));
+  p.op_host_ns = static_cast<Nanos>(std::llround(static_cast<double>(op_host_ns) * factor));
   p.matrix_efficiency /= factor;
   p.vector_efficiency /= factor;
   p.memory_efficiency /= factor;
@@ -81,7 +82,7 @@ Nanos DeviceProfile::op_time(std::string_view factor_key, double flops, double b
   const double memory_s = bytes / memory_rate();
   // NOTE [Matrix ops on a CPU]: staging operands does not overlap the multiply there.
   const double t = matrix && !matrix_memory_overlap ? compute_s + memory_s : std::max(compute_s, memory_s);
-  return launch_ns + static_cast<Nanos>(std::llround(t * 1e9));
+  return launch_ns + op_host_ns + static_cast<Nanos>(std::llround(t * 1e9));
 }
 
 Nanos DeviceProfile::op_time(double flops, double bytes, bool matrix) const {

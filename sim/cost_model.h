@@ -31,8 +31,8 @@ struct NetworkModel {
 enum class ComputeUnit { kMatrix, kVector };
 
 // Roofline device: an op takes
-//   launch + max(flops / (peak(unit, dtype) · efficiency(unit)) · compute_factor(op),
-//                bytes / (memory · memory_efficiency))
+//   launch + op_host + max(flops / (peak(unit, dtype) · efficiency(unit)) · compute_factor(op),
+//                          bytes / (memory · memory_efficiency))
 // rounded once to ns, plus the host time of the allocations made since the previous op
 // (alloc_ns each; NOTE [Host time per allocation]). Peaks are per dtype: 16-bit floats (bf16, fp16) use the *_bf16 rates,
 // everything else the fp32 ones. The efficiency factors are the fraction of the vendor
@@ -70,6 +70,15 @@ struct DeviceProfile {
   // every op allocates its output through CpuDevice's block cache, so a calibrated cpu
   // profile measures it.
   Nanos alloc_ns = 0;
+  // NOTE [Host time per op]
+  // The runtime's own host time around each device op — the model code that makes its
+  // views and output tensors, the training loop, FSDP's bookkeeping — charged to the rank's
+  // compute timeline with every op, like launch_ns. An accelerator's host issues ops ahead
+  // of the device and hides it (0 in the Gaudi profiles); on the cpu backend host and
+  // device are one thread, so it adds up: for a small MLP (~30 ops of a few µs) it was a
+  // quarter of the step. `shardlab calibrate` measures it from a training loop (sim/calibrate.h:
+  // measure_op_host_ns), as what the loop takes beyond the ops the profile already times.
+  Nanos op_host_ns = 0;
   // NOTE [Matrix ops on a CPU]
   // Two measured departures from the plain roofline for matrix ops (gemm, batched_gemm),
   // both off in the Gaudi profiles (an MME streams its operands while it multiplies):

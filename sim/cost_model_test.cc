@@ -182,11 +182,13 @@ TEST(CostModel, MatrixMemoryOverlapOffAddsMemoryToCompute) {
 TEST(CostModel, SlowedByScalesAllocTimeAndKeepsTheNewFields) {
   DeviceProfile d;
   d.alloc_ns = 100;
+  d.op_host_ns = 40;
   d.compute_factors = {{"gemm", 2.0}};
   d.matrix_memory_overlap = false;
   d.small_dim_factors = {{16, 3.0}};
   const DeviceProfile s = d.slowed_by(2.5);
   EXPECT_EQ(s.alloc_ns, 250);
+  EXPECT_EQ(s.op_host_ns, 100);
   EXPECT_EQ(s.launch_ns, 5000);  // 2 µs × 2.5
   EXPECT_EQ(s.compute_factors, d.compute_factors);
   EXPECT_FALSE(s.matrix_memory_overlap);

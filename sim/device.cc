@@ -48,6 +48,7 @@ Status SimDevice::charge(const char* op, Status s, double flops, double bytes, b
     if (trace_ != nullptr) trace_->add_compute({op, kTraceCompute, clock_->now(), t, -1, {}, {}});
     clock_->advance_by(t);
     busy_ += t;
+    ++ops_;
   }
   return s;
 }

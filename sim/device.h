@@ -82,6 +82,8 @@ class SimDevice final : public runtime::device::Device {
   const DeviceProfile& profile() const { return profile_; }
   // Total simulated compute time charged so far (for metrics).
   Nanos busy_time() const { return busy_; }
+  // Device ops charged so far (each one launch_ns + op_host_ns; NOTE [Host time per op]).
+  std::int64_t ops_charged() const { return ops_; }
   // Records every op (name, virtual start, duration) into `trace` when set (not owned).
   void set_trace(TraceRecorder* trace) { trace_ = trace; }
   // Timing mode (see the top of this file); off by default. Set before the first allocation.
@@ -161,6 +163,7 @@ class SimDevice final : public runtime::device::Device {
   VirtualClock* clock_;
   SimMath inner_;  // the cpu backend's math, skipped in timing mode
   Nanos busy_ = 0;
+  std::int64_t ops_ = 0;
   Nanos pending_alloc_ns_ = 0;  // NOTE [Host time per allocation]: not yet charged
   DType emulated_ = DType::kF32;  // NOTE [Emulated low precision]
   TraceRecorder* trace_ = nullptr;

@@ -74,7 +74,7 @@ Result<DeviceProfile> parse_device_profile(const std::string& json_text, const s
   SHARDLAB_ASSIGN_OR_RETURN(nlohmann::json j, detail::JsonObject::parse(json_text, origin));
   detail::JsonObject root(j, origin);
   SHARDLAB_RETURN_IF_ERROR(root.only({"name", "description", "matrix_flops_per_s", "vector_flops_per_s",
-                                      "memory_bytes_per_s", "launch_ns", "alloc_ns", "capacity_gib", "efficiency",
+                                      "memory_bytes_per_s", "launch_ns", "alloc_ns", "op_host_ns", "capacity_gib", "efficiency",
                                       "compute_factors", "matrix_memory_overlap", "matrix_operand_passes",
                                       "small_dim_factors", "notes"}));
   SHARDLAB_RETURN_IF_ERROR(root.notes_ok("notes"));
@@ -94,6 +94,10 @@ Result<DeviceProfile> parse_device_profile(const std::string& json_text, const s
                             root.number_or("alloc_ns", 0, 0, 1e9, false, "an integer number of ns in [0, 1e9]"));
   if (alloc != std::floor(alloc)) return root.bad("alloc_ns", "must be an integer number of ns");
   p.alloc_ns = static_cast<Nanos>(alloc);
+  SHARDLAB_ASSIGN_OR_RETURN(const double op_host,
+                            root.number_or("op_host_ns", 0, 0, 1e9, false, "an integer number of ns in [0, 1e9]"));
+  if (op_host != std::floor(op_host)) return root.bad("op_host_ns", "must be an integer number of ns");
+  p.op_host_ns = static_cast<Nanos>(op_host);
   SHARDLAB_ASSIGN_OR_RETURN(const double gib,
                             root.number("capacity_gib", 0, 1 << 20, true, "GiB (2^30 bytes) > 0, e.g. 94.6"));
   p.capacity_bytes = static_cast<std::int64_t>(std::llround(gib * static_cast<double>(std::int64_t{1} << 30)));
@@ -151,6 +155,7 @@ std::string device_profile_to_json(const DeviceProfile& p) {
   j["memory_bytes_per_s"] = p.memory_bytes_per_s;
   j["launch_ns"] = p.launch_ns;
   if (p.alloc_ns != 0) j["alloc_ns"] = p.alloc_ns;
+  if (p.op_host_ns != 0) j["op_host_ns"] = p.op_host_ns;
   j["capacity_gib"] = static_cast<double>(p.capacity_bytes) / static_cast<double>(std::int64_t{1} << 30);
   j["efficiency"] = {{"matrix", p.matrix_efficiency}, {"vector", p.vector_efficiency}, {"memory", p.memory_efficiency}};
   if (!p.matrix_memory_overlap) j["matrix_memory_overlap"] = false;

@@ -275,6 +275,29 @@ TEST(DeviceProfiles, OptimizerStepIsChargedAsOneStreamingVectorOp) {
   EXPECT_EQ(clock.now() - before, g2.op_time(2.0 * 1000, 12.0 * 1000, ComputeUnit::kVector, DType::kF32));
 }
 
+// NOTE [Host time per op]: every op carries op_host_ns on top of its launch and roofline
+// time, whatever its kind; the op counter counts each charged op once.
+TEST(DeviceProfiles, SimDeviceChargesHostTimeWithEveryOp) {
+  DeviceProfile d;  // cpu-sim: vector 20 GFLOP/s, memory 20 GB/s, launch 2 µs
+  d.op_host_ns = 300;
+  VirtualClock clock;
+  SimDevice dev(0, d, &clock);
+  auto a = dev.empty({1000}, DType::kF32, MemoryCategory::kOther, "a");
+  auto b = dev.empty({1000}, DType::kF32, MemoryCategory::kOther, "b");
+  ASSERT_TRUE(a.is_ok() && b.is_ok());
+  EXPECT_EQ(dev.ops_charged(), 0);
+  // scale 2000 + 400 ns, axpy 2000 + 600 ns, each + 300.
+  ASSERT_TRUE(dev.scale(*a, 2.0f, runtime::device::kComputeStream).is_ok());
+  EXPECT_EQ(clock.now(), 2400 + 300);
+  ASSERT_TRUE(dev.axpy(1.0f, *a, *b, runtime::device::kComputeStream).is_ok());
+  EXPECT_EQ(clock.now(), 2700 + 2600 + 300);
+  EXPECT_EQ(dev.ops_charged(), 2);
+  EXPECT_EQ(d.op_time("scale", 1000, 8000, ComputeUnit::kVector, DType::kF32), 2700);
+  DeviceProfile none = d;
+  none.op_host_ns = 0;
+  EXPECT_EQ(none.op_time("scale", 1000, 8000, ComputeUnit::kVector, DType::kF32), 2400);
+}
+
 // NOTE [Host time per allocation]: allocations charge nothing until the next op, which
 // carries alloc_ns for each of them; the op after that carries none.
 TEST(DeviceProfiles, SimDeviceChargesAllocTimeToTheNextOp) {
@@ -421,6 +444,7 @@ DeviceProfile profile_with_new_fields() {
   p.name = "calibrated";
   p.description = "measured";
   p.alloc_ns = 1234;
+  p.op_host_ns = 321;
   p.compute_factors = {{"activation_gelu", 2.5}, {"optimizer_step", 0.75}, {"batched_gemm", 1.0 / 3.0}};
   p.matrix_memory_overlap = false;
   p.small_dim_factors = {{8, 3.0}, {64, 1.25}, {1024, 0.9}};
@@ -434,6 +458,7 @@ TEST(DeviceProfiles, NewFieldsRoundTripThroughJson) {
   ASSERT_TRUE(back.is_ok()) << back.status().to_string() << "\n" << text;
   EXPECT_EQ(back->name, "calibrated");
   EXPECT_EQ(back->alloc_ns, 1234);
+  EXPECT_EQ(back->op_host_ns, 321);
   EXPECT_EQ(back->compute_factors, p.compute_factors);  // exactly, 1/3 included
   EXPECT_FALSE(back->matrix_memory_overlap);
   EXPECT_EQ(back->small_dim_factors, p.small_dim_factors);
@@ -447,13 +472,14 @@ TEST(DeviceProfiles, NewFieldsRoundTripThroughJson) {
   EXPECT_EQ(loaded->alloc_ns, 1234);
   // The defaults write none of the new keys, so existing profile files read the same.
   const std::string plain = device_profile_to_json(DeviceProfile{});
-  for (const char* key : {"alloc_ns", "compute_factors", "matrix_memory_overlap", "small_dim_factors"}) {
+  for (const char* key : {"alloc_ns", "op_host_ns", "compute_factors", "matrix_memory_overlap", "small_dim_factors"}) {
     EXPECT_EQ(plain.find(key), std::string::npos) << key << " in\n" << plain;
     EXPECT_NE(text.find(key), std::string::npos) << key << " not in\n" << text;
   }
   auto plain_back = parse_device_profile(plain, "plain.json");
   ASSERT_TRUE(plain_back.is_ok()) << plain_back.status().to_string();
   EXPECT_EQ(plain_back->alloc_ns, 0);
+  EXPECT_EQ(plain_back->op_host_ns, 0);
   EXPECT_TRUE(plain_back->compute_factors.empty());
   EXPECT_TRUE(plain_back->matrix_memory_overlap);
   EXPECT_TRUE(plain_back->small_dim_factors.empty());
@@ -467,16 +493,17 @@ TEST(DeviceProfiles, NewKeysAcceptTheirRanges) {
   const auto parse = [](const std::string& extra) { return parse_device_profile("{" + kGoodDeviceKeys + extra + "}", "ok.json"); };
   auto base = parse("");
   ASSERT_TRUE(base.is_ok()) << base.status().to_string();
-  auto r = parse(R"(, "alloc_ns": 0, "compute_factors": {}, "matrix_memory_overlap": true, "small_dim_factors": {})");
+  auto r = parse(R"(, "alloc_ns": 0, "op_host_ns": 0, "compute_factors": {}, "matrix_memory_overlap": true, "small_dim_factors": {})");
   ASSERT_TRUE(r.is_ok()) << r.status().to_string();
   EXPECT_EQ(r->alloc_ns, 0);
   EXPECT_TRUE(r->compute_factors.empty());
   EXPECT_TRUE(r->small_dim_factors.empty());
   // Bounds are inclusive at 1000; dimension keys sort by value, not as strings ("64" < "8").
-  r = parse(R"(, "alloc_ns": 1000000000, "compute_factors": {"gemm": 1000, "activation_backward_tanh": 0.001},)"
+  r = parse(R"(, "alloc_ns": 1000000000, "op_host_ns": 1000000000, "compute_factors": {"gemm": 1000, "activation_backward_tanh": 0.001},)"
             R"( "small_dim_factors": {"64": 1, "8": 1000, "1": 2.5}, "matrix_memory_overlap": false)");
   ASSERT_TRUE(r.is_ok()) << r.status().to_string();
   EXPECT_EQ(r->alloc_ns, 1'000'000'000);
+  EXPECT_EQ(r->op_host_ns, 1'000'000'000);
   EXPECT_EQ(r->compute_factor("gemm"), 1000.0);
   EXPECT_EQ(r->compute_factor("activation_backward_tanh"), 0.001);
   EXPECT_EQ(r->compute_factor("axpy"), 1.0);
@@ -505,6 +532,10 @@ TEST(DeviceProfiles, BadNewKeysAreInvalidArgumentNamingTheKey) {
       {"negative alloc_ns", R"("alloc_ns": -1)", "alloc_ns", "out of range; allowed: an integer number of ns"},
       {"alloc_ns too large", R"("alloc_ns": 2e9)", "alloc_ns", "[0, 1e9]"},
       {"alloc_ns a string", R"("alloc_ns": "5")", "alloc_ns", "must be a number"},
+      {"fractional op_host_ns", R"("op_host_ns": 0.5)", "op_host_ns", "integer"},
+      {"negative op_host_ns", R"("op_host_ns": -3)", "op_host_ns", "out of range; allowed: an integer number of ns"},
+      {"op_host_ns too large", R"("op_host_ns": 1e10)", "op_host_ns", "[0, 1e9]"},
+      {"op_host_ns a string", R"("op_host_ns": "200")", "op_host_ns", "must be a number"},
       {"dimension 'abc'", R"("small_dim_factors": {"abc": 1})", "small_dim_factors.abc", "not a dimension"},
       {"dimension 0", R"("small_dim_factors": {"0": 1})", "small_dim_factors.0", "not a dimension"},
       {"negative dimension", R"("small_dim_factors": {"-8": 1})", "small_dim_factors.-8", "not a dimension"},
@@ -542,6 +573,7 @@ TEST(DeviceProfiles, BuiltInsHaveNoFactorsAllocTimeOrSmallDimTable) {
     ASSERT_TRUE(p.is_ok()) << p.status().to_string();
     EXPECT_TRUE(p->compute_factors.empty()) << name;
     EXPECT_EQ(p->alloc_ns, 0) << name;
+    EXPECT_EQ(p->op_host_ns, 0) << name;
     EXPECT_TRUE(p->matrix_memory_overlap) << name;
     EXPECT_TRUE(p->small_dim_factors.empty()) << name;
     EXPECT_EQ(p->small_dim_factor(8), 1.0) << name;
