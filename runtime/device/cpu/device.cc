@@ -2,6 +2,7 @@
 
 #include <Eigen/Core>
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -775,6 +776,40 @@ Status CpuDevice::multiply(const Tensor& a, const Tensor& b, const Tensor& c, St
   return Status::ok();
 }
 
+namespace {
+// AdamW over n elements; with kMasked, an element whose mask byte is 0 keeps its values
+// (frozen). Branch-free (a blend, not a skip), and the operands are distinct tensors
+// (optimizer_step checks they do not overlap), so both forms vectorize: FSDP passes a
+// mask on every step. This file is built with -fno-math-errno, so sqrt has a vector form;
+// IEEE sqrt and division are correctly rounded either way: the bits equal the scalar loop's.
+template <bool kMasked>
+void adamw_update(std::int64_t n, float* __restrict p, const float* __restrict g, float* __restrict m,
+                  float* __restrict v, const std::uint8_t* __restrict mask, float decay, float beta1, float beta2,
+                  float eps, float step_size, float bc2_sqrt) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float mi = beta1 * m[i] + (1.0f - beta1) * g[i];
+    const float vi = beta2 * v[i] + (1.0f - beta2) * g[i] * g[i];
+    const float pi = p[i] * decay - step_size * mi / (std::sqrt(vi) / bc2_sqrt + eps);
+    if constexpr (kMasked) {
+      // A bitwise select (all ones keeps the new value): no conditional store, so no
+      // control flow for the vectorizer, and exact for every value, NaN and inf included.
+      const std::uint32_t on = 0u - static_cast<std::uint32_t>(mask[i] != 0);
+      const auto pick = [on](float fresh, float old) {
+        return std::bit_cast<float>((std::bit_cast<std::uint32_t>(fresh) & on) |
+                                    (std::bit_cast<std::uint32_t>(old) & ~on));
+      };
+      m[i] = pick(mi, m[i]);
+      v[i] = pick(vi, v[i]);
+      p[i] = pick(pi, p[i]);
+    } else {
+      m[i] = mi;
+      v[i] = vi;
+      p[i] = pi;
+    }
+  }
+}
+}  // namespace
+
 Status CpuDevice::optimizer_step(const OptimizerUpdate& u, const Tensor& param, const Tensor& grad, const Tensor& state0,
                                  const Tensor& state1, const std::uint8_t* mask, StreamId stream) {
   constexpr std::string_view kOp = "optimizer_step";
@@ -823,21 +858,11 @@ Status CpuDevice::optimizer_step(const OptimizerUpdate& u, const Tensor& param, 
   const double bc2 = 1.0 - std::pow(static_cast<double>(u.beta2), static_cast<double>(u.step));
   const float step_size = static_cast<float>(u.lr / bc1);
   const float bc2_sqrt = static_cast<float>(std::sqrt(bc2));
-  // The unmasked loop has no branch, so the compiler vectorizes it (this file is built
-  // with -fno-math-errno: sqrt then has a vector form; IEEE sqrt and division are correctly
-  // rounded either way, so the bits are the same as element by element).
   const float decay = 1.0f - u.lr * u.weight_decay;
-  const float beta1 = u.beta1, beta2 = u.beta2, eps = u.eps;
-  for (std::int64_t i = 0; i < n; ++i) {
-    // A masked-out element keeps its values: blend instead of branch.
-    const bool on = mask == nullptr || mask[i] != 0;
-    const float mi = beta1 * m[i] + (1.0f - beta1) * g[i];
-    const float vi = beta2 * v[i] + (1.0f - beta2) * g[i] * g[i];
-    const float pd = p[i] * decay;
-    const float pi = pd - step_size * mi / (std::sqrt(vi) / bc2_sqrt + eps);
-    m[i] = on ? mi : m[i];
-    v[i] = on ? vi : v[i];
-    p[i] = on ? pi : p[i];
+  if (mask == nullptr) {
+    adamw_update<false>(n, p, g, m, v, nullptr, decay, u.beta1, u.beta2, u.eps, step_size, bc2_sqrt);
+  } else {
+    adamw_update<true>(n, p, g, m, v, mask, decay, u.beta1, u.beta2, u.eps, step_size, bc2_sqrt);
   }
   return Status::ok();
 }
