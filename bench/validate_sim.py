@@ -165,10 +165,21 @@ def median_profile(profiles):
     return statistics.median(profiles)
 
 
+def device_speed(profile):
+    """How undisturbed a calibration was: the geometric mean of its matrix, vector and
+    memory rates (a calibration during outside load measures all of them lower)."""
+    rates = (profile["matrix_flops_per_s"]["fp32"], profile["vector_flops_per_s"]["fp32"],
+             profile["memory_bytes_per_s"])
+    return (rates[0] * rates[1] * rates[2]) ** (1.0 / 3.0)
+
+
 def calibrate(args, work, procs):
     """Profiles measured with `procs` processes: (device path, topology path, log path).
-    With --calibrations K > 1, calibrate runs K times and the profiles are their field by
-    field medians (one calibration is one sample of a shared machine)."""
+    calibrate runs --calibrations K times (one calibration is one sample of a shared
+    machine); with --calibration-pick fastest (the default) the profiles are those of the
+    least disturbed calibration (device_speed), the device and topology of the same run —
+    as calibrate keeps each op's least disturbed window and the comparison the fastest real
+    repeat; with median, the field by field medians of the K."""
     dev = os.path.join(work, f"device_{procs}p.json")
     topo = os.path.join(work, f"topology_{procs}p.json")
     log = os.path.join(work, f"calibrate_{procs}p.log")
@@ -193,10 +204,17 @@ def calibrate(args, work, procs):
                     merged_log.write(line)
                     if line.startswith(("device:", "MPI:")):
                         print(f"  calibrated, {procs} process{'es' if procs > 1 else ''}: {line.strip()}", flush=True)
+    fastest = max(range(len(samples[dev])), key=lambda i: device_speed(samples[dev][i]))
     for merged, profiles in samples.items():
-        profile = median_profile(profiles)
-        if len(profiles) > 1:
-            profile["description"] = f"{profile.get('description', '')} (median of {len(profiles)} calibrations)"
+        if args.calibration_pick == "fastest":
+            profile = dict(profiles[fastest])
+            if len(profiles) > 1:
+                profile["description"] = (f"{profile.get('description', '')} (calibration {fastest + 1} of "
+                                          f"{len(profiles)}, the least disturbed)")
+        else:
+            profile = median_profile(profiles)
+            if len(profiles) > 1:
+                profile["description"] = f"{profile.get('description', '')} (median of {len(profiles)} calibrations)"
         with open(merged, "w", encoding="utf-8") as f:
             json.dump(profile, f, indent=2)
             f.write("\n")
@@ -335,8 +353,10 @@ def main(argv):
     ap.add_argument("--warmup", type=int, default=5,
                     help="leading steps left out of the comparison (default: %(default)s)")
     ap.add_argument("--repeats", type=int, default=3, help="real runs per point (default: %(default)s)")
-    ap.add_argument("--calibrations", type=int, default=3,
-                    help="calibrations per process count; the profiles used are their medians (default: %(default)s)")
+    ap.add_argument("--calibrations", type=int, default=3, help="calibrations per process count (default: %(default)s)")
+    ap.add_argument("--calibration-pick", choices=("fastest", "median"), default="fastest",
+                    help="which profiles to use: the least disturbed calibration's, or the field by field median "
+                         "(default: %(default)s)")
     ap.add_argument("--statistic", choices=("best-repeat", "pooled"), default="best-repeat",
                     help="the measured step time compared: the fastest repeat's median step, or the median "
                          "of all repeats' steps pooled (both are reported; default: %(default)s)")
@@ -410,7 +430,7 @@ def main(argv):
         "shardlab": args.shardlab,
         "work": work,
         "config": {"steps": args.steps, "warmup": args.warmup, "repeats": args.repeats,
-                   "calibrations": args.calibrations,
+                   "calibrations": args.calibrations, "calibration_pick": args.calibration_pick,
                    "batch_size_per_rank": args.batch_size_per_rank, "seq_len": args.seq_len,
                    "mpiexec_flags": MPIEXEC_FLAGS,
                    "step_statistic": "median of steps warmup+1..steps-1; real: " +
