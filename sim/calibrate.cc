@@ -84,11 +84,16 @@ DeviceCalibrationOptions quick_options(const DeviceCalibrationOptions& o) {
 // from a SimDevice in timing mode (no math) given the very same tensors, so the flop
 // counts are SimDevice's own; its memory bandwidth is made unlimited and its launch zero
 // so that only the compute term is left.
-Result<std::map<std::string, double, std::less<>>> measure_compute_factors(runtime::device::Device& device,
-                                                                           const Clock& clock,
-                                                                           const DeviceCalibrationOptions& o,
-                                                                           const Coordination& co,
-                                                                           const DeviceProfile& measured) {
+// NOTE [Per-op memory factors]: a second such SimDevice, with unlimited compute instead,
+// charges the same call's memory term; when the measured time of the optimizer update (the
+// one op timed at its training size) is more than 3% below it, the update streams faster
+// than the copy that set the memory rate, and its memory factor is their ratio.
+struct OpFactors {
+  std::map<std::string, double, std::less<>> compute, memory;
+};
+Result<OpFactors> measure_op_factors(runtime::device::Device& device, const Clock& clock,
+                                     const DeviceCalibrationOptions& o, const Coordination& co,
+                                     const DeviceProfile& measured) {
   using runtime::device::Activation;
   using runtime::device::OptimizerKind;
   using runtime::device::OptimizerUpdate;
@@ -98,6 +103,14 @@ Result<std::map<std::string, double, std::less<>>> measure_compute_factors(runti
   compute_only.op_host_ns = 0;
   compute_only.memory_bytes_per_s = 1e30;
   compute_only.compute_factors.clear();
+  compute_only.memory_factors.clear();
+  DeviceProfile memory_only = compute_only;
+  memory_only.memory_bytes_per_s = measured.memory_bytes_per_s;
+  memory_only.matrix_flops_per_s = memory_only.matrix_bf16_flops_per_s = 1e30;
+  memory_only.vector_flops_per_s = memory_only.vector_bf16_flops_per_s = 1e30;
+  VirtualClock memory_clock;
+  SimDevice memory_sim(0, memory_only, &memory_clock);
+  memory_sim.set_timing_mode(true);
   VirtualClock sim_clock;
   SimDevice sim(0, compute_only, &sim_clock);
   sim.set_timing_mode(true);
@@ -187,15 +200,23 @@ Result<std::map<std::string, double, std::less<>>> measure_compute_factors(runti
   }
 
   const DeviceCalibrationOptions quick = quick_options(o);  // small ops: many runs per window
-  std::map<std::string, double, std::less<>> factors;
+  OpFactors factors;
   for (const auto& [key, op] : ops) {
     const Nanos before = sim_clock.now();
     SHARDLAB_RETURN_IF_ERROR(op(sim));
     const Nanos charged = sim_clock.now() - before;
+    const Nanos memory_before = memory_clock.now();
+    SHARDLAB_RETURN_IF_ERROR(op(memory_sim));
+    const Nanos memory_charged = memory_clock.now() - memory_before;
     SHARDLAB_ASSIGN_OR_RETURN(const Nanos t, best_time(device, clock, quick, co, [&] { return op(device); }));
     if (charged <= 0) continue;  // no compute term at this size: nothing to scale
-    const double f = static_cast<double>(std::max<Nanos>(t - measured.launch_ns, 1)) / static_cast<double>(charged);
-    factors.emplace(key, std::clamp(f, 1e-3, 1000.0));
+    const double work = static_cast<double>(std::max<Nanos>(t - measured.launch_ns, 1));
+    factors.compute.emplace(key, std::clamp(work / static_cast<double>(charged), 1e-3, 1000.0));
+    // Only for the op timed at its training size (the optimizer on a shard): the others
+    // run in cache here, and their in-cache speed would under-charge large activations.
+    if (key == "optimizer_step" && memory_charged > 0 && work < 0.97 * static_cast<double>(memory_charged)) {
+      factors.memory.emplace(key, std::clamp(work / static_cast<double>(memory_charged), 1e-3, 1.0));
+    }
   }
   return factors;
 }
@@ -358,7 +379,9 @@ Result<DeviceProfile> measure_device(runtime::device::Device& device, const Cloc
   p.capacity_bytes = o.capacity_bytes > 0 ? o.capacity_bytes : host_memory_bytes();
   p.matrix_efficiency = p.vector_efficiency = p.memory_efficiency = 1.0;
   if (o.compute_factors) {
-    SHARDLAB_ASSIGN_OR_RETURN(p.compute_factors, measure_compute_factors(device, clock, o, co, p));
+    SHARDLAB_ASSIGN_OR_RETURN(OpFactors f, measure_op_factors(device, clock, o, co, p));
+    p.compute_factors = std::move(f.compute);
+    p.memory_factors = std::move(f.memory);
   }
   if (o.op_host) {
     SHARDLAB_ASSIGN_OR_RETURN(p.op_host_ns, host_time_per_op(device, clock, o, co, p));

@@ -57,6 +57,31 @@ TEST(Calibrate, MeasuresTheHostTimePerOpOfATrainingLoop) {
   EXPECT_NEAR(p->launch_ns + p->op_host_ns, 1800, 2);
 }
 
+// NOTE [Per-op memory factors]: an optimizer update that streams its shard in half the
+// time the memory rate says is found at its training size; the in-cache ops get none.
+TEST(Calibrate, FindsAnOptimizerThatStreamsFasterThanTheCopyRate) {
+  DeviceProfile truth;
+  truth.vector_flops_per_s = 1e12;  // the update is memory-bound
+  truth.memory_bytes_per_s = 2e10;
+  truth.launch_ns = 1000;
+  truth.memory_factors = {{"optimizer_step", 0.5}};
+  VirtualClock clock;
+  SimDevice dev(0, truth, &clock);
+  DeviceCalibrationOptions o;
+  o.gemm_size = 64;
+  o.vector_elements = 1 << 10;
+  o.copy_bytes = 1 << 20;
+  o.repeats = 2;
+  o.min_window_ns = 5 * kNanosPerMilli;
+  o.small_dim_factors = false;
+  o.op_host = false;
+  auto p = calibrate_device(dev, clock, o);
+  ASSERT_TRUE(p.is_ok()) << p.status().to_string();
+  EXPECT_NEAR(p->memory_bytes_per_s / truth.memory_bytes_per_s, 1.0, 1e-3);
+  ASSERT_EQ(p->memory_factors.size(), 1u);
+  EXPECT_NEAR(p->memory_factor("optimizer_step"), 0.5, 1e-2);
+}
+
 TEST(Calibrate, RecoversASimulatedDevicesRoofline) {
   DeviceProfile truth;
   truth.matrix_flops_per_s = 3e11;
@@ -94,6 +119,8 @@ TEST(Calibrate, RecoversASimulatedDevicesRoofline) {
   // The truth has no host time beyond its ops: the training loop takes exactly what the
   // calibrated profile charges for it (to the rates' rounding).
   EXPECT_LE(p->op_host_ns, 2);
+  // Its optimizer is compute-bound: nothing streams faster than the memory rate.
+  EXPECT_TRUE(p->memory_factors.empty());
   // Compute-bound in the truth at the calibration sizes: optimizer 0.7 ns/element of
   // compute against 0.56 of memory, layer_norm 1.6 against ~0.2.
   EXPECT_NEAR(p->compute_factor("optimizer_step"), 0.5, 1e-3);

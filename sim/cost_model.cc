@@ -58,6 +58,11 @@ double DeviceProfile::compute_factor(std::string_view factor_key) const {
   return it == compute_factors.end() ? 1.0 : it->second;
 }
 
+double DeviceProfile::memory_factor(std::string_view factor_key) const {
+  const auto it = memory_factors.find(factor_key);
+  return it == memory_factors.end() ? 1.0 : it->second;
+}
+
 Nanos DeviceProfile::op_time(double flops, double bytes, ComputeUnit unit, DType dtype) const {
   return op_time({}, flops, bytes, unit, dtype);
 }
@@ -79,7 +84,7 @@ Nanos DeviceProfile::op_time(std::string_view factor_key, double flops, double b
   const bool matrix = unit == ComputeUnit::kMatrix;
   double compute_s = flops / (matrix ? matrix_rate(dtype) : vector_rate(dtype)) * compute_factor(factor_key);
   if (matrix) compute_s *= small_dim_factor(min_dim);
-  const double memory_s = bytes / memory_rate();
+  const double memory_s = bytes / memory_rate() * memory_factor(factor_key);
   // NOTE [Matrix ops on a CPU]: staging operands does not overlap the multiply there.
   const double t = matrix && !matrix_memory_overlap ? compute_s + memory_s : std::max(compute_s, memory_s);
   return launch_ns + op_host_ns + static_cast<Nanos>(std::llround(t * 1e9));

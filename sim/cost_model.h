@@ -32,7 +32,7 @@ enum class ComputeUnit { kMatrix, kVector };
 
 // Roofline device: an op takes
 //   launch + op_host + max(flops / (peak(unit, dtype) · efficiency(unit)) · compute_factor(op),
-//                          bytes / (memory · memory_efficiency))
+//                          bytes / (memory · memory_efficiency) · memory_factor(op))
 // rounded once to ns, plus the host time of the allocations made since the previous op
 // (alloc_ns each; NOTE [Host time per allocation]). Peaks are per dtype: 16-bit floats (bf16, fp16) use the *_bf16 rates,
 // everything else the fp32 ones. The efficiency factors are the fraction of the vendor
@@ -63,6 +63,18 @@ struct DeviceProfile {
   // their TPC kernels' per-op costs are unknown here). A sorted map: iteration order is
   // fixed, so the JSON it writes is too.
   std::map<std::string, double, std::less<>> compute_factors;
+  // NOTE [Per-op memory factors]
+  // The memory rate comes from one kernel, a large copy (memmove, which streams with
+  // non-temporal stores). Some ops stream their operands faster than that: AdamW keeps
+  // seven streams in flight, and a shard of a few tens of MB partly stays in the last-level
+  // cache between steps (bert-tiny's 4.4 M-parameter update: 1.0 ns per element measured,
+  // 1.7 charged at the copy's rate). `memory_factors` holds, per op key, the measured time
+  // over the charged memory time when an op at its calibration size runs faster than its
+  // memory term (a factor in (0, 1], on the memory term only). `calibrate` measures it for
+  // the optimizer update only — the one op it times at its training size (the others run
+  // in cache there, which would under-charge large activations) — and leaves it out within
+  // 3% of the memory term. The Gaudi profiles have none.
+  std::map<std::string, double, std::less<>> memory_factors;
   // NOTE [Host time per allocation]
   // Host time to allocate (and later free) one tensor, charged to the rank's compute
   // timeline ahead of its next op. On an accelerator the host allocates while the device
@@ -117,6 +129,7 @@ struct DeviceProfile {
   // fp32 shorthand: op_time(flops, bytes, matrix ? kMatrix : kVector, kF32).
   Nanos op_time(double flops, double bytes, bool matrix) const;
   double compute_factor(std::string_view factor_key) const;
+  double memory_factor(std::string_view factor_key) const;
   // The same device `factor` (≥ 1) times slower at everything (a straggler, sim/faults.h):
   // launch overhead × factor and every efficiency ÷ factor.
   DeviceProfile slowed_by(double factor) const;

@@ -75,7 +75,7 @@ Result<DeviceProfile> parse_device_profile(const std::string& json_text, const s
   detail::JsonObject root(j, origin);
   SHARDLAB_RETURN_IF_ERROR(root.only({"name", "description", "matrix_flops_per_s", "vector_flops_per_s",
                                       "memory_bytes_per_s", "launch_ns", "alloc_ns", "op_host_ns", "capacity_gib", "efficiency",
-                                      "compute_factors", "matrix_memory_overlap", "matrix_operand_passes",
+                                      "compute_factors", "memory_factors", "matrix_memory_overlap", "matrix_operand_passes",
                                       "small_dim_factors", "notes"}));
   SHARDLAB_RETURN_IF_ERROR(root.notes_ok("notes"));
   DeviceProfile p;
@@ -109,16 +109,23 @@ Result<DeviceProfile> parse_device_profile(const std::string& json_text, const s
     SHARDLAB_ASSIGN_OR_RETURN(p.vector_efficiency, e.number_or("vector", 1.0, 0, 1, true, allowed));
     SHARDLAB_ASSIGN_OR_RETURN(p.memory_efficiency, e.number_or("memory", 1.0, 0, 1, true, allowed));
   }
-  if (root.has("compute_factors")) {  // NOTE [Per-op compute factors]
-    SHARDLAB_ASSIGN_OR_RETURN(detail::JsonObject f, root.object("compute_factors"));
+  // NOTE [Per-op compute factors], NOTE [Per-op memory factors]: {op key: factor}.
+  const auto read_factors = [&root](const char* name, double max, const char* allowed,
+                                    std::map<std::string, double, std::less<>>* out) -> Status {
+    if (!root.has(name)) return Status::ok();
+    SHARDLAB_ASSIGN_OR_RETURN(detail::JsonObject f, root.object(name));
     SHARDLAB_RETURN_IF_ERROR(f.only(compute_factor_keys()));
     for (const std::string& key : compute_factor_keys()) {
       if (!f.has(key)) continue;
-      SHARDLAB_ASSIGN_OR_RETURN(const double v,
-                                f.number(key, 0, 1000, true, "a factor on the op's compute time in (0, 1000]"));
-      p.compute_factors.emplace(key, v);
+      SHARDLAB_ASSIGN_OR_RETURN(const double v, f.number(key, 0, max, true, allowed));
+      out->emplace(key, v);
     }
-  }
+    return Status::ok();
+  };
+  SHARDLAB_RETURN_IF_ERROR(
+      read_factors("compute_factors", 1000, "a factor on the op's compute time in (0, 1000]", &p.compute_factors));
+  SHARDLAB_RETURN_IF_ERROR(
+      read_factors("memory_factors", 1, "a factor on the op's memory time in (0, 1]", &p.memory_factors));
   // NOTE [Matrix ops on a CPU]
   SHARDLAB_ASSIGN_OR_RETURN(p.matrix_memory_overlap, root.boolean_or("matrix_memory_overlap", true));
   SHARDLAB_ASSIGN_OR_RETURN(p.matrix_operand_passes,
@@ -165,10 +172,12 @@ std::string device_profile_to_json(const DeviceProfile& p) {
     for (const auto& [dim, v] : p.small_dim_factors) f[std::to_string(dim)] = v;
     j["small_dim_factors"] = f;
   }
-  if (!p.compute_factors.empty()) {
+  for (const auto& [name, factors] : {std::pair{"compute_factors", &p.compute_factors},
+                                      std::pair{"memory_factors", &p.memory_factors}}) {
+    if (factors->empty()) continue;
     nlohmann::ordered_json f = nlohmann::ordered_json::object();
-    for (const auto& [key, v] : p.compute_factors) f[key] = v;
-    j["compute_factors"] = f;
+    for (const auto& [key, v] : *factors) f[key] = v;
+    j[name] = f;
   }
   return j.dump(2) + "\n";
 }

@@ -275,6 +275,18 @@ TEST(DeviceProfiles, OptimizerStepIsChargedAsOneStreamingVectorOp) {
   EXPECT_EQ(clock.now() - before, g2.op_time(2.0 * 1000, 12.0 * 1000, ComputeUnit::kVector, DType::kF32));
 }
 
+// NOTE [Per-op memory factors]: the factor scales the op's memory term only, and only for
+// its own key; a compute-bound op is not sped up by it.
+TEST(DeviceProfiles, MemoryFactorScalesOnlyTheMemoryTermOfItsOp) {
+  DeviceProfile d;  // cpu-sim: vector 20 GFLOP/s, memory 20 GB/s, launch 2 µs
+  d.memory_factors = {{"optimizer_step", 0.5}};
+  // 1e6 flops = 50 µs of compute, 4e6 bytes = 200 µs of memory → 100 µs with the factor.
+  EXPECT_EQ(d.op_time("optimizer_step", 1e6, 4e6, ComputeUnit::kVector, DType::kF32), 2000 + 100'000);
+  EXPECT_EQ(d.op_time("axpy", 1e6, 4e6, ComputeUnit::kVector, DType::kF32), 2000 + 200'000);
+  // Compute-bound (4e6 flops = 200 µs): the memory factor changes nothing.
+  EXPECT_EQ(d.op_time("optimizer_step", 4e6, 4e6, ComputeUnit::kVector, DType::kF32), 2000 + 200'000);
+}
+
 // NOTE [Host time per op]: every op carries op_host_ns on top of its launch and roofline
 // time, whatever its kind; the op counter counts each charged op once.
 TEST(DeviceProfiles, SimDeviceChargesHostTimeWithEveryOp) {
@@ -445,6 +457,7 @@ DeviceProfile profile_with_new_fields() {
   p.description = "measured";
   p.alloc_ns = 1234;
   p.op_host_ns = 321;
+  p.memory_factors = {{"optimizer_step", 0.625}};
   p.compute_factors = {{"activation_gelu", 2.5}, {"optimizer_step", 0.75}, {"batched_gemm", 1.0 / 3.0}};
   p.matrix_memory_overlap = false;
   p.small_dim_factors = {{8, 3.0}, {64, 1.25}, {1024, 0.9}};
@@ -459,6 +472,7 @@ TEST(DeviceProfiles, NewFieldsRoundTripThroughJson) {
   EXPECT_EQ(back->name, "calibrated");
   EXPECT_EQ(back->alloc_ns, 1234);
   EXPECT_EQ(back->op_host_ns, 321);
+  EXPECT_EQ(back->memory_factors, p.memory_factors);
   EXPECT_EQ(back->compute_factors, p.compute_factors);  // exactly, 1/3 included
   EXPECT_FALSE(back->matrix_memory_overlap);
   EXPECT_EQ(back->small_dim_factors, p.small_dim_factors);
@@ -472,7 +486,8 @@ TEST(DeviceProfiles, NewFieldsRoundTripThroughJson) {
   EXPECT_EQ(loaded->alloc_ns, 1234);
   // The defaults write none of the new keys, so existing profile files read the same.
   const std::string plain = device_profile_to_json(DeviceProfile{});
-  for (const char* key : {"alloc_ns", "op_host_ns", "compute_factors", "matrix_memory_overlap", "small_dim_factors"}) {
+  for (const char* key : {"alloc_ns", "op_host_ns", "compute_factors", "memory_factors", "matrix_memory_overlap",
+                          "small_dim_factors"}) {
     EXPECT_EQ(plain.find(key), std::string::npos) << key << " in\n" << plain;
     EXPECT_NE(text.find(key), std::string::npos) << key << " not in\n" << text;
   }
@@ -480,6 +495,7 @@ TEST(DeviceProfiles, NewFieldsRoundTripThroughJson) {
   ASSERT_TRUE(plain_back.is_ok()) << plain_back.status().to_string();
   EXPECT_EQ(plain_back->alloc_ns, 0);
   EXPECT_EQ(plain_back->op_host_ns, 0);
+  EXPECT_TRUE(plain_back->memory_factors.empty());
   EXPECT_TRUE(plain_back->compute_factors.empty());
   EXPECT_TRUE(plain_back->matrix_memory_overlap);
   EXPECT_TRUE(plain_back->small_dim_factors.empty());
@@ -532,6 +548,13 @@ TEST(DeviceProfiles, BadNewKeysAreInvalidArgumentNamingTheKey) {
       {"negative alloc_ns", R"("alloc_ns": -1)", "alloc_ns", "out of range; allowed: an integer number of ns"},
       {"alloc_ns too large", R"("alloc_ns": 2e9)", "alloc_ns", "[0, 1e9]"},
       {"alloc_ns a string", R"("alloc_ns": "5")", "alloc_ns", "must be a number"},
+      {"memory factor 0", R"("memory_factors": {"optimizer_step": 0})", "memory_factors.optimizer_step",
+       "(0, 1]"},
+      {"memory factor > 1", R"("memory_factors": {"optimizer_step": 1.5})", "memory_factors.optimizer_step",
+       "a factor on the op's memory time in (0, 1]"},
+      {"unknown memory factor", R"("memory_factors": {"memcpy": 0.5})", "memory_factors.memcpy", "unknown key"},
+      {"memory factor a string", R"("memory_factors": {"axpy": "0.5"})", "memory_factors.axpy", "must be a number"},
+      {"memory_factors not an object", R"("memory_factors": 0.5)", "memory_factors", "must be an object"},
       {"fractional op_host_ns", R"("op_host_ns": 0.5)", "op_host_ns", "integer"},
       {"negative op_host_ns", R"("op_host_ns": -3)", "op_host_ns", "out of range; allowed: an integer number of ns"},
       {"op_host_ns too large", R"("op_host_ns": 1e10)", "op_host_ns", "[0, 1e9]"},
@@ -574,6 +597,7 @@ TEST(DeviceProfiles, BuiltInsHaveNoFactorsAllocTimeOrSmallDimTable) {
     EXPECT_TRUE(p->compute_factors.empty()) << name;
     EXPECT_EQ(p->alloc_ns, 0) << name;
     EXPECT_EQ(p->op_host_ns, 0) << name;
+    EXPECT_TRUE(p->memory_factors.empty()) << name;
     EXPECT_TRUE(p->matrix_memory_overlap) << name;
     EXPECT_TRUE(p->small_dim_factors.empty()) << name;
     EXPECT_EQ(p->small_dim_factor(8), 1.0) << name;
