@@ -221,11 +221,13 @@ Result<OpFactors> measure_op_factors(runtime::device::Device& device, const Cloc
   return factors;
 }
 
-// NOTE [Host time per op] (sim/cost_model.h): the calibration workload is a small MLP
-// (24 → 48 → 48 → 48 → 3, batch 4, AdamW) trained without sharding by train_oracle, the
-// runtime's own training loop: model code, views, allocations and the optimizer. Small
-// on purpose — its ops take about a microsecond, so the loop's host time is not lost in
-// their noise — and unlike the MLP that bench/validate_sim.py predicts (16 → 32 → 32 → 4).
+// NOTE [Host time per op] (sim/cost_model.h): the calibration workload is a tiny MLP
+// (8 → 8 → 8 → 8 → 3, batch 4, AdamW over 243 parameters) trained without sharding by
+// train_oracle, the runtime's own training loop: model code, views, allocations and the
+// optimizer. Tiny on purpose — its ops take well under a microsecond, so the loop's host
+// time is not lost in their noise (at 24 → 48 wide, AdamW over 6,000 parameters dominated
+// the step and the host time drowned in its error) — and unlike the MLP that
+// bench/validate_sim.py predicts (16 → 32 → 32 → 4).
 // Its time per step is the difference of two loop lengths (initialization cancels),
 // best of the windows as for every op; what the simulator charges for the same loop comes
 // from a SimDevice with `measured` (op_host_ns 0), and the host time per op is the

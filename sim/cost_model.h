@@ -87,8 +87,8 @@ struct DeviceProfile {
   // views and output tensors, the training loop, FSDP's bookkeeping — charged to the rank's
   // compute timeline with every op, like launch_ns. An accelerator's host issues ops ahead
   // of the device and hides it (0 in the Gaudi profiles); on the cpu backend host and
-  // device are one thread, so it adds up: for a small MLP (~30 ops of a few µs) it was a
-  // quarter of the step. `shardlab calibrate` measures it from a training loop (sim/calibrate.h:
+  // device are one thread, so it adds up: for a small MLP (~30 ops of about a µs) it is a
+  // fifth of the step. `shardlab calibrate` measures it from a training loop (sim/calibrate.h:
   // measure_op_host_ns), as what the loop takes beyond the ops the profile already times.
   Nanos op_host_ns = 0;
   // NOTE [Matrix ops on a CPU]
