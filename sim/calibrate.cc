@@ -391,6 +391,11 @@ Result<DeviceProfile> measure_device(runtime::device::Device& device, const Cloc
   return p;
 }
 
+// One device measured on its own: no barrier, its own time.
+Coordination alone() {
+  return {[] { return Status::ok(); }, [](Nanos t) -> Result<Nanos> { return t; }};
+}
+
 // The largest of every rank's `values` (elementwise), on every rank.
 Result<std::vector<Nanos>> max_over_ranks(Communicator& comm, runtime::device::Device& device,
                                           const std::vector<Nanos>& values) {
@@ -405,14 +410,12 @@ Result<std::vector<Nanos>> max_over_ranks(Communicator& comm, runtime::device::D
 
 Result<DeviceProfile> calibrate_device(runtime::device::Device& device, const Clock& clock,
                                        const DeviceCalibrationOptions& o) {
-  const Coordination alone{[] { return Status::ok(); }, [](Nanos t) -> Result<Nanos> { return t; }};
-  return measure_device(device, clock, o, alone);
+  return measure_device(device, clock, o, alone());
 }
 
 Result<Nanos> measure_op_host_ns(runtime::device::Device& device, const Clock& clock, const DeviceProfile& profile,
                                  const DeviceCalibrationOptions& options) {
-  const Coordination alone{[] { return Status::ok(); }, [](Nanos t) -> Result<Nanos> { return t; }};
-  return host_time_per_op(device, clock, options, alone, profile);
+  return host_time_per_op(device, clock, options, alone(), profile);
 }
 
 Result<DeviceProfile> calibrate_cpu_device(const DeviceCalibrationOptions& options) {

@@ -17,6 +17,18 @@
 namespace shardlab::sim {
 namespace {
 
+// A small calibration of a simulated device: 64³ GEMM, in-cache ops of 1,024 elements, a
+// 1 MiB copy, two windows of 5 ms each (quick windows of 1 ms).
+DeviceCalibrationOptions small_options() {
+  DeviceCalibrationOptions o;
+  o.gemm_size = 64;
+  o.vector_elements = 1 << 10;
+  o.copy_bytes = 1 << 20;
+  o.repeats = 2;
+  o.min_window_ns = 5 * kNanosPerMilli;
+  return o;
+}
+
 // NOTE [Host time per op]: a device whose every op costs 300 ns more than the profile says
 // (the runtime's host time, on a CPU) shows it in the training loop, per op charged.
 TEST(Calibrate, MeasuresTheHostTimePerOpOfATrainingLoop) {
@@ -27,9 +39,7 @@ TEST(Calibrate, MeasuresTheHostTimePerOpOfATrainingLoop) {
   truth.compute_factors = {{"optimizer_step", 0.5}};
   VirtualClock clock;
   SimDevice dev(0, truth, &clock);
-  DeviceCalibrationOptions o;
-  o.repeats = 2;
-  o.min_window_ns = 5 * kNanosPerMilli;  // quick windows of 1 ms: one loop each
+  DeviceCalibrationOptions o = small_options();  // quick windows of 1 ms: one loop each
   DeviceProfile without = truth;
   without.op_host_ns = 0;
   auto host = measure_op_host_ns(dev, clock, without, o);
@@ -47,9 +57,6 @@ TEST(Calibrate, MeasuresTheHostTimePerOpOfATrainingLoop) {
   EXPECT_EQ(*host, 0);
   // From the outside a per-op host time and the launch overhead are the same charge: the
   // full calibration finds their sum, in launch_ns (timed on a bare one-element op).
-  o.gemm_size = 64;
-  o.vector_elements = 1 << 10;
-  o.copy_bytes = 1 << 20;
   o.small_dim_factors = false;
   o.compute_factors = false;
   auto p = calibrate_device(dev, clock, o);
@@ -67,12 +74,7 @@ TEST(Calibrate, FindsAnOptimizerThatStreamsFasterThanTheCopyRate) {
   truth.memory_factors = {{"optimizer_step", 0.5}};
   VirtualClock clock;
   SimDevice dev(0, truth, &clock);
-  DeviceCalibrationOptions o;
-  o.gemm_size = 64;
-  o.vector_elements = 1 << 10;
-  o.copy_bytes = 1 << 20;
-  o.repeats = 2;
-  o.min_window_ns = 5 * kNanosPerMilli;
+  DeviceCalibrationOptions o = small_options();
   o.small_dim_factors = false;
   o.op_host = false;
   auto p = calibrate_device(dev, clock, o);
@@ -337,10 +339,7 @@ TEST(Calibrate, OneRankMeasuresTheCollectiveOverhead) {
 }
 
 TEST(Calibrate, MeasuresThisCpu) {
-  DeviceCalibrationOptions o;
-  o.gemm_size = 64;
-  o.vector_elements = 1024;
-  o.copy_bytes = 1 << 20;
+  DeviceCalibrationOptions o = small_options();
   o.repeats = 1;
   o.min_window_ns = kNanosPerMilli;
   auto p = calibrate_cpu_device(o);
