@@ -79,14 +79,24 @@ class MemorySampler final : public model::ParamAccess {
       : inner_(inner), dev_(dev), clock_(clock), step_(step), out_(out), options_(options) {}
   Result<Tensor> param(int i) override { return inner_.param(i); }
   Result<Tensor> grad(int i) override { return inner_.grad(i); }
-  Status pre_forward(int l) override { return sampled(inner_.pre_forward(l), "pre_forward", l); }
-  Status post_forward(int l) override { return sampled(inner_.post_forward(l), "post_forward", l); }
-  Status pre_backward(int l) override { return sampled(inner_.pre_backward(l), "pre_backward", l); }
-  Status post_backward(int l) override { return sampled(inner_.post_backward(l), "post_backward", l); }
+  Status pre_forward(int l) override { return sampled(inner_.pre_forward(l), kPreForward, l); }
+  Status post_forward(int l) override { return sampled(inner_.post_forward(l), kPostForward, l); }
+  Status pre_backward(int l) override { return sampled(inner_.pre_backward(l), kPreBackward, l); }
+  Status post_backward(int l) override { return sampled(inner_.post_backward(l), kPostBackward, l); }
 
  private:
-  Status sampled(Status s, const char* what, int layer) {
-    if (s.is_ok()) record(out_, dev_, clock_, step_, std::string(what) + ":" + std::to_string(layer), options_);
+  enum Hook { kPreForward, kPostForward, kPreBackward, kPostBackward, kNumHooks };
+  // Every hook of every layer samples at every step: the event names ("post_backward:3")
+  // are made once, not concatenated per sample (host time inside the step).
+  Status sampled(Status s, Hook hook, int layer) {
+    if (!s.is_ok()) return s;
+    std::vector<std::string>& names = names_[hook];
+    const auto l = static_cast<std::size_t>(layer);
+    if (l >= names.size()) {
+      static constexpr const char* kNames[kNumHooks] = {"pre_forward", "post_forward", "pre_backward", "post_backward"};
+      for (std::size_t i = names.size(); i <= l; ++i) names.push_back(std::string(kNames[hook]) + ":" + std::to_string(i));
+    }
+    record(out_, dev_, clock_, step_, names[l], options_);
     return s;
   }
 
@@ -109,6 +119,7 @@ class MemorySampler final : public model::ParamAccess {
   const int& step_;
   std::vector<MemorySample>& out_;
   const FsdpTrainOptions& options_;
+  std::vector<std::string> names_[kNumHooks];
 };
 
 }  // namespace
