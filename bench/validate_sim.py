@@ -426,7 +426,7 @@ def main(argv):
     ap.add_argument("--warmup", type=int, default=5,
                     help="leading steps left out of the comparison (default: %(default)s)")
     ap.add_argument("--repeats", type=int, default=3, help="real runs per point (default: %(default)s)")
-    ap.add_argument("--calibrations", type=int, default=3, help="calibrations per process count (default: %(default)s)")
+    ap.add_argument("--calibrations", type=int, default=5, help="calibrations per process count (default: %(default)s)")
     ap.add_argument("--calibration-pick", choices=("fastest", "median"), default="median",
                     help="which profiles to use: the least disturbed calibration's, or the field by field median "
                          "(default: %(default)s)")
