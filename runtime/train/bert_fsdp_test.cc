@@ -3,6 +3,7 @@
 // loss normalization by the global target count, tied-weight wrap check, bf16.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "runtime/device/cpu/device.h"
@@ -168,6 +169,13 @@ TEST(BertFsdp, MemoryTimelineSamplesEveryHookWithoutChangingResults) {
   ASSERT_EQ(t.size(), 2u * (4 * 4 + 1));
   EXPECT_EQ(t.front().event, "pre_forward:0");
   EXPECT_EQ(t[16].event, "optimizer_step");
+  // Every hook names its own layer, in both steps (the names are made once and reused).
+  std::vector<std::string> hooks;
+  for (std::size_t i = 0; i < 16; ++i) hooks.push_back(t[i].event);
+  for (const char* name : {"pre_forward:3", "post_forward:2", "pre_backward:1", "post_backward:0"}) {
+    EXPECT_EQ(std::count(hooks.begin(), hooks.end(), name), 1) << name;
+  }
+  for (std::size_t i = 0; i < 17; ++i) EXPECT_EQ(t[17 + i].event, t[i].event) << "sample " << i;
   EXPECT_EQ(t.back().step, 1);
   const int act = static_cast<int>(MemoryCategory::kActivations), grads = static_cast<int>(MemoryCategory::kGradients);
   std::int64_t peak_act = 0;

@@ -89,11 +89,15 @@ class MemorySampler final : public model::ParamAccess {
   // Every hook of every layer samples at every step: the event names ("post_backward:3")
   // are made once, not concatenated per sample (host time inside the step).
   Status sampled(Status s, Hook hook, int layer) {
+    static constexpr const char* kNames[kNumHooks] = {"pre_forward", "post_forward", "pre_backward", "post_backward"};
     if (!s.is_ok()) return s;
+    if (layer < 0) {  // not a model's layer: named as is, not cached
+      record(out_, dev_, clock_, step_, std::string(kNames[hook]) + ":" + std::to_string(layer), options_);
+      return s;
+    }
     std::vector<std::string>& names = names_[hook];
     const auto l = static_cast<std::size_t>(layer);
     if (l >= names.size()) {
-      static constexpr const char* kNames[kNumHooks] = {"pre_forward", "post_forward", "pre_backward", "post_backward"};
       for (std::size_t i = names.size(); i <= l; ++i) names.push_back(std::string(kNames[hook]) + ":" + std::to_string(i));
     }
     record(out_, dev_, clock_, step_, names[l], options_);
