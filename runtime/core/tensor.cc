@@ -116,6 +116,16 @@ Result<Tensor> Tensor::view_of(std::shared_ptr<Storage> storage, DType dtype, Sh
 
 Result<Tensor> Tensor::narrow(std::int64_t begin, std::int64_t count, std::string name) const {
   if (name.empty()) name = name_ + "[" + std::to_string(begin) + ":+" + std::to_string(count) + "]";
+  return narrow_range(begin, count, Shape{count}, std::move(name));
+}
+
+Result<Tensor> Tensor::narrow(std::int64_t begin, Shape shape, std::string name) const {
+  auto count = checked_numel(shape);
+  if (!count.is_ok()) return count.status().with_context("view '" + name + "'");
+  return narrow_range(begin, *count, std::move(shape), std::move(name));
+}
+
+Result<Tensor> Tensor::narrow_range(std::int64_t begin, std::int64_t count, Shape shape, std::string name) const {
   if (!defined()) return Status::invalid_argument("narrow '" + name + "' of an undefined tensor");
   std::int64_t end;
   if (begin < 0 || count < 0 || __builtin_add_overflow(begin, count, &end) || end > numel_) {
@@ -123,7 +133,7 @@ Result<Tensor> Tensor::narrow(std::int64_t begin, std::int64_t count, std::strin
                                     std::to_string(begin) + " + " + std::to_string(count) + ") is outside '" + name_ +
                                     "' of " + std::to_string(numel_) + " elements");
   }
-  return view_of(storage_, dtype_, Shape{count}, offset_ + begin, std::move(name));
+  return view_of(storage_, dtype_, std::move(shape), offset_ + begin, std::move(name));
 }
 
 Result<Tensor> Tensor::reshape(Shape shape) const {

@@ -119,6 +119,9 @@ class Tensor {
   // A 1-D view of [begin, begin + count) elements of this tensor, checked against this
   // tensor's own extent (not just the storage).
   Result<Tensor> narrow(std::int64_t begin, std::int64_t count, std::string name = "") const;
+  // The same range, numel(shape) elements from `begin`, viewed as `shape`: one checked view
+  // where narrow and then reshape make two (FSDP's parameter views, made at every unshard).
+  Result<Tensor> narrow(std::int64_t begin, Shape shape, std::string name) const;
   // Same elements, new shape (numel must match).
   Result<Tensor> reshape(Shape shape) const;
 
@@ -156,6 +159,9 @@ class Tensor {
   std::string describe() const;  // "'w1' fp32 [4, 8] @ offset 0 in 'params' (1.00 KiB)"
 
  private:
+  // narrow's checks: [begin, begin + count) within this tensor; then the view, as `shape`.
+  Result<Tensor> narrow_range(std::int64_t begin, std::int64_t count, Shape shape, std::string name) const;
+
   std::shared_ptr<Storage> storage_;
   DType dtype_ = DType::kF32;
   Shape shape_;

@@ -273,6 +273,24 @@ TEST(NarrowTest, RejectsNegativeAndOverflowingRanges) {
   EXPECT_FALSE(Tensor().narrow(0, 0).is_ok());
 }
 
+// narrow with a shape: the same range as narrow(begin, numel(shape)) then reshape, as one view.
+TEST(NarrowTest, WithAShapeIsNarrowThenReshape) {
+  const Tensor t = view(host_storage(80), DType::kF32, {6}, 2, "t");
+  const Result<Tensor> w = t.narrow(1, Shape{2, 2}, "w");
+  ASSERT_TRUE(w.is_ok()) << w.status().to_string();
+  const Tensor two_step = *t.narrow(1, 4, "w")->reshape({2, 2});
+  EXPECT_TRUE(w->same_view(two_step));
+  EXPECT_EQ(w->shape(), two_step.shape());
+  EXPECT_EQ(w->name(), "w");
+  // Past the end of t (in bounds of the storage): narrow's error.
+  const Result<Tensor> past = t.narrow(3, Shape{2, 2}, "tail");
+  ASSERT_FALSE(past.is_ok());
+  EXPECT_THAT(past.status().message(), HasSubstr("[3, 3 + 4) is outside 't' of 6 elements"));
+  EXPECT_FALSE(t.narrow(-1, Shape{2}, "neg").is_ok());
+  EXPECT_FALSE(t.narrow(0, Shape{-2, 2}, "bad").is_ok());
+  EXPECT_FALSE(Tensor().narrow(0, Shape{1}, "none").is_ok());
+}
+
 TEST(NarrowTest, NarrowOfNarrowComposesOffsets) {
   const Tensor t = view(host_storage(400), DType::kI64, {40}, 5, "t");
   const Tensor a = *t.narrow(10, 20);
