@@ -287,13 +287,14 @@ def simulated_run(args, work, scenario, point, profiles):
 def compare(args, point, real, sim, profiles):
     procs, model, strategy = point
     real_steps = [steps for steps, _ in real]
+    kept = [kept_steps(steps, args.warmup) for steps in real_steps]
     sim_steps, breakdown, sim_out = sim
-    pooled = statistics.median([t for steps in real_steps for t in kept_steps(steps, args.warmup)])
+    pooled = statistics.median([t for steps in kept for t in steps])
     predicted = statistics.median(kept_steps(sim_steps, args.warmup))
     # How far the real runs of this point disagree with each other: the spread of the
     # per-repeat medians around the pooled one (0 with one repeat). An error inside it
     # cannot be told from measurement noise.
-    repeat_medians = [statistics.median(kept_steps(steps, args.warmup)) for steps in real_steps]
+    repeat_medians = [statistics.median(steps) for steps in kept]
     spread = (max(repeat_medians) - min(repeat_medians)) / pooled * 100.0
     # The measured time compared: the least disturbed stretch of the real runs (the fastest
     # window's median, or the fastest repeat's median), as calibrate keeps each op's least
@@ -301,8 +302,7 @@ def compare(args, point, real, sim, profiles):
     # the same run switches between a fast and a 1.6–2x slower state every 0.1–1 s for
     # host-bound code (bench/README.md); the pooled median of all repeats is reported next to it.
     if args.statistic == "best-window":
-        measured = min(best_window(kept_steps(steps, args.warmup), args.window_steps, args.window_s)
-                       for steps in real_steps)
+        measured = min(best_window(steps, args.window_steps, args.window_s) for steps in kept)
     elif args.statistic == "best-repeat":
         measured = min(repeat_medians)
     else:

@@ -53,15 +53,17 @@ const std::vector<std::string>& compute_factor_keys() {
   return keys;
 }
 
-double DeviceProfile::compute_factor(std::string_view factor_key) const {
-  const auto it = compute_factors.find(factor_key);
-  return it == compute_factors.end() ? 1.0 : it->second;
+namespace {
+// An op's factor from a per-op table: 1 for an op the table does not name.
+double factor_of(const std::map<std::string, double, std::less<>>& table, std::string_view factor_key) {
+  const auto it = table.find(factor_key);
+  return it == table.end() ? 1.0 : it->second;
 }
+}  // namespace
 
-double DeviceProfile::memory_factor(std::string_view factor_key) const {
-  const auto it = memory_factors.find(factor_key);
-  return it == memory_factors.end() ? 1.0 : it->second;
-}
+double DeviceProfile::compute_factor(std::string_view factor_key) const { return factor_of(compute_factors, factor_key); }
+
+double DeviceProfile::memory_factor(std::string_view factor_key) const { return factor_of(memory_factors, factor_key); }
 
 Nanos DeviceProfile::op_time(double flops, double bytes, ComputeUnit unit, DType dtype) const {
   return op_time({}, flops, bytes, unit, dtype);
