@@ -87,6 +87,9 @@ Status SimDevice::cast(const Tensor& src, const Tensor& dst, StreamId stream) {
        (src.dtype() == DType::kBF16 && dst.dtype() == DType::kF32))) {
     return inner_.cast(src, dst, stream);
   }
+  // A cast to its own dtype converts nothing: the device copies (CpuDevice::cast calls copy),
+  // and it is charged as the copy it is, not at the conversion's measured compute factor.
+  if (src.dtype() == dst.dtype()) return copy(src, dst, stream);
   return charge("cast", inner_.cast(src, dst, stream), static_cast<double>(src.numel()),
                 static_cast<double>(src.nbytes() + dst.nbytes()), false, src);
 }

@@ -287,6 +287,31 @@ TEST(DeviceProfiles, MemoryFactorScalesOnlyTheMemoryTermOfItsOp) {
   EXPECT_EQ(d.op_time("optimizer_step", 4e6, 4e6, ComputeUnit::kVector, DType::kF32), 2000 + 200'000);
 }
 
+// A cast to the tensor's own dtype is the copy CpuDevice makes of it: charged as a copy,
+// never at the conversion's compute factor (a calibrated cpu profile measures fp32 → bf16
+// at ~2.5× its flops; bert-tiny's same-dtype casts were charged 165 µs for ~0.1 ms copies).
+TEST(DeviceProfiles, SimDeviceChargesASameDtypeCastAsACopy) {
+  DeviceProfile d;  // cpu-sim: vector 20 GFLOP/s, memory 20 GB/s, launch 2 µs
+  d.compute_factors = {{"cast", 100.0}};
+  VirtualClock clock;
+  SimDevice dev(0, d, &clock);
+  auto a = dev.empty({1000}, DType::kF32, MemoryCategory::kOther, "a");
+  auto b = dev.empty({1000}, DType::kF32, MemoryCategory::kOther, "b");
+  auto h = dev.empty({1000}, DType::kBF16, MemoryCategory::kOther, "h");
+  ASSERT_TRUE(a.is_ok() && b.is_ok() && h.is_ok());
+  ASSERT_TRUE(dev.fill(*a, 1.5f, runtime::device::kComputeStream).is_ok());
+  const Nanos t0 = clock.now();
+  ASSERT_TRUE(dev.cast(*a, *b, runtime::device::kComputeStream).is_ok());
+  // A copy of 4000 bytes: 8000 bytes at 20 GB/s = 400 ns, after the launch.
+  EXPECT_EQ(clock.now() - t0, 2000 + 400);
+  EXPECT_EQ(b->data<float>()[999], 1.5f);
+  // fp32 → bf16 converts: 1000 flops × 100 at 20 GFLOP/s = 5 µs, compute-bound.
+  const Nanos t1 = clock.now();
+  ASSERT_TRUE(dev.cast(*a, *h, runtime::device::kComputeStream).is_ok());
+  EXPECT_EQ(clock.now() - t1, 2000 + 5000);
+  EXPECT_EQ(dev.ops_charged(), 3);
+}
+
 // NOTE [Host time per op]: every op carries op_host_ns on top of its launch and roofline
 // time, whatever its kind; the op counter counts each charged op once.
 TEST(DeviceProfiles, SimDeviceChargesHostTimeWithEveryOp) {
