@@ -31,6 +31,38 @@ struct Coordination {
   std::function<Result<Nanos>(Nanos)> combine;
 };
 
+// NOTE [Calibration rounds]
+// The whole measurement runs `rounds` times, and each timed op keeps its best time over
+// all rounds: the i-th op timed in a round is the i-th in every round (the sequence of
+// timed ops does not depend on measured values), so round r's i-th time is compared with
+// the best i-th time of the rounds before. Only the last round's profile is kept, derived
+// from those best times. Why: on a shared VM the machine's speed changes every 0.1–1 s
+// (bench/README.md), while one op's windows last 60–300 ms; within one round an op can be
+// timed entirely in a slow spell (the thin GEMM's small-dimension factor came out
+// 1.06–1.82 across five calibrations of one run). Spread over rounds, each op's samples
+// span the whole calibration, as a real run's least disturbed window spans its whole run.
+class RoundBests {
+ public:
+  void start_round() { next_ = 0; }
+  // This round's next time, as the best of it and the same op's times in earlier rounds.
+  Nanos keep(Nanos t) {
+    if (next_ == best_.size()) best_.push_back(t);
+    best_[next_] = std::min(best_[next_], t);
+    return best_[next_++];
+  }
+
+ private:
+  std::vector<Nanos> best_;
+  std::size_t next_ = 0;
+};
+
+// What every timed op of a calibration is given: the ranks' coordination and the bests of
+// the rounds so far.
+struct Timing {
+  const Coordination& co;
+  RoundBests& bests;
+};
+
 // Mean time of `op` over a window of at least `min_window` (at least one run),
 // synchronizing after each run.
 Result<Nanos> window_time(runtime::device::Device& device, const Clock& clock, Nanos min_window,
@@ -50,15 +82,16 @@ Result<Nanos> window_time(runtime::device::Device& device, const Clock& clock, N
 // Best-of-`repeats` window time of `op` after one warm-up window (page faults, caches,
 // lazy init).
 Result<Nanos> best_time(runtime::device::Device& device, const Clock& clock, const DeviceCalibrationOptions& o,
-                        const Coordination& co, const std::function<Status()>& op) {
-  SHARDLAB_RETURN_IF_ERROR(co.before());
+                        const Timing& timing, const std::function<Status()>& op) {
+  SHARDLAB_RETURN_IF_ERROR(timing.co.before());
   SHARDLAB_RETURN_IF_ERROR(window_time(device, clock, o.min_window_ns, op).status());
   Nanos best = -1;
   for (int i = 0; i < o.repeats; ++i) {
     SHARDLAB_ASSIGN_OR_RETURN(const Nanos t, window_time(device, clock, o.min_window_ns, op));
     if (best < 0 || t < best) best = t;
   }
-  return co.combine(best);
+  SHARDLAB_ASSIGN_OR_RETURN(const Nanos slowest, timing.co.combine(best));
+  return timing.bests.keep(slowest);
 }
 
 std::int64_t host_memory_bytes() {
@@ -92,7 +125,7 @@ struct OpFactors {
   std::map<std::string, double, std::less<>> compute, memory;
 };
 Result<OpFactors> measure_op_factors(runtime::device::Device& device, const Clock& clock,
-                                     const DeviceCalibrationOptions& o, const Coordination& co,
+                                     const DeviceCalibrationOptions& o, const Timing& co,
                                      const DeviceProfile& measured) {
   using runtime::device::Activation;
   using runtime::device::OptimizerKind;
@@ -233,7 +266,7 @@ Result<OpFactors> measure_op_factors(runtime::device::Device& device, const Cloc
 // from a SimDevice with `measured` (op_host_ns 0), and the host time per op is the
 // difference over the ops it charged, 0 when the loop is no slower than its ops.
 Result<Nanos> host_time_per_op(runtime::device::Device& device, const Clock& clock, const DeviceCalibrationOptions& o,
-                               const Coordination& co, const DeviceProfile& measured) {
+                               const Timing& co, const DeviceProfile& measured) {
   runtime::train::FsdpTrainOptions t;
   t.model.input_dim = 8;
   t.model.hidden_dim = 8;
@@ -263,13 +296,19 @@ Result<Nanos> host_time_per_op(runtime::device::Device& device, const Clock& clo
   return static_cast<Nanos>(std::llround(std::max(0.0, extra_ns / (ops[1] - ops[0]))));
 }
 
-Result<DeviceProfile> measure_device(runtime::device::Device& device, const Clock& clock,
-                                     const DeviceCalibrationOptions& o, const Coordination& co) {
-  if (o.gemm_size < 1 || o.vector_elements < 1 || o.copy_bytes < 4 || o.repeats < 1 || o.capacity_bytes < 0 ||
-      o.min_window_ns < 0) {
-    return Status::invalid_argument("calibrate: gemm_size, vector_elements, repeats must be >= 1, copy_bytes >= 4, "
-                                    "capacity_bytes and min_window_ns >= 0");
+Status check_options(const DeviceCalibrationOptions& o) {
+  if (o.gemm_size < 1 || o.vector_elements < 1 || o.copy_bytes < 4 || o.repeats < 1 || o.rounds < 1 ||
+      o.capacity_bytes < 0 || o.min_window_ns < 0) {
+    return Status::invalid_argument("calibrate: gemm_size, vector_elements, repeats, rounds must be >= 1, "
+                                    "copy_bytes >= 4, capacity_bytes and min_window_ns >= 0");
   }
+  return Status::ok();
+}
+
+// One round of the measurement (NOTE [Calibration rounds]): the profile from the best
+// times so far.
+Result<DeviceProfile> measure_round(runtime::device::Device& device, const Clock& clock,
+                                    const DeviceCalibrationOptions& o, const Timing& co) {
   using runtime::device::Activation;
   const MemoryCategory cat = MemoryCategory::kOther;
   const std::int64_t n = o.gemm_size, v = o.vector_elements, c = o.copy_bytes / 4;
@@ -327,29 +366,53 @@ Result<DeviceProfile> measure_device(runtime::device::Device& device, const Cloc
   p.matrix_flops_per_s = 2.0 * nd * nd * nd / gemm_compute_s(t_gemm, nd, nd, nd);
   p.matrix_bf16_flops_per_s = p.matrix_flops_per_s;
   if (o.small_dim_factors) {
-    // Thin GEMMs against an operand far larger than the caches, G = gemm_size, W = 32·G:
-    // m = d: [d, G/2] · [G/2, W] (the weight of 16 G² bytes streams from memory, as a
-    // language-model head's does); k = d: [W, d] · [d, G/2] (a weight gradient that size).
+    // NOTE [Thin GEMMs in the runtime's layouts]
+    // Thin GEMMs against a weight far larger than the caches, G = gemm_size, W = 32·G (a
+    // weight of 16 G² bytes streams from memory, as a language-model head's does), in the
+    // three layouts a linear layer y = x·Wᵀ issues them (runtime/model): the forward
+    // x·Wᵀ (NT: [d, G/2] · [W, G/2]ᵀ, m = d), the input gradient dy·W (NN: [d, W] ·
+    // [W, G/2], m = d, k = W) and the weight gradient dyᵀ·x (TN: [d, W]ᵀ · [d, G/2],
+    // k = d), d the tokens. The layout matters on a CPU (Eigen packs its operands into
+    // panels, reading a transposed and a plain operand in different orders): the plain
+    // [d, G/2] · [G/2, W] this calibration timed before — a layout none of the model's
+    // linear layers issues — took 1.5× the time of any of the three at d = 16 on the
+    // reference VM, and its factors over-charged the model's thin GEMMs by ~20%.
     const std::int64_t wide = 32 * n, half = std::max<std::int64_t>(1, n / 2);
     const DeviceCalibrationOptions quick = quick_options(o);
-    const auto time_gemm = [&](std::int64_t m, std::int64_t k, std::int64_t cols) -> Result<Nanos> {
-      SHARDLAB_ASSIGN_OR_RETURN(Tensor ga, device.empty({m, k}, DType::kF32, cat, "calibrate.ga"));
-      SHARDLAB_ASSIGN_OR_RETURN(Tensor gb, device.empty({k, cols}, DType::kF32, cat, "calibrate.gb"));
+    enum class Layout { kForward, kInputGrad, kWeightGrad };
+    // Time of the thin GEMM of `layout` with d tokens, and its m, n, k.
+    struct Thin {
+      Nanos t;
+      double m, nn, k;
+    };
+    const auto time_thin = [&](Layout layout, std::int64_t d) -> Result<Thin> {
+      const bool ta = layout == Layout::kWeightGrad, tb = layout == Layout::kForward;
+      const std::array<std::int64_t, 2> a_shape = layout == Layout::kForward ? std::array<std::int64_t, 2>{d, half}
+                                                                             : std::array<std::int64_t, 2>{d, wide};
+      const std::array<std::int64_t, 2> b_shape = layout == Layout::kForward     ? std::array<std::int64_t, 2>{wide, half}
+                                                  : layout == Layout::kInputGrad ? std::array<std::int64_t, 2>{wide, half}
+                                                                                 : std::array<std::int64_t, 2>{d, half};
+      const std::int64_t m = ta ? a_shape[1] : a_shape[0], k = ta ? a_shape[0] : a_shape[1];
+      const std::int64_t cols = tb ? b_shape[0] : b_shape[1];
+      SHARDLAB_ASSIGN_OR_RETURN(Tensor ga, device.empty({a_shape[0], a_shape[1]}, DType::kF32, cat, "calibrate.ga"));
+      SHARDLAB_ASSIGN_OR_RETURN(Tensor gb, device.empty({b_shape[0], b_shape[1]}, DType::kF32, cat, "calibrate.gb"));
       SHARDLAB_ASSIGN_OR_RETURN(Tensor gc, device.empty({m, cols}, DType::kF32, cat, "calibrate.gc"));
       SHARDLAB_RETURN_IF_ERROR(device.fill(ga, 0.5f, kComputeStream));
       SHARDLAB_RETURN_IF_ERROR(device.fill(gb, 0.5f, kComputeStream));
-      return best_time(device, clock, quick, co, [&] {
-        return device.gemm(ga, false, gb, false, gc, 1.0f, 0.0f, kComputeStream);
-      });
+      SHARDLAB_ASSIGN_OR_RETURN(const Nanos t, best_time(device, clock, quick, co, [&] {
+        return device.gemm(ga, ta, gb, tb, gc, 1.0f, 0.0f, kComputeStream);
+      }));
+      return Thin{t, static_cast<double>(m), static_cast<double>(cols), static_cast<double>(k)};
     };
     // The matrix rate and the operand passes together, from the square GEMM and the thin
-    // one with m = 16 (two full register tiles): each time, less launch and C's traffic, is
+    // forward one with d = 16 (two full register tiles): each time, less launch and C's
+    // traffic, is
     //   flops · (1 / rate) + (A + B bytes) / memory · passes,
     // two linear equations. Passes outside their physical range [1, 3] are clamped (the
     // thin GEMM then has inefficiency beyond its operand traffic, which its small-dimension
     // factor below takes), and the rate is taken from the square GEMM with them.
     const std::int64_t d0 = std::min<std::int64_t>(16, half);
-    SHARDLAB_ASSIGN_OR_RETURN(const Nanos t0, time_gemm(d0, half, wide));
+    SHARDLAB_ASSIGN_OR_RETURN(const Thin t0, time_thin(Layout::kForward, d0));
     {
       const double mem = p.memory_bytes_per_s;
       const auto row = [&](Nanos t, double m, double nn, double k) {
@@ -357,24 +420,25 @@ Result<DeviceProfile> measure_device(runtime::device::Device& device, const Cloc
                                      work_s(t, launch) - 8.0 * m * nn / mem};
       };
       const auto r1 = row(t_gemm, nd, nd, nd);
-      const auto r0 = row(t0, static_cast<double>(d0), static_cast<double>(wide), static_cast<double>(half));
+      const auto r0 = row(t0.t, t0.m, t0.nn, t0.k);
       const double det = r1[0] * r0[1] - r0[0] * r1[1];
       const double passes = det != 0 ? (r1[0] * r0[2] - r0[0] * r1[2]) / det : 1.0;
       p.matrix_operand_passes = std::clamp(std::isfinite(passes) ? passes : 1.0, 1.0, 3.0);
       p.matrix_flops_per_s = 2.0 * nd * nd * nd / gemm_compute_s(t_gemm, nd, nd, nd);
       p.matrix_bf16_flops_per_s = p.matrix_flops_per_s;
     }
-    // Each factor: the mean over the two shapes of the time left once the operand traffic
-    // (with those passes) is taken off, over the flops at the matrix rate.
+    // Each factor: the mean over the three layouts of the time left once the operand
+    // traffic (with those passes) is taken off, over the flops at the matrix rate.
     for (std::int64_t d = 8; d <= half; d *= 2) {
       double sum = 0;
-      for (const bool small_m : {true, false}) {
-        const std::int64_t m = small_m ? d : wide, k = small_m ? half : d, cols = small_m ? wide : half;
-        SHARDLAB_ASSIGN_OR_RETURN(const Nanos t, d == d0 && small_m ? Result<Nanos>(t0) : time_gemm(m, k, cols));
-        const double md = static_cast<double>(m), kd = static_cast<double>(k), cd = static_cast<double>(cols);
-        sum += gemm_compute_s(t, md, cd, kd) / (2.0 * md * cd * kd / p.matrix_flops_per_s);
+      for (const Layout layout : {Layout::kForward, Layout::kInputGrad, Layout::kWeightGrad}) {
+        Thin t = t0;
+        if (d != d0 || layout != Layout::kForward) {
+          SHARDLAB_ASSIGN_OR_RETURN(t, time_thin(layout, d));
+        }
+        sum += gemm_compute_s(t.t, t.m, t.nn, t.k) / (2.0 * t.m * t.nn * t.k / p.matrix_flops_per_s);
       }
-      p.small_dim_factors.emplace_back(d, std::clamp(sum / 2.0, 0.05, 1000.0));
+      p.small_dim_factors.emplace_back(d, std::clamp(sum / 3.0, 0.05, 1000.0));
     }
     p.small_dim_factors.emplace_back(n, 1.0);  // the shape the rate was measured on
   }
@@ -389,6 +453,26 @@ Result<DeviceProfile> measure_device(runtime::device::Device& device, const Cloc
     SHARDLAB_ASSIGN_OR_RETURN(p.op_host_ns, host_time_per_op(device, clock, o, co, p));
   }
   return p;
+}
+
+// What `round` derives in the last of `o.rounds` rounds, each op at its best time over
+// all of them (NOTE [Calibration rounds]).
+template <typename T>
+Result<T> over_rounds(const DeviceCalibrationOptions& o, const Coordination& co,
+                      const std::function<Result<T>(const Timing&)>& round) {
+  SHARDLAB_RETURN_IF_ERROR(check_options(o));
+  RoundBests bests;
+  T last{};
+  for (int r = 0; r < o.rounds; ++r) {
+    bests.start_round();
+    SHARDLAB_ASSIGN_OR_RETURN(last, round(Timing{co, bests}));
+  }
+  return last;
+}
+
+Result<DeviceProfile> measure_device(runtime::device::Device& device, const Clock& clock,
+                                     const DeviceCalibrationOptions& o, const Coordination& co) {
+  return over_rounds<DeviceProfile>(o, co, [&](const Timing& t) { return measure_round(device, clock, o, t); });
 }
 
 // One device measured on its own: no barrier, its own time.
@@ -415,7 +499,9 @@ Result<DeviceProfile> calibrate_device(runtime::device::Device& device, const Cl
 
 Result<Nanos> measure_op_host_ns(runtime::device::Device& device, const Clock& clock, const DeviceProfile& profile,
                                  const DeviceCalibrationOptions& options) {
-  return host_time_per_op(device, clock, options, alone(), profile);
+  return over_rounds<Nanos>(options, alone(), [&](const Timing& t) {
+    return host_time_per_op(device, clock, options, t, profile);
+  });
 }
 
 Result<DeviceProfile> calibrate_cpu_device(const DeviceCalibrationOptions& options) {

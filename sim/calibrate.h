@@ -11,7 +11,8 @@
 // Flops and bytes are counted exactly as SimDevice charges them (gemm 2mnk; a GELU 8
 // flops per element; a copy reads and writes its bytes), so a calibrated profile predicts
 // the measured op times on the machine it came from. Each figure is the best of `repeats`
-// windows after one warm-up window (the least disturbed window); a window runs the op back
+// windows after one warm-up window (the least disturbed window) in each of `rounds`
+// rounds of the whole measurement (NOTE [Calibration rounds]); a window runs the op back
 // to back for at least `min_window_ns` and yields the mean time per op, with the launch
 // overhead (the mean time of a one-element op) taken off before dividing. Beyond the
 // roofline rates it measures what a CPU device has and an accelerator hides: the host time
@@ -55,7 +56,11 @@ struct DeviceCalibrationOptions {
   std::int64_t gemm_size = 512;         // square fp32 GEMM (m = n = k): compute bound
   std::int64_t vector_elements = 1 << 15;  // GELU on an in-cache tensor: vector compute
   std::int64_t copy_bytes = 64 << 20;   // a copy far larger than caches: memory bandwidth
-  int repeats = 5;                      // windows per op (after one warm-up window)
+  int repeats = 2;                      // windows per op and round (after one warm-up window)
+  // The whole measurement runs this many times and each op keeps its best window over all
+  // of them (NOTE [Calibration rounds] in sim/calibrate.cc): an op's windows then span the
+  // calibration, not one moment of it.
+  int rounds = 3;
   // Each window runs the op until this much time has passed (at least once). Longer
   // windows average over time slices when ranks share cores; shorter ones calibrate faster.
   Nanos min_window_ns = 50 * kNanosPerMilli;

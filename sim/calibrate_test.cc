@@ -6,7 +6,9 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <limits>
 
 #include "sim/device.h"
 #include "sim/network.h"
@@ -82,6 +84,73 @@ TEST(Calibrate, FindsAnOptimizerThatStreamsFasterThanTheCopyRate) {
   EXPECT_NEAR(p->memory_bytes_per_s / truth.memory_bytes_per_s, 1.0, 1e-3);
   ASSERT_EQ(p->memory_factors.size(), 1u);
   EXPECT_NEAR(p->memory_factor("optimizer_step"), 0.5, 1e-2);
+}
+
+// A machine that runs at half speed from `from` until `until` (virtual ns) and at full
+// speed otherwise: every interval read inside that spell looks twice as long.
+class SlowSpellClock final : public Clock {
+ public:
+  SlowSpellClock(const VirtualClock& base, Nanos from, Nanos until) : base_(base), from_(from), until_(until) {}
+  Nanos now() const override {
+    const Nanos t = base_.now();
+    return t + std::clamp(t, from_, until_) - from_;
+  }
+
+ private:
+  const VirtualClock& base_;
+  Nanos from_, until_;
+};
+
+// NOTE [Calibration rounds]: a slow spell over one whole round leaves no trace when
+// another round runs undisturbed, whether the spell comes first or last (each op keeps its
+// best time over the rounds, and the profile is derived from those), while a single round
+// measures the spell.
+TEST(Calibrate, RoundsKeepEachOpsBestTimeOverASlowSpell) {
+  DeviceProfile truth;
+  truth.matrix_flops_per_s = 3e11;
+  truth.vector_flops_per_s = 1e10;
+  truth.memory_bytes_per_s = 5e10;
+  truth.launch_ns = 1500;
+  truth.matrix_memory_overlap = false;
+  truth.alloc_ns = 700;
+  truth.compute_factors = {{"layer_norm", 2.0}};
+  truth.small_dim_factors = {{8, 1.5}, {16, 1.0}, {64, 1.0}};  // 1 at the passes' thin GEMM (d = 16)
+  truth.matrix_operand_passes = 2.0;
+  constexpr Nanos kForever = std::numeric_limits<Nanos>::max() / 4;
+  // The profile measured in `rounds` rounds with a spell [from, until), and the virtual
+  // time the calibration took.
+  const auto calibrate_in_spell = [&](int rounds, Nanos from, Nanos until) {
+    VirtualClock base;
+    SlowSpellClock clock(base, from, until);
+    SimDevice dev(0, truth, &base);
+    DeviceCalibrationOptions o = small_options();
+    o.rounds = rounds;
+    auto p = calibrate_device(dev, clock, o);
+    EXPECT_TRUE(p.is_ok()) << p.status().to_string();
+    return std::make_pair(p.is_ok() ? *p : DeviceProfile{}, base.now());
+  };
+  const auto [fast, fast_ns] = calibrate_in_spell(1, kForever, kForever);
+  const auto [slow, slow_ns] = calibrate_in_spell(1, 0, kForever);
+  // One round, all of it in the spell: everything measured at half speed.
+  EXPECT_NEAR(fast.matrix_flops_per_s / truth.matrix_flops_per_s, 1.0, 1e-3);
+  EXPECT_NEAR(slow.matrix_flops_per_s / truth.matrix_flops_per_s, 0.5, 1e-2);
+  EXPECT_NEAR(slow.memory_bytes_per_s / truth.memory_bytes_per_s, 0.5, 1e-2);
+  EXPECT_EQ(slow.launch_ns, 2 * truth.launch_ns);
+  // Two rounds, the first or the second in the spell: every figure is the truth's.
+  for (const auto& [from, until] : {std::pair<Nanos, Nanos>{0, slow_ns}, {fast_ns, kForever}}) {
+    SCOPED_TRACE("spell from " + std::to_string(from) + " until " + std::to_string(until));
+    const DeviceProfile two = calibrate_in_spell(2, from, until).first;
+    EXPECT_NEAR(two.matrix_flops_per_s / truth.matrix_flops_per_s, 1.0, 1e-3);
+    EXPECT_NEAR(two.vector_flops_per_s / truth.vector_flops_per_s, 1.0, 1e-3);
+    EXPECT_NEAR(two.memory_bytes_per_s / truth.memory_bytes_per_s, 1.0, 1e-3);
+    EXPECT_EQ(two.launch_ns, truth.launch_ns);
+    EXPECT_EQ(two.alloc_ns, truth.alloc_ns);
+    EXPECT_NEAR(two.compute_factor("layer_norm"), 2.0, 1e-3);
+    EXPECT_NEAR(two.matrix_operand_passes, 2.0, 1e-2);
+    ASSERT_FALSE(two.small_dim_factors.empty());
+    EXPECT_NEAR(two.small_dim_factors.front().second, 1.5, 1e-2);
+    EXPECT_LE(two.op_host_ns, 2);
+  }
 }
 
 TEST(Calibrate, RecoversASimulatedDevicesRoofline) {
@@ -350,6 +419,7 @@ TEST(Calibrate, MeasuresThisCpu) {
   EXPECT_GT(p->capacity_bytes, 0);
   EXPECT_GE(p->launch_ns, 0);
   EXPECT_FALSE(calibrate_cpu_device(DeviceCalibrationOptions{.repeats = 0}).is_ok());
+  EXPECT_FALSE(calibrate_cpu_device(DeviceCalibrationOptions{.rounds = 0}).is_ok());
 }
 
 }  // namespace
