@@ -10,7 +10,10 @@ against reality").
    (NOTE [Collective overhead] in sim/topology.h).
 2. For every point (processes × model × sharding strategy): run the same scenario for real
    (`shardlab run --backend mpi` under `mpiexec -n P`) and in the simulator with the
-   calibrated profiles (`--set world.device=… --set world.topology=…`).
+   calibrated profiles (`--set world.device=… --set world.topology=…`). A process count's
+   --calibrations calibrations and --repeats real runs take turns (real repeat i of its
+   points right after calibration i), so that both sample the same minutes of a machine
+   whose speed drifts.
 3. Compare steady-state step times, measured (wall clock on rank 0) against predicted
    (simulated time, the median step). Measured is the least disturbed stretch of the
    --repeats real runs, as calibrate keeps each op's least disturbed window: each run's
@@ -195,7 +198,7 @@ def device_speed(profile):
     return (rates[0] * rates[1] * rates[2]) ** (1.0 / 3.0)
 
 
-def calibrate(args, work, procs):
+def calibrate(args, work, procs, after_each=None):
     """Profiles measured with `procs` processes: (device path, topology path, log path).
     calibrate runs --calibrations K times (one calibration is one sample of a shared
     machine); with --calibration-pick median (the default) the profiles are the field by
@@ -228,6 +231,8 @@ def calibrate(args, work, procs):
                     merged_log.write(line)
                     if line.startswith(("device:", "MPI:")):
                         print(f"  calibrated, {procs} process{'es' if procs > 1 else ''}: {line.strip()}", flush=True)
+            if after_each is not None:
+                after_each(i)
     fastest = max(range(len(samples[dev])), key=lambda i: device_speed(samples[dev][i]))
     for merged, profiles in samples.items():
         if args.calibration_pick == "fastest":
@@ -478,15 +483,26 @@ def main(argv):
     points = []
     profiles = {}
     try:
-        for procs in procs_list:
-            profiles[procs] = calibrate(args, work, procs)
         grid = [(procs, model, strategy) for procs in procs_list for model in models for strategy in strategies]
-        # Repeats go round the whole grid, so that a burst of load from elsewhere lands on
-        # one run of several points rather than on every run of one point.
         real = {point: [] for point in grid}
-        for repeat in range(args.repeats):
-            for point in grid:
-                real[point].append(real_run(args, work, scenario, point, repeat))
+        for procs in procs_list:
+            # Calibrations and real runs of a process count take turns: real repeat i of
+            # its points right after calibration i (repeats beyond the calibrations after
+            # the last one). The machine's speed drifts over minutes (bench/README.md), so
+            # the profiles' median and the measured runs come from the same stretch of time
+            # rather than minutes apart. A repeat goes round all of the process count's
+            # points, so that a burst of load from elsewhere lands on one run of several
+            # points rather than on every run of one point.
+            mine = [point for point in grid if point[0] == procs]
+
+            def real_repeat(repeat, mine=mine):
+                if repeat < args.repeats:
+                    for point in mine:
+                        real[point].append(real_run(args, work, scenario, point, repeat))
+
+            profiles[procs] = calibrate(args, work, procs, real_repeat)
+            for repeat in range(args.calibrations, args.repeats):
+                real_repeat(repeat)
         for point in grid:
             p = compare(args, point, real[point], simulated_run(args, work, scenario, point, profiles), profiles)
             points.append(p)
