@@ -86,6 +86,23 @@ TEST(Calibrate, FindsAnOptimizerThatStreamsFasterThanTheCopyRate) {
   EXPECT_NEAR(p->memory_factor("optimizer_step"), 0.5, 1e-2);
 }
 
+// A CPU-like simulated device (what calibrate assumes): GEMM operand traffic after the
+// flops, a host cost per allocation, per-op compute factors and a small-dimension table
+// (factor 1 at d = 16, the thin GEMM the operand passes are solved from).
+DeviceProfile cpu_like_truth() {
+  DeviceProfile truth;
+  truth.matrix_flops_per_s = 3e11;
+  truth.vector_flops_per_s = 1e10;  // in-cache GELU is compute bound
+  truth.memory_bytes_per_s = 5e10;
+  truth.launch_ns = 1500;
+  truth.matrix_memory_overlap = false;
+  truth.alloc_ns = 700;
+  truth.compute_factors = {{"optimizer_step", 0.5}, {"layer_norm", 2.0}};
+  truth.small_dim_factors = {{8, 1.5}, {16, 1.0}, {128, 1.0}};
+  truth.matrix_operand_passes = 2.0;
+  return truth;
+}
+
 // A machine that runs at half speed from `from` until `until` (virtual ns) and at full
 // speed otherwise: every interval read inside that spell looks twice as long.
 class SlowSpellClock final : public Clock {
@@ -106,16 +123,7 @@ class SlowSpellClock final : public Clock {
 // best time over the rounds, and the profile is derived from those), while a single round
 // measures the spell.
 TEST(Calibrate, RoundsKeepEachOpsBestTimeOverASlowSpell) {
-  DeviceProfile truth;
-  truth.matrix_flops_per_s = 3e11;
-  truth.vector_flops_per_s = 1e10;
-  truth.memory_bytes_per_s = 5e10;
-  truth.launch_ns = 1500;
-  truth.matrix_memory_overlap = false;
-  truth.alloc_ns = 700;
-  truth.compute_factors = {{"layer_norm", 2.0}};
-  truth.small_dim_factors = {{8, 1.5}, {16, 1.0}, {64, 1.0}};  // 1 at the passes' thin GEMM (d = 16)
-  truth.matrix_operand_passes = 2.0;
+  const DeviceProfile truth = cpu_like_truth();
   constexpr Nanos kForever = std::numeric_limits<Nanos>::max() / 4;
   // The profile measured in `rounds` rounds with a spell [from, until), and the virtual
   // time the calibration took.
@@ -154,18 +162,7 @@ TEST(Calibrate, RoundsKeepEachOpsBestTimeOverASlowSpell) {
 }
 
 TEST(Calibrate, RecoversASimulatedDevicesRoofline) {
-  DeviceProfile truth;
-  truth.matrix_flops_per_s = 3e11;
-  truth.vector_flops_per_s = 1e10;  // in-cache GELU is compute bound
-  truth.memory_bytes_per_s = 5e10;
-  truth.launch_ns = 1500;
-  // A CPU-like device (what calibrate assumes): GEMM operand traffic after the flops, a
-  // host cost per allocation, per-op compute factors and a small-dimension table.
-  truth.matrix_memory_overlap = false;
-  truth.alloc_ns = 700;
-  truth.compute_factors = {{"optimizer_step", 0.5}, {"layer_norm", 2.0}};
-  truth.small_dim_factors = {{8, 1.5}, {16, 1.0}, {128, 1.0}};
-  truth.matrix_operand_passes = 2.0;
+  const DeviceProfile truth = cpu_like_truth();
   VirtualClock clock;
   SimDevice dev(0, truth, &clock);
   DeviceCalibrationOptions o;
