@@ -5,9 +5,10 @@ against reality").
 1. Calibrate once per process count P of the sweep: `shardlab calibrate` writes a device
    profile; it runs under `mpiexec -n P` with `--topology-out`, so that every process
    measures at once (sharing the cores as the real runs will) and the MPI collectives are
-   timed on P ranks and fitted as an α–β–γ `switch` topology (NOTE [Calibrate with the
-   run's process count] in sim/calibrate.h) — with one process, their per-call overhead
-   (NOTE [Collective overhead] in sim/topology.h).
+   timed on P ranks and fitted as a `switch` topology — per-call overhead, α, β, γ, under
+   the simulator's own schedules (NOTE [Calibrate with the run's process count] and NOTE
+   [Fitting the collective model] in sim/calibrate.h); with one process, the per-call
+   overhead and the one-rank reduce_scatter's copy rate.
 2. For every point (processes × model × sharding strategy): run the same scenario for real
    (`shardlab run --backend mpi` under `mpiexec -n P`) and in the simulator with the
    calibrated profiles (`--set world.device=… --set world.topology=…`). A process count's
@@ -216,8 +217,8 @@ def calibrate(args, work, procs, after_each=None):
             one_dev = os.path.join(work, f"device_{procs}p_{i + 1}.json")
             one_topo = os.path.join(work, f"topology_{procs}p_{i + 1}.json")
             one_log = os.path.join(work, f"calibrate_{procs}p_{i + 1}.log")
-            # Every process measures at once (NOTE [Calibrate with the run's process count]); one
-            # process times its one-rank collectives' per-call overhead (NOTE [Collective overhead]).
+            # Every process measures at once (NOTE [Calibrate with the run's process count]) and
+            # fits the collectives' per-call overhead (NOTE [Collective overhead]), α, β and γ.
             cmd = mpiexec_cmd(args, procs) + [args.shardlab, "calibrate", "--out", one_dev, "--topology-out", one_topo]
             run(cmd, f"calibrate ({procs} processes, {i + 1} of {args.calibrations})", one_log, args.timeout)
             for merged, one in ((dev, one_dev), (topo, one_topo)):
@@ -430,7 +431,8 @@ def main(argv):
                     help="training steps of the MLP's real runs, whose steps take tens of µs (default: %(default)s)")
     ap.add_argument("--warmup", type=int, default=5,
                     help="leading steps left out of the comparison (default: %(default)s)")
-    ap.add_argument("--repeats", type=int, default=3, help="real runs per point (default: %(default)s)")
+    ap.add_argument("--repeats", type=int, default=5, help="real runs per point, taking turns with the calibrations "
+                    "(default: %(default)s)")
     ap.add_argument("--calibrations", type=int, default=5, help="calibrations per process count (default: %(default)s)")
     ap.add_argument("--calibration-pick", choices=("fastest", "median"), default="median",
                     help="which profiles to use: the least disturbed calibration's, or the field by field median "

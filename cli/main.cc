@@ -169,14 +169,14 @@ int main_impl(int argc, char** argv) {
   auto* calibrate_cmd = app.add_subcommand(
       "calibrate",
       "Measure this machine (GEMM, vector and memcpy rates and the CPU's per-op costs; with --topology-out under\n"
-      "mpiexec -n P also the MPI collectives' α/β/γ, or with one process their per-call overhead) and write simulator\n"
+      "mpiexec -n P also the MPI collectives' per-call overhead, α, β and γ) and write simulator\n"
       "profiles: use them as world.device / world.topology to predict CPU\n"
       "runs. Under mpiexec every process measures at once, so the profiles describe a P-process run on this\n"
       "machine (cores shared when P exceeds them); calibrate with the process count you want to predict.");
   calibrate_cmd->add_option("--out", calibrate_out, "Device profile to write (JSON)")->required();
   calibrate_cmd->add_option("--topology-out", calibrate_topology_out,
                             "Also time MPI all_gather/reduce_scatter/all_reduce on all processes (mpiexec -n P), "
-                            "fit a ring α/β/γ (P >= 2) or the per-call overhead (P = 1) and write it as a switch "
+                            "fit the per-call overhead, α, β and γ under the simulator's schedules and write them as a switch "
                             "topology");
 
   auto* devices_cmd = app.add_subcommand(
@@ -345,15 +345,17 @@ int main_impl(int argc, char** argv) {
                   static_cast<double>(net->overhead_ns) / 1e3, net->reduce_bytes_per_s / 1e9,
                   calibrate_topology_out.c_str());
     } else {
-      std::printf("MPI: α %.3g us, %.3g GB/s per ring step, reductions at %.3g GB/s (collectives on %d processes) → %s\n",
-                  static_cast<double>(net->latency_ns) / 1e3, net->bytes_per_s / 1e9, net->reduce_bytes_per_s / 1e9,
-                  net->ranks, calibrate_topology_out.c_str());
+      std::printf("MPI: %.3g us per call, α %.3g us per round, %.3g GB/s, reductions at %.3g GB/s (collectives on %d "
+                  "processes, fitted under the simulator's schedules) → %s\n",
+                  static_cast<double>(net->overhead_ns) / 1e3, static_cast<double>(net->latency_ns) / 1e3,
+                  net->bytes_per_s / 1e9, net->reduce_bytes_per_s / 1e9, net->ranks, calibrate_topology_out.c_str());
     }
     for (const auto& m : net->samples) {
       const double fitted = net->fitted_ns(m);
-      std::printf("  %-14s %9lld B (%d ring steps of %lld B): %10.1f us measured, %10.1f us fitted\n",
+      std::printf("  %-14s %9lld B (%s: %d rounds, %lld B on the path): %10.1f us measured, %10.1f us fitted\n",
                   std::string(shardlab::runtime::comm::op_kind_name(m.kind)).c_str(),
-                  static_cast<long long>(m.buffer_bytes), m.steps, static_cast<long long>(m.step_bytes),
+                  static_cast<long long>(m.buffer_bytes), m.algorithm.c_str(), m.rounds,
+                  static_cast<long long>(m.path_bytes),
                   static_cast<double>(m.time_ns) / 1e3, fitted / 1e3);
     }
     if (auto st = shardlab::sim::write_device_profile(*profile, calibrate_out); !st.is_ok()) return failed(st);

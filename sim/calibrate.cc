@@ -6,10 +6,15 @@
 #include <array>
 #include <cmath>
 #include <functional>
+#include <span>
+#include <string>
+
+#include <Eigen/Dense>
 
 #include "runtime/device/cpu/device.h"
 #include "runtime/io/safetensors.h"
 #include "runtime/train/fsdp_train.h"
+#include "sim/collectives.h"
 #include "sim/device.h"
 #include "sim/network.h"
 #include "sim/virtual_clock.h"
@@ -521,6 +526,119 @@ Result<DeviceProfile> calibrate_device_together(Communicator& comm, runtime::dev
   return measure_device(device, clock, o, together);
 }
 
+namespace {
+
+// What a member's critical path holds under the simulator's schedule for a collective when
+// all members arrive together (NOTE [Fitting the collective model] in sim/calibrate.h):
+// the schedule priced twice, once with only a latency per message and once with only a
+// cost per byte — both exact integers, and the completion is linear in each.
+struct CriticalPath {
+  std::string algorithm;
+  int rounds = 0;
+  std::int64_t bytes = 0;
+};
+
+CriticalPath critical_path(OpKind kind, std::int64_t query_bytes, Algorithm algorithm, const Topology& topo,
+                           std::span<const int> members) {
+  const Schedule s = plan_collective(kind, members, query_bytes, 0, algorithm, topo);
+  const std::vector<Nanos> arrivals(members.size(), 0);
+  const auto latest = [&](Priced price) {
+    const std::vector<Nanos> done = evaluate_schedule(s, members, arrivals, [price](auto, std::span<Priced> out) {
+      std::fill(out.begin(), out.end(), price);
+    });
+    return done.empty() ? Nanos{0} : *std::max_element(done.begin(), done.end());
+  };
+  return {s.algorithm, static_cast<int>(latest({1, 0.0})), latest({0, 1e9})};
+}
+
+// Weighted least squares for y ≈ X·c with row i weighted 1/t_i (t: the measured times, so
+// the error is relative), c ≥ 0: columns that are all zero, and then the most negative
+// coefficient of each unconstrained solve, are dropped (coefficient 0) until the rest are
+// all ≥ 0.
+std::vector<double> fit_nonnegative(const std::vector<std::array<double, 4>>& x, const std::vector<double>& y,
+                                    const std::vector<double>& t) {
+  std::vector<int> active;
+  for (int j = 0; j < 4; ++j) {
+    if (std::any_of(x.begin(), x.end(), [j](const auto& row) { return row[static_cast<std::size_t>(j)] != 0; })) {
+      active.push_back(j);
+    }
+  }
+  std::vector<double> c(4, 0.0);
+  while (!active.empty()) {
+    Eigen::MatrixXd a(static_cast<Eigen::Index>(y.size()), static_cast<Eigen::Index>(active.size()));
+    Eigen::VectorXd b(static_cast<Eigen::Index>(y.size()));
+    for (std::size_t i = 0; i < y.size(); ++i) {
+      const double w = 1.0 / std::max(t[i], 1.0);
+      b(static_cast<Eigen::Index>(i)) = y[i] * w;
+      for (std::size_t k = 0; k < active.size(); ++k) {
+        a(static_cast<Eigen::Index>(i), static_cast<Eigen::Index>(k)) = x[i][static_cast<std::size_t>(active[k])] * w;
+      }
+    }
+    const Eigen::VectorXd sol = a.colPivHouseholderQr().solve(b);
+    std::size_t worst = 0;
+    for (std::size_t k = 1; k < active.size(); ++k) {
+      if (sol(static_cast<Eigen::Index>(k)) < sol(static_cast<Eigen::Index>(worst))) worst = k;
+    }
+    if (sol(static_cast<Eigen::Index>(worst)) >= 0) {
+      for (std::size_t k = 0; k < active.size(); ++k) {
+        c[static_cast<std::size_t>(active[k])] = sol(static_cast<Eigen::Index>(k));
+      }
+      break;
+    }
+    active.erase(active.begin() + static_cast<std::ptrdiff_t>(worst));
+  }
+  return c;
+}
+
+// NOTE [Fitting the collective model] in sim/calibrate.h: o, α, β, γ from the samples.
+Status fit_collective_model(NetworkCalibration& r) {
+  // One rank: o is the median time of the samples of at most 64 KiB (where no copy
+  // matters; the kinds differ by ~1 µs — libnbc completes a one-rank in-place all_reduce
+  // at once —, and the median is what a mix of them costs), and γ fits what is left.
+  Nanos fixed_overhead = -1;
+  if (r.ranks == 1) {
+    std::vector<Nanos> small;
+    for (const CollectiveSample& s : r.samples) {
+      if (s.buffer_bytes <= (64 << 10)) small.push_back(s.time_ns);
+    }
+    if (small.empty()) {
+      return Status::invalid_argument("calibrate_network: one rank needs a size of at most 64 KiB");
+    }
+    std::nth_element(small.begin(), small.begin() + static_cast<std::ptrdiff_t>(small.size() / 2), small.end());
+    fixed_overhead = small[small.size() / 2];
+  }
+  std::vector<std::array<double, 4>> x;
+  std::vector<double> y, t;
+  for (const CollectiveSample& s : r.samples) {
+    x.push_back({fixed_overhead >= 0 ? 0.0 : 1.0, static_cast<double>(s.rounds), static_cast<double>(s.path_bytes),
+                 static_cast<double>(s.reduced_bytes)});
+    t.push_back(static_cast<double>(s.time_ns));
+    y.push_back(t.back() - static_cast<double>(std::max<Nanos>(fixed_overhead, 0)));
+  }
+  std::vector<double> c = fit_nonnegative(x, y, t);  // o, α ns; β, γ ns per byte
+  if (fixed_overhead >= 0) c[0] = static_cast<double>(fixed_overhead);
+  if (r.ranks > 1 && !(c[2] > 0)) {
+    return Status::failed_precondition(
+        "calibrate_network: collective times do not grow with the bytes on the path (fitted " +
+        std::to_string(c[2]) + " ns/byte); use larger sizes");
+  }
+  r.overhead_ns = static_cast<Nanos>(std::llround(c[0]));
+  r.latency_ns = static_cast<Nanos>(std::llround(c[1]));
+  r.bytes_per_s = c[2] > 0 ? 1e9 / c[2] : 0.0;
+  // Under 1% of every reducing sample's time is rounding, not a cost: reductions are free.
+  double largest_share = 0;
+  for (const CollectiveSample& s : r.samples) {
+    if (s.reduced_bytes > 0) {
+      largest_share = std::max(largest_share, c[3] * static_cast<double>(s.reduced_bytes) /
+                                                  std::max(static_cast<double>(s.time_ns), 1.0));
+    }
+  }
+  r.reduce_bytes_per_s = largest_share >= 0.01 ? 1e9 / c[3] : 0.0;
+  return Status::ok();
+}
+
+}  // namespace
+
 Result<NetworkCalibration> calibrate_network(Communicator& comm, runtime::device::Device& device,
                                              const Clock& clock, const NetworkCalibrationOptions& o) {
   const int p = comm.size();
@@ -543,6 +661,12 @@ Result<NetworkCalibration> calibrate_network(Communicator& comm, runtime::device
   SHARDLAB_RETURN_IF_ERROR(device.fill(full_buf, 0.0f, kComputeStream));
   SHARDLAB_RETURN_IF_ERROR(device.fill(shard_buf, 0.0f, kComputeStream));
   const Nanos timeout = runtime::comm::kDefaultTimeout;
+
+  // The simulator's schedules for each sample: p members on one switch (its links do not
+  // matter, only the schedule's shape).
+  SHARDLAB_ASSIGN_OR_RETURN(const Topology topo, Topology::create(TopologySpec{}, 1, p));
+  std::vector<int> members(static_cast<std::size_t>(p));
+  for (int i = 0; i < p; ++i) members[static_cast<std::size_t>(i)] = i;
 
   NetworkCalibration result;
   result.ranks = p;
@@ -568,81 +692,22 @@ Result<NetworkCalibration> calibrate_network(Communicator& comm, runtime::device
       std::nth_element(times.begin(), times.begin() + static_cast<std::ptrdiff_t>(times.size() / 2), times.end());
       medians.push_back(times[times.size() / 2]);
       const std::int64_t chunk = 4 * n;
-      const int steps = kind == OpKind::kAllReduce ? 2 * (p - 1) : p - 1;
-      // What the simulator charges γ for (bytes as a CollectiveQuery holds them).
-      const std::int64_t reduced = reduced_bytes(kind, p, kind == OpKind::kAllReduce ? chunk * p : chunk);
-      result.samples.push_back({kind, chunk * p, chunk, steps, chunk, reduced, 0});
+      // Bytes as a CollectiveQuery holds them: one chunk, or the whole buffer for all_reduce.
+      const std::int64_t query_bytes = kind == OpKind::kAllReduce ? chunk * p : chunk;
+      const CriticalPath path = critical_path(kind, query_bytes, o.algorithm, topo, members);
+      result.samples.push_back(
+          {kind, chunk * p, chunk, path.algorithm, path.rounds, path.bytes, reduced_bytes(kind, p, query_bytes), 0});
     }
   }
   SHARDLAB_ASSIGN_OR_RETURN(const std::vector<Nanos> slowest, max_over_ranks(comm, device, medians));
   for (std::size_t i = 0; i < slowest.size(); ++i) result.samples[i].time_ns = slowest[i];
-  if (p == 1) {  // NOTE [Collective overhead]: the per-call cost is all there is to fit
-    std::vector<Nanos> small;
-    for (const CollectiveSample& s : result.samples) {
-      if (s.buffer_bytes <= (64 << 10)) small.push_back(s.time_ns);
-    }
-    if (small.empty()) {
-      return Status::invalid_argument("calibrate_network: one rank needs a size of at most 64 KiB");
-    }
-    std::nth_element(small.begin(), small.begin() + static_cast<std::ptrdiff_t>(small.size() / 2), small.end());
-    result.overhead_ns = small[small.size() / 2];
-  } else {
-    // Weighted least squares on y = time/steps = α + β·x (x = step bytes) over the all_gather
-    // samples, with weights 1/y²: the relative error of every sample counts the same. Every
-    // rank fits the same numbers.
-    double sw = 0, swx = 0, swxx = 0, swy = 0, swxy = 0;
-    for (const CollectiveSample& s : result.samples) {
-      if (s.kind != OpKind::kAllGather) continue;
-      const double y = static_cast<double>(s.time_ns) / s.steps;
-      const double x = static_cast<double>(s.step_bytes);
-      const double w = 1.0 / std::max(y * y, 1.0);
-      sw += w;
-      swx += w * x;
-      swxx += w * x * x;
-      swy += w * y;
-      swxy += w * x * y;
-    }
-    const double det = sw * swxx - swx * swx;
-    const double beta = det > 0 ? (sw * swxy - swx * swy) / det : 0.0;  // ns per byte
-    if (!(beta > 0)) {
-      return Status::failed_precondition("calibrate_network: all_gather times do not grow with the message size (slope " +
-                                         std::to_string(beta) + " ns/byte); use larger sizes");
-    }
-    const double alpha = (swy - beta * swx) / sw;
-    result.latency_ns = std::max<Nanos>(0, static_cast<Nanos>(std::llround(alpha)));
-    result.bytes_per_s = 1e9 / beta;
-  }
-  // γ: the excess of the reducing collectives over α–β, per reduced byte, minimizing the
-  // relative error Σ ((excess − γ·x) / t)² → γ = Σ excess·x/t² / Σ x²/t².
-  double num = 0, den = 0;
-  for (const CollectiveSample& s : result.samples) {
-    if (s.reduced_bytes <= 0) continue;
-    const double t = std::max(static_cast<double>(s.time_ns), 1.0);
-    const double excess = t - result.fitted_ns(s);
-    const double x = static_cast<double>(s.reduced_bytes);
-    num += excess * x / (t * t);
-    den += x * x / (t * t);
-  }
-  double gamma = den > 0 ? num / den : 0.0;  // ns per reduced byte
-  // Under 1% of every reducing sample's time is rounding, not a cost: reductions are free.
-  double largest_share = 0;
-  for (const CollectiveSample& s : result.samples) {
-    if (s.reduced_bytes > 0) {
-      largest_share = std::max(largest_share, gamma * static_cast<double>(s.reduced_bytes) /
-                                                  std::max(static_cast<double>(s.time_ns), 1.0));
-    }
-  }
-  if (largest_share < 0.01) gamma = 0;
-  result.reduce_bytes_per_s = gamma > 0 ? 1e9 / gamma : 0.0;
+  SHARDLAB_RETURN_IF_ERROR(fit_collective_model(result));
   return result;
 }
 
 double NetworkCalibration::fitted_ns(const CollectiveSample& s) const {
-  double t = static_cast<double>(overhead_ns);
-  if (s.steps > 0 && bytes_per_s > 0) {
-    t += static_cast<double>(s.steps) *
-         (static_cast<double>(latency_ns) + static_cast<double>(s.step_bytes) * 1e9 / bytes_per_s);
-  }
+  double t = static_cast<double>(overhead_ns) + static_cast<double>(s.rounds) * static_cast<double>(latency_ns);
+  if (bytes_per_s > 0) t += static_cast<double>(s.path_bytes) * 1e9 / bytes_per_s;
   if (reduce_bytes_per_s > 0) t += static_cast<double>(s.reduced_bytes) * 1e9 / reduce_bytes_per_s;
   return t;
 }
@@ -652,8 +717,9 @@ TopologySpec switch_topology_from(const NetworkCalibration& c, std::string name)
   t.name = std::move(name);
   t.description = "measured by shardlab calibrate with " + std::to_string(c.ranks) +
                   (c.ranks == 1 ? " MPI process (the per-call overhead of one-rank collectives; default links)"
-                                 : " MPI processes (ring alpha-beta fit to all_gather; reduction rate fit to "
-                                   "reduce_scatter and all_reduce)");
+                                 : " MPI processes (per-call overhead, latency, bandwidth and reduction rate fit "
+                                   "together to all_gather, reduce_scatter and all_reduce under the simulator's "
+                                   "schedules)");
   t.kind = TopologyKind::kSwitch;
   if (c.bytes_per_s > 0) {  // one rank measures no links: the defaults stay
     t.port.gbit_per_s = c.bytes_per_s * 8.0 / 1e9;

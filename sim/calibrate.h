@@ -28,8 +28,9 @@
 // measure at once (windows long enough to span several scheduler time slices) and keeps
 // the slowest rank's time, and calibrate_network times the collectives the runtime issues
 // (all_gather, reduce_scatter, all_reduce through the Communicator, i.e. Open MPI's
-// nonblocking collectives) on all P ranks and fits the simulator's ring α–β to them
-// (rather than timing point-to-point messages: the collectives are what a run waits for).
+// nonblocking collectives) on all P ranks and fits the simulator's collective model to
+// them (rather than timing point-to-point messages: the collectives are what a run waits
+// for) — NOTE [Fitting the collective model].
 // A profile measured with P processes predicts runs of P processes on this machine; it is
 // not a property of the hardware alone.
 //
@@ -46,6 +47,7 @@
 #include "runtime/comm/communicator.h"
 #include "runtime/core/clock.h"
 #include "runtime/device/device.h"
+#include "sim/collectives.h"
 #include "sim/cost_model.h"
 #include "sim/topology.h"
 
@@ -105,29 +107,35 @@ struct NetworkCalibrationOptions {
   // "Validating the simulator"); one such size would dominate the fit.
   std::vector<std::int64_t> sizes = {64, 4 << 10, 64 << 10, 1 << 20, 4 << 20, 8 << 20};
   int repeats = 10;
+  // The algorithm the simulator will run on the written topology (the scenario's
+  // world.algorithm; `auto` unless a scenario names one): the fit uses its schedules.
+  Algorithm algorithm = Algorithm::kAuto;
 };
 
-// One measured collective: the slowest rank's median time, and what the simulator's ring
-// algorithm makes of it (`steps` messages of `step_bytes` one after the other: p-1 of one
-// chunk for all_gather and reduce_scatter, 2(p-1) of one chunk for all_reduce).
+// One measured collective: the slowest rank's median time, and what the simulator's
+// schedule for it (NetworkCalibrationOptions::algorithm on a one-node switch of p members)
+// puts on a member's critical path when all arrive together: `rounds` message latencies
+// and `path_bytes` bytes sent one after the other (ring all_gather: p-1 rounds of one
+// chunk; halving-doubling all_gather: log2 p rounds, (p-1) chunks in all; Rabenseifner
+// all_reduce: 2·log2 p rounds, 2(p-1) chunks).
 struct CollectiveSample {
   runtime::comm::OpKind kind = runtime::comm::OpKind::kAllGather;
   std::int64_t buffer_bytes = 0;  // p chunks
   std::int64_t chunk_bytes = 0;
-  int steps = 0;
-  std::int64_t step_bytes = 0;
+  std::string algorithm;          // what the simulator runs ("ring", "halving_doubling" …)
+  int rounds = 0;
+  std::int64_t path_bytes = 0;
   std::int64_t reduced_bytes = 0;  // what each member reduces: (p-1) chunks, 0 for all_gather
   Nanos time_ns = 0;
 };
-
 struct NetworkCalibration {
   int ranks = 0;                     // how many processes were measured
-  Nanos overhead_ns = 0;             // NOTE [Collective overhead] in sim/topology.h; one rank only
-  Nanos latency_ns = 0;              // α: the fitted time of an empty ring step
-  double bytes_per_s = 0;            // 1/β: the fitted bytes per second of a ring step
+  Nanos overhead_ns = 0;             // o: per call (NOTE [Collective overhead] in sim/topology.h)
+  Nanos latency_ns = 0;              // α: one round's message latency (0 with one rank)
+  double bytes_per_s = 0;            // 1/β: a message's bytes per second (0 with one rank)
   double reduce_bytes_per_s = 0;     // 1/γ (NOTE [Reduction cost] in sim/topology.h); 0: none fitted
   std::vector<CollectiveSample> samples;
-  // What the fitted α–β–γ model predicts for a sample.
+  // What the fitted model predicts for a sample: o + rounds·α + path_bytes·β + reduced·γ.
   double fitted_ns(const CollectiveSample& s) const;
 };
 
@@ -136,19 +144,32 @@ struct NetworkCalibration {
 // on all ranks of `comm`: a barrier before each run; each rank keeps the median of
 // `repeats` runs after a warm-up, then the slowest rank's median is taken. The median, not
 // the best: with more ranks than cores a collective's time depends on whether its peers
-// are scheduled, and a training run sees the typical case, not the luckiest. Then fits the
-// ring model time/steps = α + step_bytes·β by least squares on relative error (sizes span
-// orders of magnitude; each should be predicted equally well, and an outlier size weighs
-// little). α and β are fitted to the all_gather samples (no reduction), then γ
-// (NOTE [Reduction cost] in sim/topology.h) to what reduce_scatter and all_reduce take
-// beyond their α–β time, per reduced byte, by the same relative least squares; γ is left
-// out (reductions free) when that excess is not positive or under 1% of every reducing
-// sample's time (rounding, not a cost). Every rank calls it and gets the
-// same result.
-// With one rank there is nothing to fit but the per-call overhead (NOTE [Collective
-// overhead] in sim/topology.h): the median time of the samples of at most 64 KiB (where no
-// copy matters); α, β and γ stay 0. FAILED_PRECONDITION when the all_gather times do not
-// grow with the size (no bandwidth to fit); INVALID_ARGUMENT for bad options.
+// are scheduled, and a training run sees the typical case, not the luckiest. Then fits
+// the model (NOTE [Fitting the collective model]). Every rank calls it and gets the same
+// result. FAILED_PRECONDITION when, with two or more ranks, the times do not grow with the
+// bytes on the path (no bandwidth to fit); INVALID_ARGUMENT for bad options.
+//
+// NOTE [Fitting the collective model]
+// The simulator times a collective as o + rounds·α + path_bytes·β + reduced·γ for members
+// that arrive together on a congestion-free switch: the per-call overhead o (NOTE
+// [Collective overhead] in sim/topology.h), one message latency α per round and β per
+// byte along the schedule's critical path, and γ per byte each member reduces (NOTE
+// [Reduction cost]). Each sample's rounds and path bytes come from the schedule the
+// simulator itself will run (plan_collective with `options.algorithm` on a one-node
+// switch of p members: under `auto`, halving-doubling up to 256 KiB on 2, 4, 8 … members,
+// ring otherwise), so the fitted numbers reproduce the measured times in the simulator's
+// own terms rather than in a ring model the simulator then does not run. The four
+// coefficients are fitted together by least squares on relative error (sizes span orders
+// of magnitude; each should be predicted equally well, and an outlier weighs little), none
+// negative: a coefficient the unconstrained fit makes negative is dropped (0) and the rest
+// refitted. o and α are told apart by kinds with different round counts for the same
+// bytes (all_gather log2 p rounds, all_reduce 2·log2 p): Open MPI's nonblocking
+// collectives on an oversubscribed 4-process run cost ~25 µs per call however many rounds
+// they take (a 64-byte all_reduce 26.9 µs, all_gather 28.5 µs), which a latency-only model
+// could only fit by under-charging all_gather and over-charging all_reduce. γ is dropped
+// when it is under 1% of every reducing sample's time (rounding, not a cost). With one
+// rank there are no messages: o is the median time of the samples of at most 64 KiB, and γ
+// (a one-member reduce_scatter copies its chunk) is fitted to the rest.
 Result<NetworkCalibration> calibrate_network(runtime::comm::Communicator& comm, runtime::device::Device& device,
                                              const Clock& clock, const NetworkCalibrationOptions& options = {});
 

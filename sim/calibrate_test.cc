@@ -223,13 +223,14 @@ TEST(Calibrate, RecoversTheSimulatedNetworksAlphaBeta) {
   for (int world_size : {2, 3, 4}) {
     WorldOptions o;
     o.world_size = world_size;
-    o.network = NetworkModel{4000, 20e9};  // the ring α–β model the fit assumes
+    o.network = NetworkModel{4000, 20e9};  // ring collectives, α–β per message
     World world(o);
     std::vector<NetworkCalibration> got(static_cast<std::size_t>(world_size));
     const auto results = world.run([&](RankContext& ctx) -> Status {
       NetworkCalibrationOptions n;
       n.sizes = {4, 4 << 10, 64 << 10, 1 << 20};
       n.repeats = 2;
+      n.algorithm = Algorithm::kRing;  // what this network runs
       SHARDLAB_ASSIGN_OR_RETURN(got[static_cast<std::size_t>(ctx.rank)],
                                 calibrate_network(ctx.comm, ctx.device, ctx.clock, n));
       return Status::ok();
@@ -240,18 +241,20 @@ TEST(Calibrate, RecoversTheSimulatedNetworksAlphaBeta) {
       EXPECT_NEAR(static_cast<double>(c.latency_ns), 4000, 2) << "world " << world_size;
       EXPECT_NEAR(c.bytes_per_s / 20e9, 1.0, 1e-3) << "world " << world_size;
       EXPECT_EQ(c.reduce_bytes_per_s, 0.0) << "reductions are free in this network";
+      EXPECT_NEAR(static_cast<double>(c.overhead_ns), 0, 2) << "no per-call cost in this network";
     }
-    // all_gather, reduce_scatter and all_reduce per size, with the ring's step counts.
+    // all_gather, reduce_scatter and all_reduce per size, with the ring's rounds.
     ASSERT_EQ(got[0].samples.size(), 12u);
     EXPECT_EQ(got[0].samples[0].kind, runtime::comm::OpKind::kAllGather);
-    EXPECT_EQ(got[0].samples[0].steps, world_size - 1);
+    EXPECT_EQ(got[0].samples[0].algorithm, "ring");
+    EXPECT_EQ(got[0].samples[0].rounds, world_size - 1);
     EXPECT_EQ(got[0].samples[2].kind, runtime::comm::OpKind::kAllReduce);
-    EXPECT_EQ(got[0].samples[2].steps, 2 * (world_size - 1));
+    EXPECT_EQ(got[0].samples[2].rounds, 2 * (world_size - 1));
     // Sizes are whole buffers: p chunks of whole fp32 elements, at least one each.
     EXPECT_EQ(got[0].samples[0].chunk_bytes, 4);
     EXPECT_EQ(got[0].samples[11].chunk_bytes, 4 * ((1 << 20) / 4 / world_size));
     EXPECT_EQ(got[0].samples[11].buffer_bytes, world_size * got[0].samples[11].chunk_bytes);
-    EXPECT_EQ(got[0].samples[11].step_bytes, got[0].samples[11].chunk_bytes);
+    EXPECT_EQ(got[0].samples[11].path_bytes, 2 * (world_size - 1) * got[0].samples[11].chunk_bytes);
     const TopologySpec t = switch_topology_from(got[0], "measured");
     EXPECT_EQ(t.kind, TopologyKind::kSwitch);
     auto parsed = parse_topology(topology_to_json(t), "measured.json");
@@ -285,6 +288,7 @@ TEST(Calibrate, RecoversTheReductionRate) {
       NetworkCalibrationOptions n;
       n.sizes = {4 << 10, 64 << 10, 1 << 20};
       n.repeats = 2;
+      n.algorithm = Algorithm::kRing;
       SHARDLAB_ASSIGN_OR_RETURN(got[static_cast<std::size_t>(ctx.rank)],
                                 calibrate_network(ctx.comm, ctx.device, ctx.clock, n));
       return Status::ok();
@@ -302,6 +306,67 @@ TEST(Calibrate, RecoversTheReductionRate) {
     auto back = parse_topology(topology_to_json(switch_topology_from(c, "measured")), "measured.json");
     ASSERT_TRUE(back.is_ok()) << back.status().to_string();
     EXPECT_NEAR(back->reduce_bytes_per_s / 2e9, 1.0, 1e-3);
+  }
+}
+
+// NOTE [Fitting the collective model]: a network with a per-call cost of 20 µs (what
+// Open MPI's nonblocking collectives cost on 4 oversubscribed processes), α = 4 µs and
+// 2 GB/s reductions, running `auto` — halving-doubling for the small sizes on 2 and 4
+// members (log2 p rounds for all_gather, 2·log2 p for all_reduce), ring for the large
+// ones and on 3. The fit, in the simulator's own schedules, recovers all four numbers;
+// a latency-only model would have to fold the 20 µs into α and could not fit both kinds.
+TEST(Calibrate, FitsThePerCallOverheadApartFromTheLatency) {
+  for (int world_size : {2, 3, 4}) {
+    TopologySpec truth;
+    truth.name = "truth";
+    truth.kind = TopologyKind::kSwitch;
+    truth.port = {160, 2000};  // 20 GB/s, α = 4 µs end to end
+    truth.reduce_bytes_per_s = 2e9;
+    truth.collective_overhead_ns = 20000;
+    NetworkSpec ns;
+    ns.nodes = 1;
+    ns.devices_per_node = world_size;
+    auto net = make_network(ns, truth);  // auto, as the scenarios run
+    ASSERT_TRUE(net.is_ok()) << net.status().to_string();
+    WorldOptions o;
+    o.world_size = world_size;
+    o.network_model = *net;
+    World world(o);
+    std::vector<NetworkCalibration> got(static_cast<std::size_t>(world_size));
+    const auto results = world.run([&](RankContext& ctx) -> Status {
+      NetworkCalibrationOptions n;
+      n.sizes = {64, 4 << 10, 64 << 10, 1 << 20};
+      n.repeats = 1;
+      SHARDLAB_ASSIGN_OR_RETURN(got[static_cast<std::size_t>(ctx.rank)],
+                                calibrate_network(ctx.comm, ctx.device, ctx.clock, n));
+      return Status::ok();
+    });
+    for (const auto& r : results) ASSERT_TRUE(r.status.is_ok()) << r.status.to_string();
+    const NetworkCalibration& c = got[0];
+    EXPECT_NEAR(static_cast<double>(c.overhead_ns), 20000, 5) << "world " << world_size;
+    EXPECT_NEAR(static_cast<double>(c.latency_ns), 4000, 5) << "world " << world_size;
+    EXPECT_NEAR(c.bytes_per_s / 20e9, 1.0, 1e-3) << "world " << world_size;
+    EXPECT_NEAR(c.reduce_bytes_per_s / 2e9, 1.0, 1e-3) << "world " << world_size;
+    const bool pow2 = world_size != 3;
+    const int lg = world_size == 4 ? 2 : 1;
+    ASSERT_EQ(c.samples.size(), 12u);
+    // 64 B: all_gather and all_reduce, halving-doubling on 2 and 4 members.
+    EXPECT_EQ(c.samples[0].algorithm, pow2 ? "halving_doubling" : "ring");
+    EXPECT_EQ(c.samples[0].rounds, pow2 ? lg : world_size - 1);
+    EXPECT_EQ(c.samples[2].rounds, pow2 ? 2 * lg : 2 * (world_size - 1));
+    // 1 MiB: ring on every size.
+    EXPECT_EQ(c.samples[9].algorithm, "ring");
+    EXPECT_EQ(c.samples[9].rounds, world_size - 1);
+    EXPECT_EQ(c.samples[9].path_bytes, (world_size - 1) * c.samples[9].chunk_bytes);
+    for (const CollectiveSample& s : c.samples) {
+      EXPECT_NEAR(c.fitted_ns(s) / static_cast<double>(s.time_ns), 1.0, 1e-3)
+          << runtime::comm::op_kind_name(s.kind) << " " << s.buffer_bytes << " B on " << world_size;
+    }
+    // Written out and read back, the topology times the collectives as measured.
+    auto back = parse_topology(topology_to_json(switch_topology_from(c, "measured")), "measured.json");
+    ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+    EXPECT_NEAR(static_cast<double>(back->collective_overhead_ns), 20000, 5);
+    EXPECT_NEAR(static_cast<double>(back->port.latency_ns), 2000, 3);
   }
 }
 

@@ -74,9 +74,10 @@ struct TopologySpec {
   // Host time a member spends in the collective library per call, added to every
   // member's completion of every collective — also on a one-member group, which the
   // network itself completes at once. 0 in the built-in topologies (it is part of their
-  // latencies). `shardlab calibrate` measures it with one process (Open MPI's libnbc
-  // builds and progresses a schedule even then: several µs per call); with more
-  // processes it cannot be told apart from α, which absorbs it, and it stays 0.
+  // latencies). `shardlab calibrate` fits it (Open MPI's libnbc builds and progresses a
+  // schedule per call: several µs with one process, ~25 µs with 4 processes on 2 cores),
+  // apart from α by collectives with different round counts (NOTE [Fitting the
+  // collective model] in sim/calibrate.h).
   Nanos collective_overhead_ns = 0;
 };
 
