@@ -264,37 +264,51 @@ TEST(Calibrate, RecoversTheSimulatedNetworksAlphaBeta) {
   }
 }
 
-// NOTE [Reduction cost]: a network whose members reduce at 2 GB/s — the fit keeps α and β
-// from all_gather and recovers γ from reduce_scatter and all_reduce.
+// A `switch` whose messages take 4 µs and 20 GB/s end to end, as a fit's truth.
+TopologySpec switch_truth(double reduce_bytes_per_s, Nanos collective_overhead_ns) {
+  TopologySpec truth;
+  truth.name = "truth";
+  truth.kind = TopologyKind::kSwitch;
+  truth.port = {160, 2000};  // 20 GB/s, α = 4 µs end to end
+  truth.reduce_bytes_per_s = reduce_bytes_per_s;
+  truth.collective_overhead_ns = collective_overhead_ns;
+  return truth;
+}
+
+// What calibrate_network fits on a simulated one-node world of `world_size` members whose
+// network is `truth` running `algorithm` (the fit told the same algorithm); rank 0's result.
+Result<NetworkCalibration> calibrate_simulated(const TopologySpec& truth, int world_size, Algorithm algorithm,
+                                               std::vector<std::int64_t> sizes, int repeats) {
+  NetworkSpec ns;
+  ns.nodes = 1;
+  ns.devices_per_node = world_size;
+  ns.algorithm = algorithm;
+  SHARDLAB_ASSIGN_OR_RETURN(auto net, make_network(ns, truth));
+  WorldOptions o;
+  o.world_size = world_size;
+  o.network_model = net;
+  World world(o);
+  std::vector<NetworkCalibration> got(static_cast<std::size_t>(world_size));
+  const auto results = world.run([&](RankContext& ctx) -> Status {
+    NetworkCalibrationOptions n;
+    n.sizes = sizes;
+    n.repeats = repeats;
+    n.algorithm = algorithm;
+    SHARDLAB_ASSIGN_OR_RETURN(got[static_cast<std::size_t>(ctx.rank)],
+                              calibrate_network(ctx.comm, ctx.device, ctx.clock, n));
+    return Status::ok();
+  });
+  for (const auto& r : results) SHARDLAB_RETURN_IF_ERROR(r.status);
+  return got[0];
+}
+
+// NOTE [Reduction cost]: a network whose members reduce at 2 GB/s — the fit recovers γ
+// from what reduce_scatter and all_reduce take beyond α–β, and α and β beside it.
 TEST(Calibrate, RecoversTheReductionRate) {
   for (int world_size : {2, 4}) {
-    TopologySpec truth;
-    truth.name = "truth";
-    truth.kind = TopologyKind::kSwitch;
-    truth.port = {160, 2000};  // 20 GB/s, α = 4 µs end to end
-    truth.reduce_bytes_per_s = 2e9;
-    NetworkSpec ns;
-    ns.nodes = 1;
-    ns.devices_per_node = world_size;
-    ns.algorithm = Algorithm::kRing;
-    auto net = make_network(ns, truth);
-    ASSERT_TRUE(net.is_ok()) << net.status().to_string();
-    WorldOptions o;
-    o.world_size = world_size;
-    o.network_model = *net;
-    World world(o);
-    std::vector<NetworkCalibration> got(static_cast<std::size_t>(world_size));
-    const auto results = world.run([&](RankContext& ctx) -> Status {
-      NetworkCalibrationOptions n;
-      n.sizes = {4 << 10, 64 << 10, 1 << 20};
-      n.repeats = 2;
-      n.algorithm = Algorithm::kRing;
-      SHARDLAB_ASSIGN_OR_RETURN(got[static_cast<std::size_t>(ctx.rank)],
-                                calibrate_network(ctx.comm, ctx.device, ctx.clock, n));
-      return Status::ok();
-    });
-    for (const auto& r : results) ASSERT_TRUE(r.status.is_ok()) << r.status.to_string();
-    const NetworkCalibration& c = got[0];
+    auto got = calibrate_simulated(switch_truth(2e9, 0), world_size, Algorithm::kRing, {4 << 10, 64 << 10, 1 << 20}, 2);
+    ASSERT_TRUE(got.is_ok()) << got.status().to_string();
+    const NetworkCalibration& c = *got;
     EXPECT_NEAR(static_cast<double>(c.latency_ns), 4000, 2) << "world " << world_size;
     EXPECT_NEAR(c.bytes_per_s / 20e9, 1.0, 1e-3) << "world " << world_size;
     EXPECT_NEAR(c.reduce_bytes_per_s / 2e9, 1.0, 1e-3) << "world " << world_size;
@@ -317,32 +331,10 @@ TEST(Calibrate, RecoversTheReductionRate) {
 // a latency-only model would have to fold the 20 µs into α and could not fit both kinds.
 TEST(Calibrate, FitsThePerCallOverheadApartFromTheLatency) {
   for (int world_size : {2, 3, 4}) {
-    TopologySpec truth;
-    truth.name = "truth";
-    truth.kind = TopologyKind::kSwitch;
-    truth.port = {160, 2000};  // 20 GB/s, α = 4 µs end to end
-    truth.reduce_bytes_per_s = 2e9;
-    truth.collective_overhead_ns = 20000;
-    NetworkSpec ns;
-    ns.nodes = 1;
-    ns.devices_per_node = world_size;
-    auto net = make_network(ns, truth);  // auto, as the scenarios run
-    ASSERT_TRUE(net.is_ok()) << net.status().to_string();
-    WorldOptions o;
-    o.world_size = world_size;
-    o.network_model = *net;
-    World world(o);
-    std::vector<NetworkCalibration> got(static_cast<std::size_t>(world_size));
-    const auto results = world.run([&](RankContext& ctx) -> Status {
-      NetworkCalibrationOptions n;
-      n.sizes = {64, 4 << 10, 64 << 10, 1 << 20};
-      n.repeats = 1;
-      SHARDLAB_ASSIGN_OR_RETURN(got[static_cast<std::size_t>(ctx.rank)],
-                                calibrate_network(ctx.comm, ctx.device, ctx.clock, n));
-      return Status::ok();
-    });
-    for (const auto& r : results) ASSERT_TRUE(r.status.is_ok()) << r.status.to_string();
-    const NetworkCalibration& c = got[0];
+    auto got = calibrate_simulated(switch_truth(2e9, 20000), world_size, Algorithm::kAuto,  // as scenarios run
+                                   {64, 4 << 10, 64 << 10, 1 << 20}, 1);
+    ASSERT_TRUE(got.is_ok()) << got.status().to_string();
+    const NetworkCalibration& c = *got;
     EXPECT_NEAR(static_cast<double>(c.overhead_ns), 20000, 5) << "world " << world_size;
     EXPECT_NEAR(static_cast<double>(c.latency_ns), 4000, 5) << "world " << world_size;
     EXPECT_NEAR(c.bytes_per_s / 20e9, 1.0, 1e-3) << "world " << world_size;
