@@ -12,14 +12,12 @@
 // peak_rss_MiB (the process's high-water mark so far: run one size per process with
 // --benchmark_filter to read it per size).
 //
-// The network: a closed-form ring (ClosedFormRing below), O(p) per collective. The
-// default α–β ring of sim/cost_model.cc times a collective message by message on an
-// Engine, O(p²) — hours at p = 65,536; the fast models behind NetworkCostModel replace
-// this one when they land. The device: the default DeviceProfile.
+// The world: gaudi2 devices (sim/profiles/devices/gaudi2.json) in HLS-2 nodes of 8
+// (topology hls2: per-peer links inside a node, leaf–spine scale-out) under the α–β model
+// with `auto` collectives (hierarchical across nodes) — what a scenario with
+// `world: {device: gaudi2, topology: hls2, nodes: W/8, devices_per_node: 8}` runs.
 #include <sys/resource.h>
 
-#include <algorithm>
-#include <cmath>
 #include <memory>
 
 #include <benchmark/benchmark.h>
@@ -27,48 +25,26 @@
 #include "runtime/model/bert.h"
 #include "runtime/train/fsdp_train.h"
 #include "sim/network.h"
+#include "sim/profiles.h"
 #include "sim/timing/capture.h"
 #include "sim/timing/replay.h"
 
 namespace shardlab::bench {
 namespace {
 
-using runtime::comm::OpKind;
+constexpr int kDevicesPerNode = 8;  // an HLS-2 server
 
-// The α–β ring of sim/cost_model.h in closed form: every member finishes at the latest
-// ready time plus the schedule's steps × (α + chunk·β). Equal to the Engine's answer when
-// members are ready together (the common case under FSDP), a lower bound otherwise.
-class ClosedFormRing final : public sim::NetworkCostModel {
- public:
-  explicit ClosedFormRing(sim::NetworkModel net) : net_(net) {}
-  sim::CollectiveTiming collective(const sim::CollectiveQuery& q) const override {
-    const auto p = static_cast<std::int64_t>(q.arrivals.size());
-    Nanos start = 0;
-    for (Nanos a : q.arrivals) start = std::max(start, a);
-    const std::int64_t log_p = p > 1 ? static_cast<std::int64_t>(std::ceil(std::log2(static_cast<double>(p)))) : 0;
-    Nanos cost = 0;
-    std::string algorithm = "ring";
-    switch (q.kind) {
-      case OpKind::kAllGather:
-      case OpKind::kReduceScatter: cost = (p - 1) * net_.message_time(q.bytes); break;
-      case OpKind::kAllReduce: cost = 2 * (p - 1) * net_.message_time((q.bytes + p - 1) / p); break;
-      case OpKind::kBroadcast:
-        cost = log_p * net_.message_time(q.bytes);
-        algorithm = "binomial_tree";
-        break;
-      default:
-        cost = log_p * net_.latency_ns;
-        algorithm = "dissemination";
-        break;
-    }
-    return {std::vector<Nanos>(static_cast<std::size_t>(p), start + (p > 1 ? cost : 0)), algorithm};
-  }
-  Nanos message(int, int, std::int64_t bytes, Nanos start) const override { return start + net_.message_time(bytes); }
-  std::string describe() const override { return "closed-form alpha-beta ring"; }
-
- private:
-  sim::NetworkModel net_;
-};
+// Replay options for W ranks on that network; INVALID_ARGUMENT if the topology does not load.
+Result<sim::timing::ReplayOptions> gaudi2_world(int world) {
+  sim::NetworkSpec n;
+  n.topology = "hls2";
+  n.nodes = world / kDevicesPerNode;
+  n.devices_per_node = kDevicesPerNode;
+  sim::timing::ReplayOptions ro;
+  SHARDLAB_ASSIGN_OR_RETURN(ro.network, sim::make_network(n));
+  ro.traced_ranks = {0};
+  return ro;
+}
 
 runtime::train::FsdpTrainOptions bert_large_step(int world) {
   runtime::train::FsdpTrainOptions o;
@@ -109,18 +85,21 @@ void report(benchmark::State& state, std::int64_t events, const sim::timing::Rep
 void BM_CaptureReplay(benchmark::State& state) {
   const int world = static_cast<int>(state.range(0));
   const auto options = bert_large_step(world);
-  sim::timing::ReplayOptions ro;
-  ro.network = std::make_shared<ClosedFormRing>(sim::NetworkModel{});
-  ro.traced_ranks = {0};
+  auto ro = gaudi2_world(world);
+  auto device = sim::load_device_profile("gaudi2");
+  if (!ro.is_ok() || !device.is_ok()) {
+    state.SkipWithError((ro.is_ok() ? device.status() : ro.status()).to_string().c_str());
+    return;
+  }
   std::int64_t events = 0;
   sim::timing::ReplayResult last;
   for (auto _ : state) {
-    auto graph = sim::timing::capture_graph(options, world, sim::DeviceProfile{});
+    auto graph = sim::timing::capture_graph(options, world, *device);
     if (!graph.is_ok()) {
       state.SkipWithError(graph.status().to_string().c_str());
       return;
     }
-    auto r = sim::timing::replay(*graph, ro);
+    auto r = sim::timing::replay(*graph, *ro);
     if (!r.is_ok()) {
       state.SkipWithError(r.status().to_string().c_str());
       return;
@@ -133,18 +112,21 @@ void BM_CaptureReplay(benchmark::State& state) {
 
 void BM_Replay(benchmark::State& state) {
   const int world = static_cast<int>(state.range(0));
-  auto graph = sim::timing::capture_graph(bert_large_step(world), world, sim::DeviceProfile{});
+  auto ro = gaudi2_world(world);
+  auto device = sim::load_device_profile("gaudi2");
+  if (!ro.is_ok() || !device.is_ok()) {
+    state.SkipWithError((ro.is_ok() ? device.status() : ro.status()).to_string().c_str());
+    return;
+  }
+  auto graph = sim::timing::capture_graph(bert_large_step(world), world, *device);
   if (!graph.is_ok()) {
     state.SkipWithError(graph.status().to_string().c_str());
     return;
   }
-  sim::timing::ReplayOptions ro;
-  ro.network = std::make_shared<ClosedFormRing>(sim::NetworkModel{});
-  ro.traced_ranks = {0};
   std::int64_t events = 0;
   sim::timing::ReplayResult last;
   for (auto _ : state) {
-    auto r = sim::timing::replay(*graph, ro);
+    auto r = sim::timing::replay(*graph, *ro);
     if (!r.is_ok()) {
       state.SkipWithError(r.status().to_string().c_str());
       return;
