@@ -108,7 +108,8 @@ struct NetworkCalibrationOptions {
   std::vector<std::int64_t> sizes = {64, 4 << 10, 64 << 10, 1 << 20, 4 << 20, 8 << 20};
   int repeats = 10;
   // The algorithm the simulator will run on the written topology (the scenario's
-  // world.algorithm; `auto` unless a scenario names one): the fit uses its schedules.
+  // world.collective_algorithm; `shardlab calibrate` fits for `auto`, the default): the
+  // fit uses its schedules.
   Algorithm algorithm = Algorithm::kAuto;
 };
 
