@@ -34,16 +34,22 @@ namespace {
 
 constexpr int kDevicesPerNode = 8;  // an HLS-2 server
 
-// Replay options for W ranks on that network; INVALID_ARGUMENT if the topology does not load.
-Result<sim::timing::ReplayOptions> gaudi2_world(int world) {
+// W ranks of that world: the replay's network and the device to capture with;
+// INVALID_ARGUMENT if a profile does not load.
+struct Gaudi2World {
+  sim::timing::ReplayOptions replay;
+  sim::DeviceProfile device;
+};
+Result<Gaudi2World> gaudi2_world(int world) {
   sim::NetworkSpec n;
   n.topology = "hls2";
   n.nodes = world / kDevicesPerNode;
   n.devices_per_node = kDevicesPerNode;
-  sim::timing::ReplayOptions ro;
-  SHARDLAB_ASSIGN_OR_RETURN(ro.network, sim::make_network(n));
-  ro.traced_ranks = {0};
-  return ro;
+  Gaudi2World w;
+  SHARDLAB_ASSIGN_OR_RETURN(w.replay.network, sim::make_network(n));
+  w.replay.traced_ranks = {0};
+  SHARDLAB_ASSIGN_OR_RETURN(w.device, sim::load_device_profile("gaudi2"));
+  return w;
 }
 
 runtime::train::FsdpTrainOptions bert_large_step(int world) {
@@ -85,21 +91,20 @@ void report(benchmark::State& state, std::int64_t events, const sim::timing::Rep
 void BM_CaptureReplay(benchmark::State& state) {
   const int world = static_cast<int>(state.range(0));
   const auto options = bert_large_step(world);
-  auto ro = gaudi2_world(world);
-  auto device = sim::load_device_profile("gaudi2");
-  if (!ro.is_ok() || !device.is_ok()) {
-    state.SkipWithError((ro.is_ok() ? device.status() : ro.status()).to_string().c_str());
+  auto w = gaudi2_world(world);
+  if (!w.is_ok()) {
+    state.SkipWithError(w.status().to_string().c_str());
     return;
   }
   std::int64_t events = 0;
   sim::timing::ReplayResult last;
   for (auto _ : state) {
-    auto graph = sim::timing::capture_graph(options, world, *device);
+    auto graph = sim::timing::capture_graph(options, world, w->device);
     if (!graph.is_ok()) {
       state.SkipWithError(graph.status().to_string().c_str());
       return;
     }
-    auto r = sim::timing::replay(*graph, *ro);
+    auto r = sim::timing::replay(*graph, w->replay);
     if (!r.is_ok()) {
       state.SkipWithError(r.status().to_string().c_str());
       return;
@@ -112,13 +117,12 @@ void BM_CaptureReplay(benchmark::State& state) {
 
 void BM_Replay(benchmark::State& state) {
   const int world = static_cast<int>(state.range(0));
-  auto ro = gaudi2_world(world);
-  auto device = sim::load_device_profile("gaudi2");
-  if (!ro.is_ok() || !device.is_ok()) {
-    state.SkipWithError((ro.is_ok() ? device.status() : ro.status()).to_string().c_str());
+  auto w = gaudi2_world(world);
+  if (!w.is_ok()) {
+    state.SkipWithError(w.status().to_string().c_str());
     return;
   }
-  auto graph = sim::timing::capture_graph(bert_large_step(world), world, *device);
+  auto graph = sim::timing::capture_graph(bert_large_step(world), world, w->device);
   if (!graph.is_ok()) {
     state.SkipWithError(graph.status().to_string().c_str());
     return;
@@ -126,7 +130,7 @@ void BM_Replay(benchmark::State& state) {
   std::int64_t events = 0;
   sim::timing::ReplayResult last;
   for (auto _ : state) {
-    auto r = sim::timing::replay(*graph, *ro);
+    auto r = sim::timing::replay(*graph, w->replay);
     if (!r.is_ok()) {
       state.SkipWithError(r.status().to_string().c_str());
       return;

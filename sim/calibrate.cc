@@ -8,6 +8,7 @@
 #include <functional>
 #include <span>
 #include <string>
+#include <utility>
 
 #include <Eigen/Dense>
 
@@ -528,6 +529,12 @@ Result<DeviceProfile> calibrate_device_together(Communicator& comm, runtime::dev
 
 namespace {
 
+// The upper median (the middle one of an odd count); `v` is not empty.
+Nanos upper_median(std::vector<Nanos> v) {
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+  return v[v.size() / 2];
+}
+
 // What a member's critical path holds under the simulator's schedule for a collective when
 // all members arrive together (NOTE [Fitting the collective model] in sim/calibrate.h):
 // the schedule priced twice, once with only a latency per message and once with only a
@@ -595,8 +602,9 @@ Status fit_collective_model(NetworkCalibration& r) {
   // One rank: o is the median time of the samples of at most 64 KiB (where no copy
   // matters; the kinds differ by ~1 µs — libnbc completes a one-rank in-place all_reduce
   // at once —, and the median is what a mix of them costs), and γ fits what is left.
-  Nanos fixed_overhead = -1;
-  if (r.ranks == 1) {
+  const bool fit_overhead = r.ranks > 1;
+  Nanos overhead = 0;
+  if (!fit_overhead) {
     std::vector<Nanos> small;
     for (const CollectiveSample& s : r.samples) {
       if (s.buffer_bytes <= (64 << 10)) small.push_back(s.time_ns);
@@ -604,19 +612,18 @@ Status fit_collective_model(NetworkCalibration& r) {
     if (small.empty()) {
       return Status::invalid_argument("calibrate_network: one rank needs a size of at most 64 KiB");
     }
-    std::nth_element(small.begin(), small.begin() + static_cast<std::ptrdiff_t>(small.size() / 2), small.end());
-    fixed_overhead = small[small.size() / 2];
+    overhead = upper_median(std::move(small));
   }
   std::vector<std::array<double, 4>> x;
   std::vector<double> y, t;
   for (const CollectiveSample& s : r.samples) {
-    x.push_back({fixed_overhead >= 0 ? 0.0 : 1.0, static_cast<double>(s.rounds), static_cast<double>(s.path_bytes),
+    x.push_back({fit_overhead ? 1.0 : 0.0, static_cast<double>(s.rounds), static_cast<double>(s.path_bytes),
                  static_cast<double>(s.reduced_bytes)});
     t.push_back(static_cast<double>(s.time_ns));
-    y.push_back(t.back() - static_cast<double>(std::max<Nanos>(fixed_overhead, 0)));
+    y.push_back(t.back() - static_cast<double>(overhead));
   }
   std::vector<double> c = fit_nonnegative(x, y, t);  // o, α ns; β, γ ns per byte
-  if (fixed_overhead >= 0) c[0] = static_cast<double>(fixed_overhead);
+  if (!fit_overhead) c[0] = static_cast<double>(overhead);
   if (r.ranks > 1 && !(c[2] > 0)) {
     return Status::failed_precondition(
         "calibrate_network: collective times do not grow with the bytes on the path (fitted " +
@@ -689,8 +696,7 @@ Result<NetworkCalibration> calibrate_network(Communicator& comm, runtime::device
         SHARDLAB_RETURN_IF_ERROR(issue()->wait(timeout));
         if (i > 0) times.push_back(clock.now() - t0);
       }
-      std::nth_element(times.begin(), times.begin() + static_cast<std::ptrdiff_t>(times.size() / 2), times.end());
-      medians.push_back(times[times.size() / 2]);
+      medians.push_back(upper_median(std::move(times)));
       const std::int64_t chunk = 4 * n;
       // Bytes as a CollectiveQuery holds them: one chunk, or the whole buffer for all_reduce.
       const std::int64_t query_bytes = kind == OpKind::kAllReduce ? chunk * p : chunk;
