@@ -188,6 +188,42 @@ TEST(BertFsdp, MemoryTimelineSamplesEveryHookWithoutChangingResults) {
   EXPECT_EQ(t[16].bytes[static_cast<std::size_t>(grads)] > 0, true);  // gradient shards kept for the optimizer
 }
 
+// The timeline covers the first memory_timeline_steps steps only (later steps are not
+// sampled); what it holds is exactly the full timeline's first steps, and nothing else
+// about the run changes.
+TEST(BertFsdp, MemoryTimelineKeepsOnlyTheFirstSteps) {
+  FsdpTrainOptions o = bert_run(BertHead::kSequenceClassification);
+  o.steps = 4;
+  o.grad_accumulation = 1;
+  o.record_memory_timeline = true;
+  o.memory_timeline_steps = 4;
+  auto full = run_sim(o, 2);
+  o.memory_timeline_steps = 2;
+  auto first = run_sim(o, 2);
+  o.memory_timeline_steps = 0;
+  auto none = run_sim(o, 2);
+  ASSERT_TRUE(full.is_ok() && first.is_ok() && none.is_ok());
+  EXPECT_TRUE(compare(*first, *full).bitwise);
+  EXPECT_TRUE(compare(*none, *full).bitwise);
+  EXPECT_EQ(first->memory.peak, full->memory.peak);
+  EXPECT_EQ(first->step_times, full->step_times);  // virtual time: sampling is free on the simulator
+  const std::size_t per_step = 4 * 4 + 1;
+  ASSERT_EQ(full->memory_timeline.size(), 4 * per_step);
+  ASSERT_EQ(first->memory_timeline.size(), 2 * per_step);
+  for (std::size_t i = 0; i < first->memory_timeline.size(); ++i) {
+    EXPECT_EQ(first->memory_timeline[i].step, full->memory_timeline[i].step);
+    EXPECT_EQ(first->memory_timeline[i].event, full->memory_timeline[i].event);
+    EXPECT_EQ(first->memory_timeline[i].time, full->memory_timeline[i].time);
+    EXPECT_EQ(first->memory_timeline[i].bytes, full->memory_timeline[i].bytes);
+  }
+  EXPECT_EQ(first->memory_timeline.back().step, 1);
+  EXPECT_TRUE(none->memory_timeline.empty());
+  o.memory_timeline_steps = -1;
+  const Status bad = validate(o, 2);
+  EXPECT_EQ(bad.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.message().find("memory_timeline_steps"), std::string::npos) << bad.message();
+}
+
 // Regression: a collective's operation kept references to the members' buffers until the
 // last host thread let go of it, so per-category memory peaks (comm_buffers) differed
 // between identical runs. Under random host interleavings they must not.

@@ -135,6 +135,9 @@ std::unique_ptr<model::Model> make_model(const FsdpTrainOptions& o) {
 
 Status validate(const FsdpTrainOptions& o, int world) {
   if (o.steps < 1) return Status::invalid_argument("steps must be >= 1, got " + std::to_string(o.steps));
+  if (o.memory_timeline_steps < 0) {
+    return Status::invalid_argument("memory_timeline_steps must be >= 0, got " + std::to_string(o.memory_timeline_steps));
+  }
   if (o.model_kind == ModelKind::kMlp) {
     if (o.model.input_dim < 1 || o.model.hidden_dim < 1 || o.model.num_classes < 2 || o.model.num_hidden_layers < 0) {
       return Status::invalid_argument("MLP dims must be positive and num_classes >= 2");
@@ -225,6 +228,7 @@ Status FsdpTrainer::step() {
   const std::int64_t micro = local / o.grad_accumulation;
   if (o.before_step) SHARDLAB_RETURN_IF_ERROR(o.before_step(step_));
   const Nanos start = clock_.now();
+  const bool sample_memory = o.record_memory_timeline && step_ < o.memory_timeline_steps;
   if (o.on_marker) o.on_marker(TrainMarker::kStepBegin, step_);
   fsdp_->zero_grad();
   // The step's micro-batches first: the loss is normalized by the global target count.
@@ -244,7 +248,8 @@ Status FsdpTrainer::step() {
     SHARDLAB_RETURN_IF_ERROR(fsdp_->begin_iteration(/*no_sync=*/m + 1 < o.grad_accumulation));
     const model::ForwardContext ctx{o.seed, step_, comm_.rank() * local + m * micro, true};
     SHARDLAB_ASSIGN_OR_RETURN(std::vector<double> sums,
-                              model_->forward_backward(dev_, sampler_ ? *sampler_ : static_cast<model::ParamAccess&>(*fsdp_),
+                              model_->forward_backward(dev_,
+                                                       sample_memory ? *sampler_ : static_cast<model::ParamAccess&>(*fsdp_),
                                                        batches[static_cast<std::size_t>(m)], scale, ctx));
     SHARDLAB_RETURN_IF_ERROR(fsdp_->end_iteration());
     batches[static_cast<std::size_t>(m)] = model::Batch();
@@ -265,7 +270,7 @@ Status FsdpTrainer::step() {
   }
   SHARDLAB_RETURN_IF_ERROR(fsdp_->optimizer_step());
   dev_.synchronize(device::kComputeStream);
-  if (o.record_memory_timeline) {
+  if (sample_memory) {
     MemorySampler::record(result_.memory_timeline, dev_, clock_, step_, "optimizer_step", o);
   }
   result_.losses.push_back(loss_.is_deferred() ? std::nan("") : static_cast<double>(loss_.data<float>()[0]));
