@@ -163,8 +163,8 @@ def _scaled(data, factor, pick):
     return out
 
 
-def self_test(paths):
-    """Checks compare() on real baseline files; returns an exit code."""
+def self_test(paths, references=DEFAULT_REFERENCES):
+    """Checks compare() on real baseline files (ratios against `references`); returns an exit code."""
     failures = []
 
     def check(cond, what):
@@ -173,21 +173,23 @@ def self_test(paths):
 
     for path in paths:
         data = load(path)
-        is_ref = lambda v: v in DEFAULT_REFERENCES  # noqa: E731
-        rows, only_base, only_new = compare(data, data)
+        is_ref = lambda v: v in references  # noqa: E731
+        rows, only_base, only_new = compare(data, data, references=references)
         check(len(rows) > 0, f"{path}: no ratios found (names or references out of step)")
         check(not any(r[5] for r in rows) and not only_base and not only_new,
               f"{path}: a file compared with itself must pass with every ratio paired")
-        rows, _, _ = compare(data, _scaled(data, 1.25, lambda v: not is_ref(v)))
+        rows, _, _ = compare(data, _scaled(data, 1.25, lambda v: not is_ref(v)), references=references)
         check(rows and all(r[5] for r in rows), f"{path}: a 25% slowdown of our code must be a regression")
-        rows, _, _ = compare(data, _scaled(data, 1.05, lambda v: not is_ref(v)))
+        rows, _, _ = compare(data, _scaled(data, 1.05, lambda v: not is_ref(v)), references=references)
         check(rows and not any(r[5] for r in rows), f"{path}: a 5% slowdown is within the 10% default")
-        rows, _, _ = compare(data, _scaled(data, 1.05, lambda v: not is_ref(v)), threshold_pct=2)
+        rows, _, _ = compare(data, _scaled(data, 1.05, lambda v: not is_ref(v)), threshold_pct=2,
+                             references=references)
         check(rows and all(r[5] for r in rows), f"{path}: --threshold 2 must catch a 5% slowdown")
-        rows, _, _ = compare(data, _scaled(data, 1.25, is_ref))
+        rows, _, _ = compare(data, _scaled(data, 1.25, is_ref), references=references)
         check(rows and not any(r[5] for r in rows), f"{path}: a slower reference is not our regression")
-        print(f"self-test: {path}: {len(compare(data, data)[0])} ratios")
-        print_table(compare(data, data)[0], DEFAULT_THRESHOLD_PCT)
+        same = compare(data, data, references=references)[0]
+        print(f"self-test: {path}: {len(same)} ratios")
+        print_table(same, DEFAULT_THRESHOLD_PCT)
     for f in failures:
         print(f"self-test FAILED: {f}")
     if not failures:
@@ -204,11 +206,11 @@ def main(argv):
                    help=f"reference variant (repeatable; default {', '.join(DEFAULT_REFERENCES)})")
     p.add_argument("--min-ratios", type=int, default=1,
                    help="fail when fewer ratios than this are compared (default %(default)s)")
-    p.add_argument("--self-test", action="store_true", help="check this script on the given baseline files")
+    p.add_argument("--self-test", action="store_true", help="check this script on the given baseline files (against --reference)")
     args = p.parse_args(argv)
     try:
         if args.self_test:
-            return self_test(args.files)
+            return self_test(args.files, tuple(args.references or DEFAULT_REFERENCES))
         if len(args.files) != 2:
             p.error("expected BASELINE.json NEW.json")
         if args.threshold < 0:
