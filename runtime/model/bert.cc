@@ -6,6 +6,11 @@
 
 namespace shardlab::runtime::model {
 
+std::int64_t mlm_decoder_rows(std::int64_t batch_rows, std::int64_t seq_len, std::int64_t labeled) {
+  const std::int64_t per_sequence = (15 * seq_len + 99) / 100;  // ⌈0.15·T⌉ in integers
+  return std::max(labeled, batch_rows * per_sequence);
+}
+
 std::string_view bert_head_name(BertHead head) {
   switch (head) {
     case BertHead::kSequenceClassification: return "classification";

@@ -25,6 +25,17 @@ namespace shardlab::runtime::model {
 
 enum class BertHead { kSequenceClassification, kMaskedLM, kQuestionAnswering };
 std::string_view bert_head_name(BertHead head);            // "classification", "mlm", "qa"
+
+// NOTE [Static masked-LM shape]
+// The masked-LM decoder runs on the labeled positions only (the others contribute nothing
+// to the loss or the gradients), gathered into rows — and padded with ignored rows (label
+// −100, zero loss and zero gradients) up to `mlm_decoder_rows`: ⌈0.15·T⌉ a sequence, the
+// max_predictions_per_seq of BERT's pretraining pipelines (20 at T = 128, as Google's,
+// NVIDIA's and MLPerf's BERT), or the labeled count when a batch has more. So the decoder's
+// shape does not depend on how many tokens the data happened to mask: a graph-compiled
+// device (Gaudi) compiles it once, and every rank of a synthetic run issues the same
+// program (timing mode captures one and replays it across any world size).
+std::int64_t mlm_decoder_rows(std::int64_t batch_rows, std::int64_t seq_len, std::int64_t labeled);
 std::string_view bert_architecture_name(BertHead head);    // "BertForSequenceClassification", …
 // Accepts the short names and the Hugging Face architecture names.
 Result<BertHead> parse_bert_head(std::string_view name);

@@ -453,23 +453,22 @@ Result<std::vector<double>> Bert::forward_backward(device::Device& dev, ParamAcc
     }
     case BertHead::kMaskedLM: {
       // Only positions with a label reach the head (ignored ones contribute nothing):
-      // h = LN(act(dense(x_valid))); logits = h·word_embeddingsᵀ + bias.
+      // h = LN(act(dense(x_valid))); logits = h·word_embeddingsᵀ + bias. Padded with
+      // ignored rows (position 0, label -100) to a static count (NOTE [Static masked-LM
+      // shape] in bert.h).
       SHARDLAB_ASSIGN_OR_RETURN(Tensor labels, batch.get("labels"));
       std::vector<std::int64_t> rows;
       for (std::int64_t n = 0; n < N; ++n) {
         if (labels.data<std::int64_t>()[n] != -100) rows.push_back(n);
       }
-      const auto M = static_cast<std::int64_t>(rows.size());
-      if (M == 0) {
-        SHARDLAB_RETURN_IF_ERROR(access.post_forward(hl));
-        SHARDLAB_RETURN_IF_ERROR(access.pre_backward(hl));
-        break;
-      }
+      const auto labeled = static_cast<std::int64_t>(rows.size());
+      const std::int64_t M = mlm_decoder_rows(B, T, labeled);
       SHARDLAB_ASSIGN_OR_RETURN(Tensor idx, dev.empty({M}, DType::kI64, MemoryCategory::kActivations, "mlm_rows"));
       SHARDLAB_ASSIGN_OR_RETURN(Tensor lv, dev.empty({M}, DType::kI64, MemoryCategory::kActivations, "mlm_labels"));
       for (std::int64_t m = 0; m < M; ++m) {
-        idx.data<std::int64_t>()[m] = rows[static_cast<std::size_t>(m)];
-        lv.data<std::int64_t>()[m] = labels.data<std::int64_t>()[rows[static_cast<std::size_t>(m)]];
+        const bool real = m < labeled;
+        idx.data<std::int64_t>()[m] = real ? rows[static_cast<std::size_t>(m)] : 0;
+        lv.data<std::int64_t>()[m] = real ? labels.data<std::int64_t>()[rows[static_cast<std::size_t>(m)]] : -100;
       }
       SHARDLAB_ASSIGN_OR_RETURN(Tensor xv, ps.act({M, H}, "mlm_in"));
       SHARDLAB_RETURN_IF_ERROR(dev.embedding(x, idx, xv));

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <memory>
 
 #include "runtime/device/cpu/device.h"
 #include "runtime/model/bert_data.h"
@@ -185,6 +186,40 @@ TEST(Bert, MaskedLmWithoutTargetsContributesNothingAndNoNaN) {
   const double loss = f.run({1.0f});
   EXPECT_EQ(loss, 0.0);
   for (float v : f.grad_copy()) ASSERT_EQ(v, 0.0f);
+}
+
+// NOTE [Static masked-LM shape]: the decoder runs on ⌈0.15·T⌉ rows a sequence however many
+// tokens are labeled (here 3 sequences of 8: 6 rows), and on every labeled one when there
+// are more — none is dropped.
+TEST(Bert, MaskedLmDecoderShapeDoesNotDependOnHowManyTokensAreMasked) {
+  EXPECT_EQ(mlm_decoder_rows(3, 8, 0), 6);
+  EXPECT_EQ(mlm_decoder_rows(3, 8, 6), 6);
+  EXPECT_EQ(mlm_decoder_rows(3, 8, 7), 7);
+  EXPECT_EQ(mlm_decoder_rows(8, 128, 100), 160);  // max_predictions_per_seq 20 at T = 128
+  EXPECT_EQ(mlm_decoder_rows(1, 512, 0), 77);
+  // A batch whose positions [from, to) are labeled (ids in range), the others ignored.
+  auto labeled = [](std::int64_t from, std::int64_t to) {
+    BertOptions o = small(BertHead::kMaskedLM, 0.0f);
+    o.config.vocab_size = 4096;  // the decoder's logits [rows, V] set the activations' peak
+    auto f = std::make_unique<Fixture>(o);
+    Tensor labels = *f->batch.get("labels");
+    for (std::int64_t i = 0; i < labels.numel(); ++i) {
+      labels.data<std::int64_t>()[i] = i >= from && i < to ? 104 + i % 16 : -100;
+    }
+    return f;
+  };
+  const int act = static_cast<int>(MemoryCategory::kActivations);
+  auto peak_act = [&](Fixture& f) { return f.dev.memory().stats().peak[static_cast<std::size_t>(act)]; };
+  auto one = labeled(0, 1), six = labeled(0, 6), all = labeled(0, 24), first = labeled(0, 12), second = labeled(12, 24);
+  const double l1 = one->run({1.0f}), l6 = six->run({1.0f});
+  EXPECT_GT(l1, 0.0);
+  EXPECT_GT(l6, l1);
+  EXPECT_EQ(peak_act(*one), peak_act(*six)) << "1 and 6 labeled tokens: the same decoder shape";
+  const double la = all->run({1.0f}), l_first = first->run({1.0f}), l_second = second->run({1.0f});
+  EXPECT_GT(peak_act(*all), peak_act(*six)) << "24 labeled tokens need 24 decoder rows";
+  // Every labeled token counts: the loss over all 24 is the sum over the two halves (a
+  // dropped token would be off by ~ln 4096 = 8.3).
+  EXPECT_NEAR(la, l_first + l_second, 1e-6 * std::fabs(la)) << la << " vs " << l_first << " + " << l_second;
 }
 
 TEST(Bert, TiedDecoderGradientReachesWordRowsThatAreOnlyTargets) {
