@@ -16,12 +16,13 @@
 //     compared; when they differ, small worlds capture every rank and keep each distinct
 //     program once. Programs do differ in practice, in their compute only: a rank copies
 //     and zeroes its shard piece by piece (how many pieces depends on where parameter
-//     boundaries fall in its range), some ops depend on its data, and BERT's masked-LM
-//     head runs only the rows that have a label. Larger worlds, when rank 0 and rank W-1
-//     agree on everything but compute (the same collectives in the same order, the same
-//     markers and memory samples), are replayed *approximately*: rank W-1 runs its own
-//     program and every other rank rank 0's, and the graph says so
-//     (OpGraph::approximation, also in the run's header). Otherwise they are refused.
+//     boundaries fall in its range) and some ops depend on its data (BERT's masked-LM
+//     decoder does not: NOTE [Static masked-LM shape] in runtime/model/bert.h). Larger
+//     worlds, when rank 0 and rank W-1 agree on everything but compute (the same
+//     collectives in the same order, the same markers and memory samples), are
+//     replayed *approximately*: rank W-1 runs its own program and every other rank
+//     rank 0's, and the graph says so (OpGraph::approximation, also in the run's
+//     header). Otherwise they are refused.
 //  2. Replay (replay.h): a single-threaded event-driven simulation of all W ranks over
 //     their programs — per rank a host/compute timeline and the communication streams of
 //     NOTE [Comm streams] (sim/communicator.cc); a collective is timed by the
