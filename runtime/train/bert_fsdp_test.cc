@@ -224,6 +224,32 @@ TEST(BertFsdp, MemoryTimelineKeepsOnlyTheFirstSteps) {
   EXPECT_NE(bad.message().find("memory_timeline_steps"), std::string::npos) << bad.message();
 }
 
+// The full gradients and parameters are gathered for the checks after training — not in
+// its last step, not in its memory peaks (they used to add two full-model fp32 buffers and
+// their all-gathers to the last step) — and not at all without gather_results.
+TEST(BertFsdp, ResultGathersAreNotPartOfTraining) {
+  FsdpTrainOptions o = bert_run(BertHead::kMaskedLM);
+  o.steps = 2;
+  auto with = run_sim(o, 4);
+  o.gather_results = false;
+  auto without = run_sim(o, 4);
+  ASSERT_TRUE(with.is_ok() && without.is_ok());
+  EXPECT_EQ(with->step_times, without->step_times);
+  EXPECT_EQ(with->memory.peak, without->memory.peak);
+  EXPECT_EQ(with->memory.peak_total, without->memory.peak_total);
+  EXPECT_EQ(with->losses, without->losses);
+  EXPECT_FALSE(with->last_grads.empty());
+  EXPECT_FALSE(with->final_params.empty());
+  EXPECT_TRUE(without->last_grads.empty());
+  EXPECT_TRUE(without->final_params.empty());
+  // What is gathered after the last step is that step's gradients: the oracle's.
+  device::cpu::CpuDevice dev;
+  o.gather_results = true;
+  auto oracle = train_oracle(dev, o, 4);
+  ASSERT_TRUE(oracle.is_ok());
+  EXPECT_TRUE(compare(*with, *oracle).bitwise);
+}
+
 // Regression: a collective's operation kept references to the members' buffers until the
 // last host thread let go of it, so per-category memory peaks (comm_buffers) differed
 // between identical runs. Under random host interleavings they must not.

@@ -262,12 +262,6 @@ Status FsdpTrainer::step() {
     SHARDLAB_ASSIGN_OR_RETURN(double norm, fsdp_->clip_grad_norm(o.max_grad_norm, o.clip_inf_norm));
     result_.grad_norms.push_back(loss_.is_deferred() ? std::nan("") : norm);
   }
-  if (step_ + 1 == o.steps) {
-    SHARDLAB_ASSIGN_OR_RETURN(Tensor g, dev_.empty({model::total_numel(model_->params())}, DType::kF32,
-                                                   MemoryCategory::kOther, "grads_out"));
-    SHARDLAB_RETURN_IF_ERROR(fsdp_->gather_full_grads(g));
-    if (!g.is_deferred()) result_.last_grads.assign(g.data<float>(), g.data<float>() + g.numel());
-  }
   SHARDLAB_RETURN_IF_ERROR(fsdp_->optimizer_step());
   dev_.synchronize(device::kComputeStream);
   if (sample_memory) {
@@ -293,6 +287,7 @@ Result<FsdpTrainResult> train_fsdp(comm::Communicator& comm, device::Device& dev
     }
     t->skip_to(static_cast<int>(done));
   }
+  const int first = t->steps_done();
   while (t->steps_done() < o.steps) {
     SHARDLAB_RETURN_IF_ERROR(t->step());
     const int done = t->steps_done();
@@ -304,12 +299,22 @@ Result<FsdpTrainResult> train_fsdp(comm::Communicator& comm, device::Device& dev
     }
   }
   FsdpTrainResult& result = t->result();
-  SHARDLAB_ASSIGN_OR_RETURN(Tensor p, dev.empty({model::total_numel(t->model().specs())}, DType::kF32,
-                                                MemoryCategory::kOther, "params_out"));
-  SHARDLAB_RETURN_IF_ERROR(t->model().gather_full_params(p));
-  if (!p.is_deferred()) result.final_params.assign(p.data<float>(), p.data<float>() + p.numel());
   result.max_live_unsharded = t->model().max_live_unsharded();
+  // The training's memory, before the gathers below: they serve the checks, not training.
   result.memory = dev.memory().stats();
+  if (o.gather_results) {
+    const std::int64_t total = model::total_numel(t->model().specs());
+    if (t->steps_done() > first) {
+      // The last step's gradients are still in their shards (the optimizer only reads
+      // them; the next step's zero_grad would clear them).
+      SHARDLAB_ASSIGN_OR_RETURN(Tensor g, dev.empty({total}, DType::kF32, MemoryCategory::kOther, "grads_out"));
+      SHARDLAB_RETURN_IF_ERROR(t->model().gather_full_grads(g));
+      if (!g.is_deferred()) result.last_grads.assign(g.data<float>(), g.data<float>() + g.numel());
+    }
+    SHARDLAB_ASSIGN_OR_RETURN(Tensor p, dev.empty({total}, DType::kF32, MemoryCategory::kOther, "params_out"));
+    SHARDLAB_RETURN_IF_ERROR(t->model().gather_full_params(p));
+    if (!p.is_deferred()) result.final_params.assign(p.data<float>(), p.data<float>() + p.numel());
+  }
   return std::move(result);
 }
 

@@ -100,6 +100,13 @@ struct FsdpTrainOptions {
   // small MLP's step on a CPU, which the simulator does not charge.
   bool record_memory_timeline = false;
   int memory_timeline_steps = 20;  // >= 0
+  // After the last step, gather the full gradients and parameters into
+  // FsdpTrainResult::last_grads / final_params, for the comparison with unsharded training
+  // and the outputs. They are not part of training: they run after its last step and
+  // after FsdpTrainResult::memory is taken, so neither the step times nor the memory peaks
+  // include them. Off in timing mode (phantom tensors hold no values, and two full-size
+  // fp32 buffers could exceed a device that the training itself fits).
+  bool gather_results = true;
   // Checkpoints (runtime/fsdp/checkpoint.h): save into `dir` every `every_steps` steps and
   // after the last; with `resume`, continue from the checkpoint `dir/latest` names (its
   // parameters, optimizer state and step count), so the run ends exactly where an
@@ -131,8 +138,8 @@ struct FsdpTrainResult {
   std::vector<Nanos> step_times;
   std::vector<Nanos> step_starts;      // the rank's clock when each step began
   int first_step = 0;                  // > 0 when resumed from a checkpoint (losses start there)
-  std::vector<float> final_params;     // full, unpadded, spec order
-  std::vector<float> last_grads;       // full gradients of the last step (after clipping)
+  std::vector<float> final_params;     // full, unpadded, spec order (when gather_results)
+  std::vector<float> last_grads;       // full gradients of the last step, after clipping (when gather_results)
   std::vector<double> grad_norms;      // per step, when clipping
   int max_live_unsharded = 0;
   int num_units = 0;

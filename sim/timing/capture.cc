@@ -189,6 +189,7 @@ Result<RankProgram> capture_rank(const runtime::train::FsdpTrainOptions& in, int
   CaptureCommunicator comm(&rec, rank, world_size);
   runtime::train::FsdpTrainOptions o = in;
   o.record_memory_timeline = true;
+  o.gather_results = false;  // no values to gather; and not part of training
   o.on_step = nullptr;
   o.on_marker = [&rec](runtime::train::TrainMarker kind, int step) {
     Marker m;

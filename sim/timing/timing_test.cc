@@ -225,6 +225,7 @@ NumericsRun run_numerics(const FsdpTrainOptions& in, int world, std::uint64_t pe
   World w(wo);
   FsdpTrainOptions o = in;
   o.record_memory_timeline = true;
+  o.gather_results = false;  // as the capture: the timelines compared are the training's
   NumericsRun out;
   out.ranks.resize(static_cast<std::size_t>(world));
   const auto results = w.run([&](RankContext& ctx) -> Status {
