@@ -23,9 +23,9 @@ against reality").
    median, best-repeat; or the median of all repeats' steps, pooled). The MLP's real runs
    take --mlp-steps steps (its steps take tens of µs), the others --steps. The first
    --warmup steps are left out (a real run takes several steps to settle: the first one
-   initializes, the next few still fault in fresh pages while the allocator caches fill),
-   and so is the last step, which also gathers the full gradients for the run's result; at
-   least one step is always kept.
+   initializes, the next few still fault in fresh pages while the allocator caches fill);
+   at least one step is always kept. (The full gradients and parameters a run gathers for
+   its result come after its last step, FsdpTrainOptions::gather_results.)
 
 Prints a table (procs, model, strategy, measured s/step, predicted s/step, error %, the
 spread % of the real repeats: max − min of their medians over the pooled median, and the
@@ -135,14 +135,10 @@ world:
 
 
 def kept_steps(per_step, warmup):
-    """The steady-state steps: drops the first `warmup` steps and the last step (it also
-    gathers the full gradients for the run's result), keeping at least one step."""
+    """The steady-state steps: drops the first `warmup` steps, keeping at least one step."""
     kept = list(per_step)
     drop = min(warmup, len(kept) - 1)
-    kept = kept[drop:]
-    if len(kept) > 1:
-        kept = kept[:-1]
-    return kept
+    return kept[drop:]
 
 
 def best_window(steps, min_steps, min_s):
@@ -399,7 +395,7 @@ def self_test():
     check(best_window([2e-3] * 70 + [1e-3] * 5, 20, 0.05) == 2e-3,
           "a short fast tail joins the last window and does not count on its own")
     check(best_window([5e-3], 20, 0.02) == 5e-3, "a single step is its own window")
-    check(kept_steps([9, 1, 2, 3, 9], 1) == [1, 2, 3], "warm-up and the last step are left out")
+    check(kept_steps([9, 1, 2, 3, 4], 1) == [1, 2, 3, 4], "warm-up is left out, the last step kept")
     check(kept_steps([4], 5) == [4], "at least one step is kept")
     merged = median_profile([{"a": 1, "b": {"c": 1.0}, "n": "x"}, {"a": 3, "b": {"c": 3.0}, "n": "y"},
                              {"a": 2, "b": {"c": 2.0}, "n": "z"}])
