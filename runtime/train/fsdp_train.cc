@@ -136,7 +136,8 @@ std::unique_ptr<model::Model> make_model(const FsdpTrainOptions& o) {
 Status validate(const FsdpTrainOptions& o, int world) {
   if (o.steps < 1) return Status::invalid_argument("steps must be >= 1, got " + std::to_string(o.steps));
   if (o.memory_timeline_steps < 0) {
-    return Status::invalid_argument("memory_timeline_steps must be >= 0, got " + std::to_string(o.memory_timeline_steps));
+    return Status::invalid_argument("memory_timeline_steps must be >= 0, got " +
+                                    std::to_string(o.memory_timeline_steps));
   }
   if (o.model_kind == ModelKind::kMlp) {
     if (o.model.input_dim < 1 || o.model.hidden_dim < 1 || o.model.num_classes < 2 || o.model.num_hidden_layers < 0) {
@@ -247,10 +248,9 @@ Status FsdpTrainer::step() {
   for (int m = 0; m < o.grad_accumulation; ++m) {
     SHARDLAB_RETURN_IF_ERROR(fsdp_->begin_iteration(/*no_sync=*/m + 1 < o.grad_accumulation));
     const model::ForwardContext ctx{o.seed, step_, comm_.rank() * local + m * micro, true};
+    model::ParamAccess& access = sample_memory ? *sampler_ : static_cast<model::ParamAccess&>(*fsdp_);
     SHARDLAB_ASSIGN_OR_RETURN(std::vector<double> sums,
-                              model_->forward_backward(dev_,
-                                                       sample_memory ? *sampler_ : static_cast<model::ParamAccess&>(*fsdp_),
-                                                       batches[static_cast<std::size_t>(m)], scale, ctx));
+                              model_->forward_backward(dev_, access, batches[static_cast<std::size_t>(m)], scale, ctx));
     SHARDLAB_RETURN_IF_ERROR(fsdp_->end_iteration());
     batches[static_cast<std::size_t>(m)] = model::Batch();
     result_.counts.push_back(fsdp_->counts());

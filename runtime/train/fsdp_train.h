@@ -96,7 +96,7 @@ struct FsdpTrainOptions {
   // in the first `memory_timeline_steps` steps only. A step's pattern repeats, and the
   // peaks of the whole run are kept apart from the timeline (FsdpTrainResult::memory); a
   // timeline of every step would grow without bound (a small MLP samples 13 times a
-  // step, BERT-base ~100 times) and cost host time in every step: about a tenth of a
+  // step, BERT-base 57) and cost host time in every step: about a tenth of a
   // small MLP's step on a CPU, which the simulator does not charge.
   bool record_memory_timeline = false;
   int memory_timeline_steps = 20;  // >= 0
