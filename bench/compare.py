@@ -20,6 +20,7 @@ Exit codes: 0 no regression, 1 regression (or fewer than --min-ratios ratios com
 
 import argparse
 import copy
+import functools
 import json
 import statistics
 import sys
@@ -171,23 +172,23 @@ def self_test(paths, references=DEFAULT_REFERENCES):
         if not cond:
             failures.append(what)
 
+    cmp = functools.partial(compare, references=references)
+    is_ref = lambda v: v in references  # noqa: E731
     for path in paths:
         data = load(path)
-        is_ref = lambda v: v in references  # noqa: E731
-        rows, only_base, only_new = compare(data, data, references=references)
+        rows, only_base, only_new = cmp(data, data)
         check(len(rows) > 0, f"{path}: no ratios found (names or references out of step)")
         check(not any(r[5] for r in rows) and not only_base and not only_new,
               f"{path}: a file compared with itself must pass with every ratio paired")
-        rows, _, _ = compare(data, _scaled(data, 1.25, lambda v: not is_ref(v)), references=references)
+        rows, _, _ = cmp(data, _scaled(data, 1.25, lambda v: not is_ref(v)))
         check(rows and all(r[5] for r in rows), f"{path}: a 25% slowdown of our code must be a regression")
-        rows, _, _ = compare(data, _scaled(data, 1.05, lambda v: not is_ref(v)), references=references)
+        rows, _, _ = cmp(data, _scaled(data, 1.05, lambda v: not is_ref(v)))
         check(rows and not any(r[5] for r in rows), f"{path}: a 5% slowdown is within the 10% default")
-        rows, _, _ = compare(data, _scaled(data, 1.05, lambda v: not is_ref(v)), threshold_pct=2,
-                             references=references)
+        rows, _, _ = cmp(data, _scaled(data, 1.05, lambda v: not is_ref(v)), threshold_pct=2)
         check(rows and all(r[5] for r in rows), f"{path}: --threshold 2 must catch a 5% slowdown")
-        rows, _, _ = compare(data, _scaled(data, 1.25, is_ref), references=references)
+        rows, _, _ = cmp(data, _scaled(data, 1.25, is_ref))
         check(rows and not any(r[5] for r in rows), f"{path}: a slower reference is not our regression")
-        same = compare(data, data, references=references)[0]
+        same = cmp(data, data)[0]
         print(f"self-test: {path}: {len(same)} ratios")
         print_table(same, DEFAULT_THRESHOLD_PCT)
     for f in failures:

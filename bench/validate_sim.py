@@ -136,9 +136,7 @@ world:
 
 def kept_steps(per_step, warmup):
     """The steady-state steps: drops the first `warmup` steps, keeping at least one step."""
-    kept = list(per_step)
-    drop = min(warmup, len(kept) - 1)
-    return kept[drop:]
+    return list(per_step)[min(warmup, len(per_step) - 1):]
 
 
 def best_window(steps, min_steps, min_s):
