@@ -273,7 +273,7 @@ TEST(TimingMode, NumericsAndTimingGiveTheSameTimelineForBertTinyOn8Ranks) {
   const int w = 8;
   auto g = capture_graph(o, w, DeviceProfile{});
   ASSERT_TRUE(g.is_ok()) << g.status().to_string();
-  EXPECT_GT(g->programs.size(), 1u) << "masked-LM rows differ per rank";
+  EXPECT_GT(g->programs.size(), 1u) << "rank programs differ in their compute (shard pieces, data)";
   EXPECT_EQ(g->program_of_rank.size(), 8u);
   ReplayOptions ro;
   ro.network = make_alpha_beta_ring(NetworkModel{});
