@@ -80,6 +80,12 @@ void MemoryTracker::release(std::int64_t bytes, MemoryCategory category) {
   stats_.current_total -= bytes;
 }
 
+void MemoryTracker::reset_peaks() {
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.peak = stats_.current;
+  stats_.peak_total = stats_.current_total;
+}
+
 MemoryStats MemoryTracker::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   return stats_;

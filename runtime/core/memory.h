@@ -53,6 +53,9 @@ class MemoryTracker {
   // Releases bytes previously reserved in `category`.
   void release(std::int64_t bytes, MemoryCategory category);
 
+  // Peaks restart from the current bytes (torch.cuda.reset_peak_memory_stats): what a
+  // phase allocates on top of what an earlier phase left.
+  void reset_peaks();
   MemoryStats stats() const;
   const std::string& device_name() const { return device_name_; }
   std::int64_t capacity() const { return stats_.capacity; }

@@ -74,6 +74,23 @@ TEST(MemoryTest, TracksCurrentAndPeakPerCategory) {
   EXPECT_EQ(s.peak_total, 180);
 }
 
+TEST(MemoryTest, ResetPeaksRestartsThemFromTheCurrentBytes) {
+  MemoryTracker t("sim:0", 0);
+  ASSERT_TRUE(t.reserve(100, MemoryCategory::kParameters, "a").is_ok());
+  ASSERT_TRUE(t.reserve(50, MemoryCategory::kActivations, "b").is_ok());
+  t.release(80, MemoryCategory::kParameters);
+  t.reset_peaks();
+  MemoryStats s = t.stats();
+  EXPECT_EQ(s.peak[static_cast<int>(MemoryCategory::kParameters)], 20);
+  EXPECT_EQ(s.peak[static_cast<int>(MemoryCategory::kActivations)], 50);
+  EXPECT_EQ(s.peak_total, 70);
+  EXPECT_EQ(s.allocations, 2);  // counts are not peaks
+  ASSERT_TRUE(t.reserve(30, MemoryCategory::kParameters, "c").is_ok());
+  s = t.stats();
+  EXPECT_EQ(s.peak[static_cast<int>(MemoryCategory::kParameters)], 50);
+  EXPECT_EQ(s.peak_total, 100);
+}
+
 TEST(MemoryTest, BreakdownListsEveryCategory) {
   MemoryTracker t("cpu", 0);
   ASSERT_TRUE(t.reserve(8ll << 20, MemoryCategory::kParameters, "p").is_ok());
@@ -185,7 +202,7 @@ TEST(MemoryTest, ConcurrentReserveAndReleaseBalance) {
   EXPECT_LE(s.peak_total, 16 * kThreads);
 }
 
-// Random reserve/release sequences against a plain model of the accounting.
+// Random reserve/release/reset_peaks sequences against a plain model of the accounting.
 RC_GTEST_PROP(MemoryProperty, MatchesModel, ()) {
   const std::int64_t capacity = *rc::gen::inRange<std::int64_t>(0, 2000);
   MemoryTracker t("sim:1", capacity);
@@ -195,7 +212,11 @@ RC_GTEST_PROP(MemoryProperty, MatchesModel, ()) {
   for (int i = 0; i < steps; ++i) {
     const int c = *rc::gen::inRange(0, kNumMemoryCategories);
     const auto category = static_cast<MemoryCategory>(c);
-    if (*rc::gen::arbitrary<bool>() || cur[c] == 0) {
+    if (*rc::gen::inRange(0, 8) == 0) {
+      t.reset_peaks();
+      peak = cur;
+      peak_total = total;
+    } else if (*rc::gen::arbitrary<bool>() || cur[c] == 0) {
       const std::int64_t bytes = *rc::gen::inRange<std::int64_t>(0, 600);
       const bool fits = capacity <= 0 || total + bytes <= capacity;
       const Status s = t.reserve(bytes, category, "r");

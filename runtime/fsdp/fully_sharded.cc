@@ -146,9 +146,6 @@ Result<std::unique_ptr<FullyShardedModel>> FullyShardedModel::create(comm::Commu
     SHARDLAB_ASSIGN_OR_RETURN(m->shard_group_, comm.split(comm.rank() / dpn, comm.rank() % dpn));
     SHARDLAB_ASSIGN_OR_RETURN(m->replica_group_, comm.split(comm.rank() % dpn, comm.rank() / dpn));
   }
-  if (o.sync_module_states) {
-    SHARDLAB_RETURN_IF_ERROR(comm.broadcast(full_init, 0)->wait(o.collective_timeout));
-  }
   // Units: wrapped units in order of their first layer, then the root unit (if any).
   int num_layers = 0;
   for (const auto& s : specs) num_layers = std::max(num_layers, s.layer + 1);
@@ -194,21 +191,50 @@ Result<std::unique_ptr<FullyShardedModel>> FullyShardedModel::create(comm::Commu
     SHARDLAB_ASSIGN_OR_RETURN(fp.layout, ShardLayout::make(shapes, w, DType::kF32, o.align_bytes));
     const std::string name = "unit" + std::to_string(fp.unit);
     const std::int64_t s = fp.layout.shard_numel();
-    SHARDLAB_ASSIGN_OR_RETURN(fp.shard, state_dev.zeros({s}, DType::kF32, MemoryCategory::kParameters, name + ".shard"));
+    // NOTE [Initialization unit by unit]: this unit's parameters move to the device, are
+    // broadcast under sync_module_states and flattened; the shard is cloned out of the flat
+    // parameter, and both full copies are freed before the next unit moves.
+    Tensor flat;
+    {
+      // The unit's parameters in spec order (a root unit's need not be adjacent in the model).
+      std::int64_t unit_numel = 0;
+      for (const LayoutParam& p : fp.layout.params()) unit_numel += p.numel;
+      SHARDLAB_ASSIGN_OR_RETURN(Tensor moved, dev.empty({unit_numel}, DType::kF32, MemoryCategory::kParameters, name + ".init"));
+      std::int64_t at = 0;
+      for (const LayoutParam& p : fp.layout.params()) {
+        const int model_index = fp.param_indices[static_cast<std::size_t>(p.index)];
+        SHARDLAB_ASSIGN_OR_RETURN(Tensor from, full_init.narrow(m->model_offset_[static_cast<std::size_t>(model_index)], p.numel));
+        SHARDLAB_ASSIGN_OR_RETURN(Tensor to, moved.narrow(at, p.numel));
+        SHARDLAB_RETURN_IF_ERROR(dev.copy(from, to));
+        at += p.numel;
+      }
+      if (o.sync_module_states) {
+        SHARDLAB_RETURN_IF_ERROR(comm.broadcast(moved, 0)->wait(o.collective_timeout)
+                                     .with_context("FSDP sync_module_states of unit " + std::to_string(fp.unit)));
+      }
+      SHARDLAB_ASSIGN_OR_RETURN(flat, dev.zeros({fp.layout.total_numel()}, DType::kF32, MemoryCategory::kParameters,
+                                                name + ".init_flat"));
+      std::int64_t moved_offset = 0;
+      for (const LayoutParam& p : fp.layout.params()) {
+        SHARDLAB_ASSIGN_OR_RETURN(Tensor from, moved.narrow(moved_offset, p.numel));
+        SHARDLAB_ASSIGN_OR_RETURN(Tensor to, flat.narrow(p.flat_offset, p.numel));
+        SHARDLAB_RETURN_IF_ERROR(dev.copy(from, to));
+        moved_offset += p.numel;
+      }
+    }  // the moved parameters are freed here: the flat parameter holds the unit
+    SHARDLAB_ASSIGN_OR_RETURN(fp.shard, state_dev.empty({s}, DType::kF32, MemoryCategory::kParameters, name + ".shard"));
+    SHARDLAB_ASSIGN_OR_RETURN(Tensor mine, flat.narrow(fp.layout.shard(shard_rank).flat_begin, s));
+    SHARDLAB_RETURN_IF_ERROR(dev.copy(mine, fp.shard));
+    flat = Tensor();  // only the shard remains
     const DType grad_dtype = o.keep_low_precision_grads ? o.param_dtype : DType::kF32;
     SHARDLAB_ASSIGN_OR_RETURN(fp.grad_shard,
                               state_dev.zeros({s}, grad_dtype, MemoryCategory::kGradients, name + ".grad_shard"));
     fp.trainable.assign(static_cast<std::size_t>(s), 0);
     for (const auto& spec : fp.specs) fp.has_trainable |= spec.requires_grad;
     for (const ShardPiece& piece : fp.layout.shard(shard_rank).pieces) {
-      const int model_index = fp.param_indices[static_cast<std::size_t>(piece.param)];
       if (fp.specs[static_cast<std::size_t>(piece.param)].requires_grad) {
         std::fill_n(fp.trainable.begin() + piece.offset_in_shard, piece.numel(), std::uint8_t{1});
       }
-      SHARDLAB_ASSIGN_OR_RETURN(Tensor src, full_init.narrow(m->model_offset_[static_cast<std::size_t>(model_index)] +
-                                                                 piece.param_begin, piece.numel()));
-      SHARDLAB_ASSIGN_OR_RETURN(Tensor dst, fp.shard.narrow(piece.offset_in_shard, piece.numel()));
-      SHARDLAB_RETURN_IF_ERROR(dev.copy(src, dst));
     }
   }
   m->specs_ = std::move(specs);

@@ -56,7 +56,17 @@ struct CollectiveCounts {
 class FullyShardedModel final : public model::ParamAccess {
  public:
   // `full_init` holds every parameter's initial value in spec order (flat fp32, on any
-  // host-visible device); only this rank's shard is kept.
+  // host-visible device: the host, where a model is built before FSDP wraps it); only this
+  // rank's shard is kept.
+  //
+  // NOTE [Initialization unit by unit]: as PyTorch FSDP does with `device_id` for a module
+  // built on the CPU, the units are initialized one after the other: a unit's parameters
+  // move to `dev` ("unitN.init"), rank 0's values are broadcast under sync_module_states,
+  // they are flattened into the padded flat parameter ("unitN.init_flat"; the moved ones
+  // are freed), the shard is cloned out of it, and the flat parameter is freed. So `dev`
+  // never holds more than the shards made so far plus two copies of one unit (category
+  // parameters), not the whole model: a model that fits sharded does not run out of
+  // memory at initialization.
   static Result<std::unique_ptr<FullyShardedModel>> create(comm::Communicator& comm, device::Device& dev,
                                                            std::vector<model::ParamSpec> specs, const WrapPlan& plan,
                                                            FsdpOptions options, const Tensor& full_init);

@@ -387,6 +387,84 @@ TEST(FsdpMemory, UnshardedBuffersAreFreedAndCpuOffloadKeepsShardsOnTheHost) {
   EXPECT_GT(host_optimizer_bytes, 0);
 }
 
+// NOTE [Initialization unit by unit]: a model built on the host moves to the device one
+// unit at a time, so the device's parameter peak during create() is the largest of
+// (shards made so far + the unit's moved parameters + its padded flat parameter), never
+// the whole model; and sync_module_states still gives every rank rank 0's values.
+TEST(FsdpMemory, InitializationMovesOneUnitAtATime) {
+  std::vector<model::ParamSpec> layers;
+  for (int l = 0; l < 4; ++l) {
+    layers.push_back({"l" + std::to_string(l) + ".weight", {40, 40}, true, l, "Linear"});
+    layers.push_back({"l" + std::to_string(l) + ".bias", {40}, true, l, "Linear"});
+  }
+  const std::int64_t total = 4 * (40 * 40 + 40);
+  FsdpOptions o;
+  o.sync_module_states = true;
+  sim::WorldOptions wo;
+  wo.world_size = 4;
+  sim::World w(wo);
+  expect_ok(w.run([&](sim::RankContext& ctx) -> Status {
+    device::cpu::CpuDevice host({"cpu", ctx.rank});
+    SHARDLAB_ASSIGN_OR_RETURN(Tensor init, host.empty({total}, DType::kF32, MemoryCategory::kParameters, "init"));
+    for (std::int64_t i = 0; i < total; ++i) init.data<float>()[i] = static_cast<float>(i + 100000 * ctx.rank);
+    SHARDLAB_ASSIGN_OR_RETURN(auto m, FullyShardedModel::create(ctx.comm, ctx.device, layers, WrapPlan::per_layer(4), o,
+                                                                init));
+    std::int64_t expected = 0, shards = 0;
+    for (const FlatParameter& u : m->units()) {
+      std::int64_t moved = 0;
+      for (const LayoutParam& p : u.layout.params()) moved += p.numel;
+      expected = std::max(expected, 4 * (shards + moved + u.layout.total_numel()));
+      shards += u.layout.shard_numel();
+    }
+    const MemoryStats s = ctx.device.memory().stats();
+    const std::int64_t peak = s.peak[static_cast<int>(MemoryCategory::kParameters)];
+    EXPECT_EQ(peak, expected) << "rank " << ctx.rank;
+    EXPECT_LT(s.peak_total, 4 * total) << "rank " << ctx.rank << ": the whole model was on the device";
+    EXPECT_EQ(s.current[static_cast<int>(MemoryCategory::kParameters)], 4 * shards);
+    // Rank 0's values everywhere: each shard piece is rank 0's init at the parameter's offset.
+    for (const FlatParameter& u : m->units()) {
+      for (const ShardPiece& piece : u.layout.shard(ctx.rank).pieces) {
+        const std::int64_t at = m->model_offset(u.param_indices[static_cast<std::size_t>(piece.param)]) + piece.param_begin;
+        for (std::int64_t i = 0; i < piece.numel(); ++i) {
+          const float got = u.shard.data<float>()[piece.offset_in_shard + i];
+          if (got != static_cast<float>(at + i)) {
+            return Status::internal("rank " + std::to_string(ctx.rank) + " unit " + std::to_string(u.unit) +
+                                    ": shard element " + std::to_string(piece.offset_in_shard + i) + " is " +
+                                    std::to_string(got) + ", expected rank 0's " + std::to_string(at + i));
+          }
+        }
+      }
+    }
+    return Status::ok();
+  }));
+}
+
+// The trainer builds the model on the host (NOTE [Initialization unit by unit]): a model
+// of 16 equal Linear units on 8 ranks trains with a device peak below the size of its fp32
+// parameters alone (it used to initialize the whole model and a scratch copy on the device).
+TEST(FsdpMemory, TrainerPeakStaysBelowTheFullModel) {
+  train::FsdpTrainOptions o = small_run();
+  o.model.input_dim = 64;
+  o.model.hidden_dim = 64;
+  o.model.num_hidden_layers = 16;
+  o.wrap = train::WrapPolicy::kPerLayer;
+  o.fsdp.sync_module_states = true;
+  sim::WorldOptions wo;
+  wo.world_size = 8;
+  sim::World w(wo);
+  const std::int64_t model_bytes = 4 * model::total_numel(model::Mlp(o.model).params());
+  const auto results = w.run([&](sim::RankContext& ctx) -> Status {
+    SHARDLAB_ASSIGN_OR_RETURN(train::FsdpTrainResult r, train::train_fsdp(ctx.comm, ctx.device, ctx.clock, o));
+    if (r.memory.peak_total >= model_bytes) {
+      return Status::internal("rank " + std::to_string(ctx.rank) + ": device peak " + format_bytes(r.memory.peak_total) +
+                              " >= the model's fp32 parameters " + format_bytes(model_bytes) + " (" +
+                              r.memory.breakdown(true) + ")");
+    }
+    return Status::ok();
+  });
+  for (const auto& r : results) EXPECT_TRUE(r.status.is_ok()) << r.status.to_string();
+}
+
 // Regression: a completed all-gather kept references to every member's buffers until the
 // rank that moved the data returned, so a rank that resharded and unsharded again quickly
 // allocated a second full buffer while the first was still accounted: its peak parameter
@@ -401,6 +479,7 @@ TEST(FsdpMemory, PeakOfRepeatedUnshardsIsOneFullBufferWhateverTheHostTiming) {
       SHARDLAB_ASSIGN_OR_RETURN(Tensor init, ctx.device.zeros({18}, DType::kF32, MemoryCategory::kOther, "init"));
       SHARDLAB_ASSIGN_OR_RETURN(auto m, FullyShardedModel::create(ctx.comm, ctx.device, specs(), WrapPlan::single(2),
                                                                   FsdpOptions{}, init));
+      ctx.device.memory().reset_peaks();  // initialization's own peak is another test's
       for (int i = 0; i < 20; ++i) {
         SHARDLAB_RETURN_IF_ERROR(m->summon_full_params(true));
         SHARDLAB_RETURN_IF_ERROR(m->summon_full_params(false));

@@ -6,23 +6,27 @@
 #include <cstring>
 #include <filesystem>
 
+#include "runtime/device/cpu/device.h"
+
 namespace shardlab::runtime::train {
 
 namespace {
 
 using model::FlatParamAccess;
 
-Result<Tensor> init_full(device::Device& dev, const model::Model& m, const FsdpTrainOptions& o) {
-  const std::uint64_t seed = o.seed;
+// The initial parameters (o.initial_params, or the model's own init) in `host`'s memory,
+// flat fp32 in spec order: a model is built on the host, and FSDP moves it to the device
+// unit by unit (NOTE [Initialization unit by unit] in runtime/fsdp/fully_sharded.h). When
+// the device is in timing mode (`phantom`, NOTE [Phantom storage]) the buffer is a deferred
+// host storage that nothing charges: no values and no host memory, whatever the model size.
+Result<Tensor> init_on_host(device::Device& host, const model::Model& m, const FsdpTrainOptions& o, bool phantom) {
   const std::int64_t total = model::total_numel(m.params());
-  SHARDLAB_ASSIGN_OR_RETURN(Tensor full, dev.empty({total}, DType::kF32, MemoryCategory::kOther, "init"));
-  if (full.is_deferred()) {
-    // Timing mode: the same allocations, no values (see the header).
-    if (!o.initial_params) {
-      SHARDLAB_ASSIGN_OR_RETURN(Tensor scratch, dev.empty({total}, DType::kF32, MemoryCategory::kOther, "init_grads"));
-    }
-    return full;
+  if (phantom) {
+    return Tensor::view_of(Storage::make_deferred(total * 4, MemoryCategory::kParameters, "init", host.id().to_string(),
+                                                  [](Storage&) {}),
+                           DType::kF32, {total}, 0, "init");
   }
+  SHARDLAB_ASSIGN_OR_RETURN(Tensor full, host.empty({total}, DType::kF32, MemoryCategory::kParameters, "init"));
   if (o.initial_params) {
     if (static_cast<std::int64_t>(o.initial_params->size()) != total) {
       return Status::invalid_argument("initial parameters hold " + std::to_string(o.initial_params->size()) +
@@ -31,9 +35,9 @@ Result<Tensor> init_full(device::Device& dev, const model::Model& m, const FsdpT
     std::copy(o.initial_params->begin(), o.initial_params->end(), full.data<float>());
     return full;
   }
-  SHARDLAB_ASSIGN_OR_RETURN(Tensor scratch, dev.empty({total}, DType::kF32, MemoryCategory::kOther, "init_grads"));
+  SHARDLAB_ASSIGN_OR_RETURN(Tensor scratch, host.empty({total}, DType::kF32, MemoryCategory::kGradients, "init_grads"));
   FlatParamAccess access(m.params(), full, scratch);
-  SHARDLAB_RETURN_IF_ERROR(m.init_params(dev, access.params(), seed));
+  SHARDLAB_RETURN_IF_ERROR(m.init_params(host, access.params(), o.seed));
   return full;
 }
 
@@ -204,19 +208,20 @@ Result<std::unique_ptr<FsdpTrainer>> FsdpTrainer::create(comm::Communicator& com
           "(wrap BertLayer) or no auto-wrap");
     }
   }
+  SHARDLAB_ASSIGN_OR_RETURN(t->loss_, dev.empty({1}, DType::kF32, MemoryCategory::kOther, "loss"));
+  SHARDLAB_ASSIGN_OR_RETURN(t->counts_, dev.empty({static_cast<std::int64_t>(t->model_->loss_term_weights().size())},
+                                                  DType::kI64, MemoryCategory::kOther, "target_counts"));
   {
-    SHARDLAB_ASSIGN_OR_RETURN(Tensor full, init_full(dev, *t->model_, o));
+    device::cpu::CpuDevice host({"cpu", comm.rank()});
+    SHARDLAB_ASSIGN_OR_RETURN(Tensor full, init_on_host(host, *t->model_, o, t->loss_.is_deferred()));
     SHARDLAB_ASSIGN_OR_RETURN(t->fsdp_, fsdp::FullyShardedModel::create(comm, dev, t->model_->params(), plan,
                                                                         o.fsdp, full));
-  }  // the full initial copy is freed here: only shards remain
+  }  // the host copy is freed here: only shards remain
   SHARDLAB_RETURN_IF_ERROR(t->fsdp_->set_optimizer(o.optimizer));
   if (o.record_memory_timeline) {
     t->sampler_ = std::make_unique<MemorySampler>(*t->fsdp_, dev, clock, t->step_, t->result_.memory_timeline,
                                                   t->options_);
   }
-  SHARDLAB_ASSIGN_OR_RETURN(t->loss_, dev.empty({1}, DType::kF32, MemoryCategory::kOther, "loss"));
-  SHARDLAB_ASSIGN_OR_RETURN(t->counts_, dev.empty({static_cast<std::int64_t>(t->model_->loss_term_weights().size())},
-                                                  DType::kI64, MemoryCategory::kOther, "target_counts"));
   t->result_.num_units = t->fsdp_->num_units();
   for (const auto& u : t->fsdp_->units()) t->result_.num_trainable_units += u.has_trainable ? 1 : 0;
   return t;
@@ -322,7 +327,12 @@ Result<FsdpTrainResult> train_oracle(device::Device& dev, const FsdpTrainOptions
   SHARDLAB_RETURN_IF_ERROR(validate(o, world));
   const std::unique_ptr<model::Model> net = make_model(o);
   const std::int64_t total = model::total_numel(net->params());
-  SHARDLAB_ASSIGN_OR_RETURN(Tensor params, init_full(dev, *net, o));
+  SHARDLAB_ASSIGN_OR_RETURN(Tensor params, dev.empty({total}, DType::kF32, MemoryCategory::kParameters, "params"));
+  {
+    device::cpu::CpuDevice host({"cpu", 0});
+    SHARDLAB_ASSIGN_OR_RETURN(Tensor init, init_on_host(host, *net, o, params.is_deferred()));
+    SHARDLAB_RETURN_IF_ERROR(dev.copy(init, params));
+  }
   SHARDLAB_ASSIGN_OR_RETURN(Tensor chunk_grad, dev.empty({total}, DType::kF32, MemoryCategory::kGradients, "chunk_grad"));
   SHARDLAB_ASSIGN_OR_RETURN(Tensor node_sum, dev.empty({total}, DType::kF32, MemoryCategory::kGradients, "node_sum"));
   SHARDLAB_ASSIGN_OR_RETURN(Tensor world_sum, dev.empty({total}, DType::kF32, MemoryCategory::kGradients, "world_sum"));

@@ -20,8 +20,10 @@
 // runtime/core/tensor.h): train_fsdp runs unchanged on a device whose storages are
 // deferred, and its host reads are made phantom-safe — the program (ops, collectives,
 // allocations) stays exactly that of numerics mode, only values are dropped:
-//  - initial parameters: allocated as in numerics mode, but neither copied from
-//    initial_params nor initialized (no host pass over the full model);
+//  - initial parameters: the host copy the units move from (NOTE [Initialization unit
+//    by unit] in runtime/fsdp/fully_sharded.h) is a deferred storage nothing charges,
+//    neither copied from initial_params nor initialized (no host pass over the full
+//    model); the device's allocations and copies of each unit are made as in numerics mode;
 //  - the global target count: its all_reduce is issued as always; the values read back
 //    are whatever the device holds, and they only scale gradients (never change which
 //    ops run);
