@@ -131,8 +131,8 @@ void print_steps(const FsdpTrainResult& r, const char* time_label, bool timing =
     std::printf("%6zu  %-12s  %.6f s\n", i + 1 + static_cast<std::size_t>(r.first_step), loss,
                 static_cast<double>(r.step_times[i]) / 1e9);
   }
-  std::printf("peak memory per rank: %s (%s)\n", format_bytes(r.memory.peak_total).c_str(),
-              r.memory.breakdown(/*peaks=*/true).c_str());
+  std::printf("peak memory per rank: %s (at the peak: %s)\n", format_bytes(r.memory.peak_total).c_str(),
+              r.memory.breakdown(MemoryStats::Of::kAtPeak).c_str());
 }
 
 // 0 when the run matches the oracle (bitwise when `need_bitwise`), 1 otherwise; fills the

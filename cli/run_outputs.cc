@@ -169,6 +169,17 @@ Json metrics_json(const RunRecord& r) {
     cats[std::string(category_name(static_cast<MemoryCategory>(c)))] = by_cat[static_cast<std::size_t>(c)];
   }
   j["peak_memory_bytes_by_category"] = cats;
+  // What the highest peak was made of (the first rank to reach it): sums to its peak.
+  std::size_t highest = 0;
+  for (std::size_t i = 1; i < r.ranks.size(); ++i) {
+    if (r.ranks[i].memory.peak_total > r.ranks[highest].memory.peak_total) highest = i;
+  }
+  Json at_peak = {{"rank", static_cast<std::int64_t>(highest)}};
+  for (int c = 0; c < kNumMemoryCategories; ++c) {
+    at_peak[std::string(category_name(static_cast<MemoryCategory>(c)))] =
+        r.ranks[highest].memory.at_peak[static_cast<std::size_t>(c)];
+  }
+  j["peak_memory_breakdown_bytes"] = at_peak;
   j["loss"] = r0.losses;
   j["first_step"] = r0.first_step;
   // FNV-1a of the final parameters' bits: equal runs (or a resumed and an uninterrupted
@@ -227,8 +238,10 @@ std::string summary_text(const RunRecord& r) {
     std::snprintf(line, sizeof line, "throughput: %.1f samples/s, %.1f tokens/s, %.3g TFLOP/s per device\n",
                   m.value("samples_per_s", 0.0), m.value("tokens_per_s", 0.0), m.value("tflops_per_device", 0.0));
     o << line;
-    o << "peak memory per rank (rank 0): " << format_bytes(r0.memory.peak_total) << " (" << r0.memory.breakdown(true)
-      << ")\n";
+    o << "peak memory per rank (rank 0): " << format_bytes(r0.memory.peak_total)
+      << " (at the peak: " << r0.memory.breakdown(MemoryStats::Of::kAtPeak) << ")\n";
+    o << "category peaks (rank 0, each at its own moment): " << r0.memory.breakdown(MemoryStats::Of::kCategoryPeaks)
+      << "\n";
     // With faults: where the time went (a straggler computes longest, the others wait).
     if (!r.faults.empty() && m.contains("step_breakdown_s_per_rank")) {
       const Json& per_rank = m["step_breakdown_s_per_rank"];

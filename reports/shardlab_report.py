@@ -259,6 +259,7 @@ METRICS_SCHEMA: dict[str, Checker] = {
     "comm_bytes": _object({}, other=_opt_num),
     "peak_memory_bytes": _list_of(_nonneg_int),
     "peak_memory_bytes_by_category": _object({}, other=_nullable(_nonneg_int)),
+    "peak_memory_breakdown_bytes": _object({"rank": _nonneg_int}, other=_nullable(_nonneg_int)),
     "loss": _list_of(_opt_num),
     "oracle_loss": _list_of(_opt_num),
     "grads_match_unsharded": _object({"bitwise": _bool, "within_tolerance": _bool,
@@ -1065,10 +1066,15 @@ def run_summary(m: dict) -> list[tuple[str, str]]:
     pm = m.get("peak_memory_bytes")
     if pm:
         add("peak memory (max over ranks)", f"{fmt_bytes(max(pm))} (min over ranks {fmt_bytes(min(pm))})")
+    pb = m.get("peak_memory_breakdown_bytes")
+    if pb:
+        cats = {c: v for c, v in pb.items() if c != "rank"}
+        order = [c for c in MEMORY_CATEGORIES if c in cats] + sorted(c for c in cats if c not in MEMORY_CATEGORIES)
+        add(f"at the highest peak (rank {pb.get('rank')})", ", ".join(f"{c} {fmt_bytes(cats[c])}" for c in order))
     pc = m.get("peak_memory_bytes_by_category")
     if pc:
         order = [c for c in MEMORY_CATEGORIES if c in pc] + sorted(c for c in pc if c not in MEMORY_CATEGORIES)
-        add("peak memory by category", ", ".join(f"{c} {fmt_bytes(pc[c])}" for c in order))
+        add("category peaks (each at its own moment)", ", ".join(f"{c} {fmt_bytes(pc[c])}" for c in order))
     g = m.get("grads_match_unsharded")
     if g:
         verdict = ("bitwise equal" if g.get("bitwise") else

@@ -35,13 +35,14 @@ std::string format_bytes(std::int64_t bytes) {
   return buf;
 }
 
-std::string MemoryStats::breakdown(bool peaks) const {
+std::string MemoryStats::breakdown(Of of) const {
+  const auto& bytes = of == Of::kCurrent ? current : of == Of::kAtPeak ? at_peak : peak;
   std::string out;
   for (int i = 0; i < kNumMemoryCategories; ++i) {
     if (!out.empty()) out += ", ";
     out += category_name(static_cast<MemoryCategory>(i));
     out += " ";
-    out += format_bytes(peaks ? peak[i] : current[i]);
+    out += format_bytes(bytes[static_cast<std::size_t>(i)]);
   }
   return out;
 }
@@ -67,7 +68,10 @@ Status MemoryTracker::reserve(std::int64_t bytes, MemoryCategory category, std::
   stats_.current[c] += bytes;
   stats_.current_total += bytes;
   if (stats_.current[c] > stats_.peak[c]) stats_.peak[c] = stats_.current[c];
-  if (stats_.current_total > stats_.peak_total) stats_.peak_total = stats_.current_total;
+  if (stats_.current_total > stats_.peak_total) {
+    stats_.peak_total = stats_.current_total;
+    stats_.at_peak = stats_.current;
+  }
   ++stats_.allocations;
   return Status::ok();
 }
@@ -84,6 +88,7 @@ void MemoryTracker::reset_peaks() {
   std::lock_guard<std::mutex> lock(mu_);
   stats_.peak = stats_.current;
   stats_.peak_total = stats_.current_total;
+  stats_.at_peak = stats_.current;
 }
 
 MemoryStats MemoryTracker::stats() const {

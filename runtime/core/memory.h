@@ -38,9 +38,14 @@ struct MemoryStats {
   std::array<std::int64_t, kNumMemoryCategories> peak{};
   std::int64_t current_total = 0;
   std::int64_t peak_total = 0;
+  // Each category's bytes when peak_total was (last) reached: they sum to peak_total. The
+  // category peaks above are each taken at their own moment, so they may sum to more.
+  std::array<std::int64_t, kNumMemoryCategories> at_peak{};
   std::int64_t allocations = 0;
-  // "parameters 8.00 MiB, gradients 4.00 MiB, ..." of the current (or peak) bytes.
-  std::string breakdown(bool peaks = false) const;
+  enum class Of { kCurrent, kAtPeak, kCategoryPeaks };
+  // "parameters 8.00 MiB, gradients 4.00 MiB, ..." of the current bytes, those at the
+  // peak, or each category's own peak.
+  std::string breakdown(Of of = Of::kCurrent) const;
 };
 
 class MemoryTracker {

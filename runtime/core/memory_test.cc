@@ -99,7 +99,27 @@ TEST(MemoryTest, BreakdownListsEveryCategory) {
   const MemoryStats s = t.stats();
   EXPECT_EQ(s.breakdown(),
             "parameters 8.00 MiB, gradients 0 B, optimizer_state 0 B, activations 0 B, comm_buffers 0 B, other 0 B");
-  EXPECT_THAT(s.breakdown(/*peaks=*/true), HasSubstr("gradients 4.00 MiB"));
+  EXPECT_THAT(s.breakdown(MemoryStats::Of::kCategoryPeaks), HasSubstr("gradients 4.00 MiB"));
+  EXPECT_EQ(s.breakdown(MemoryStats::Of::kAtPeak),
+            "parameters 8.00 MiB, gradients 4.00 MiB, optimizer_state 0 B, activations 0 B, comm_buffers 0 B, other 0 B");
+}
+
+// The composition at the total peak sums to it; the category peaks, each taken at its own
+// moment, need not (here parameters peak after the total did).
+TEST(MemoryTest, AtPeakIsTheCompositionWhenTheTotalPeaked) {
+  MemoryTracker t("sim:0", 0);
+  ASSERT_TRUE(t.reserve(100, MemoryCategory::kParameters, "p").is_ok());
+  ASSERT_TRUE(t.reserve(300, MemoryCategory::kActivations, "a").is_ok());
+  t.release(300, MemoryCategory::kActivations);
+  ASSERT_TRUE(t.reserve(200, MemoryCategory::kParameters, "q").is_ok());
+  const MemoryStats s = t.stats();
+  EXPECT_EQ(s.peak_total, 400);
+  EXPECT_EQ(s.at_peak[cat(MemoryCategory::kParameters)], 100);
+  EXPECT_EQ(s.at_peak[cat(MemoryCategory::kActivations)], 300);
+  EXPECT_EQ(s.peak[cat(MemoryCategory::kParameters)], 300);
+  std::int64_t sum = 0;
+  for (std::int64_t b : s.at_peak) sum += b;
+  EXPECT_EQ(sum, s.peak_total);
 }
 
 TEST(MemoryTest, CapacityOomNamesDeviceRequestLabelCategoryAndBreakdown) {
@@ -206,7 +226,7 @@ TEST(MemoryTest, ConcurrentReserveAndReleaseBalance) {
 RC_GTEST_PROP(MemoryProperty, MatchesModel, ()) {
   const std::int64_t capacity = *rc::gen::inRange<std::int64_t>(0, 2000);
   MemoryTracker t("sim:1", capacity);
-  std::array<std::int64_t, kNumMemoryCategories> cur{}, peak{};
+  std::array<std::int64_t, kNumMemoryCategories> cur{}, peak{}, at_peak{};
   std::int64_t total = 0, peak_total = 0, allocations = 0;
   const int steps = *rc::gen::inRange(0, 60);
   for (int i = 0; i < steps; ++i) {
@@ -215,6 +235,7 @@ RC_GTEST_PROP(MemoryProperty, MatchesModel, ()) {
     if (*rc::gen::inRange(0, 8) == 0) {
       t.reset_peaks();
       peak = cur;
+      at_peak = cur;
       peak_total = total;
     } else if (*rc::gen::arbitrary<bool>() || cur[c] == 0) {
       const std::int64_t bytes = *rc::gen::inRange<std::int64_t>(0, 600);
@@ -228,6 +249,7 @@ RC_GTEST_PROP(MemoryProperty, MatchesModel, ()) {
       cur[c] += bytes;
       total += bytes;
       peak[c] = std::max(peak[c], cur[c]);
+      if (total > peak_total) at_peak = cur;
       peak_total = std::max(peak_total, total);
       ++allocations;
     } else {
@@ -241,6 +263,7 @@ RC_GTEST_PROP(MemoryProperty, MatchesModel, ()) {
     RC_ASSERT(s.peak == peak);
     RC_ASSERT(s.current_total == total);
     RC_ASSERT(s.peak_total == peak_total);
+    RC_ASSERT(s.at_peak == at_peak);
     RC_ASSERT(s.allocations == allocations);
   }
 }

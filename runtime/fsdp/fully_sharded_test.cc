@@ -458,7 +458,7 @@ TEST(FsdpMemory, TrainerPeakStaysBelowTheFullModel) {
     if (r.memory.peak_total >= model_bytes) {
       return Status::internal("rank " + std::to_string(ctx.rank) + ": device peak " + format_bytes(r.memory.peak_total) +
                               " >= the model's fp32 parameters " + format_bytes(model_bytes) + " (" +
-                              r.memory.breakdown(true) + ")");
+                              r.memory.breakdown(MemoryStats::Of::kAtPeak) + ")");
     }
     return Status::ok();
   });
