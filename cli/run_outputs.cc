@@ -169,7 +169,7 @@ Json metrics_json(const RunRecord& r) {
     cats[std::string(category_name(static_cast<MemoryCategory>(c)))] = by_cat[static_cast<std::size_t>(c)];
   }
   j["peak_memory_bytes_by_category"] = cats;
-  // What the highest peak was made of (the first rank to reach it): sums to its peak.
+  // What the highest peak was made of (on the lowest rank that has it): sums to that peak.
   std::size_t highest = 0;
   for (std::size_t i = 1; i < r.ranks.size(); ++i) {
     if (r.ranks[i].memory.peak_total > r.ranks[highest].memory.peak_total) highest = i;

@@ -38,7 +38,7 @@ struct MemoryStats {
   std::array<std::int64_t, kNumMemoryCategories> peak{};
   std::int64_t current_total = 0;
   std::int64_t peak_total = 0;
-  // Each category's bytes when peak_total was (last) reached: they sum to peak_total. The
+  // Each category's bytes when peak_total was first reached: they sum to peak_total. The
   // category peaks above are each taken at their own moment, so they may sum to more.
   std::array<std::int64_t, kNumMemoryCategories> at_peak{};
   std::int64_t allocations = 0;
