@@ -822,8 +822,9 @@ std::vector<KeyDef> fault_keys() {
       leaf("kind", enum_setter([f](Scenario& s) -> std::string& { return f(s).kind; }, fault_kinds())),
       leaf("rank", int_setter([f](Scenario& s) -> int& { return f(s).rank; }, 0, kMaxWorldSize - 1)),
       leaf("step", int_setter([f](Scenario& s) -> int& { return f(s).step; }, 1, kIntMax)),
-      leaf("time_ms", double_setter([f](Scenario& s) -> double& { return f(s).time_ms; },
-                                    [](double v) { return v >= 0; }, "a finite number of milliseconds >= 0")),
+      leaf("time_ms", double_setter([f](Scenario& s) -> double& { return f(s).time_ms; }, [](double v) { return v >= 0; },
+                                    "a finite number of milliseconds >= 0 (virtual time from the start of the run, "
+                                    "initialization included)")),
       leaf("link",
            [f](const Node& n, const std::string& key, Scenario& s) -> Status {
              const std::string allowed =

@@ -580,7 +580,7 @@ TEST(ScenarioErrors, Faults) {
       {"  - {kind: crash, rank: 1, step: 1, integrity_check: true}\n", "s.yaml:3:54:", {"takes no integrity_check"}},
       {"  - {kind: hang, rank: 1, step: 1, factor: 2}\n", "s.yaml:3:44:", {"(hang) takes no factor"}},
       {"  - {kind: timeout, rank: 1, step: 1}\n", "s.yaml:3:12:", {"faults[0].kind", "'timeout'", "crash, hang"}},
-      {"  - {kind: crash, rank: 0, time_ms: -5}\n", "s.yaml:3:37:", {"faults[0].time_ms"}},
+      {"  - {kind: crash, rank: 0, time_ms: -5}\n", "s.yaml:3:37:", {"faults[0].time_ms", "from the start of the run, initialization included"}},
       {"  - {kind: straggler, rank: 0, factor: 0.5}\n", "s.yaml:3:40:", {"faults[0].factor = 0.5", ">= 1"}},
       {"  - {kind: link_degrade, link: 0-1, time_ms: 0, factor: 2}\n",
        "s.yaml:3:57:",

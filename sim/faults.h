@@ -4,7 +4,9 @@
 // A FaultPlan lists what goes wrong, where and when; everything it does is a pure function
 // of the plan, the seed and virtual time, so a faulty run replays bit for bit.
 //  - crash (rank, step | time): the rank stops — at the top of `step`, or at the first
-//    collective it issues at or after virtual `time` — and its body returns. The survivors
+//    collective it issues at or after virtual `time` (counted from the start of the run,
+//    initialization included: moving the model to the device takes virtual time, NOTE
+//    [Initialization unit by unit]) — and its body returns. The survivors
 //    block in their next collective with it and time out (virtual time; NOTE
 //    [Determinism]), each with an error naming its rank, its step, the operation, the
 //    ranks that never arrived and the injected faults.
