@@ -23,6 +23,7 @@ DeviceProfile DeviceProfile::slowed_by(double factor) const {
   p.matrix_efficiency /= factor;
   p.vector_efficiency /= factor;
   p.memory_efficiency /= factor;
+  p.host_link_bytes_per_s /= factor;
   return p;
 }
 
@@ -90,6 +91,10 @@ Nanos DeviceProfile::op_time(std::string_view factor_key, double flops, double b
   // NOTE [Matrix ops on a CPU]: staging operands does not overlap the multiply there.
   const double t = matrix && !matrix_memory_overlap ? compute_s + memory_s : std::max(compute_s, memory_s);
   return launch_ns + op_host_ns + static_cast<Nanos>(std::llround(t * 1e9));
+}
+
+Nanos DeviceProfile::host_transfer_time(double bytes) const {
+  return launch_ns + op_host_ns + static_cast<Nanos>(std::llround(bytes / host_link_bytes_per_s * 1e9));
 }
 
 Nanos DeviceProfile::op_time(double flops, double bytes, bool matrix) const {

@@ -47,6 +47,12 @@ struct DeviceProfile {
   double vector_flops_per_s = 20e9;         // vector peak, fp32
   double vector_bf16_flops_per_s = 20e9;    // vector peak, bf16/fp16
   double memory_bytes_per_s = 20e9;         // device memory bandwidth
+  // NOTE [Host link]: bytes/s one way between host memory and this device's memory (a
+  // copy with one side in another device's storage, such as CPU offload's host shards or
+  // the host-built model moved in at initialization), sustained. 0: the host's memory is
+  // this device's memory (a cpu profile), and such a copy is an ordinary copy. The Gaudi
+  // profiles give PCIe's rate (sim/profiles/README.md).
+  double host_link_bytes_per_s = 0;
   Nanos launch_ns = 2 * kNanosPerMicro;     // per op
   std::int64_t capacity_bytes = std::int64_t{16} << 30;
   double matrix_efficiency = 1.0;           // in (0, 1]
@@ -128,6 +134,9 @@ struct DeviceProfile {
   }
   // fp32 shorthand: op_time(flops, bytes, matrix ? kMatrix : kVector, kF32).
   Nanos op_time(double flops, double bytes, bool matrix) const;
+  // A copy of `bytes` over the host link (NOTE [Host link]; host_link_bytes_per_s > 0):
+  // launch and host time per op, then the bytes at the link's rate.
+  Nanos host_transfer_time(double bytes) const;
   double compute_factor(std::string_view factor_key) const;
   double memory_factor(std::string_view factor_key) const;
   // The same device `factor` (≥ 1) times slower at everything (a straggler, sim/faults.h):

@@ -9,7 +9,10 @@ using runtime::device::EventId;
 using runtime::device::StreamId;
 
 SimDevice::SimDevice(int rank, DeviceProfile profile, VirtualClock* clock)
-    : profile_(std::move(profile)), clock_(clock), inner_({"sim", rank}, profile_.capacity_bytes) {}
+    : profile_(std::move(profile)),
+      clock_(clock),
+      inner_({"sim", rank}, profile_.capacity_bytes),
+      id_name_(inner_.id().to_string()) {}
 
 namespace {
 // Compute-factor keys of the activation ops, by kind (compute_factor_keys()).
@@ -41,15 +44,31 @@ Status SimDevice::charge(const char* op, Status s, double flops, double bytes, b
     bytes *= 0.5;
   }
   if (s.is_ok()) {
-    const Nanos t = pending_alloc_ns_ + profile_.op_time(factor_key != nullptr ? factor_key : op, flops, bytes,
-                                                         matrix ? ComputeUnit::kMatrix : ComputeUnit::kVector, dtype,
-                                                         min_dim);
-    pending_alloc_ns_ = 0;
-    if (trace_ != nullptr) trace_->add_compute({op, kTraceCompute, clock_->now(), t, -1, {}, {}});
-    clock_->advance_by(t);
-    busy_ += t;
-    ++ops_;
+    advance(op, profile_.op_time(factor_key != nullptr ? factor_key : op, flops, bytes,
+                                 matrix ? ComputeUnit::kMatrix : ComputeUnit::kVector, dtype, min_dim));
   }
+  return s;
+}
+
+void SimDevice::advance(const char* op, Nanos t) {
+  t += pending_alloc_ns_;
+  pending_alloc_ns_ = 0;
+  if (trace_ != nullptr) trace_->add_compute({op, kTraceCompute, clock_->now(), t, -1, {}, {}});
+  clock_->advance_by(t);
+  busy_ += t;
+  ++ops_;
+}
+
+bool SimDevice::crosses_host_link(const Tensor& a, const Tensor& b) const {
+  if (!(profile_.host_link_bytes_per_s > 0)) return false;
+  const auto elsewhere = [this](const Tensor& t) {
+    return t.storage() != nullptr && t.storage()->device_name() != id_name_;
+  };
+  return elsewhere(a) || elsewhere(b);
+}
+
+Status SimDevice::charge_transfer(const char* op, Status s, double bytes) {
+  if (s.is_ok()) advance(op, profile_.host_transfer_time(bytes));
   return s;
 }
 
@@ -72,6 +91,9 @@ void SimDevice::wait_event(StreamId waiter, EventId event) { inner_.wait_event(w
 void SimDevice::synchronize(StreamId stream) { inner_.synchronize(stream); }
 
 Status SimDevice::copy(const Tensor& src, const Tensor& dst, StreamId stream) {
+  if (crosses_host_link(src, dst)) {
+    return charge_transfer("copy", inner_.copy(src, dst, stream), static_cast<double>(src.nbytes()));
+  }
   return charge("copy", inner_.copy(src, dst, stream), 0, 2.0 * static_cast<double>(src.nbytes()), false, src);
 }
 Status SimDevice::fill(const Tensor& dst, float value, StreamId stream) {
@@ -90,6 +112,11 @@ Status SimDevice::cast(const Tensor& src, const Tensor& dst, StreamId stream) {
   // A cast to its own dtype converts nothing: the device copies (CpuDevice::cast calls copy),
   // and it is charged as the copy it is, not at the conversion's measured compute factor.
   if (src.dtype() == dst.dtype()) return copy(src, dst, stream);
+  // Across the host link the narrower dtype crosses (the wider side converts).
+  if (crosses_host_link(src, dst)) {
+    return charge_transfer("cast", inner_.cast(src, dst, stream),
+                           static_cast<double>(std::min(src.nbytes(), dst.nbytes())));
+  }
   return charge("cast", inner_.cast(src, dst, stream), static_cast<double>(src.numel()),
                 static_cast<double>(src.nbytes() + dst.nbytes()), false, src);
 }

@@ -157,11 +157,20 @@ class SimDevice final : public runtime::device::Device {
   Status charge(const char* op, Status s, double flops, double bytes, bool matrix, const Tensor& lead,
                 const char* factor_key = nullptr, std::int64_t min_dim = 0);
 
+  // NOTE [Host link] in sim/cost_model.h: true when the profile has a host link and one
+  // side of a copy lives in another device's storage (the host's); such a copy is charged
+  // by charge_transfer at the link's rate instead of as a memory copy.
+  bool crosses_host_link(const Tensor& a, const Tensor& b) const;
+  Status charge_transfer(const char* op, Status s, double bytes);
+  // Advances the clock by an op's time `t` (plus pending allocation time) and records it.
+  void advance(const char* op, Nanos t);
+
   double matrix_bytes(const Tensor& a, const Tensor& b, const Tensor& c) const;
 
   DeviceProfile profile_;
   VirtualClock* clock_;
   SimMath inner_;  // the cpu backend's math, skipped in timing mode
+  std::string id_name_;  // inner_.id().to_string(): the device name on this device's storages
   Nanos busy_ = 0;
   std::int64_t ops_ = 0;
   Nanos pending_alloc_ns_ = 0;  // NOTE [Host time per allocation]: not yet charged

@@ -74,7 +74,7 @@ Result<DeviceProfile> parse_device_profile(const std::string& json_text, const s
   SHARDLAB_ASSIGN_OR_RETURN(nlohmann::json j, detail::JsonObject::parse(json_text, origin));
   detail::JsonObject root(j, origin);
   SHARDLAB_RETURN_IF_ERROR(root.only({"name", "description", "matrix_flops_per_s", "vector_flops_per_s",
-                                      "memory_bytes_per_s", "launch_ns", "alloc_ns", "op_host_ns", "capacity_gib", "efficiency",
+                                      "memory_bytes_per_s", "host_link_bytes_per_s", "launch_ns", "alloc_ns", "op_host_ns", "capacity_gib", "efficiency",
                                       "compute_factors", "memory_factors", "matrix_memory_overlap", "matrix_operand_passes",
                                       "small_dim_factors", "notes"}));
   SHARDLAB_RETURN_IF_ERROR(root.notes_ok("notes"));
@@ -86,6 +86,11 @@ Result<DeviceProfile> parse_device_profile(const std::string& json_text, const s
   SHARDLAB_RETURN_IF_ERROR(read_rates(root, "vector_flops_per_s", &p.vector_flops_per_s, &p.vector_bf16_flops_per_s));
   SHARDLAB_ASSIGN_OR_RETURN(p.memory_bytes_per_s,
                             root.number("memory_bytes_per_s", 0, kMaxRate, true, "bytes/s > 0, e.g. 2.45e12"));
+  // NOTE [Host link]: 0 (absent) when the host's memory is the device's.
+  SHARDLAB_ASSIGN_OR_RETURN(p.host_link_bytes_per_s,
+                            root.number_or("host_link_bytes_per_s", 0, 0, kMaxRate, false,
+                                           "bytes/s >= 0 one way between host and device memory, e.g. 2.52e10 "
+                                           "(0: the host's memory is the device's)"));
   SHARDLAB_ASSIGN_OR_RETURN(const double launch,
                             root.number("launch_ns", 0, 1e9, false, "an integer number of ns in [0, 1e9]"));
   if (launch != std::floor(launch)) return root.bad("launch_ns", "must be an integer number of ns");
@@ -160,6 +165,7 @@ std::string device_profile_to_json(const DeviceProfile& p) {
   j["matrix_flops_per_s"] = {{"fp32", p.matrix_flops_per_s}, {"bf16", p.matrix_bf16_flops_per_s}};
   j["vector_flops_per_s"] = {{"fp32", p.vector_flops_per_s}, {"bf16", p.vector_bf16_flops_per_s}};
   j["memory_bytes_per_s"] = p.memory_bytes_per_s;
+  if (p.host_link_bytes_per_s > 0) j["host_link_bytes_per_s"] = p.host_link_bytes_per_s;
   j["launch_ns"] = p.launch_ns;
   if (p.alloc_ns != 0) j["alloc_ns"] = p.alloc_ns;
   if (p.op_host_ns != 0) j["op_host_ns"] = p.op_host_ns;

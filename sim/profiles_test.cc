@@ -66,6 +66,10 @@ TEST(DeviceProfiles, GaudiNumbersComeFromTheReference) {
   EXPECT_EQ(g3->vector_bf16_flops_per_s, 28.7e12);
   EXPECT_EQ(g2->memory_bytes_per_s, 2.45e12);
   EXPECT_EQ(g3->memory_bytes_per_s, 3.67e12);
+  // NOTE [Host link]: PCIe Gen4 x16 (Gaudi1, Gaudi2) and Gen5 x16 (Gaudi3) at 0.8 of the line rate.
+  EXPECT_EQ(g1->host_link_bytes_per_s, 25.2e9);
+  EXPECT_EQ(g2->host_link_bytes_per_s, 25.2e9);
+  EXPECT_EQ(g3->host_link_bytes_per_s, 50.4e9);
   EXPECT_NEAR(static_cast<double>(g2->capacity_bytes) / kGiB, 94.6, 1e-9);
   EXPECT_LT(g1->capacity_bytes, std::int64_t{32} << 30);
   EXPECT_LT(g3->capacity_bytes, std::int64_t{128} << 30);
@@ -312,6 +316,44 @@ TEST(DeviceProfiles, SimDeviceChargesASameDtypeCastAsACopy) {
   EXPECT_EQ(dev.ops_charged(), 3);
 }
 
+// NOTE [Host link]: a copy or cast with one side in host memory (another device's
+// storage) is charged launch + bytes / host_link_bytes_per_s — the narrower side's bytes
+// for a cast — and a copy inside the device stays a memory copy; without a host link (cpu
+// profiles) a host copy is an ordinary copy.
+TEST(DeviceProfiles, SimDeviceChargesHostCopiesAtTheHostLink) {
+  runtime::device::cpu::CpuDevice host({"cpu", 0});
+  auto h32 = host.zeros({1000}, DType::kF32, MemoryCategory::kParameters, "host");
+  ASSERT_TRUE(h32.is_ok());
+  h32->data<float>()[7] = 2.5f;
+  for (const double link : {0.0, 5e9}) {
+    DeviceProfile d;  // cpu-sim: memory 20 GB/s, launch 2 µs
+    d.host_link_bytes_per_s = link;
+    VirtualClock clock;
+    SimDevice dev(0, d, &clock);
+    auto a = dev.empty({1000}, DType::kF32, MemoryCategory::kParameters, "a");
+    auto b = dev.empty({1000}, DType::kF32, MemoryCategory::kParameters, "b");
+    auto low = dev.empty({1000}, DType::kBF16, MemoryCategory::kParameters, "low");
+    ASSERT_TRUE(a.is_ok() && b.is_ok() && low.is_ok());
+    // Over the link: 4000 bytes at 5 GB/s = 800 ns; without one, 8000 bytes at 20 GB/s = 400.
+    const Nanos crossing = link > 0 ? 2000 + 800 : 2000 + 400;
+    Nanos t = clock.now();
+    ASSERT_TRUE(dev.copy(*h32, *a, runtime::device::kComputeStream).is_ok());  // host → device
+    EXPECT_EQ(a->data<float>()[7], 2.5f);
+    EXPECT_EQ(clock.now() - t, crossing) << "link " << link;
+    t = clock.now();
+    ASSERT_TRUE(dev.copy(*a, *h32, runtime::device::kComputeStream).is_ok());  // device → host
+    EXPECT_EQ(clock.now() - t, crossing) << "link " << link;
+    t = clock.now();
+    ASSERT_TRUE(dev.copy(*a, *b, runtime::device::kComputeStream).is_ok());  // inside the device
+    EXPECT_EQ(clock.now() - t, 2000 + 400) << "link " << link;
+    t = clock.now();
+    ASSERT_TRUE(dev.cast(*h32, *low, runtime::device::kComputeStream).is_ok());  // fp32 host → bf16 device
+    // Over the link the 2000 bf16 bytes cross: 400 ns. Without one it is the conversion
+    // (1000 flops at 20 GFLOP/s = 50 ns, 6000 bytes at 20 GB/s = 300 ns: memory-bound).
+    EXPECT_EQ(clock.now() - t, link > 0 ? 2000 + 400 : 2000 + 300) << "link " << link;
+  }
+}
+
 // NOTE [Host time per op]: every op carries op_host_ns on top of its launch and roofline
 // time, whatever its kind; the op counter counts each charged op once.
 TEST(DeviceProfiles, SimDeviceChargesHostTimeWithEveryOp) {
@@ -486,6 +528,7 @@ DeviceProfile profile_with_new_fields() {
   p.compute_factors = {{"activation_gelu", 2.5}, {"optimizer_step", 0.75}, {"batched_gemm", 1.0 / 3.0}};
   p.matrix_memory_overlap = false;
   p.small_dim_factors = {{8, 3.0}, {64, 1.25}, {1024, 0.9}};
+  p.host_link_bytes_per_s = 12.5e9;
   return p;
 }
 
@@ -497,6 +540,7 @@ TEST(DeviceProfiles, NewFieldsRoundTripThroughJson) {
   EXPECT_EQ(back->name, "calibrated");
   EXPECT_EQ(back->alloc_ns, 1234);
   EXPECT_EQ(back->op_host_ns, 321);
+  EXPECT_EQ(back->host_link_bytes_per_s, 12.5e9);
   EXPECT_EQ(back->memory_factors, p.memory_factors);
   EXPECT_EQ(back->compute_factors, p.compute_factors);  // exactly, 1/3 included
   EXPECT_FALSE(back->matrix_memory_overlap);
@@ -573,6 +617,9 @@ TEST(DeviceProfiles, BadNewKeysAreInvalidArgumentNamingTheKey) {
       {"negative alloc_ns", R"("alloc_ns": -1)", "alloc_ns", "out of range; allowed: an integer number of ns"},
       {"alloc_ns too large", R"("alloc_ns": 2e9)", "alloc_ns", "[0, 1e9]"},
       {"alloc_ns a string", R"("alloc_ns": "5")", "alloc_ns", "must be a number"},
+      {"negative host link", R"("host_link_bytes_per_s": -1)", "host_link_bytes_per_s",
+       "out of range; allowed: bytes/s >= 0 one way between host and device memory"},
+      {"host link a string", R"("host_link_bytes_per_s": "pcie")", "host_link_bytes_per_s", "must be a number"},
       {"memory factor 0", R"("memory_factors": {"optimizer_step": 0})", "memory_factors.optimizer_step",
        "(0, 1]"},
       {"memory factor > 1", R"("memory_factors": {"optimizer_step": 1.5})", "memory_factors.optimizer_step",
