@@ -18,6 +18,7 @@
 #include "runtime/device/cpu/device.h"
 #include "runtime/device/hpu/hpu_runtime.h"
 #include "sim/network.h"
+#include "sim/profiles.h"
 #include "sim/world.h"
 
 namespace shardlab::cli {
@@ -213,7 +214,9 @@ int run_sim(const RunArgs& a) {
     // Outermost, so that a corrupt fault's collective index counts the runtime's collectives only.
     sim::FaultInjector faulty(&base, a.faults ? a.faults : std::make_shared<const sim::FaultPlan>(), ctx.rank, &ctx.clock);
     runtime::comm::Communicator& comm = a.faults ? static_cast<runtime::comm::Communicator&>(faulty) : base;
-    runtime::device::cpu::CpuDevice host({"cpu", ctx.rank});
+    // CPU offload's host: on the rank's clock and trace, across the device's host link.
+    sim::SimDevice host({"host", ctx.rank}, sim::offload_host_profile(), &ctx.clock);
+    host.set_trace(ctx.sim_device.trace());
     runtime::train::FsdpTrainOptions train = args.train;
     if (a.faults) train.before_step = [&faulty](int step) { return faulty.before_step(step); };
     if (a.cpu_offload) train.fsdp.offload_device = &host;

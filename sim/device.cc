@@ -9,9 +9,12 @@ using runtime::device::EventId;
 using runtime::device::StreamId;
 
 SimDevice::SimDevice(int rank, DeviceProfile profile, VirtualClock* clock)
+    : SimDevice(runtime::device::DeviceId{"sim", rank}, std::move(profile), clock) {}
+
+SimDevice::SimDevice(runtime::device::DeviceId id, DeviceProfile profile, VirtualClock* clock)
     : profile_(std::move(profile)),
       clock_(clock),
-      inner_({"sim", rank}, profile_.capacity_bytes),
+      inner_(std::move(id), profile_.capacity_bytes),
       id_name_(inner_.id().to_string()) {}
 
 namespace {

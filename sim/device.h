@@ -76,6 +76,10 @@ class SimMath {
 class SimDevice final : public runtime::device::Device {
  public:
   SimDevice(int rank, DeviceProfile profile, VirtualClock* clock);
+  // A device with another name than "sim:<rank>" — e.g. a rank's host ("host:<rank>") for
+  // CPU offload, whose ops then share the rank's clock and whose storages are on the other
+  // side of the accelerator's host link (NOTE [Host link] in sim/cost_model.h).
+  SimDevice(runtime::device::DeviceId id, DeviceProfile profile, VirtualClock* clock);
 
   runtime::device::DeviceId id() const override { return inner_.id(); }
   MemoryTracker& memory() override { return inner_.memory(); }
@@ -86,6 +90,7 @@ class SimDevice final : public runtime::device::Device {
   std::int64_t ops_charged() const { return ops_; }
   // Records every op (name, virtual start, duration) into `trace` when set (not owned).
   void set_trace(TraceRecorder* trace) { trace_ = trace; }
+  TraceRecorder* trace() const { return trace_; }
   // Timing mode (see the top of this file); off by default. Set before the first allocation.
   void set_timing_mode(bool on) { inner_.skip = on; }
   bool timing_mode() const { return inner_.skip; }

@@ -47,6 +47,14 @@ Result<std::string> read_profile(const char* kind, const std::string& name_or_pa
 
 std::vector<std::string> list_device_profiles() { return detail::builtin_names("devices"); }
 
+DeviceProfile offload_host_profile() {
+  DeviceProfile p;
+  p.name = "host";
+  p.description = "the rank's host for CPU offload: cpu-sim's rates, unlimited memory";
+  p.capacity_bytes = 0;
+  return p;
+}
+
 Result<DeviceProfile> load_device_profile(const std::string& name_or_path) {
   std::string origin;
   SHARDLAB_ASSIGN_OR_RETURN(std::string text,

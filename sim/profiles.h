@@ -22,6 +22,12 @@ std::vector<std::string> list_device_profiles();
 // a JSON file by path (anything containing a '/' or ending in ".json"). Errors are
 // INVALID_ARGUMENT naming the file, the key and what is allowed.
 Result<DeviceProfile> load_device_profile(const std::string& name_or_path);
+// The rank's host when FSDP offloads to the CPU in a simulated run (a SimDevice named
+// "host:<rank>" on the rank's clock): cpu-sim's rates — a host core's, not a measured
+// Xeon's — with unlimited memory (a node's host RAM is far larger than any offloaded
+// shard) and no host link (it is the host). The optimizer steps over offloaded shards on
+// it, so their time is on the rank's clock.
+DeviceProfile offload_host_profile();
 // Parses a device profile's JSON text; `origin` names it in messages.
 Result<DeviceProfile> parse_device_profile(const std::string& json_text, const std::string& origin);
 // The profile as JSON (what parse_device_profile reads back).

@@ -13,6 +13,7 @@
 
 #include "runtime/device/cpu/device.h"
 #include "runtime/train/fsdp_train.h"
+#include "sim/profiles.h"
 #include "sim/world.h"
 
 namespace shardlab::runtime::fsdp {
@@ -506,6 +507,37 @@ TEST(FsdpOffload, OffloadPaysTheHostLinkEveryStep) {
   EXPECT_GT(offloaded - plain, 4 * shard) << "offloaded " << offloaded << " ns, plain " << plain << " ns";
   // Without offload nothing crosses: the link does not matter.
   EXPECT_EQ(plain, no_link);
+}
+
+// In a simulated run the offload host is a SimDevice on the rank's clock (what `shardlab
+// run` makes, sim::offload_host_profile()): the optimizer's steps over the host shards
+// take host time, which a plain CpuDevice host left off the clock — the last step grows by
+// exactly the host's busy time in it, and that time is the optimizer's.
+TEST(FsdpOffload, TheHostsOptimizerStepIsOnTheRanksClock) {
+  Nanos cpu_host_step = 0, sim_host_step = 0, host_busy_in_last_step = 0;
+  for (const bool sim_host : {false, true}) {
+    sim::WorldOptions wo;
+    wo.world_size = 2;
+    wo.device.host_link_bytes_per_s = 1e9;
+    sim::World w(wo);
+    const auto results = w.run([&](sim::RankContext& ctx) -> Status {
+      device::cpu::CpuDevice cpu_host({"cpu", ctx.rank});
+      sim::SimDevice host({"host", ctx.rank}, sim::offload_host_profile(), &ctx.clock);
+      train::FsdpTrainOptions o = wide_run();
+      o.fsdp.offload_device = sim_host ? static_cast<device::Device*>(&host) : &cpu_host;
+      std::vector<Nanos> busy;
+      o.on_step = [&](const train::FsdpTrainResult&) { busy.push_back(host.busy_time()); };
+      SHARDLAB_ASSIGN_OR_RETURN(train::FsdpTrainResult r, train::train_fsdp(ctx.comm, ctx.device, ctx.clock, o));
+      if (ctx.rank == 0) {
+        (sim_host ? sim_host_step : cpu_host_step) = r.step_times.back();
+        if (sim_host) host_busy_in_last_step = busy.back() - busy[busy.size() - 2];
+      }
+      return Status::ok();
+    });
+    for (const auto& r : results) ASSERT_TRUE(r.status.is_ok()) << r.status.to_string();
+  }
+  EXPECT_GT(host_busy_in_last_step, 0);
+  EXPECT_EQ(sim_host_step - cpu_host_step, host_busy_in_last_step);
 }
 
 // Regression: a completed all-gather kept references to every member's buffers until the
