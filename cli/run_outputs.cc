@@ -157,28 +157,28 @@ Json metrics_json(const RunRecord& r) {
     for (auto& [k, v] : bytes.items()) v = v.get<std::int64_t>() / std::max<std::int64_t>(1, static_cast<std::int64_t>(per_step.size()));
     j["comm_bytes"] = bytes;
   }
+  // {"parameters": …, …, "other": …} of per-category bytes.
+  const auto by_category = [](const std::array<std::int64_t, kNumMemoryCategories>& bytes) {
+    Json o = Json::object();
+    for (int c = 0; c < kNumMemoryCategories; ++c) {
+      o[std::string(category_name(static_cast<MemoryCategory>(c)))] = bytes[static_cast<std::size_t>(c)];
+    }
+    return o;
+  };
   Json peaks = Json::array();
   std::array<std::int64_t, kNumMemoryCategories> by_cat{};
-  for (const auto& rank : r.ranks) {
-    peaks.push_back(rank.memory.peak_total);
-    for (int c = 0; c < kNumMemoryCategories; ++c) by_cat[static_cast<std::size_t>(c)] = std::max(by_cat[static_cast<std::size_t>(c)], rank.memory.peak[static_cast<std::size_t>(c)]);
+  std::size_t highest = 0;  // the lowest rank with the highest peak
+  for (std::size_t k = 0; k < r.ranks.size(); ++k) {
+    const MemoryStats& m = r.ranks[k].memory;
+    peaks.push_back(m.peak_total);
+    for (std::size_t c = 0; c < by_cat.size(); ++c) by_cat[c] = std::max(by_cat[c], m.peak[c]);
+    if (m.peak_total > r.ranks[highest].memory.peak_total) highest = k;
   }
   j["peak_memory_bytes"] = peaks;
-  Json cats = Json::object();
-  for (int c = 0; c < kNumMemoryCategories; ++c) {
-    cats[std::string(category_name(static_cast<MemoryCategory>(c)))] = by_cat[static_cast<std::size_t>(c)];
-  }
-  j["peak_memory_bytes_by_category"] = cats;
-  // What the highest peak was made of (on the lowest rank that has it): sums to that peak.
-  std::size_t highest = 0;
-  for (std::size_t i = 1; i < r.ranks.size(); ++i) {
-    if (r.ranks[i].memory.peak_total > r.ranks[highest].memory.peak_total) highest = i;
-  }
-  Json at_peak = {{"rank", static_cast<std::int64_t>(highest)}};
-  for (int c = 0; c < kNumMemoryCategories; ++c) {
-    at_peak[std::string(category_name(static_cast<MemoryCategory>(c)))] =
-        r.ranks[highest].memory.at_peak[static_cast<std::size_t>(c)];
-  }
+  j["peak_memory_bytes_by_category"] = by_category(by_cat);
+  // What the highest peak was made of: sums to that peak.
+  Json at_peak = by_category(r.ranks[highest].memory.at_peak);
+  at_peak["rank"] = static_cast<std::int64_t>(highest);
   j["peak_memory_breakdown_bytes"] = at_peak;
   j["loss"] = r0.losses;
   j["first_step"] = r0.first_step;
