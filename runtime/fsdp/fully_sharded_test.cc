@@ -6,7 +6,6 @@
 
 #include <cstring>
 #include <filesystem>
-#include <map>
 
 #include "runtime/fsdp/checkpoint.h"
 #include "runtime/io/safetensors.h"
@@ -475,30 +474,45 @@ train::FsdpTrainOptions wide_run() {
   return o;
 }
 
+// Where wide_run keeps its FSDP state: on the device, on a CpuDevice host (off the
+// simulated clock), or on a SimDevice host on the rank's clock (what `shardlab run` makes,
+// sim::offload_host_profile()).
+enum class OffloadHost { kNone, kCpu, kSim };
+struct OffloadRun {
+  Nanos last_step = 0;              // rank 0's last step time
+  Nanos host_busy_in_last_step = 0;  // rank 0's SimDevice host's busy time in it (kSim)
+};
+// wide_run on 2 simulated ranks whose device has a host link of `link` bytes/s.
+OffloadRun run_offload(double link, OffloadHost where) {
+  OffloadRun out;
+  sim::WorldOptions wo;
+  wo.world_size = 2;
+  wo.device.host_link_bytes_per_s = link;
+  sim::World w(wo);
+  const auto results = w.run([&](sim::RankContext& ctx) -> Status {
+    device::cpu::CpuDevice cpu_host({"cpu", ctx.rank});
+    sim::SimDevice sim_host({"host", ctx.rank}, sim::offload_host_profile(), &ctx.clock);
+    train::FsdpTrainOptions o = wide_run();
+    if (where == OffloadHost::kCpu) o.fsdp.offload_device = &cpu_host;
+    if (where == OffloadHost::kSim) o.fsdp.offload_device = &sim_host;
+    std::vector<Nanos> busy;
+    o.on_step = [&](const train::FsdpTrainResult&) { busy.push_back(sim_host.busy_time()); };
+    SHARDLAB_ASSIGN_OR_RETURN(train::FsdpTrainResult r, train::train_fsdp(ctx.comm, ctx.device, ctx.clock, o));
+    if (ctx.rank == 0) out = {r.step_times.back(), busy.back() - busy[busy.size() - 2]};
+    return Status::ok();
+  });
+  for (const auto& r : results) EXPECT_TRUE(r.status.is_ok()) << r.status.to_string();
+  return out;
+}
+
 // NOTE [Host link] (sim/cost_model.h): on a profile with a host link, CPU offload pays it
 // for the shards and gradients that cross every step. It used to be charged as a device
 // memory copy, and offloading looked free on Gaudi (the default run on gaudi2: 3.130 ms a
 // step offloaded against 3.152 ms not).
 TEST(FsdpOffload, OffloadPaysTheHostLinkEveryStep) {
-  std::map<std::pair<double, bool>, Nanos> step;  // (host link, offload) → rank 0's last step
-  for (const double link : {0.0, 1e9}) {
-    for (const bool offload : {false, true}) {
-      sim::WorldOptions wo;
-      wo.world_size = 2;
-      wo.device.host_link_bytes_per_s = link;
-      sim::World w(wo);
-      const auto results = w.run([&](sim::RankContext& ctx) -> Status {
-        device::cpu::CpuDevice host({"cpu", ctx.rank});
-        train::FsdpTrainOptions o = wide_run();
-        if (offload) o.fsdp.offload_device = &host;
-        SHARDLAB_ASSIGN_OR_RETURN(train::FsdpTrainResult r, train::train_fsdp(ctx.comm, ctx.device, ctx.clock, o));
-        if (ctx.rank == 0) step[{link, offload}] = r.step_times.back();
-        return Status::ok();
-      });
-      for (const auto& r : results) ASSERT_TRUE(r.status.is_ok()) << r.status.to_string();
-    }
-  }
-  const Nanos plain = step[{1e9, false}], offloaded = step[{1e9, true}], no_link = step[{0.0, false}];
+  const Nanos plain = run_offload(1e9, OffloadHost::kNone).last_step;
+  const Nanos offloaded = run_offload(1e9, OffloadHost::kCpu).last_step;
+  const Nanos no_link = run_offload(0.0, OffloadHost::kNone).last_step;
   // Each step the parameter shard crosses in and the gradient shard out: 8 bytes an
   // element, 8 ns at 1 GB/s. The host's optimizer step is not on the device's clock, which
   // saves at most AdamW's ~28 bytes an element at cpu-sim's 20 GB/s (1.4 ns): offloading
@@ -509,35 +523,15 @@ TEST(FsdpOffload, OffloadPaysTheHostLinkEveryStep) {
   EXPECT_EQ(plain, no_link);
 }
 
-// In a simulated run the offload host is a SimDevice on the rank's clock (what `shardlab
-// run` makes, sim::offload_host_profile()): the optimizer's steps over the host shards
-// take host time, which a plain CpuDevice host left off the clock — the last step grows by
-// exactly the host's busy time in it, and that time is the optimizer's.
+// In a simulated run the offload host is a SimDevice on the rank's clock: the optimizer's
+// steps over the host shards take host time, which a plain CpuDevice host left off the
+// clock — the last step grows by exactly the host's busy time in it.
 TEST(FsdpOffload, TheHostsOptimizerStepIsOnTheRanksClock) {
-  Nanos cpu_host_step = 0, sim_host_step = 0, host_busy_in_last_step = 0;
-  for (const bool sim_host : {false, true}) {
-    sim::WorldOptions wo;
-    wo.world_size = 2;
-    wo.device.host_link_bytes_per_s = 1e9;
-    sim::World w(wo);
-    const auto results = w.run([&](sim::RankContext& ctx) -> Status {
-      device::cpu::CpuDevice cpu_host({"cpu", ctx.rank});
-      sim::SimDevice host({"host", ctx.rank}, sim::offload_host_profile(), &ctx.clock);
-      train::FsdpTrainOptions o = wide_run();
-      o.fsdp.offload_device = sim_host ? static_cast<device::Device*>(&host) : &cpu_host;
-      std::vector<Nanos> busy;
-      o.on_step = [&](const train::FsdpTrainResult&) { busy.push_back(host.busy_time()); };
-      SHARDLAB_ASSIGN_OR_RETURN(train::FsdpTrainResult r, train::train_fsdp(ctx.comm, ctx.device, ctx.clock, o));
-      if (ctx.rank == 0) {
-        (sim_host ? sim_host_step : cpu_host_step) = r.step_times.back();
-        if (sim_host) host_busy_in_last_step = busy.back() - busy[busy.size() - 2];
-      }
-      return Status::ok();
-    });
-    for (const auto& r : results) ASSERT_TRUE(r.status.is_ok()) << r.status.to_string();
-  }
-  EXPECT_GT(host_busy_in_last_step, 0);
-  EXPECT_EQ(sim_host_step - cpu_host_step, host_busy_in_last_step);
+  const OffloadRun cpu_host = run_offload(1e9, OffloadHost::kCpu);
+  const OffloadRun sim_host = run_offload(1e9, OffloadHost::kSim);
+  EXPECT_EQ(cpu_host.host_busy_in_last_step, 0);
+  EXPECT_GT(sim_host.host_busy_in_last_step, 0);
+  EXPECT_EQ(sim_host.last_step - cpu_host.last_step, sim_host.host_busy_in_last_step);
 }
 
 // Regression: a completed all-gather kept references to every member's buffers until the
