@@ -79,9 +79,9 @@ Status run_timing(const RunArgs& a, const TimingRunOptions& options, RunRecord& 
     if (a.backend != "sim") {
       return Status::invalid_argument("timing mode runs on the simulator (backend sim), not '" + a.backend + "'");
     }
-    if (a.cpu_offload) return Status::invalid_argument("timing mode does not support CPU offload yet; run in numerics mode");
     SHARDLAB_RETURN_IF_ERROR(runtime::train::validate(a.train, a.world_size));
-    SHARDLAB_ASSIGN_OR_RETURN(sim::timing::OpGraph g, sim::timing::capture_graph(a.train, a.world_size, options.device));
+    SHARDLAB_ASSIGN_OR_RETURN(sim::timing::OpGraph g,
+                              sim::timing::capture_graph(a.train, a.world_size, options.device, a.cpu_offload));
     char line[256];
     std::snprintf(line, sizeof line, "shardlab run (timing mode): %s · FSDP %s · %d simulated ranks · %d unit%s · global batch %lld · %d steps · seed %llu",
                   a.model_name.c_str(), std::string(runtime::fsdp::strategy_name(a.train.fsdp.strategy)).c_str(),

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/model/bert.h"
+#include "sim/profiles.h"
 
 namespace shardlab::cli {
 namespace {
@@ -104,6 +105,24 @@ TEST(TimingRun, OutOfMemoryEndsTheRunWithThePerCategoryBreakdown) {
   EXPECT_EQ(s.code(), StatusCode::kOutOfMemory);
   EXPECT_EQ(s.exit_code(), 3);
   EXPECT_NE(record.status.find("parameters"), std::string::npos) << record.status;
+}
+
+// `fsdp.cpu_offload: true` reaches the capture: the optimizer state leaves the device, and
+// the host's AdamW and the PCIe copies lengthen the step (gaudi2 has a host link).
+TEST(TimingRun, CpuOffloadMovesTheOptimizerStateToTheHost) {
+  TimingRunOptions opts;
+  opts.device = *sim::load_device_profile("gaudi2");
+  RunRecord plain, offloaded;
+  ASSERT_TRUE(run_timing(tiny_args(4), opts, plain).is_ok()) << plain.status;
+  RunArgs a = tiny_args(4);
+  a.cpu_offload = true;
+  ASSERT_TRUE(run_timing(a, opts, offloaded).is_ok()) << offloaded.status;
+  const auto optimizer = [](const RunRecord& r) {
+    return r.ranks[0].memory.peak[static_cast<int>(MemoryCategory::kOptimizerState)];
+  };
+  EXPECT_GT(optimizer(plain), 0);
+  EXPECT_EQ(optimizer(offloaded), 0);
+  EXPECT_GT(offloaded.ranks[0].step_times.back(), plain.ranks[0].step_times.back());
 }
 
 TEST(TimingRun, RefusesWhatTimingModeCannotCapture) {

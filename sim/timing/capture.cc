@@ -3,6 +3,7 @@
 #include <memory>
 
 #include "sim/device.h"
+#include "sim/profiles.h"
 #include "sim/trace.h"
 #include "sim/virtual_clock.h"
 
@@ -163,13 +164,14 @@ bool same_structure(const RankProgram& a, const RankProgram& b) {
 }  // namespace
 
 Result<RankProgram> capture_rank(const runtime::train::FsdpTrainOptions& in, int world_size, int rank,
-                                 const DeviceProfile& device) {
+                                 const DeviceProfile& device, bool cpu_offload) {
   if (!in.checkpoint.dir.empty()) {
     return Status::invalid_argument("timing mode does not write or load checkpoints (phantom tensors have no values); "
                                     "remove the checkpoint section or run in numerics mode");
   }
   if (in.fsdp.offload_device != nullptr) {
-    return Status::invalid_argument("timing mode does not support CPU offload yet; run in numerics mode");
+    return Status::invalid_argument(
+        "capture: fsdp.offload_device must be null (the capture makes the rank's host itself; pass cpu_offload)");
   }
   if (rank < 0 || rank >= world_size) {
     return Status::invalid_argument("capture: rank " + std::to_string(rank) + " outside a world of " +
@@ -184,10 +186,16 @@ Result<RankProgram> capture_rank(const runtime::train::FsdpTrainOptions& in, int
   if (in.model_kind == runtime::train::ModelKind::kBert && in.bert.compute_dtype == DType::kBF16) {
     dev.set_emulated_dtype(DType::kBF16);
   }
+  // CPU offload's host as numerics mode makes it (cli/run_command.cc): a SimDevice on the
+  // rank's clock and trace, here with phantom tensors too; its ops join the compute segments.
+  SimDevice host({"host", rank}, offload_host_profile(), &clock);
+  host.set_timing_mode(true);
+  host.set_trace(&trace);
   Recording rec;
   rec.clock = &clock;
   CaptureCommunicator comm(&rec, rank, world_size);
   runtime::train::FsdpTrainOptions o = in;
+  if (cpu_offload) o.fsdp.offload_device = &host;
   o.record_memory_timeline = true;
   o.gather_results = false;  // no values to gather; and not part of training
   o.on_step = nullptr;
@@ -213,17 +221,17 @@ Result<RankProgram> capture_rank(const runtime::train::FsdpTrainOptions& in, int
 }
 
 Result<OpGraph> capture_graph(const runtime::train::FsdpTrainOptions& options, int world_size,
-                              const DeviceProfile& device) {
+                              const DeviceProfile& device, bool cpu_offload) {
   if (world_size < 1) return Status::invalid_argument("world size " + std::to_string(world_size) + " must be >= 1");
   OpGraph g;
   g.world_size = world_size;
   g.steps = options.steps;
-  SHARDLAB_ASSIGN_OR_RETURN(RankProgram first, capture_rank(options, world_size, 0, device));
+  SHARDLAB_ASSIGN_OR_RETURN(RankProgram first, capture_rank(options, world_size, 0, device, cpu_offload));
   if (world_size == 1) {
     g.programs.push_back(std::move(first));
     return g;
   }
-  SHARDLAB_ASSIGN_OR_RETURN(RankProgram last, capture_rank(options, world_size, world_size - 1, device));
+  SHARDLAB_ASSIGN_OR_RETURN(RankProgram last, capture_rank(options, world_size, world_size - 1, device, cpu_offload));
   if (first.same_program(last)) {
     g.programs.push_back(std::move(first));
     return g;
@@ -252,7 +260,7 @@ Result<OpGraph> capture_graph(const runtime::train::FsdpTrainOptions& options, i
     if (r == world_size - 1) {
       p = std::move(last);
     } else {
-      SHARDLAB_ASSIGN_OR_RETURN(p, capture_rank(options, world_size, r, device));
+      SHARDLAB_ASSIGN_OR_RETURN(p, capture_rank(options, world_size, r, device, cpu_offload));
     }
     int found = -1;
     for (std::size_t k = 0; k < g.programs.size() && found < 0; ++k) {

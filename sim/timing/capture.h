@@ -11,12 +11,15 @@
 namespace shardlab::sim::timing {
 
 // Rank `rank`'s program of train_fsdp(options) in a world of `world_size` ranks, on a
-// timing-mode SimDevice with `device`'s costs and capacity. Errors are the trainer's:
-// OUT_OF_MEMORY with the per-category breakdown at the failing allocation (as numerics
-// mode reports it), INVALID_ARGUMENT for options timing mode cannot capture (checkpoints,
-// CPU offload, HYBRID_SHARD's communicator split).
+// timing-mode SimDevice with `device`'s costs and capacity. With `cpu_offload`, shards,
+// gradient shards and optimizer state live on the rank's host, a timing-mode SimDevice
+// named "host:<rank>" with sim::offload_host_profile() on the same clock, as numerics mode
+// makes it (options.fsdp.offload_device must then be null: the capture makes the host).
+// Errors are the trainer's: OUT_OF_MEMORY with the per-category breakdown at the failing
+// allocation (as numerics mode reports it), INVALID_ARGUMENT for options timing mode cannot
+// capture (checkpoints, HYBRID_SHARD's communicator split).
 Result<RankProgram> capture_rank(const runtime::train::FsdpTrainOptions& options, int world_size, int rank,
-                                 const DeviceProfile& device);
+                                 const DeviceProfile& device, bool cpu_offload = false);
 
 // The whole world's graph: rank 0 and rank W-1 are captured; when their programs agree
 // every rank runs that one program. Otherwise worlds of at most kMaxPerRankCaptureWorld
@@ -26,6 +29,6 @@ Result<RankProgram> capture_rank(const runtime::train::FsdpTrainOptions& options
 // difference.
 constexpr int kMaxPerRankCaptureWorld = 64;
 Result<OpGraph> capture_graph(const runtime::train::FsdpTrainOptions& options, int world_size,
-                              const DeviceProfile& device);
+                              const DeviceProfile& device, bool cpu_offload = false);
 
 }  // namespace shardlab::sim::timing

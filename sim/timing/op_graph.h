@@ -36,8 +36,10 @@
 // decisions made on values — FullyShardedModel::clip_grad_norm scales gradients only when
 // the norm exceeds the limit, which timing mode never sees (its norm reads 0), so a
 // numerics run that clips charges a few scale ops more. Communicator split (HYBRID_SHARD)
-// is not captured yet (capture refuses it), nor are point-to-point messages, checkpoints
-// or CPU offload.
+// is not captured yet (capture refuses it), nor are point-to-point messages or
+// checkpoints. CPU offload is: the rank's host is a second timing-mode SimDevice on the
+// capture clock, and its ops (the optimizer's, the host side of PCIe copies) join the
+// compute segments, as in numerics mode where the host shares the rank's clock.
 //
 // Thread safety: plain values.
 #pragma once

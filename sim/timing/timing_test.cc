@@ -10,6 +10,7 @@
 #include "runtime/core/check.h"
 #include "runtime/model/bert.h"
 #include "sim/device.h"
+#include "sim/profiles.h"
 #include "sim/timing/capture.h"
 #include "sim/timing/replay.h"
 #include "sim/world.h"
@@ -217,11 +218,15 @@ struct NumericsRun {
   std::vector<std::vector<TraceEvent>> traces;
 };
 
-NumericsRun run_numerics(const FsdpTrainOptions& in, int world, std::uint64_t perturb_seed) {
+// With `cpu_offload`, each rank's host is made as `shardlab run` makes it
+// (cli/run_command.cc): a SimDevice with offload_host_profile() on the rank's clock and trace.
+NumericsRun run_numerics(const FsdpTrainOptions& in, int world, std::uint64_t perturb_seed,
+                         const DeviceProfile& device = {}, bool cpu_offload = false) {
   WorldOptions wo;
   wo.world_size = world;
   wo.trace = true;
   wo.perturb_seed = perturb_seed;
+  wo.device = device;
   World w(wo);
   FsdpTrainOptions o = in;
   o.record_memory_timeline = true;
@@ -229,8 +234,12 @@ NumericsRun run_numerics(const FsdpTrainOptions& in, int world, std::uint64_t pe
   NumericsRun out;
   out.ranks.resize(static_cast<std::size_t>(world));
   const auto results = w.run([&](RankContext& ctx) -> Status {
+    SimDevice host({"host", ctx.rank}, offload_host_profile(), &ctx.clock);
+    host.set_trace(ctx.sim_device.trace());
+    FsdpTrainOptions mine = o;
+    if (cpu_offload) mine.fsdp.offload_device = &host;
     SHARDLAB_ASSIGN_OR_RETURN(out.ranks[static_cast<std::size_t>(ctx.rank)],
-                              runtime::train::train_fsdp(ctx.comm, ctx.device, ctx.clock, o));
+                              runtime::train::train_fsdp(ctx.comm, ctx.device, ctx.clock, mine));
     return Status::ok();
   });
   for (const auto& r : results) EXPECT_TRUE(r.status.is_ok()) << r.status.to_string();
@@ -285,6 +294,34 @@ TEST(TimingMode, NumericsAndTimingGiveTheSameTimelineForBertTinyOn8Ranks) {
   expect_same_timeline(num, *g, *tim);
   // Numerics under seeded random host yields: the same timeline again.
   expect_same_timeline(run_numerics(o, w, 9), *g, *tim);
+}
+
+// CPU offload on a device with a host link (gaudi2: PCIe): the host's optimizer steps and
+// the copies across the link are on each rank's timeline in both modes alike.
+TEST(TimingMode, NumericsAndTimingGiveTheSameTimelineUnderCpuOffload) {
+  const FsdpTrainOptions o = bert_tiny();
+  const int w = 4;
+  auto gaudi2 = load_device_profile("gaudi2");
+  ASSERT_TRUE(gaudi2.is_ok()) << gaudi2.status().to_string();
+  auto g = capture_graph(o, w, *gaudi2, /*cpu_offload=*/true);
+  ASSERT_TRUE(g.is_ok()) << g.status().to_string();
+  ReplayOptions ro;
+  ro.network = make_alpha_beta_ring(NetworkModel{});
+  ro.traced_ranks = all_ranks(w);
+  auto tim = replay(*g, ro);
+  ASSERT_TRUE(tim.is_ok()) << tim.status().to_string();
+  expect_same_timeline(run_numerics(o, w, 0, *gaudi2, /*cpu_offload=*/true), *g, *tim);
+
+  // Offloading moves the shards, gradient shards and AdamW state off the device and adds
+  // host time to every step (the host's AdamW, PCIe both ways).
+  auto on_device = capture_graph(o, w, *gaudi2);
+  ASSERT_TRUE(on_device.is_ok()) << on_device.status().to_string();
+  auto plain = replay(*on_device, ro);
+  ASSERT_TRUE(plain.is_ok()) << plain.status().to_string();
+  const auto peak = [](const RankProgram& p, MemoryCategory c) { return p.memory.peak[static_cast<int>(c)]; };
+  EXPECT_LT(peak(g->program(0), MemoryCategory::kOptimizerState),
+            peak(on_device->program(0), MemoryCategory::kOptimizerState));
+  EXPECT_GT(tim->ranks[0].step_times.back(), plain->ranks[0].step_times.back());
 }
 
 // Ranks differ in their compute (shard pieces, data): beyond kMaxPerRankCaptureWorld
