@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <memory>
 
+#include "cli/timing_run.h"
 #include "runtime/device/cpu/device.h"
 #include "runtime/model/bert_io.h"
 #include "sim/network.h"
@@ -35,6 +36,19 @@ Status scenario_to_run_args(const Scenario& s, RunArgs& a) {
   if (a.mode == "timing" && s.world.backend != "sim") {
     return refuse(s, "world.mode", "timing mode is the simulator's (phantom tensors); run with --backend sim, or use "
                                    "mode: numerics on " + s.world.backend);
+  }
+  if (a.mode == "timing") {
+    // Checks of values: timing mode has none (losses and gradients are NaN).
+    for (const auto& [key, given] : {std::pair{"expect.grads_match_unsharded", s.expect.grads_match_unsharded.has_value()},
+                                     std::pair{"expect.final_loss_below", s.expect.final_loss_below.has_value()}}) {
+      if (given) {
+        return refuse(s, key, "checks values, and timing mode has none (phantom tensors); allowed in timing mode: "
+                              "expect.max_peak_memory_per_rank, min_samples_per_s, max_step_time_s — remove it (--set " +
+                                  std::string(key) + "=" +
+                                  (std::string(key) == "expect.grads_match_unsharded" ? "false" : "null") +
+                                  ") or run with world.mode: numerics");
+      }
+    }
   }
   {
     const auto as_path = [&](const std::string& v) {
@@ -86,6 +100,7 @@ Status scenario_to_run_args(const Scenario& s, RunArgs& a) {
       x.link = f.link;
       plan->faults.push_back(std::move(x));
     }
+    if (a.mode == "timing") SHARDLAB_RETURN_IF_ERROR(check_timing_faults(*plan));
     a.faults = std::move(plan);
   }
   // Relative checkpoint folders live in the output folder (run_command resolves them).

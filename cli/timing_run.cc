@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "sim/faults.h"
 #include "sim/timing/capture.h"
 #include "sim/timing/replay.h"
 
@@ -43,6 +44,18 @@ std::shared_ptr<const sim::NetworkCostModel> network_of(const TimingRunOptions& 
 
 }  // namespace
 
+Status check_timing_faults(const sim::FaultPlan& plan) {
+  for (const sim::Fault& f : plan.faults) {
+    if (f.kind == sim::FaultKind::kCrash || f.kind == sim::FaultKind::kHang || f.kind == sim::FaultKind::kCorrupt) {
+      return Status::invalid_argument((f.origin.empty() ? "" : f.origin + ": ") + "a " +
+                                      std::string(sim::fault_kind_name(f.kind)) +
+                                      " fault is not modelled in timing mode yet; allowed in timing mode: straggler, "
+                                      "link_down, link_degrade — or run this scenario with world.mode: numerics");
+    }
+  }
+  return Status::ok();
+}
+
 Status fill_timing_record(const sim::timing::OpGraph& g, const TimingRunOptions& options, RunRecord& record) {
   sim::timing::ReplayOptions ro;
   ro.network = network_of(options);
@@ -80,8 +93,14 @@ Status run_timing(const RunArgs& a, const TimingRunOptions& options, RunRecord& 
       return Status::invalid_argument("timing mode runs on the simulator (backend sim), not '" + a.backend + "'");
     }
     SHARDLAB_RETURN_IF_ERROR(runtime::train::validate(a.train, a.world_size));
+    sim::timing::CaptureOptions capture;
+    capture.cpu_offload = a.cpu_offload;
+    if (a.faults) {
+      SHARDLAB_RETURN_IF_ERROR(check_timing_faults(*a.faults));
+      for (int r = 0; r < a.world_size; ++r) capture.slowdown.push_back(a.faults->slowdown(r));
+    }
     SHARDLAB_ASSIGN_OR_RETURN(sim::timing::OpGraph g,
-                              sim::timing::capture_graph(a.train, a.world_size, options.device, a.cpu_offload));
+                              sim::timing::capture_graph(a.train, a.world_size, options.device, capture));
     char line[256];
     std::snprintf(line, sizeof line, "shardlab run (timing mode): %s · FSDP %s · %d simulated ranks · %d unit%s · global batch %lld · %d steps · seed %llu",
                   a.model_name.c_str(), std::string(runtime::fsdp::strategy_name(a.train.fsdp.strategy)).c_str(),

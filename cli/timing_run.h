@@ -16,6 +16,7 @@
 #include "cli/run_command.h"
 #include "cli/run_outputs.h"
 #include "sim/cost_model.h"
+#include "sim/faults.h"
 #include "sim/network.h"
 #include "sim/timing/op_graph.h"
 
@@ -39,6 +40,13 @@ struct TimingRunOptions {
 // `record` with the fields known so far and `status` set to the error, ready for
 // write_run_outputs.
 Status run_timing(const RunArgs& args, const TimingRunOptions& options, RunRecord& record);
+
+// Timing mode models stragglers (each one's own slower rank program) and link faults (the
+// network model). A crash, hang or corrupt fault needs the numerics World's per-rank
+// failures, which the replay does not have yet: INVALID_ARGUMENT naming the fault's
+// origin (file:line:col) and what is allowed. run_timing checks it; scenario runs check
+// it before anything is written.
+Status check_timing_faults(const sim::FaultPlan& plan);
 
 // Replays a graph written by --dump-graph (no model code needed) into `record` (header,
 // world size and step times; model fields are unknown).

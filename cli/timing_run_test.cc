@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli/scenario_run.h"
 #include "runtime/model/bert.h"
 #include "sim/profiles.h"
 
@@ -123,6 +124,51 @@ TEST(TimingRun, CpuOffloadMovesTheOptimizerStateToTheHost) {
   EXPECT_GT(optimizer(plain), 0);
   EXPECT_EQ(optimizer(offloaded), 0);
   EXPECT_GT(offloaded.ranks[0].step_times.back(), plain.ranks[0].step_times.back());
+}
+
+// A timing-mode scenario asking for what timing mode cannot do — a check of values, or a
+// fault that makes a rank fail — exits 2 naming the line and what is allowed; stragglers
+// and link faults run.
+TEST(TimingRun, ScenariosRefuseValueChecksAndRankFailuresNamingTheLine) {
+  const std::string head = "name: t\nmodel: {preset: bert-tiny, head: mlm}\nworld: {mode: timing, devices_per_node: 4}\n";
+  const struct {
+    std::string yaml, where, what;
+  } refused[] = {
+      {"faults:\n  - {kind: crash, rank: 1, step: 2}\n", "s.yaml:5:5:", "a crash fault is not modelled in timing mode"},
+      {"faults:\n  - {kind: hang, rank: 1, time_ms: 5}\n", "s.yaml:5:5:", "a hang fault is not modelled in timing mode"},
+      {"faults:\n  - {kind: corrupt, rank: 1, collective: 3}\n", "s.yaml:5:5:",
+       "a corrupt fault is not modelled in timing mode"},
+      {"expect: {grads_match_unsharded: true}\n", "s.yaml:4:", "expect.grads_match_unsharded: checks values"},
+      {"expect: {final_loss_below: 11}\n", "s.yaml:4:", "expect.final_loss_below: checks values"},
+  };
+  for (const auto& c : refused) {
+    auto sc = parse_scenario("s.yaml", head + c.yaml);
+    ASSERT_TRUE(sc.is_ok()) << sc.status().to_string();
+    RunArgs a;
+    const Status s = scenario_to_run_args(*sc, a);
+    EXPECT_EQ(s.exit_code(), 2) << c.yaml;
+    EXPECT_EQ(s.message().rfind(c.where, 0), 0u) << s.message();
+    EXPECT_NE(s.message().find(c.what), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find("numerics"), std::string::npos) << s.message();
+  }
+  for (const std::string ok : {"faults:\n  - {kind: straggler, rank: 1, factor: 2}\n",
+                               "expect: {max_step_time_s: 1, max_peak_memory_per_rank: 1 GiB}\n"}) {
+    auto sc = parse_scenario("s.yaml", head + ok);
+    ASSERT_TRUE(sc.is_ok()) << sc.status().to_string();
+    RunArgs a;
+    EXPECT_TRUE(scenario_to_run_args(*sc, a).is_ok()) << ok;
+  }
+  // The same faults given to run_timing directly (no scenario) are refused too.
+  RunArgs a = tiny_args(4);
+  auto plan = std::make_shared<sim::FaultPlan>();
+  plan->faults.push_back({});  // a crash
+  plan->faults.back().rank = 1;
+  plan->faults.back().step = 1;
+  a.faults = plan;
+  RunRecord record;
+  const Status s = run_timing(a, {}, record);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("a crash fault is not modelled in timing mode"), std::string::npos) << s.message();
 }
 
 TEST(TimingRun, RefusesWhatTimingModeCannotCapture) {

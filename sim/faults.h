@@ -21,6 +21,8 @@
 //    instead and the collective fails with DATA_LOSS (the run ends, exit code 3).
 //  - link_down / link_degrade (link "a-b", time, factor): the network model's business
 //    (sim/network.h); the plan only carries them.
+// Timing mode (NOTE [Timing mode]) runs stragglers and link faults, and refuses crash, hang
+// and corrupt (exit 2).
 // Outputs are never written from a failed run's state: checkpoints are atomic and only
 // written by completed steps, and the CLI reports the failure in summary.txt.
 //

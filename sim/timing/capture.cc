@@ -164,14 +164,15 @@ bool same_structure(const RankProgram& a, const RankProgram& b) {
 }  // namespace
 
 Result<RankProgram> capture_rank(const runtime::train::FsdpTrainOptions& in, int world_size, int rank,
-                                 const DeviceProfile& device, bool cpu_offload) {
+                                 const DeviceProfile& device, const CaptureOptions& capture) {
   if (!in.checkpoint.dir.empty()) {
     return Status::invalid_argument("timing mode does not write or load checkpoints (phantom tensors have no values); "
                                     "remove the checkpoint section or run in numerics mode");
   }
   if (in.fsdp.offload_device != nullptr) {
     return Status::invalid_argument(
-        "capture: fsdp.offload_device must be null (the capture makes the rank's host itself; pass cpu_offload)");
+        "capture: fsdp.offload_device must be null (the capture makes the rank's host itself; set "
+        "CaptureOptions::cpu_offload)");
   }
   if (rank < 0 || rank >= world_size) {
     return Status::invalid_argument("capture: rank " + std::to_string(rank) + " outside a world of " +
@@ -179,7 +180,8 @@ Result<RankProgram> capture_rank(const runtime::train::FsdpTrainOptions& in, int
   }
   VirtualClock clock;
   TraceRecorder trace;
-  SimDevice dev(rank, device, &clock);
+  const double slow = capture.slowdown_of(rank);
+  SimDevice dev(rank, slow == 1.0 ? device : device.slowed_by(slow), &clock);
   dev.set_timing_mode(true);
   dev.set_trace(&trace);
   // As the numerics World does for the same run (NOTE [Emulated low precision]).
@@ -195,7 +197,7 @@ Result<RankProgram> capture_rank(const runtime::train::FsdpTrainOptions& in, int
   rec.clock = &clock;
   CaptureCommunicator comm(&rec, rank, world_size);
   runtime::train::FsdpTrainOptions o = in;
-  if (cpu_offload) o.fsdp.offload_device = &host;
+  if (capture.cpu_offload) o.fsdp.offload_device = &host;
   o.record_memory_timeline = true;
   o.gather_results = false;  // no values to gather; and not part of training
   o.on_step = nullptr;
@@ -220,18 +222,33 @@ Result<RankProgram> capture_rank(const runtime::train::FsdpTrainOptions& in, int
   return p;
 }
 
-Result<OpGraph> capture_graph(const runtime::train::FsdpTrainOptions& options, int world_size,
-                              const DeviceProfile& device, bool cpu_offload) {
-  if (world_size < 1) return Status::invalid_argument("world size " + std::to_string(world_size) + " must be >= 1");
+double CaptureOptions::slowdown_of(int rank) const {
+  return rank >= 0 && rank < static_cast<int>(slowdown.size()) ? slowdown[static_cast<std::size_t>(rank)] : 1.0;
+}
+
+namespace {
+
+// The index of `p` in g.programs, added if no program there is the same.
+int program_index(OpGraph& g, RankProgram p) {
+  for (std::size_t k = 0; k < g.programs.size(); ++k) {
+    if (g.programs[k].same_program(p)) return static_cast<int>(k);
+  }
+  g.programs.push_back(std::move(p));
+  return static_cast<int>(g.programs.size()) - 1;
+}
+
+// Every rank at full speed (see capture_graph).
+Result<OpGraph> capture_full_speed(const runtime::train::FsdpTrainOptions& options, int world_size,
+                                   const DeviceProfile& device, const CaptureOptions& capture) {
   OpGraph g;
   g.world_size = world_size;
   g.steps = options.steps;
-  SHARDLAB_ASSIGN_OR_RETURN(RankProgram first, capture_rank(options, world_size, 0, device, cpu_offload));
+  SHARDLAB_ASSIGN_OR_RETURN(RankProgram first, capture_rank(options, world_size, 0, device, capture));
   if (world_size == 1) {
     g.programs.push_back(std::move(first));
     return g;
   }
-  SHARDLAB_ASSIGN_OR_RETURN(RankProgram last, capture_rank(options, world_size, world_size - 1, device, cpu_offload));
+  SHARDLAB_ASSIGN_OR_RETURN(RankProgram last, capture_rank(options, world_size, world_size - 1, device, capture));
   if (first.same_program(last)) {
     g.programs.push_back(std::move(first));
     return g;
@@ -260,17 +277,26 @@ Result<OpGraph> capture_graph(const runtime::train::FsdpTrainOptions& options, i
     if (r == world_size - 1) {
       p = std::move(last);
     } else {
-      SHARDLAB_ASSIGN_OR_RETURN(p, capture_rank(options, world_size, r, device, cpu_offload));
+      SHARDLAB_ASSIGN_OR_RETURN(p, capture_rank(options, world_size, r, device, capture));
     }
-    int found = -1;
-    for (std::size_t k = 0; k < g.programs.size() && found < 0; ++k) {
-      if (g.programs[k].same_program(p)) found = static_cast<int>(k);
-    }
-    if (found < 0) {
-      found = static_cast<int>(g.programs.size());
-      g.programs.push_back(std::move(p));
-    }
-    g.program_of_rank[static_cast<std::size_t>(r)] = found;
+    g.program_of_rank[static_cast<std::size_t>(r)] = program_index(g, std::move(p));
+  }
+  return g;
+}
+
+}  // namespace
+
+Result<OpGraph> capture_graph(const runtime::train::FsdpTrainOptions& options, int world_size,
+                              const DeviceProfile& device, const CaptureOptions& capture) {
+  if (world_size < 1) return Status::invalid_argument("world size " + std::to_string(world_size) + " must be >= 1");
+  CaptureOptions full = capture;
+  full.slowdown.clear();
+  SHARDLAB_ASSIGN_OR_RETURN(OpGraph g, capture_full_speed(options, world_size, device, full));
+  for (int r = 0; r < world_size && r < static_cast<int>(capture.slowdown.size()); ++r) {
+    if (capture.slowdown_of(r) == 1.0) continue;
+    SHARDLAB_ASSIGN_OR_RETURN(RankProgram p, capture_rank(options, world_size, r, device, capture));
+    if (g.program_of_rank.empty()) g.program_of_rank.assign(static_cast<std::size_t>(world_size), 0);
+    g.program_of_rank[static_cast<std::size_t>(r)] = program_index(g, std::move(p));
   }
   return g;
 }

@@ -39,7 +39,10 @@
 // is not captured yet (capture refuses it), nor are point-to-point messages or
 // checkpoints. CPU offload is: the rank's host is a second timing-mode SimDevice on the
 // capture clock, and its ops (the optimizer's, the host side of PCIe copies) join the
-// compute segments, as in numerics mode where the host shares the rank's clock.
+// compute segments, as in numerics mode where the host shares the rank's clock. Faults:
+// a straggler is captured at its own speed as its own program, link faults are the
+// network model's; a crash, hang or corrupt fault is refused (the replay has no per-rank
+// failure yet: cli/timing_run.h check_timing_faults).
 //
 // Thread safety: plain values.
 #pragma once

@@ -220,13 +220,16 @@ struct NumericsRun {
 
 // With `cpu_offload`, each rank's host is made as `shardlab run` makes it
 // (cli/run_command.cc): a SimDevice with offload_host_profile() on the rank's clock and trace.
+// `slowdown`: straggler factors per rank, as World takes them.
 NumericsRun run_numerics(const FsdpTrainOptions& in, int world, std::uint64_t perturb_seed,
-                         const DeviceProfile& device = {}, bool cpu_offload = false) {
+                         const DeviceProfile& device = {}, bool cpu_offload = false,
+                         std::vector<double> slowdown = {}) {
   WorldOptions wo;
   wo.world_size = world;
   wo.trace = true;
   wo.perturb_seed = perturb_seed;
   wo.device = device;
+  wo.slowdown = std::move(slowdown);
   World w(wo);
   FsdpTrainOptions o = in;
   o.record_memory_timeline = true;
@@ -303,7 +306,9 @@ TEST(TimingMode, NumericsAndTimingGiveTheSameTimelineUnderCpuOffload) {
   const int w = 4;
   auto gaudi2 = load_device_profile("gaudi2");
   ASSERT_TRUE(gaudi2.is_ok()) << gaudi2.status().to_string();
-  auto g = capture_graph(o, w, *gaudi2, /*cpu_offload=*/true);
+  CaptureOptions offload;
+  offload.cpu_offload = true;
+  auto g = capture_graph(o, w, *gaudi2, offload);
   ASSERT_TRUE(g.is_ok()) << g.status().to_string();
   ReplayOptions ro;
   ro.network = make_alpha_beta_ring(NetworkModel{});
@@ -322,6 +327,59 @@ TEST(TimingMode, NumericsAndTimingGiveTheSameTimelineUnderCpuOffload) {
   EXPECT_LT(peak(g->program(0), MemoryCategory::kOptimizerState),
             peak(on_device->program(0), MemoryCategory::kOptimizerState));
   EXPECT_GT(tim->ranks[0].step_times.back(), plain->ranks[0].step_times.back());
+}
+
+// A straggler (sim/faults.h) runs its own, slower program; the others wait for it in the
+// collectives, in timing mode exactly as in numerics mode.
+TEST(TimingMode, NumericsAndTimingGiveTheSameTimelineWithAStraggler) {
+  const FsdpTrainOptions o = bert_tiny();
+  const int w = 8;
+  CaptureOptions slow;
+  slow.slowdown = {1, 1, 1, 1, 1, 3, 1, 1};
+  auto g = capture_graph(o, w, DeviceProfile{}, slow);
+  ASSERT_TRUE(g.is_ok()) << g.status().to_string();
+  ReplayOptions ro;
+  ro.network = make_alpha_beta_ring(NetworkModel{});
+  ro.traced_ranks = all_ranks(w);
+  auto tim = replay(*g, ro);
+  ASSERT_TRUE(tim.is_ok()) << tim.status().to_string();
+  expect_same_timeline(run_numerics(o, w, 0, DeviceProfile{}, false, slow.slowdown), *g, *tim);
+}
+
+// Beyond kMaxPerRankCaptureWorld ranks the others share rank 0's program, and the straggler
+// still runs its own: every rank's step grows by what the straggler's compute adds.
+TEST(TimingMode, LargeWorldsCaptureEachStragglerAtItsOwnSpeed) {
+  FsdpTrainOptions o = bert_tiny();
+  o.bert.head = runtime::model::BertHead::kSequenceClassification;
+  o.bert.config.num_labels = 3;
+  const int w = kMaxPerRankCaptureWorld + 8;
+  o.global_batch = w;
+  o.steps = 2;
+  CaptureOptions slow;
+  slow.slowdown.assign(static_cast<std::size_t>(w), 1.0);
+  slow.slowdown[40] = 2.0;
+  auto g = capture_graph(o, w, DeviceProfile{}, slow);
+  ASSERT_TRUE(g.is_ok()) << g.status().to_string();
+  auto plain = capture_graph(o, w, DeviceProfile{});
+  ASSERT_TRUE(plain.is_ok()) << plain.status().to_string();
+  EXPECT_EQ(g->programs.size(), plain->programs.size() + 1);
+  EXPECT_EQ(&g->program(39), &g->program(0));
+  const RankProgram& straggler = g->program(40);
+  EXPECT_NE(&straggler, &g->program(0));
+  Nanos slow_compute = 0, own_compute = 0;
+  for (const auto& op : straggler.ops) slow_compute += op.duration;
+  for (const auto& op : g->program(0).ops) own_compute += op.duration;
+  EXPECT_GT(slow_compute, own_compute * 19 / 10);  // twice the compute, host time per op included
+  ReplayOptions ro;
+  ro.network = make_alpha_beta_ring(NetworkModel{});
+  auto with = replay(*g, ro);
+  auto without = replay(*plain, ro);
+  ASSERT_TRUE(with.is_ok() && without.is_ok());
+  for (int r : {0, 40, w - 1}) {
+    EXPECT_GT(with->ranks[static_cast<std::size_t>(r)].step_times.back(),
+              without->ranks[static_cast<std::size_t>(r)].step_times.back())
+        << "rank " << r;
+  }
 }
 
 // Ranks differ in their compute (shard pieces, data): beyond kMaxPerRankCaptureWorld
