@@ -215,7 +215,7 @@ int run_sim(const RunArgs& a) {
     sim::FaultInjector faulty(&base, a.faults ? a.faults : std::make_shared<const sim::FaultPlan>(), ctx.rank, &ctx.clock);
     runtime::comm::Communicator& comm = a.faults ? static_cast<runtime::comm::Communicator&>(faulty) : base;
     // CPU offload's host: on the rank's clock and trace, across the device's host link.
-    sim::SimDevice host({"host", ctx.rank}, sim::offload_host_profile(), &ctx.clock);
+    sim::SimDevice host({"host", ctx.rank}, a.offload_host ? *a.offload_host : sim::offload_host_profile(), &ctx.clock);
     host.set_trace(ctx.sim_device.trace());
     runtime::train::FsdpTrainOptions train = args.train;
     if (a.faults) train.before_step = [&faulty](int step) { return faulty.before_step(step); };

@@ -1053,6 +1053,8 @@ std::vector<KeyDef> build_schema() {
           leaf("collective_algorithm",
                enum_setter([](S& s) -> std::string& { return s.world.collective_algorithm; },
                            {{"auto", {}}, {"ring", {}}, {"direct", {}}, {"hierarchical", {}}, {"halving_doubling", {}}})),
+          leaf("offload_host", profile_setter([](S& s) -> std::string& { return s.world.offload_host; }, {"host"},
+                                              "device")),
       }));
   top.push_back(leaf("faults", set_faults));
   top.push_back(
@@ -1460,6 +1462,20 @@ Status validate(const Scenario& s, const SourcePos& top) {
     SHARDLAB_RETURN_IF_ERROR(check_file(s, "world.device", s.world.device,
                                         "allowed: cpu, gaudi1, gaudi2, gaudi3, or an existing device profile file"));
   }
+  if (s.world.offload_host != "host") {
+    if (!s.fsdp.cpu_offload) {
+      return bad(s.where("world.offload_host"), "world.offload_host is set but fsdp.cpu_offload is false",
+                 "allowed: fsdp.cpu_offload: true, or world.offload_host: host (the default)");
+    }
+    if (s.world.backend != "sim") {
+      return bad(s.where("world.offload_host"),
+                 "world.offload_host models the host in the simulator; backend " + s.world.backend +
+                     " offloads to the real host",
+                 "allowed: world.backend: sim, or world.offload_host: host (the default)");
+    }
+    SHARDLAB_RETURN_IF_ERROR(check_file(s, "world.offload_host", s.world.offload_host,
+                                        "allowed: host, or an existing device profile file"));
+  }
   if (looks_like_path(s.world.topology)) {
     SHARDLAB_RETURN_IF_ERROR(
         check_file(s, "world.topology", s.world.topology,
@@ -1650,6 +1666,7 @@ std::string to_yaml(const Scenario& s) {
   o << "  devices_per_node: " << s.world.devices_per_node << "\n";
   o << "  device: " << yaml_string(s.world.device) << "\n";
   o << "  topology: " << yaml_string(s.world.topology) << "\n";
+  o << "  offload_host: " << yaml_string(s.world.offload_host) << "\n";
   o << "  network_model: " << s.world.network_model << "\n";
   o << "  collective_algorithm: " << s.world.collective_algorithm << "\n";
   if (s.faults.empty()) {

@@ -97,6 +97,10 @@ struct Scenario {
     int devices_per_node = 8;       // world size = nodes × devices_per_node
     std::string device = "cpu";     // profile name (cpu, gaudi1, gaudi2, gaudi3) or a path to a profile file
     std::string topology = "switch";  // profile name (hls1, hls2, hls3, ring, fully_connected, switch) or a path
+    // Each rank's host under fsdp.cpu_offload (sim backend): "host" (sim::offload_host_profile:
+    // cpu-sim's rates, unlimited memory) or a path to a device profile, e.g. one `shardlab
+    // calibrate` wrote on the accelerator node's host; its host link is ignored (it is the host).
+    std::string offload_host = "host";
     std::string network_model = "alpha_beta";  // alpha_beta (congestion-unaware) | contention (max–min fair links)
     std::string collective_algorithm = "auto";  // auto | ring | direct | hierarchical | halving_doubling
     int world_size() const { return nodes * devices_per_node; }

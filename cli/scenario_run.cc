@@ -57,6 +57,14 @@ Status scenario_to_run_args(const Scenario& s, RunArgs& a) {
     auto device = sim::load_device_profile(as_path(s.world.device));
     if (!device.is_ok()) return Status::invalid_argument(s.where("world.device").to_string() + ": " + device.status().message());
     a.device = *device;
+    if (s.world.offload_host != "host") {
+      auto host = sim::load_device_profile(as_path(s.world.offload_host));
+      if (!host.is_ok()) {
+        return Status::invalid_argument(s.where("world.offload_host").to_string() + ": " + host.status().message());
+      }
+      host->host_link_bytes_per_s = 0;  // it is the host
+      a.offload_host = *host;
+    }
     sim::NetworkSpec net;
     net.topology = as_path(s.world.topology);
     net.nodes = s.world.nodes;

@@ -622,6 +622,26 @@ TEST_F(ScenarioFiles, ProfilePathsMustExist) {
   EXPECT_TRUE(parse_scenario(file, "name: a\nworld:\n  device: profiles/gaudi9.yaml\n").is_ok());
 }
 
+// world.offload_host: a device profile file for the simulated host under CPU offload; set
+// without offload, on a real backend, or pointing nowhere, it is an error at its line.
+TEST_F(ScenarioFiles, OffloadHostProfile) {
+  const std::string file = path("s.yaml");
+  write("profiles/xeon.json", "{}\n");
+  auto ok = parse_scenario(file, "name: a\nfsdp: {cpu_offload: true}\nworld:\n  offload_host: profiles/xeon.json\n");
+  ASSERT_TRUE(ok.is_ok()) << ok.status().to_string();
+  EXPECT_EQ(ok->world.offload_host, "profiles/xeon.json");
+  EXPECT_EQ(parse("name: a\n")->world.offload_host, "host");
+  expect_error(parse_scenario(file, "name: a\nworld:\n  offload_host: profiles/xeon.json\n"), file + ":3:17:",
+               {"world.offload_host is set but fsdp.cpu_offload is false", "fsdp.cpu_offload: true"});
+  expect_error(parse_scenario(file, "name: a\nfsdp: {cpu_offload: true}\nworld:\n  backend: mpi\n"
+                                    "  offload_host: profiles/xeon.json\n"),
+               file + ":5:17:", {"world.offload_host models the host in the simulator", "world.backend: sim"});
+  expect_error(parse_scenario(file, "name: a\nfsdp: {cpu_offload: true}\nworld:\n  offload_host: xeon.json\n"),
+               file + ":4:17:", {"world.offload_host", "'xeon.json' not found", "allowed: host"});
+  expect_error(parse_scenario(file, "name: a\nfsdp: {cpu_offload: true}\nworld:\n  offload_host: xeon\n"),
+               file + ":4:17:", {"unknown device profile 'xeon'", "allowed: host, or a path"});
+}
+
 TEST(ScenarioErrors, NameMissingOrInvalid) {
   expect_error(parse("train:\n  steps: 2\n"), "s.yaml:1:1:", {"missing required key `name`"});
   expect_error(parse("name: my run\n"), "s.yaml:1:7:", {"'my run' is not a valid folder name", "letters, digits"});

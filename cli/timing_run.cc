@@ -95,6 +95,7 @@ Status run_timing(const RunArgs& a, const TimingRunOptions& options, RunRecord& 
     SHARDLAB_RETURN_IF_ERROR(runtime::train::validate(a.train, a.world_size));
     sim::timing::CaptureOptions capture;
     capture.cpu_offload = a.cpu_offload;
+    if (a.offload_host) capture.offload_host = *a.offload_host;
     if (a.faults) {
       SHARDLAB_RETURN_IF_ERROR(check_timing_faults(*a.faults));
       for (int r = 0; r < a.world_size; ++r) capture.slowdown.push_back(a.faults->slowdown(r));

@@ -129,6 +129,41 @@ TEST(TimingRun, CpuOffloadMovesTheOptimizerStateToTheHost) {
 // A timing-mode scenario asking for what timing mode cannot do — a check of values, or a
 // fault that makes a rank fail — exits 2 naming the line and what is allowed; stragglers
 // and link faults run.
+// world.offload_host: a faster host shortens an offloaded step; its profile's host link is
+// dropped (the host is the host), and timing mode uses it as numerics mode does.
+TEST(TimingRun, TheOffloadHostProfileSetsTheHostsCosts) {
+  const std::string host_file = temp_path("fast_host.json");
+  sim::DeviceProfile fast = sim::offload_host_profile();
+  fast.name = "fast-host";
+  fast.vector_flops_per_s *= 8;
+  fast.memory_bytes_per_s *= 8;
+  fast.capacity_bytes = std::int64_t{64} << 30;
+  fast.host_link_bytes_per_s = 1e6;  // would make every host op a slow transfer if kept
+  ASSERT_TRUE(sim::write_device_profile(fast, host_file).is_ok());
+  const auto args = [&](const std::string& host) {
+    auto sc = parse_scenario("s.yaml", "name: t\nmodel: {preset: bert-tiny, head: mlm}\ndata: {seq_len: 16}\n"
+                                       "train: {steps: 2}\nfsdp: {cpu_offload: true}\n"
+                                       "world: {mode: timing, devices_per_node: 4, device: gaudi2, offload_host: " +
+                                           host + "}\n");
+    EXPECT_TRUE(sc.is_ok()) << sc.status().to_string();
+    RunArgs a;
+    EXPECT_TRUE(scenario_to_run_args(*sc, a).is_ok());
+    return a;
+  };
+  const RunArgs plain = args("host"), faster = args(host_file);
+  EXPECT_FALSE(plain.offload_host.has_value());
+  ASSERT_TRUE(faster.offload_host.has_value());
+  EXPECT_EQ(faster.offload_host->host_link_bytes_per_s, 0.0);
+  EXPECT_EQ(faster.offload_host->vector_flops_per_s, fast.vector_flops_per_s);
+  TimingRunOptions opts;
+  opts.device = plain.device;
+  RunRecord a, b;
+  ASSERT_TRUE(run_timing(plain, opts, a).is_ok()) << a.status;
+  ASSERT_TRUE(run_timing(faster, opts, b).is_ok()) << b.status;
+  EXPECT_LT(b.ranks[0].step_times.back(), a.ranks[0].step_times.back());
+  std::filesystem::remove(host_file);
+}
+
 TEST(TimingRun, ScenariosRefuseValueChecksAndRankFailuresNamingTheLine) {
   const std::string head = "name: t\nmodel: {preset: bert-tiny, head: mlm}\nworld: {mode: timing, devices_per_node: 4}\n";
   const struct {

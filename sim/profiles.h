@@ -26,7 +26,8 @@ Result<DeviceProfile> load_device_profile(const std::string& name_or_path);
 // "host:<rank>" on the rank's clock): cpu-sim's rates — a host core's, not a measured
 // Xeon's — with unlimited memory (a node's host RAM is far larger than any offloaded
 // shard) and no host link (it is the host). The optimizer steps over offloaded shards on
-// it, so their time is on the rank's clock.
+// it, so their time is on the rank's clock. The scenario key world.offload_host replaces
+// it with a device profile file (e.g. one `shardlab calibrate` wrote on the real host).
 DeviceProfile offload_host_profile();
 // Parses a device profile's JSON text; `origin` names it in messages.
 Result<DeviceProfile> parse_device_profile(const std::string& json_text, const std::string& origin);

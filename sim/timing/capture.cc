@@ -190,7 +190,7 @@ Result<RankProgram> capture_rank(const runtime::train::FsdpTrainOptions& in, int
   }
   // CPU offload's host as numerics mode makes it (cli/run_command.cc): a SimDevice on the
   // rank's clock and trace, here with phantom tensors too; its ops join the compute segments.
-  SimDevice host({"host", rank}, offload_host_profile(), &clock);
+  SimDevice host({"host", rank}, capture.offload_host, &clock);
   host.set_timing_mode(true);
   host.set_trace(&trace);
   Recording rec;

@@ -8,6 +8,7 @@
 
 #include "runtime/train/fsdp_train.h"
 #include "sim/cost_model.h"
+#include "sim/profiles.h"
 #include "sim/timing/op_graph.h"
 
 namespace shardlab::sim::timing {
@@ -16,10 +17,11 @@ namespace shardlab::sim::timing {
 // numerics mode builds around train_fsdp (cli/run_command.cc, sim/world.h).
 struct CaptureOptions {
   // CPU offload: shards, gradient shards and optimizer state live on the rank's host, a
-  // timing-mode SimDevice named "host:<rank>" with sim::offload_host_profile() on the
+  // timing-mode SimDevice named "host:<rank>" with `offload_host`'s costs on the
   // rank's clock, as numerics mode makes it (the trainer's fsdp.offload_device must then
   // be null: the capture makes the host).
   bool cpu_offload = false;
+  DeviceProfile offload_host = offload_host_profile();  // the host's costs and capacity
   // Straggler faults: rank r's device runs `slowdown[r]` times slower
   // (DeviceProfile::slowed_by, as World does); missing entries and 1 are full speed.
   std::vector<double> slowdown;
