@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <sstream>
 #include <functional>
 #include <memory>
 #include <filesystem>
@@ -280,7 +281,10 @@ int run_timing_mode(const RunArgs& a) {
   RunRecord record;
   if (Status s = run_timing(a, o, record); !s.is_ok()) {
     write_outputs(a, record);
-    return fail(s);
+    // One line per failed rank when injected faults stopped ranks, as run_sim prints them.
+    std::istringstream lines(s.to_string());
+    for (std::string line; std::getline(lines, line);) std::fprintf(stderr, "shardlab run: %s\n", line.c_str());
+    return s.exit_code();
   }
   std::printf("%s\n", record.header.c_str());
   if (!record.ranks.empty()) print_steps(record.ranks[0], "simulated step time (timing mode)", /*timing=*/true);

@@ -1,5 +1,6 @@
 #include "cli/timing_run.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -46,11 +47,12 @@ std::shared_ptr<const sim::NetworkCostModel> network_of(const TimingRunOptions& 
 
 Status check_timing_faults(const sim::FaultPlan& plan) {
   for (const sim::Fault& f : plan.faults) {
-    if (f.kind == sim::FaultKind::kCrash || f.kind == sim::FaultKind::kHang || f.kind == sim::FaultKind::kCorrupt) {
-      return Status::invalid_argument((f.origin.empty() ? "" : f.origin + ": ") + "a " +
-                                      std::string(sim::fault_kind_name(f.kind)) +
-                                      " fault is not modelled in timing mode yet; allowed in timing mode: straggler, "
-                                      "link_down, link_degrade — or run this scenario with world.mode: numerics");
+    if (f.kind == sim::FaultKind::kCorrupt && !f.integrity_check) {
+      return Status::invalid_argument(
+          (f.origin.empty() ? "" : f.origin + ": ") +
+          "a corrupt fault without the integrity check changes values only, and timing mode has none (phantom "
+          "tensors); allowed in timing mode: corrupt with integrity_check: true, crash, hang, straggler, link_down, "
+          "link_degrade — or run this scenario with world.mode: numerics");
     }
   }
   return Status::ok();
@@ -59,9 +61,28 @@ Status check_timing_faults(const sim::FaultPlan& plan) {
 Status fill_timing_record(const sim::timing::OpGraph& g, const TimingRunOptions& options, RunRecord& record) {
   sim::timing::ReplayOptions ro;
   ro.network = network_of(options);
+  ro.faults = options.faults;
+  ro.collective_timeout = options.collective_timeout;
   const int traced = std::clamp(options.traced_ranks, 0, g.world_size);
   for (int r = 0; r < traced; ++r) ro.traced_ranks.push_back(r);
   SHARDLAB_ASSIGN_OR_RETURN(sim::timing::ReplayResult rep, sim::timing::replay(g, ro));
+  if (!rep.errors.empty()) {
+    // As numerics mode reports a failed run: every failed rank, the faulty ones first — the
+    // first kListedErrors of them, in a large world, and how many more.
+    constexpr std::size_t kListedErrors = 16;
+    const sim::timing::RankError& first = rep.errors.front();
+    std::string all = first.status.message();
+    for (std::size_t i = 1; i < std::min(rep.errors.size(), kListedErrors); ++i) {
+      all += "\n" + rep.errors[i].status.to_string();
+    }
+    if (rep.errors.size() > kListedErrors) {  // the unlisted ones are ranks that timed out
+      const sim::timing::RankError& last = rep.errors.back();
+      all += "\n" + std::string(status_code_name(last.status.code())) + ": … and " +
+             std::to_string(rep.errors.size() - kListedErrors) + " more ranks, up to rank " + std::to_string(last.rank) +
+             ", the same way";
+    }
+    return Status(first.status.code(), all);
+  }
   record.mode = "timing";
   record.world_size = g.world_size;
   record.device_peak_flops = options.device.matrix_flops_per_s;
@@ -96,10 +117,13 @@ Status run_timing(const RunArgs& a, const TimingRunOptions& options, RunRecord& 
     sim::timing::CaptureOptions capture;
     capture.cpu_offload = a.cpu_offload;
     if (a.offload_host) capture.offload_host = *a.offload_host;
+    TimingRunOptions with_faults = options;
     if (a.faults) {
       SHARDLAB_RETURN_IF_ERROR(check_timing_faults(*a.faults));
       for (int r = 0; r < a.world_size; ++r) capture.slowdown.push_back(a.faults->slowdown(r));
+      with_faults.faults = a.faults->faults;
     }
+    with_faults.collective_timeout = a.train.fsdp.collective_timeout;
     SHARDLAB_ASSIGN_OR_RETURN(sim::timing::OpGraph g,
                               sim::timing::capture_graph(a.train, a.world_size, options.device, capture));
     char line[256];
@@ -112,7 +136,7 @@ Status run_timing(const RunArgs& a, const TimingRunOptions& options, RunRecord& 
     if (!g.approximation.empty()) record.header += " (approximate: " + g.approximation + ")";
     g.description = record.header;
     if (!options.dump_graph.empty()) SHARDLAB_RETURN_IF_ERROR(sim::timing::write_graph_json(g, options.dump_graph));
-    SHARDLAB_RETURN_IF_ERROR(fill_timing_record(g, options, record));
+    SHARDLAB_RETURN_IF_ERROR(fill_timing_record(g, with_faults, record));
     record.device_peak_flops = mfu_peak_flops(a.train, options.device);  // as in numerics mode
     return Status::ok();
   }();

@@ -32,20 +32,27 @@ struct TimingRunOptions {
   int traced_ranks = 8;
   // Non-empty: the op graph is also written here as JSON (--dump-graph FILE).
   std::string dump_graph;
+  // For the replay (NOTE [Faults in timing mode] in sim/timing/replay.h); run_timing sets
+  // both from its RunArgs (the scenario's faults, fsdp.collective_timeout).
+  std::vector<sim::Fault> faults;
+  Nanos collective_timeout = runtime::comm::kDefaultTimeout;
 };
 
 // Runs args (backend "sim"; world_size, train, scenario, model_name as for numerics) in
 // timing mode and fills `record`. On failure returns the error (bad options: INVALID_ARGUMENT;
-// OUT_OF_MEMORY with the per-category breakdown at the failing allocation) and leaves
+// OUT_OF_MEMORY with the per-category breakdown at the failing allocation; injected faults
+// that stopped ranks: one line per failed rank, the faulty ones first, as numerics mode
+// reports them, with the first line's code) and leaves
 // `record` with the fields known so far and `status` set to the error, ready for
 // write_run_outputs.
 Status run_timing(const RunArgs& args, const TimingRunOptions& options, RunRecord& record);
 
-// Timing mode models stragglers (each one's own slower rank program) and link faults (the
-// network model). A crash, hang or corrupt fault needs the numerics World's per-rank
-// failures, which the replay does not have yet: INVALID_ARGUMENT naming the fault's
-// origin (file:line:col) and what is allowed. run_timing checks it; scenario runs check
-// it before anything is written.
+// Timing mode models every fault but one: stragglers (each one's own slower rank program),
+// link faults (the network model), crash, hang and corrupt with the integrity check (the
+// replay stops the rank; NOTE [Faults in timing mode]). A corrupt fault without the check
+// changes values only, and timing mode has none: INVALID_ARGUMENT naming the fault's
+// origin (file:line:col) and what is allowed. run_timing checks it; scenario runs check it
+// before anything is written.
 Status check_timing_faults(const sim::FaultPlan& plan);
 
 // Replays a graph written by --dump-graph (no model code needed) into `record` (header,

@@ -126,9 +126,6 @@ TEST(TimingRun, CpuOffloadMovesTheOptimizerStateToTheHost) {
   EXPECT_GT(offloaded.ranks[0].step_times.back(), plain.ranks[0].step_times.back());
 }
 
-// A timing-mode scenario asking for what timing mode cannot do — a check of values, or a
-// fault that makes a rank fail — exits 2 naming the line and what is allowed; stragglers
-// and link faults run.
 // world.offload_host: a faster host shortens an offloaded step; its profile's host link is
 // dropped (the host is the host), and timing mode uses it as numerics mode does.
 TEST(TimingRun, TheOffloadHostProfileSetsTheHostsCosts) {
@@ -164,15 +161,16 @@ TEST(TimingRun, TheOffloadHostProfileSetsTheHostsCosts) {
   std::filesystem::remove(host_file);
 }
 
-TEST(TimingRun, ScenariosRefuseValueChecksAndRankFailuresNamingTheLine) {
+// A timing-mode scenario asking for what timing mode cannot do — a check of values, or a
+// corruption nobody detects (it changes values only) — exits 2 naming the line and what is
+// allowed; every other fault runs.
+TEST(TimingRun, ScenariosRefuseValueChecksAndSilentCorruptionNamingTheLine) {
   const std::string head = "name: t\nmodel: {preset: bert-tiny, head: mlm}\nworld: {mode: timing, devices_per_node: 4}\n";
   const struct {
     std::string yaml, where, what;
   } refused[] = {
-      {"faults:\n  - {kind: crash, rank: 1, step: 2}\n", "s.yaml:5:5:", "a crash fault is not modelled in timing mode"},
-      {"faults:\n  - {kind: hang, rank: 1, time_ms: 5}\n", "s.yaml:5:5:", "a hang fault is not modelled in timing mode"},
       {"faults:\n  - {kind: corrupt, rank: 1, collective: 3}\n", "s.yaml:5:5:",
-       "a corrupt fault is not modelled in timing mode"},
+       "a corrupt fault without the integrity check changes values only"},
       {"expect: {grads_match_unsharded: true}\n", "s.yaml:4:", "expect.grads_match_unsharded: checks values"},
       {"expect: {final_loss_below: 11}\n", "s.yaml:4:", "expect.final_loss_below: checks values"},
   };
@@ -187,23 +185,50 @@ TEST(TimingRun, ScenariosRefuseValueChecksAndRankFailuresNamingTheLine) {
     EXPECT_NE(s.message().find("numerics"), std::string::npos) << s.message();
   }
   for (const std::string ok : {"faults:\n  - {kind: straggler, rank: 1, factor: 2}\n",
+                               "faults:\n  - {kind: crash, rank: 1, step: 2}\n",
+                               "faults:\n  - {kind: hang, rank: 1, time_ms: 5}\n",
+                               "faults:\n  - {kind: corrupt, rank: 1, collective: 3, integrity_check: true}\n",
                                "expect: {max_step_time_s: 1, max_peak_memory_per_rank: 1 GiB}\n"}) {
     auto sc = parse_scenario("s.yaml", head + ok);
     ASSERT_TRUE(sc.is_ok()) << sc.status().to_string();
     RunArgs a;
     EXPECT_TRUE(scenario_to_run_args(*sc, a).is_ok()) << ok;
   }
-  // The same faults given to run_timing directly (no scenario) are refused too.
+  // The same fault given to run_timing directly (no scenario) is refused too.
   RunArgs a = tiny_args(4);
   auto plan = std::make_shared<sim::FaultPlan>();
-  plan->faults.push_back({});  // a crash
+  plan->faults.push_back({});
+  plan->faults.back().kind = sim::FaultKind::kCorrupt;
   plan->faults.back().rank = 1;
-  plan->faults.back().step = 1;
+  plan->faults.back().collective = 3;
   a.faults = plan;
   RunRecord record;
   const Status s = run_timing(a, {}, record);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(s.message().find("a crash fault is not modelled in timing mode"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("without the integrity check"), std::string::npos) << s.message();
+}
+
+// A crash ends a timing-mode run as it ends a numerics one: exit 3, one line per failed
+// rank (the crashed rank first), the survivors timing out after fsdp.collective_timeout.
+TEST(TimingRun, ACrashEndsTheRunWithEveryRanksError) {
+  RunArgs a = tiny_args(4);
+  a.train.fsdp.collective_timeout = 2'000'000'000;
+  auto plan = std::make_shared<sim::FaultPlan>();
+  plan->faults.push_back({});  // a crash of rank 3 at the top of step 2
+  plan->faults.back().rank = 3;
+  plan->faults.back().step = 1;
+  a.faults = plan;
+  RunRecord record;
+  const Status s = run_timing(a, {}, record);
+  EXPECT_EQ(s.exit_code(), 3);
+  EXPECT_EQ(s.code(), StatusCode::kUnavailable);
+  const std::string all = s.to_string();
+  EXPECT_EQ(all.rfind("UNAVAILABLE: rank 3, step 2: crashed at the top of step 2", 0), 0u) << all;
+  for (const char* r : {"\nTIMEOUT: rank 0, step 2:", "\nTIMEOUT: rank 1, step 2:", "\nTIMEOUT: rank 2, step 2:"}) {
+    EXPECT_NE(all.find(r), std::string::npos) << all;
+  }
+  EXPECT_NE(all.find("timed out after 2.000000 s (virtual)"), std::string::npos) << all;
+  EXPECT_EQ(record.status, all);
 }
 
 TEST(TimingRun, RefusesWhatTimingModeCannotCapture) {

@@ -16,13 +16,21 @@ using runtime::comm::OpKind;
 using runtime::comm::ReduceOp;
 using runtime::comm::WorkPtr;
 
-namespace {
-
-std::string seconds(Nanos t) {
+std::string format_seconds(Nanos t) {
   char buf[48];
   std::snprintf(buf, sizeof buf, "%.6f s", static_cast<double>(t) / 1e9);
   return buf;
 }
+
+std::string describe_collective(OpKind kind, DType dtype, std::int64_t count, ReduceOp op, int root, std::uint64_t seq) {
+  std::string s = std::string(runtime::comm::op_kind_name(kind)) + " #" + std::to_string(seq) + " (" +
+                  std::string(dtype_name(dtype)) + " × " + std::to_string(count);
+  if (kind == OpKind::kReduceScatter || kind == OpKind::kAllReduce) s += ", " + std::string(reduce_op_name(op));
+  if (kind == OpKind::kBroadcast) s += ", root " + std::to_string(root);
+  return s + ")";
+}
+
+namespace {
 
 // NOTE [Shared data movement]
 // A collective's data movement is cut into tasks of at most kChunkBytes of output: a
@@ -319,7 +327,7 @@ class SimWork final : public runtime::comm::Work {
     clock.advance_to(deadline);
     std::string why;
     if (state_->done) {
-      why = "it completed only at " + seconds(state_->completion);
+      why = "it completed only at " + format_seconds(state_->completion);
     } else if (auto op = state_->pending.lock()) {
       std::string missing;
       const auto& members = op->members;
@@ -332,8 +340,8 @@ class SimWork final : public runtime::comm::Work {
     } else {
       why = state_->missing_hint;
     }
-    return Status::timeout(state_->what + ": timed out after " + seconds(timeout) + " (virtual) at " +
-                           seconds(deadline) + "; " + why);
+    return Status::timeout(state_->what + ": timed out after " + format_seconds(timeout) + " (virtual) at " +
+                           format_seconds(deadline) + "; " + why);
   }
 
   bool is_completed() override {
@@ -404,11 +412,7 @@ void SimCommunicator::perturb() {
 }
 
 std::string SimCommunicator::describe(const Member& m, std::uint64_t seq) const {
-  std::string s = std::string(runtime::comm::op_kind_name(m.kind)) + " #" + std::to_string(seq) + " (" +
-                  std::string(dtype_name(m.dtype)) + " × " + std::to_string(m.count);
-  if (m.kind == OpKind::kReduceScatter || m.kind == OpKind::kAllReduce) s += ", " + std::string(reduce_op_name(m.op));
-  if (m.kind == OpKind::kBroadcast) s += ", root " + std::to_string(m.root);
-  return s + ")";
+  return describe_collective(m.kind, m.dtype, m.count, m.op, m.root, seq);
 }
 
 WorkPtr SimCommunicator::collective(Member m, std::shared_ptr<WorkState> state) {

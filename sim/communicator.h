@@ -22,6 +22,13 @@
 
 namespace shardlab::sim {
 
+// "all_reduce #11 (int64 × 1, sum)": a collective as the simulator's errors name it
+// (shared with the timing-mode replay).
+std::string describe_collective(runtime::comm::OpKind kind, DType dtype, std::int64_t count, runtime::comm::ReduceOp op,
+                                int root, std::uint64_t seq);
+// "30.019560 s": a virtual time in the simulator's errors.
+std::string format_seconds(Nanos t);
+
 class SimCommunicator final : public runtime::comm::Communicator {
  public:
   SimCommunicator(std::shared_ptr<World::Shared> shared, std::shared_ptr<Group> group, int group_rank,

@@ -36,15 +36,27 @@ Result<FaultKind> parse_fault_kind(std::string_view name) {
                                   "'; allowed: crash, hang, straggler, corrupt, link_down, link_degrade");
 }
 
-namespace {
-
-std::string ms(Nanos t) {
+std::string fault_ms(Nanos t) {
   char buf[48];
   std::snprintf(buf, sizeof buf, "%.6g ms", static_cast<double>(t) / 1e6);
   return buf;
 }
 
-}  // namespace
+std::string fault_where(int world_rank, int step) {
+  return "rank " + std::to_string(world_rank) + (step >= 0 ? ", step " + std::to_string(step + 1) : std::string());
+}
+
+Status stopped_rank_status(const Fault& f, const std::string& where, const std::string& point, bool released) {
+  if (f.kind == FaultKind::kCrash) return Status::unavailable(where + ": crashed " + point + " — injected " + f.describe());
+  return Status::unavailable(where + ": hung " + point + " — injected " + f.describe() +
+                             (released ? "; released when the other ranks were done" : ""));
+}
+
+Status integrity_failure_status(const Fault& f, const std::string& where, const std::string& what) {
+  return Status::data_loss(where + ": " + what +
+                           ": the received payload failed its integrity check (checksum mismatch); injected by " +
+                           f.describe());
+}
 
 std::string Fault::describe() const {
   std::string s(fault_kind_name(kind));
@@ -53,7 +65,7 @@ std::string Fault::describe() const {
     case FaultKind::kHang:
       s += " of rank " + std::to_string(rank);
       if (step >= 0) s += " at step " + std::to_string(step + 1);  // shown 1-based, like the step table
-      if (time >= 0) s += std::string(step >= 0 ? " or" : "") + " at " + ms(time);
+      if (time >= 0) s += std::string(step >= 0 ? " or" : "") + " at " + fault_ms(time);
       break;
     case FaultKind::kStraggler: {
       char buf[64];
@@ -73,7 +85,7 @@ std::string Fault::describe() const {
         std::snprintf(buf, sizeof buf, " to %.4g× bandwidth", factor);
         s += buf;
       }
-      if (time >= 0) s += " from " + ms(time);
+      if (time >= 0) s += " from " + fault_ms(time);
       break;
     }
   }
@@ -113,9 +125,7 @@ struct FaultInjector::State {
   bool stopped = false;           // crashed or hung: nothing more is issued
   std::shared_ptr<Storage> scratch;  // the receive buffer of a hang
 
-  std::string where() const {
-    return "rank " + std::to_string(world_rank) + (step >= 0 ? ", step " + std::to_string(step + 1) : std::string());
-  }
+  std::string where() const { return fault_where(world_rank, step); }
 };
 
 namespace {
@@ -140,11 +150,7 @@ class FaultWork final : public Work {
     if (!s.is_ok()) return annotate(s);
     if (corrupt_ != nullptr && !applied_) {
       applied_ = true;
-      if (corrupt_->integrity_check) {
-        return Status::data_loss(state_->where() + ": " + what_ +
-                                 ": the received payload failed its integrity check (checksum mismatch); injected by " +
-                                 corrupt_->describe());
-      }
+      if (corrupt_->integrity_check) return integrity_failure_status(*corrupt_, state_->where(), what_);
       flip();
     }
     return s;
@@ -209,21 +215,17 @@ FaultInjector::~FaultInjector() = default;
 
 Status FaultInjector::stop(const Fault& f, const char* where) {
   state_->stopped = true;
-  if (f.kind == FaultKind::kCrash) {
-    return Status::unavailable(state_->where() + ": crashed " + where + " — injected " + f.describe());
-  }
+  bool released = false;
   // Hang: stop answering. Block on a message nobody sends; the simulator releases this
   // wait (as a timeout) only when every other rank is done or blocked for good.
-  std::string why = "hung " + std::string(where) + " — injected " + f.describe();
   Communicator& world = *state_->world;
-  if (world.size() > 1) {
+  if (f.kind == FaultKind::kHang && world.size() > 1) {
     if (!state_->scratch) state_->scratch = host_bytes(sizeof(float));
     SHARDLAB_ASSIGN_OR_RETURN(Tensor t, Tensor::view_of(state_->scratch, DType::kF32, {1}, 0, "hang"));
     const int peer = (world.rank() + 1) % world.size();
-    const Status s = world.recv(t, peer, kHangTag)->wait(std::numeric_limits<Nanos>::max());
-    if (!s.is_ok()) why += "; released when the other ranks were done";
+    released = !world.recv(t, peer, kHangTag)->wait(std::numeric_limits<Nanos>::max()).is_ok();
   }
-  return Status::unavailable(state_->where() + ": " + why);
+  return stopped_rank_status(f, state_->where(), where, released);
 }
 
 Status FaultInjector::before_step(int step) {
@@ -243,7 +245,7 @@ Status FaultInjector::before_collective(const char* op) {
   for (const Fault& f : state_->plan->faults) {
     if (f.rank == state_->world_rank && (f.kind == FaultKind::kCrash || f.kind == FaultKind::kHang) && f.time >= 0 &&
         now >= f.time) {
-      return stop(f, ("at " + ms(now) + " before its " + std::string(op)).c_str());
+      return stop(f, ("at " + fault_ms(now) + " before its " + std::string(op)).c_str());
     }
   }
   return Status::ok();

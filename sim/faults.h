@@ -21,8 +21,9 @@
 //    instead and the collective fails with DATA_LOSS (the run ends, exit code 3).
 //  - link_down / link_degrade (link "a-b", time, factor): the network model's business
 //    (sim/network.h); the plan only carries them.
-// Timing mode (NOTE [Timing mode]) runs stragglers and link faults, and refuses crash, hang
-// and corrupt (exit 2).
+// Timing mode (NOTE [Timing mode]) runs every kind, the same way (NOTE [Faults in timing
+// mode] in sim/timing/replay.h), except corrupt without the integrity check (exit 2: it
+// changes values only, and timing mode has none).
 // Outputs are never written from a failed run's state: checkpoints are atomic and only
 // written by completed steps, and the CLI reports the failure in summary.txt.
 //
@@ -73,6 +74,19 @@ struct FaultPlan {
   // "crash of rank 3 at step 2 (s.yaml:12:5); …" for error messages; empty: no faults.
   std::string describe() const;
 };
+
+// The words a faulty run reports in, shared by the FaultInjector (numerics mode) and the
+// timing-mode replay (sim/timing/replay.h), so both modes describe a fault alike.
+// "rank 3, step 2" (`step` 0-based; < 0: before the first step).
+std::string fault_where(int world_rank, int step);
+// "7.16758 ms"
+std::string fault_ms(Nanos t);
+// What the crashed or hung rank reports: `point` is "at the top of step 2" or "at 7.2 ms
+// before its all_gather"; a hung rank is `released` when the other ranks were done.
+Status stopped_rank_status(const Fault& f, const std::string& where, const std::string& point, bool released);
+// What a corrupt fault with the integrity check makes the receiving rank report; `what` is
+// "all_gather in group 'world' (the rank's collective #5)".
+Status integrity_failure_status(const Fault& f, const std::string& where, const std::string& what);
 
 class FaultInjector final : public runtime::comm::Communicator {
  public:

@@ -41,8 +41,9 @@
 // capture clock, and its ops (the optimizer's, the host side of PCIe copies) join the
 // compute segments, as in numerics mode where the host shares the rank's clock. Faults:
 // a straggler is captured at its own speed as its own program, link faults are the
-// network model's; a crash, hang or corrupt fault is refused (the replay has no per-rank
-// failure yet: cli/timing_run.h check_timing_faults).
+// network model's, and the replay stops a crashed, hung or corrupt-detecting rank (NOTE
+// [Faults in timing mode] in replay.h); a corruption nobody detects changes values only
+// and is refused (cli/timing_run.h check_timing_faults).
 //
 // Thread safety: plain values.
 #pragma once

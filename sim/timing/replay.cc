@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "sim/comm_streams.h"
+#include "sim/communicator.h"
 
 namespace shardlab::sim::timing {
 
@@ -32,6 +33,7 @@ struct Instance {
   const CollectiveDesc* desc = nullptr;
   int first_rank = 0;  // the first rank that issued it (for mismatch messages)
   int arrived = 0;
+  std::vector<char> issued;  // per rank (for the timeouts of NOTE [Faults in timing mode])
   int waiting_prev = 0;  // members whose previous operation on the stream is not timed
   bool timed = false;
   std::vector<Nanos> ready, done;
@@ -47,7 +49,29 @@ struct RankState {
   std::uint32_t pc = 0;
   Nanos t = 0;
   std::array<std::int64_t, kNumCommStreams> tail{-1, -1, -1};
+  // NOTE [Faults in timing mode]
+  int step = -1;                   // the step being run (-1: before the first)
+  std::int64_t payloads = 0;       // collectives with a payload issued so far
+  std::int64_t corrupt_seq = -1;   // the collective whose wait fails its integrity check
+  const Fault* corrupt = nullptr;  // … and the fault that corrupts it
+  bool stopped = false;            // crashed, hung or failed: runs no further
 };
+
+// The rank's collective number (counting those with a payload, as FaultInjector does) of
+// the program's collective `seq`.
+std::int64_t payload_index(const RankProgram& p, std::int64_t seq) {
+  std::int64_t k = 0;
+  for (std::int64_t i = 0; i < seq; ++i) k += p.collectives[static_cast<std::size_t>(i)].kind != OpKind::kBarrier;
+  return k;
+}
+
+// "all_gather in group 'world' (the rank's collective #5)", as FaultInjector names it.
+std::string fault_what(const RankProgram& p, std::int64_t seq) {
+  const CollectiveDesc& d = p.collectives[static_cast<std::size_t>(seq)];
+  std::string s = std::string(runtime::comm::op_kind_name(d.kind)) + " in group '" + d.group + "'";
+  if (d.kind != OpKind::kBarrier) s += " (the rank's collective #" + std::to_string(payload_index(p, seq)) + ")";
+  return s;
+}
 
 class Replayer {
  public:
@@ -66,6 +90,7 @@ class Replayer {
       SHARDLAB_RETURN_IF_ERROR(run_rank(r));
       SHARDLAB_RETURN_IF_ERROR(failure_);  // a collective whose route is down (link_down)
     }
+    if (!faulty_.empty()) return with_faults();
     for (int r = 0; r < w_; ++r) {
       const RankState& s = state_[static_cast<std::size_t>(r)];
       const RankProgram& p = g_.program(r);
@@ -86,6 +111,71 @@ class Replayer {
   }
 
  private:
+  // NOTE [Faults in timing mode]: the faulty ranks' errors, then a timeout for every rank
+  // blocked in a wait.
+  Result<ReplayResult> with_faults() {
+    std::sort(faulty_.begin(), faulty_.end(), [](const RankError& a, const RankError& b) { return a.rank < b.rank; });
+    out_.errors = std::move(faulty_);
+    const std::string injected = describe_faults();
+    std::map<std::int64_t, std::string> why_of;  // per collective: ranks blocked on it share it
+    for (int r = 0; r < w_; ++r) {
+      const RankState& s = state_[static_cast<std::size_t>(r)];
+      const RankProgram& p = g_.program(r);
+      out_.ranks[static_cast<std::size_t>(r)].end_time = s.t;
+      if (s.stopped || s.pc >= p.nodes.size()) continue;
+      const Node& n = p.nodes[s.pc];  // a wait that cannot complete
+      const Instance& in = *insts_[static_cast<std::size_t>(n.index)];
+      const CollectiveDesc& d = p.collectives[static_cast<std::size_t>(n.index)];
+      auto [it, fresh] = why_of.try_emplace(n.index);
+      if (fresh) {
+        std::string missing;
+        for (int m = 0; m < w_; ++m) {
+          if (!in.issued.empty() && !in.issued[static_cast<std::size_t>(m)]) {
+            missing += (missing.empty() ? "" : ", ") + std::to_string(m);
+          }
+        }
+        it->second = std::to_string(in.arrived) + " of " + std::to_string(w_) + " ranks arrived; " +
+                     (missing.empty() ? "it waits for an earlier operation on the same stream of one of its ranks"
+                                      : "never arrived (group ranks): " + missing);
+      }
+      const std::string& why = it->second;
+      out_.errors.push_back(
+          {r, Status::timeout(fault_where(r, s.step) + ": " + fault_what(p, n.index) + ": " +
+                              describe_collective(d.kind, d.dtype, d.count, d.op, d.root,
+                                                  static_cast<std::uint64_t>(n.index)) +
+                              " on rank " + std::to_string(r) + " of group '" + d.group + "' (size " +
+                              std::to_string(w_) + "): timed out after " + format_seconds(o_.collective_timeout) +
+                              " (virtual) at " + format_seconds(s.t + o_.collective_timeout) + "; " + why +
+                              (injected.empty() ? "" : " [injected faults: " + injected + "]"))});
+    }
+    for (auto& [rank, rec] : recorders_) out_.traces[rank] = rec->events();
+    return std::move(out_);
+  }
+
+  std::string describe_faults() const {
+    FaultPlan plan;
+    plan.faults = o_.faults;
+    return plan.describe();
+  }
+
+  // The rank stops for good with `error` (NOTE [Faults in timing mode]).
+  void stop(int r, Status error) {
+    state_[static_cast<std::size_t>(r)].stopped = true;
+    faulty_.push_back({r, std::move(error)});
+  }
+
+  // A crash or hang of rank `r` due now: at the top of `step` (step >= 0), or by time
+  // before issuing `op` (step < 0). Null when none is due.
+  const Fault* due_stop(int r, int step, Nanos now) const {
+    auto it = rank_faults_.find(r);
+    if (it == rank_faults_.end()) return nullptr;
+    for (const Fault* f : it->second) {
+      if (f->kind != FaultKind::kCrash && f->kind != FaultKind::kHang) continue;
+      if (step >= 0 ? (f->step >= 0 && step >= f->step) : (f->time >= 0 && now >= f->time)) return f;
+    }
+    return nullptr;
+  }
+
   Status prepare() {
     const std::size_t n = g_.programs.front().collectives.size();
     std::vector<std::int64_t> ranks_of(g_.programs.size(), 0);
@@ -112,6 +202,12 @@ class Replayer {
       out_.ranks[static_cast<std::size_t>(r)].step_starts.reserve(steps);
       out_.ranks[static_cast<std::size_t>(r)].step_times.reserve(steps);
     }
+    for (const Fault& f : o_.faults) {
+      if (f.rank >= 0 && f.rank < w_ && (f.kind == FaultKind::kCrash || f.kind == FaultKind::kHang ||
+                                         (f.kind == FaultKind::kCorrupt && f.integrity_check))) {
+        rank_faults_[f.rank].push_back(&f);
+      }
+    }
     world_ranks_.resize(static_cast<std::size_t>(w_));
     std::iota(world_ranks_.begin(), world_ranks_.end(), 0);
     traced_.assign(static_cast<std::size_t>(w_), 0);
@@ -131,6 +227,7 @@ class Replayer {
       slot->desc = &desc;
       slot->first_rank = rank;
       slot->ready.assign(static_cast<std::size_t>(w_), 0);
+      if (!rank_faults_.empty()) slot->issued.assign(static_cast<std::size_t>(w_), 0);
       slot->waits_left = expected_waits_[static_cast<std::size_t>(seq)];
     } else if (!(*slot->desc == desc)) {
       *mismatch = Status::failed_precondition("replay: collective mismatch at position #" + std::to_string(seq) +
@@ -215,6 +312,25 @@ class Replayer {
           break;
         case NodeKind::kIssue: {
           const CollectiveDesc& desc = p.collectives[static_cast<std::size_t>(n.index)];
+          if (const Fault* f = rank_faults_.empty() ? nullptr : due_stop(r, -1, s.t)) {
+            stop(r, stopped_rank_status(*f, fault_where(r, s.step),
+                                        "at " + fault_ms(s.t) + " before its " +
+                                            std::string(runtime::comm::op_kind_name(desc.kind)),
+                                        w_ > 1));
+            out_.events += executed;
+            return Status::ok();
+          }
+          if (desc.kind != OpKind::kBarrier && !rank_faults_.empty()) {
+            const std::int64_t k = s.payloads++;
+            if (auto it = rank_faults_.find(r); it != rank_faults_.end()) {
+              for (const Fault* f : it->second) {
+                if (f->kind == FaultKind::kCorrupt && f->collective == k) {
+                  s.corrupt_seq = n.index;
+                  s.corrupt = f;
+                }
+              }
+            }
+          }
           Status mismatch;
           Instance& in = instance(n.index, desc, r, &mismatch);
           if (!mismatch.is_ok()) return mismatch;
@@ -237,6 +353,7 @@ class Replayer {
             ++in.tail_refs;
           }
           in.ready[ur] = ready;
+          if (!in.issued.empty()) in.issued[ur] = 1;
           if (++in.arrived == w_) time_ready(n.index);
           break;
         }
@@ -250,12 +367,26 @@ class Replayer {
           s.t = std::max(s.t, in.done[ur]);
           --in.waits_left;
           maybe_free(n.index);
+          if (n.index == s.corrupt_seq) {
+            stop(r, integrity_failure_status(*s.corrupt, fault_where(r, s.step), fault_what(p, n.index)));
+            out_.events += executed + 1;
+            return Status::ok();
+          }
           break;
         }
         case NodeKind::kMarker: {
           const Marker& m = p.markers[static_cast<std::size_t>(n.index)];
           switch (m.kind) {
-            case TrainMarker::kStepBegin: timing.step_starts.push_back(s.t); break;
+            case TrainMarker::kStepBegin:
+              s.step = m.step;
+              if (const Fault* f = rank_faults_.empty() ? nullptr : due_stop(r, m.step, s.t)) {
+                stop(r, stopped_rank_status(*f, fault_where(r, s.step), "at the top of step " + std::to_string(m.step + 1),
+                                            w_ > 1));
+                out_.events += executed;
+                return Status::ok();
+              }
+              timing.step_starts.push_back(s.t);
+              break;
             case TrainMarker::kStepEnd:
               timing.step_times.push_back(s.t - (timing.step_starts.empty() ? 0 : timing.step_starts.back()));
               break;
@@ -287,6 +418,8 @@ class Replayer {
   std::vector<char> traced_;
   std::map<int, std::unique_ptr<TraceRecorder>> recorders_;
   std::deque<int>* runnable_ = nullptr;
+  std::map<int, std::vector<const Fault*>> rank_faults_;  // crash, hang, detected corrupt
+  std::vector<RankError> faulty_;
   Status failure_;
   ReplayResult out_;
 };

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "runtime/train/fsdp_train.h"
+#include "sim/faults.h"
 #include "sim/network.h"
 #include "sim/timing/op_graph.h"
 #include "sim/trace.h"
@@ -34,6 +35,19 @@ struct ReplayOptions {
   std::shared_ptr<const NetworkCostModel> network;  // required
   // Ranks whose timeline (trace.json events) and memory samples are kept.
   std::vector<int> traced_ranks;
+  // Injected faults that make a rank fail (sim/faults.h): crash and hang (by step or by
+  // time), and corrupt with the integrity check. Carried out as the FaultInjector does in
+  // numerics mode (NOTE [Faults in timing mode]); other kinds are not the replay's.
+  std::vector<Fault> faults;
+  // How long a rank waits for a collective before it times out (virtual time), as
+  // FsdpOptions::collective_timeout.
+  Nanos collective_timeout = runtime::comm::kDefaultTimeout;
+};
+
+// A rank's error in a run that injected faults: the faulty ranks', then the others'.
+struct RankError {
+  int rank = 0;
+  Status status;
 };
 
 struct RankTiming {
@@ -49,10 +63,26 @@ struct ReplayResult {
   std::map<int, std::vector<runtime::train::MemorySample>> memory_timelines;
   std::int64_t events = 0;       // program nodes executed over all ranks + collectives timed
   std::int64_t collectives = 0;  // collectives timed
+  // Non-empty when injected faults stopped ranks: every rank that did not finish, the
+  // faulty ranks first (step times then cover the steps each rank completed).
+  std::vector<RankError> errors;
 };
 
-// FAILED_PRECONDITION when ranks disagree on a collective (naming both) or block forever
-// (naming the first blocked rank and the collective it waits for).
+// NOTE [Faults in timing mode]
+// A crash or hang stops its rank where the FaultInjector would (sim/faults.h): at the step
+// marker of its step, or before the first collective the rank issues at or after its time;
+// a corrupt fault with the integrity check fails the rank when it waits for its
+// collective number `collective` (counting those with a payload), which completed. The
+// stopped rank issues nothing more; every other rank then blocks in a wait that cannot
+// complete and times out `collective_timeout` after it began waiting — the numerics run's
+// virtual deadline — naming the collective, the ranks that never issued it and the faults.
+// With `faults` the replay returns these as ReplayResult::errors, in the words numerics
+// mode uses (fault_where, stopped_rank_status, …). Not modelled: a collective that
+// completes but later than the timeout (numerics mode times it out; the replay waits).
+//
+// FAILED_PRECONDITION when ranks disagree on a collective (naming both) or, without
+// injected faults, block forever (naming the first blocked rank and the collective it
+// waits for).
 Result<ReplayResult> replay(const OpGraph& graph, const ReplayOptions& options);
 
 }  // namespace shardlab::sim::timing

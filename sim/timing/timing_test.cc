@@ -10,6 +10,7 @@
 #include "runtime/core/check.h"
 #include "runtime/model/bert.h"
 #include "sim/device.h"
+#include "sim/faults.h"
 #include "sim/profiles.h"
 #include "sim/timing/capture.h"
 #include "sim/timing/replay.h"
@@ -380,6 +381,108 @@ TEST(TimingMode, LargeWorldsCaptureEachStragglerAtItsOwnSpeed) {
               without->ranks[static_cast<std::size_t>(r)].step_times.back())
         << "rank " << r;
   }
+}
+
+// The ranks' statuses of a numerics run with `faults`, carried out by a FaultInjector on
+// every rank as `shardlab run` does (cli/run_command.cc).
+std::vector<Status> numerics_with_faults(const FsdpTrainOptions& in, int world, const std::vector<Fault>& faults) {
+  WorldOptions wo;
+  wo.world_size = world;
+  World w(wo);
+  auto plan = std::make_shared<FaultPlan>();
+  plan->faults = faults;
+  FsdpTrainOptions o = in;
+  o.gather_results = false;
+  const auto results = w.run([&](RankContext& ctx) -> Status {
+    FaultInjector comm(&ctx.comm, plan, ctx.rank, &ctx.clock);
+    FsdpTrainOptions mine = o;
+    mine.before_step = [&comm](int step) { return comm.before_step(step); };
+    return runtime::train::train_fsdp(comm, ctx.device, ctx.clock, mine).status();
+  });
+  std::vector<Status> out;
+  for (const auto& r : results) out.push_back(r.status);
+  return out;
+}
+
+// NOTE [Faults in timing mode]: a crash (by step), a hang (by time) and a corrupt payload
+// caught by the integrity check stop the same rank at the same point in both modes, and
+// every other rank times out at the same virtual instant with the same words (numerics
+// mode's errors may carry the FSDP layer's context in front).
+TEST(TimingMode, FaultsStopRanksAsInNumericsMode) {
+  FsdpTrainOptions o = bert_tiny();
+  o.steps = 3;
+  const int w = 4;
+  auto g = capture_graph(o, w, DeviceProfile{});
+  ASSERT_TRUE(g.is_ok()) << g.status().to_string();
+  ReplayOptions ro;
+  ro.network = make_alpha_beta_ring(NetworkModel{});
+  auto plain = replay(*g, ro);
+  ASSERT_TRUE(plain.is_ok()) << plain.status().to_string();
+  ASSERT_EQ(plain->ranks[0].step_starts.size(), 3u);
+  EXPECT_TRUE(plain->errors.empty());
+  Fault crash;  // rank 2 at the top of step 2
+  crash.rank = 2;
+  crash.step = 1;
+  Fault hang;  // rank 3 in the middle of step 2
+  hang.kind = FaultKind::kHang;
+  hang.rank = 3;
+  hang.time = (plain->ranks[3].step_starts[1] + plain->ranks[3].step_starts[2]) / 2;
+  Fault corrupt;
+  corrupt.kind = FaultKind::kCorrupt;
+  corrupt.rank = 1;
+  corrupt.collective = 5;
+  corrupt.integrity_check = true;
+  for (const Fault& f : {crash, hang, corrupt}) {
+    SCOPED_TRACE(f.describe());
+    ro.faults = {f};
+    auto tim = replay(*g, ro);
+    ASSERT_TRUE(tim.is_ok()) << tim.status().to_string();
+    const std::vector<Status> num = numerics_with_faults(o, w, {f});
+    ASSERT_EQ(tim->errors.size(), static_cast<std::size_t>(w));
+    EXPECT_EQ(tim->errors.front().rank, f.rank);
+    for (const RankError& e : tim->errors) {
+      const Status& n = num[static_cast<std::size_t>(e.rank)];
+      EXPECT_EQ(e.status.code(), n.code()) << e.status.to_string();
+      EXPECT_EQ(e.status.code(), e.rank == f.rank ? (f.kind == FaultKind::kCorrupt ? StatusCode::kDataLoss
+                                                                                   : StatusCode::kUnavailable)
+                                                  : StatusCode::kTimeout);
+      EXPECT_TRUE(n.message().ends_with(e.status.message())) << "numerics: " << n.message() << "\ntiming:   "
+                                                             << e.status.message();
+    }
+  }
+}
+
+// A crash in a world beyond kMaxPerRankCaptureWorld: every survivor times out, each
+// naming the crashed rank as the one that never arrived.
+TEST(TimingMode, LargeWorldsReportEveryRankAfterACrash) {
+  FsdpTrainOptions o = bert_tiny();
+  o.bert.head = runtime::model::BertHead::kSequenceClassification;
+  o.bert.config.num_labels = 3;
+  const int w = kMaxPerRankCaptureWorld + 8;
+  o.global_batch = w;
+  o.steps = 2;
+  auto g = capture_graph(o, w, DeviceProfile{});
+  ASSERT_TRUE(g.is_ok()) << g.status().to_string();
+  ReplayOptions ro;
+  ro.network = make_alpha_beta_ring(NetworkModel{});
+  ro.collective_timeout = 5'000'000'000;
+  Fault crash;
+  crash.rank = 40;
+  crash.step = 1;
+  ro.faults = {crash};
+  auto tim = replay(*g, ro);
+  ASSERT_TRUE(tim.is_ok()) << tim.status().to_string();
+  ASSERT_EQ(tim->errors.size(), static_cast<std::size_t>(w));
+  EXPECT_EQ(tim->errors[0].rank, 40);
+  EXPECT_NE(tim->errors[0].status.message().find("crashed at the top of step 2"), std::string::npos);
+  for (std::size_t i = 1; i < tim->errors.size(); ++i) {
+    EXPECT_EQ(tim->errors[i].status.code(), StatusCode::kTimeout);
+    EXPECT_NE(tim->errors[i].status.message().find("timed out after 5.000000 s (virtual)"), std::string::npos);
+    EXPECT_NE(tim->errors[i].status.message().find("never arrived (group ranks): 40 ["), std::string::npos)
+        << tim->errors[i].status.message();
+  }
+  // Step 1 completed everywhere; nobody completed step 2.
+  for (const RankTiming& r : tim->ranks) EXPECT_EQ(r.step_times.size(), 1u);
 }
 
 // Ranks differ in their compute (shard pieces, data): beyond kMaxPerRankCaptureWorld
