@@ -164,8 +164,8 @@ class Replayer {
     faulty_.push_back({r, std::move(error)});
   }
 
-  // A crash or hang of rank `r` due now: at the top of `step` (step >= 0), or by time
-  // before issuing `op` (step < 0). Null when none is due.
+  // A crash or hang of rank `r` due now: at the top of `step` (step >= 0), or, with step
+  // < 0, by time `now` before the rank issues a collective. Null when none is due.
   const Fault* due_stop(int r, int step, Nanos now) const {
     auto it = rank_faults_.find(r);
     if (it == rank_faults_.end()) return nullptr;
