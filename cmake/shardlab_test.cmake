@@ -60,3 +60,32 @@ function(shardlab_hpu_skip_without_gaudi test)
   set_tests_properties(${test} PROPERTIES SKIP_REGULAR_EXPRESSION "skipped: no Gaudi device"
                                           RESOURCE_LOCK gaudi_cards)
 endfunction()
+
+# shardlab_add_exit_test(NAME <name> LABEL <label> CODE <exit code> ARGS ... [STDERR <regex>]
+#                        [OUTPUT <regex>] [TIMEOUT <s>])
+# Runs shardlab with ARGS and passes when it exits with CODE, explains itself on stderr,
+# and (when given) stderr / stdout + stderr match the regex (cmake/expect_exit.cmake).
+# The arguments travel as a CMake list: a regex must not hold an unbalanced '[' (CMake
+# would join the arguments after it into one); match a literal '[' with '.'.
+function(shardlab_add_exit_test)
+  cmake_parse_arguments(T "" "NAME;LABEL;CODE;STDERR;OUTPUT;TIMEOUT" "ARGS" ${ARGN})
+  if(NOT T_NAME OR NOT T_LABEL OR T_CODE STREQUAL "")
+    message(FATAL_ERROR "shardlab_add_exit_test needs NAME, LABEL and CODE")
+  endif()
+  if(NOT T_TIMEOUT)
+    set(T_TIMEOUT 60)
+  endif()
+  shardlab_scaled_timeout(T_TIMEOUT ${T_TIMEOUT})
+  set(expect "-DEXPECT_CODE=${T_CODE}")
+  if(DEFINED T_STDERR)
+    list(APPEND expect "-DEXPECT_STDERR=${T_STDERR}")
+  endif()
+  if(DEFINED T_OUTPUT)
+    list(APPEND expect "-DEXPECT_OUTPUT=${T_OUTPUT}")
+  endif()
+  list(JOIN T_ARGS ";" args)
+  add_test(NAME ${T_NAME}
+           COMMAND ${CMAKE_COMMAND} -DEXE=$<TARGET_FILE:shardlab> "-DARGS=${args}" ${expect}
+                   -P ${PROJECT_SOURCE_DIR}/cmake/expect_exit.cmake)
+  set_tests_properties(${T_NAME} PROPERTIES LABELS "${T_LABEL}" TIMEOUT ${T_TIMEOUT})
+endfunction()

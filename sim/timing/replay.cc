@@ -41,6 +41,7 @@ struct Instance {
   // (later collective, rank): that rank's next operation on the same stream.
   std::vector<std::pair<std::int64_t, int>> successors;
   std::vector<int> waiters;   // ranks blocked in a wait on it, in blocking order
+  Status error;               // the network model's: it cannot complete (link_down)
   std::int64_t waits_left = 0;  // wait nodes still to pass, over all ranks
   int tail_refs = 0;            // ranks whose stream tail it still is
 };
@@ -88,7 +89,6 @@ class Replayer {
       const int r = runnable.front();
       runnable.pop_front();
       SHARDLAB_RETURN_IF_ERROR(run_rank(r));
-      SHARDLAB_RETURN_IF_ERROR(failure_);  // a collective whose route is down (link_down)
     }
     if (!faulty_.empty()) return with_faults();
     for (int r = 0; r < w_; ++r) {
@@ -116,7 +116,7 @@ class Replayer {
   Result<ReplayResult> with_faults() {
     std::sort(faulty_.begin(), faulty_.end(), [](const RankError& a, const RankError& b) { return a.rank < b.rank; });
     out_.errors = std::move(faulty_);
-    const std::string injected = describe_faults();
+    const std::string& injected = injected_;
     std::map<std::int64_t, std::string> why_of;  // per collective: ranks blocked on it share it
     for (int r = 0; r < w_; ++r) {
       const RankState& s = state_[static_cast<std::size_t>(r)];
@@ -150,12 +150,6 @@ class Replayer {
     }
     for (auto& [rank, rec] : recorders_) out_.traces[rank] = rec->events();
     return std::move(out_);
-  }
-
-  std::string describe_faults() const {
-    FaultPlan plan;
-    plan.faults = o_.faults;
-    return plan.describe();
   }
 
   // The rank stops for good with `error` (NOTE [Faults in timing mode]).
@@ -202,6 +196,9 @@ class Replayer {
       out_.ranks[static_cast<std::size_t>(r)].step_starts.reserve(steps);
       out_.ranks[static_cast<std::size_t>(r)].step_times.reserve(steps);
     }
+    FaultPlan plan;
+    plan.faults = o_.faults;
+    injected_ = plan.describe();
     for (const Fault& f : o_.faults) {
       if (f.rank >= 0 && f.rank < w_ && (f.kind == FaultKind::kCrash || f.kind == FaultKind::kHang ||
                                          (f.kind == FaultKind::kCorrupt && f.integrity_check))) {
@@ -260,9 +257,7 @@ class Replayer {
       q.root = x.desc->root;
       CollectiveTiming timing = o_.network->collective(q);
       SHARDLAB_CHECK_EQ(timing.done.size(), x.ready.size());
-      if (!timing.status.is_ok() && failure_.is_ok()) {
-        failure_ = Status(timing.status.code(), "replay: " + describe(*x.desc, seq) + ": " + timing.status.message());
-      }
+      x.error = timing.status;  // each member fails in its wait (NOTE [Faults in timing mode])
       x.done = std::move(timing.done);
       x.algorithm = std::move(timing.algorithm);
       x.timed = true;
@@ -364,6 +359,14 @@ class Replayer {
             out_.events += executed;
             return Status::ok();
           }
+          if (!in.error.is_ok()) {  // as SimCommunicator fails every member's wait
+            const std::string& injected = injected_;
+            stop(r, Status(in.error.code(), fault_where(r, s.step) + ": " + fault_what(p, n.index) + ": " +
+                                                in.error.message() +
+                                                (injected.empty() ? "" : " [injected faults: " + injected + "]")));
+            out_.events += executed;
+            return Status::ok();
+          }
           s.t = std::max(s.t, in.done[ur]);
           --in.waits_left;
           maybe_free(n.index);
@@ -420,7 +423,7 @@ class Replayer {
   std::deque<int>* runnable_ = nullptr;
   std::map<int, std::vector<const Fault*>> rank_faults_;  // crash, hang, detected corrupt
   std::vector<RankError> faulty_;
-  Status failure_;
+  std::string injected_;  // FaultPlan::describe() of o_.faults, for messages
   ReplayResult out_;
 };
 

@@ -63,8 +63,9 @@ struct ReplayResult {
   std::map<int, std::vector<runtime::train::MemorySample>> memory_timelines;
   std::int64_t events = 0;       // program nodes executed over all ranks + collectives timed
   std::int64_t collectives = 0;  // collectives timed
-  // Non-empty when injected faults stopped ranks: every rank that did not finish, the
-  // faulty ranks first (step times then cover the steps each rank completed).
+  // Non-empty when injected faults (or a collective with no route) stopped ranks: every
+  // rank that did not finish, the stopped ranks first (step times then cover the steps
+  // each rank completed).
   std::vector<RankError> errors;
 };
 
@@ -72,17 +73,17 @@ struct ReplayResult {
 // A crash or hang stops its rank where the FaultInjector would (sim/faults.h): at the step
 // marker of its step, or before the first collective the rank issues at or after its time;
 // a corrupt fault with the integrity check fails the rank when it waits for its
-// collective number `collective` (counting those with a payload), which completed. The
-// stopped rank issues nothing more; every other rank then blocks in a wait that cannot
+// collective number `collective` (counting those with a payload), which completed; a
+// collective the network model cannot complete (link_down with no other route) fails each
+// member in its wait, as SimCommunicator does. A stopped rank issues nothing more; every other rank then blocks in a wait that cannot
 // complete and times out `collective_timeout` after it began waiting — the numerics run's
 // virtual deadline — naming the collective, the ranks that never issued it and the faults.
 // With `faults` the replay returns these as ReplayResult::errors, in the words numerics
 // mode uses (fault_where, stopped_rank_status, …). Not modelled: a collective that
 // completes but later than the timeout (numerics mode times it out; the replay waits).
 //
-// FAILED_PRECONDITION when ranks disagree on a collective (naming both) or, without
-// injected faults, block forever (naming the first blocked rank and the collective it
-// waits for).
+// FAILED_PRECONDITION when ranks disagree on a collective (naming both) or, with no rank
+// stopped, block forever (naming the first blocked rank and the collective it waits for).
 Result<ReplayResult> replay(const OpGraph& graph, const ReplayOptions& options);
 
 }  // namespace shardlab::sim::timing

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 
 #include "runtime/core/check.h"
 #include "runtime/model/bert.h"
@@ -214,6 +215,18 @@ FsdpTrainOptions bert_tiny() {
   return o;
 }
 
+// A world just beyond kMaxPerRankCaptureWorld, and bert-tiny with the classifier head
+// (static shapes) on one row a rank.
+constexpr int kLargeWorld = kMaxPerRankCaptureWorld + 8;
+FsdpTrainOptions large_world_classifier(int steps) {
+  FsdpTrainOptions o = bert_tiny();
+  o.bert.head = runtime::model::BertHead::kSequenceClassification;
+  o.bert.config.num_labels = 3;
+  o.global_batch = kLargeWorld;
+  o.steps = steps;
+  return o;
+}
+
 struct NumericsRun {
   std::vector<FsdpTrainResult> ranks;
   std::vector<std::vector<TraceEvent>> traces;
@@ -279,25 +292,43 @@ void expect_same_timeline(const NumericsRun& num, const OpGraph& g, const Replay
   }
 }
 
+// The timing-mode side of the comparisons below: `o` captured on `w` ranks and replayed
+// with every rank traced (empty, with a test failure, when either step fails).
+struct Timed {
+  OpGraph graph;
+  ReplayResult replay;
+};
+std::optional<Timed> capture_and_replay(const FsdpTrainOptions& o, int w, const DeviceProfile& device,
+                                        const CaptureOptions& capture = {}) {
+  auto g = capture_graph(o, w, device, capture);
+  if (!g.is_ok()) {
+    ADD_FAILURE() << g.status().to_string();
+    return std::nullopt;
+  }
+  ReplayOptions ro;
+  ro.network = make_alpha_beta_ring(NetworkModel{});
+  ro.traced_ranks = all_ranks(w);
+  auto tim = replay(*g, ro);
+  if (!tim.is_ok()) {
+    ADD_FAILURE() << tim.status().to_string();
+    return std::nullopt;
+  }
+  return Timed{std::move(*g), std::move(*tim)};
+}
+
 // Ranks' programs are not all the same (shard pieces): in small worlds each rank's is
 // captured, and numerics and timing give the same timeline rank by rank.
 TEST(TimingMode, NumericsAndTimingGiveTheSameTimelineForBertTinyOn8Ranks) {
   const FsdpTrainOptions o = bert_tiny();
   const int w = 8;
-  auto g = capture_graph(o, w, DeviceProfile{});
-  ASSERT_TRUE(g.is_ok()) << g.status().to_string();
-  EXPECT_GT(g->programs.size(), 1u) << "rank programs differ in their compute (shard pieces, data)";
-  EXPECT_EQ(g->program_of_rank.size(), 8u);
-  ReplayOptions ro;
-  ro.network = make_alpha_beta_ring(NetworkModel{});
-  ro.traced_ranks = all_ranks(w);
-  auto tim = replay(*g, ro);
-  ASSERT_TRUE(tim.is_ok()) << tim.status().to_string();
-  EXPECT_GT(tim->collectives, 0);
-  const NumericsRun num = run_numerics(o, w, 0);
-  expect_same_timeline(num, *g, *tim);
+  const auto t = capture_and_replay(o, w, DeviceProfile{});
+  ASSERT_TRUE(t.has_value());
+  EXPECT_GT(t->graph.programs.size(), 1u) << "rank programs differ in their compute (shard pieces, data)";
+  EXPECT_EQ(t->graph.program_of_rank.size(), 8u);
+  EXPECT_GT(t->replay.collectives, 0);
+  expect_same_timeline(run_numerics(o, w, 0), t->graph, t->replay);
   // Numerics under seeded random host yields: the same timeline again.
-  expect_same_timeline(run_numerics(o, w, 9), *g, *tim);
+  expect_same_timeline(run_numerics(o, w, 9), t->graph, t->replay);
 }
 
 // CPU offload on a device with a host link (gaudi2: PCIe): the host's optimizer steps and
@@ -309,25 +340,18 @@ TEST(TimingMode, NumericsAndTimingGiveTheSameTimelineUnderCpuOffload) {
   ASSERT_TRUE(gaudi2.is_ok()) << gaudi2.status().to_string();
   CaptureOptions offload;
   offload.cpu_offload = true;
-  auto g = capture_graph(o, w, *gaudi2, offload);
-  ASSERT_TRUE(g.is_ok()) << g.status().to_string();
-  ReplayOptions ro;
-  ro.network = make_alpha_beta_ring(NetworkModel{});
-  ro.traced_ranks = all_ranks(w);
-  auto tim = replay(*g, ro);
-  ASSERT_TRUE(tim.is_ok()) << tim.status().to_string();
-  expect_same_timeline(run_numerics(o, w, 0, *gaudi2, /*cpu_offload=*/true), *g, *tim);
+  const auto t = capture_and_replay(o, w, *gaudi2, offload);
+  ASSERT_TRUE(t.has_value());
+  expect_same_timeline(run_numerics(o, w, 0, *gaudi2, /*cpu_offload=*/true), t->graph, t->replay);
 
   // Offloading moves the shards, gradient shards and AdamW state off the device and adds
   // host time to every step (the host's AdamW, PCIe both ways).
-  auto on_device = capture_graph(o, w, *gaudi2);
-  ASSERT_TRUE(on_device.is_ok()) << on_device.status().to_string();
-  auto plain = replay(*on_device, ro);
-  ASSERT_TRUE(plain.is_ok()) << plain.status().to_string();
+  const auto on_device = capture_and_replay(o, w, *gaudi2);
+  ASSERT_TRUE(on_device.has_value());
   const auto peak = [](const RankProgram& p, MemoryCategory c) { return p.memory.peak[static_cast<int>(c)]; };
-  EXPECT_LT(peak(g->program(0), MemoryCategory::kOptimizerState),
-            peak(on_device->program(0), MemoryCategory::kOptimizerState));
-  EXPECT_GT(tim->ranks[0].step_times.back(), plain->ranks[0].step_times.back());
+  EXPECT_LT(peak(t->graph.program(0), MemoryCategory::kOptimizerState),
+            peak(on_device->graph.program(0), MemoryCategory::kOptimizerState));
+  EXPECT_GT(t->replay.ranks[0].step_times.back(), on_device->replay.ranks[0].step_times.back());
 }
 
 // A straggler (sim/faults.h) runs its own, slower program; the others wait for it in the
@@ -337,25 +361,16 @@ TEST(TimingMode, NumericsAndTimingGiveTheSameTimelineWithAStraggler) {
   const int w = 8;
   CaptureOptions slow;
   slow.slowdown = {1, 1, 1, 1, 1, 3, 1, 1};
-  auto g = capture_graph(o, w, DeviceProfile{}, slow);
-  ASSERT_TRUE(g.is_ok()) << g.status().to_string();
-  ReplayOptions ro;
-  ro.network = make_alpha_beta_ring(NetworkModel{});
-  ro.traced_ranks = all_ranks(w);
-  auto tim = replay(*g, ro);
-  ASSERT_TRUE(tim.is_ok()) << tim.status().to_string();
-  expect_same_timeline(run_numerics(o, w, 0, DeviceProfile{}, false, slow.slowdown), *g, *tim);
+  const auto t = capture_and_replay(o, w, DeviceProfile{}, slow);
+  ASSERT_TRUE(t.has_value());
+  expect_same_timeline(run_numerics(o, w, 0, DeviceProfile{}, false, slow.slowdown), t->graph, t->replay);
 }
 
 // Beyond kMaxPerRankCaptureWorld ranks the others share rank 0's program, and the straggler
 // still runs its own: every rank's step grows by what the straggler's compute adds.
 TEST(TimingMode, LargeWorldsCaptureEachStragglerAtItsOwnSpeed) {
-  FsdpTrainOptions o = bert_tiny();
-  o.bert.head = runtime::model::BertHead::kSequenceClassification;
-  o.bert.config.num_labels = 3;
-  const int w = kMaxPerRankCaptureWorld + 8;
-  o.global_batch = w;
-  o.steps = 2;
+  const int w = kLargeWorld;
+  const FsdpTrainOptions o = large_world_classifier(2);
   CaptureOptions slow;
   slow.slowdown.assign(static_cast<std::size_t>(w), 1.0);
   slow.slowdown[40] = 2.0;
@@ -455,12 +470,8 @@ TEST(TimingMode, FaultsStopRanksAsInNumericsMode) {
 // A crash in a world beyond kMaxPerRankCaptureWorld: every survivor times out, each
 // naming the crashed rank as the one that never arrived.
 TEST(TimingMode, LargeWorldsReportEveryRankAfterACrash) {
-  FsdpTrainOptions o = bert_tiny();
-  o.bert.head = runtime::model::BertHead::kSequenceClassification;
-  o.bert.config.num_labels = 3;
-  const int w = kMaxPerRankCaptureWorld + 8;
-  o.global_batch = w;
-  o.steps = 2;
+  const int w = kLargeWorld;
+  const FsdpTrainOptions o = large_world_classifier(2);
   auto g = capture_graph(o, w, DeviceProfile{});
   ASSERT_TRUE(g.is_ok()) << g.status().to_string();
   ReplayOptions ro;
@@ -488,12 +499,8 @@ TEST(TimingMode, LargeWorldsReportEveryRankAfterACrash) {
 // Ranks differ in their compute (shard pieces, data): beyond kMaxPerRankCaptureWorld
 // ranks, rank 0's program stands in for the ranks between 0 and W-1, and the graph says so.
 TEST(TimingMode, LargeWorldsReplayRank0sProgramAndSayTheyAreApproximate) {
-  FsdpTrainOptions o = bert_tiny();
-  o.bert.head = runtime::model::BertHead::kSequenceClassification;
-  o.bert.config.num_labels = 3;
-  const int w = kMaxPerRankCaptureWorld + 8;
-  o.global_batch = w;
-  o.steps = 1;
+  const int w = kLargeWorld;
+  const FsdpTrainOptions o = large_world_classifier(1);
   auto g = capture_graph(o, w, DeviceProfile{});
   ASSERT_TRUE(g.is_ok()) << g.status().to_string();
   ASSERT_EQ(g->programs.size(), 2u);
