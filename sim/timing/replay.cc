@@ -116,7 +116,6 @@ class Replayer {
   Result<ReplayResult> with_faults() {
     std::sort(faulty_.begin(), faulty_.end(), [](const RankError& a, const RankError& b) { return a.rank < b.rank; });
     out_.errors = std::move(faulty_);
-    const std::string& injected = injected_;
     std::map<std::int64_t, std::string> why_of;  // per collective: ranks blocked on it share it
     for (int r = 0; r < w_; ++r) {
       const RankState& s = state_[static_cast<std::size_t>(r)];
@@ -125,7 +124,6 @@ class Replayer {
       if (s.stopped || s.pc >= p.nodes.size()) continue;
       const Node& n = p.nodes[s.pc];  // a wait that cannot complete
       const Instance& in = *insts_[static_cast<std::size_t>(n.index)];
-      const CollectiveDesc& d = p.collectives[static_cast<std::size_t>(n.index)];
       auto [it, fresh] = why_of.try_emplace(n.index);
       if (fresh) {
         std::string missing;
@@ -138,18 +136,23 @@ class Replayer {
                      (missing.empty() ? "it waits for an earlier operation on the same stream of one of its ranks"
                                       : "never arrived (group ranks): " + missing);
       }
-      const std::string& why = it->second;
-      out_.errors.push_back(
-          {r, Status::timeout(fault_where(r, s.step) + ": " + fault_what(p, n.index) + ": " +
-                              describe_collective(d.kind, d.dtype, d.count, d.op, d.root,
-                                                  static_cast<std::uint64_t>(n.index)) +
-                              " on rank " + std::to_string(r) + " of group '" + d.group + "' (size " +
-                              std::to_string(w_) + "): timed out after " + format_seconds(o_.collective_timeout) +
-                              " (virtual) at " + format_seconds(s.t + o_.collective_timeout) + "; " + why +
-                              (injected.empty() ? "" : " [injected faults: " + injected + "]"))});
+      out_.errors.push_back({r, timeout_status(r, p, n.index, it->second)});
     }
     for (auto& [rank, rec] : recorders_) out_.traces[rank] = rec->events();
     return std::move(out_);
+  }
+
+  // Rank r's wait for collective `seq`, begun at its current time, timed out: in
+  // SimCommunicator's words (with the FaultInjector's context and the injected faults).
+  Status timeout_status(int r, const RankProgram& p, std::int64_t seq, const std::string& why) const {
+    const RankState& s = state_[static_cast<std::size_t>(r)];
+    const CollectiveDesc& d = p.collectives[static_cast<std::size_t>(seq)];
+    return Status::timeout(fault_where(r, s.step) + ": " + fault_what(p, seq) + ": " +
+                           describe_collective(d.kind, d.dtype, d.count, d.op, d.root, static_cast<std::uint64_t>(seq)) +
+                           " on rank " + std::to_string(r) + " of group '" + d.group + "' (size " + std::to_string(w_) +
+                           "): timed out after " + format_seconds(o_.collective_timeout) + " (virtual) at " +
+                           format_seconds(s.t + o_.collective_timeout) + "; " + why +
+                           (injected_.empty() ? "" : " [injected faults: " + injected_ + "]"));
   }
 
   // The rank stops for good with `error` (NOTE [Faults in timing mode]).
@@ -360,10 +363,14 @@ class Replayer {
             return Status::ok();
           }
           if (!in.error.is_ok()) {  // as SimCommunicator fails every member's wait
-            const std::string& injected = injected_;
             stop(r, Status(in.error.code(), fault_where(r, s.step) + ": " + fault_what(p, n.index) + ": " +
                                                 in.error.message() +
-                                                (injected.empty() ? "" : " [injected faults: " + injected + "]")));
+                                                (injected_.empty() ? "" : " [injected faults: " + injected_ + "]")));
+            out_.events += executed;
+            return Status::ok();
+          }
+          if (in.done[ur] > s.t + o_.collective_timeout) {  // as SimCommunicator's wait times out
+            stop(r, timeout_status(r, p, n.index, "it completed only at " + format_seconds(in.done[ur])));
             out_.events += executed;
             return Status::ok();
           }

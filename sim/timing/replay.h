@@ -78,9 +78,10 @@ struct ReplayResult {
 // member in its wait, as SimCommunicator does. A stopped rank issues nothing more; every other rank then blocks in a wait that cannot
 // complete and times out `collective_timeout` after it began waiting — the numerics run's
 // virtual deadline — naming the collective, the ranks that never issued it and the faults.
-// With `faults` the replay returns these as ReplayResult::errors, in the words numerics
-// mode uses (fault_where, stopped_rank_status, …). Not modelled: a collective that
-// completes but later than the timeout (numerics mode times it out; the replay waits).
+// A wait for a collective that completes later than `collective_timeout` after the wait
+// began times out too (a link degraded far enough), with "it completed only at …". The
+// replay returns these as ReplayResult::errors, in the words numerics mode uses
+// (fault_where, stopped_rank_status, …).
 //
 // FAILED_PRECONDITION when ranks disagree on a collective (naming both) or, with no rank
 // stopped, block forever (naming the first blocked rank and the collective it waits for).

@@ -467,6 +467,33 @@ TEST(TimingMode, FaultsStopRanksAsInNumericsMode) {
   }
 }
 
+// A collective that completes later than the collective timeout after a rank began to wait
+// for it times out that rank ("it completed only at …"), and the others then wait for it
+// in vain — in both modes alike.
+TEST(TimingMode, ALateCollectiveTimesOutAsInNumericsMode) {
+  FsdpTrainOptions o = bert_tiny();
+  o.fsdp.collective_timeout = 20'000;  // 20 µs: shorter than the gradient reduce-scatters
+  const int w = 4;
+  auto g = capture_graph(o, w, DeviceProfile{});
+  ASSERT_TRUE(g.is_ok()) << g.status().to_string();
+  ReplayOptions ro;
+  ro.network = make_alpha_beta_ring(NetworkModel{});
+  ro.collective_timeout = o.fsdp.collective_timeout;
+  auto tim = replay(*g, ro);
+  ASSERT_TRUE(tim.is_ok()) << tim.status().to_string();
+  const std::vector<Status> num = numerics_with_faults(o, w, {});
+  ASSERT_EQ(tim->errors.size(), static_cast<std::size_t>(w));
+  EXPECT_NE(tim->errors.front().status.message().find("it completed only at"), std::string::npos)
+      << tim->errors.front().status.message();
+  for (const RankError& e : tim->errors) {
+    const Status& n = num[static_cast<std::size_t>(e.rank)];
+    EXPECT_EQ(e.status.code(), StatusCode::kTimeout);
+    EXPECT_EQ(n.code(), StatusCode::kTimeout) << n.to_string();
+    EXPECT_TRUE(n.message().ends_with(e.status.message()))
+        << "numerics: " << n.message() << "\ntiming:   " << e.status.message();
+  }
+}
+
 // A crash in a world beyond kMaxPerRankCaptureWorld: every survivor times out, each
 // naming the crashed rank as the one that never arrived.
 TEST(TimingMode, LargeWorldsReportEveryRankAfterACrash) {
