@@ -1055,6 +1055,9 @@ std::vector<KeyDef> build_schema() {
                            {{"auto", {}}, {"ring", {}}, {"direct", {}}, {"hierarchical", {}}, {"halving_doubling", {}}})),
           leaf("offload_host", profile_setter([](S& s) -> std::string& { return s.world.offload_host; }, {"host"},
                                               "device")),
+          leaf("collective_timeout_s",
+               double_setter([](S& s) -> double& { return s.world.collective_timeout_s; },
+                             [](double v) { return v >= 1e-6 && v <= 1e6; }, "seconds from 1e-6 to 1e6")),
       }));
   top.push_back(leaf("faults", set_faults));
   top.push_back(
@@ -1667,6 +1670,7 @@ std::string to_yaml(const Scenario& s) {
   o << "  device: " << yaml_string(s.world.device) << "\n";
   o << "  topology: " << yaml_string(s.world.topology) << "\n";
   o << "  offload_host: " << yaml_string(s.world.offload_host) << "\n";
+  o << "  collective_timeout_s: " << yaml_number(s.world.collective_timeout_s) << "\n";
   o << "  network_model: " << s.world.network_model << "\n";
   o << "  collective_algorithm: " << s.world.collective_algorithm << "\n";
   if (s.faults.empty()) {

@@ -101,6 +101,9 @@ struct Scenario {
     // cpu-sim's rates, unlimited memory) or a path to a device profile, e.g. one `shardlab
     // calibrate` wrote on the accelerator node's host; its host link is ignored (it is the host).
     std::string offload_host = "host";
+    // How long a rank waits in a collective before it fails with a timeout (exit 3), as
+    // torch.distributed.init_process_group(timeout=…); virtual time in the simulator.
+    double collective_timeout_s = 30.0;
     std::string network_model = "alpha_beta";  // alpha_beta (congestion-unaware) | contention (max–min fair links)
     std::string collective_algorithm = "auto";  // auto | ring | direct | hierarchical | halving_doubling
     int world_size() const { return nodes * devices_per_node; }

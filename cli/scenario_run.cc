@@ -204,6 +204,7 @@ Status scenario_to_run_args(const Scenario& s, RunArgs& a) {
   SHARDLAB_ASSIGN_OR_RETURN(o.fsdp.strategy, runtime::fsdp::parse_strategy(s.fsdp.sharding_strategy));
   SHARDLAB_ASSIGN_OR_RETURN(o.fsdp.backward_prefetch, runtime::fsdp::parse_prefetch(s.fsdp.backward_prefetch));
   o.fsdp.devices_per_node = s.world.devices_per_node;
+  o.fsdp.collective_timeout = static_cast<Nanos>(std::llround(s.world.collective_timeout_s * 1e9));
   o.fsdp.forward_prefetch = s.fsdp.forward_prefetch;
   o.fsdp.limit_all_gathers = s.fsdp.limit_all_gathers;
   o.fsdp.sync_module_states = s.fsdp.sync_module_states;

@@ -208,6 +208,22 @@ TEST(TimingRun, ScenariosRefuseValueChecksAndSilentCorruptionNamingTheLine) {
   EXPECT_NE(s.message().find("without the integrity check"), std::string::npos) << s.message();
 }
 
+// world.collective_timeout_s reaches the trainer's collective timeout (the survivors of a
+// crash then time out after it) — 30 s when not given, as torch.distributed's default
+// process-group timeout is a setting too.
+TEST(TimingRun, TheScenariosCollectiveTimeoutReachesTheTrainer) {
+  const auto timeout = [](const std::string& world) {
+    auto sc = parse_scenario("s.yaml", "name: t\nworld: {" + world + "}\n");
+    EXPECT_TRUE(sc.is_ok()) << sc.status().to_string();
+    RunArgs a;
+    EXPECT_TRUE(scenario_to_run_args(*sc, a).is_ok());
+    return a.train.fsdp.collective_timeout;
+  };
+  EXPECT_EQ(timeout("collective_timeout_s: 2.5"), 2'500'000'000);
+  EXPECT_EQ(timeout("collective_timeout_s: 1e-6"), 1'000);
+  EXPECT_EQ(timeout("nodes: 1"), 30'000'000'000);
+}
+
 // A crash ends a timing-mode run as it ends a numerics one: exit 3, one line per failed
 // rank (the crashed rank first), the survivors timing out after fsdp.collective_timeout.
 TEST(TimingRun, ACrashEndsTheRunWithEveryRanksError) {
