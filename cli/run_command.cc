@@ -213,13 +213,15 @@ int run_sim(const RunArgs& a) {
     runtime::comm::CheckingCommunicator checked(&ctx.comm, a.train.fsdp.collective_timeout);
     runtime::comm::Communicator& base = a.check_collectives ? checked : ctx.comm;
     // Outermost, so that a corrupt fault's collective index counts the runtime's collectives only.
+    // Without faults too: its errors then say the rank, the step and the rank's collective
+    // number, as a faulty run's (and timing mode's) do.
     sim::FaultInjector faulty(&base, a.faults ? a.faults : std::make_shared<const sim::FaultPlan>(), ctx.rank, &ctx.clock);
-    runtime::comm::Communicator& comm = a.faults ? static_cast<runtime::comm::Communicator&>(faulty) : base;
+    runtime::comm::Communicator& comm = faulty;
     // CPU offload's host: on the rank's clock and trace, across the device's host link.
     sim::SimDevice host({"host", ctx.rank}, a.offload_host ? *a.offload_host : sim::offload_host_profile(), &ctx.clock);
     host.set_trace(ctx.sim_device.trace());
     runtime::train::FsdpTrainOptions train = args.train;
-    if (a.faults) train.before_step = [&faulty](int step) { return faulty.before_step(step); };
+    train.before_step = [&faulty](int step) { return faulty.before_step(step); };
     if (a.cpu_offload) train.fsdp.offload_device = &host;
     if (ctx.rank == 0) train.on_step = progress_printer(a, "simulated");
     SHARDLAB_ASSIGN_OR_RETURN(per_rank[static_cast<std::size_t>(ctx.rank)],
