@@ -298,6 +298,19 @@ Result<OpGraph> capture_graph(const runtime::train::FsdpTrainOptions& options, i
     if (g.program_of_rank.empty()) g.program_of_rank.assign(static_cast<std::size_t>(world_size), 0);
     g.program_of_rank[static_cast<std::size_t>(r)] = program_index(g, std::move(p));
   }
+  // A full-speed program only stragglers had (rank W-1's, when it is one) is dropped.
+  if (!g.program_of_rank.empty()) {
+    std::vector<int> index(g.programs.size(), -1);
+    for (int k : g.program_of_rank) index[static_cast<std::size_t>(k)] = 0;
+    std::vector<RankProgram> kept;
+    for (std::size_t k = 0; k < g.programs.size(); ++k) {
+      if (index[k] < 0) continue;
+      index[k] = static_cast<int>(kept.size());
+      kept.push_back(std::move(g.programs[k]));
+    }
+    for (int& k : g.program_of_rank) k = index[static_cast<std::size_t>(k)];
+    g.programs = std::move(kept);
+  }
   return g;
 }
 

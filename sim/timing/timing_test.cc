@@ -374,11 +374,14 @@ TEST(TimingMode, LargeWorldsCaptureEachStragglerAtItsOwnSpeed) {
   CaptureOptions slow;
   slow.slowdown.assign(static_cast<std::size_t>(w), 1.0);
   slow.slowdown[40] = 2.0;
+  slow.slowdown[w - 1] = 2.0;  // rank W-1's full-speed program is then nobody's
   auto g = capture_graph(o, w, DeviceProfile{}, slow);
   ASSERT_TRUE(g.is_ok()) << g.status().to_string();
   auto plain = capture_graph(o, w, DeviceProfile{});
   ASSERT_TRUE(plain.is_ok()) << plain.status().to_string();
-  EXPECT_EQ(g->programs.size(), plain->programs.size() + 1);
+  ASSERT_EQ(plain->programs.size(), 2u);  // rank 0's and rank W-1's
+  EXPECT_EQ(g->programs.size(), 3u);      // rank 0's and the two stragglers'
+  EXPECT_NE(&g->program(w - 1), &g->program(40));
   EXPECT_EQ(&g->program(39), &g->program(0));
   const RankProgram& straggler = g->program(40);
   EXPECT_NE(&straggler, &g->program(0));
