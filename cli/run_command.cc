@@ -5,10 +5,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <sstream>
 #include <functional>
 #include <memory>
 #include <filesystem>
+#include <sstream>
 #include <string>
 
 #include "cli/run_outputs.h"
