@@ -22,6 +22,22 @@ std::string format_seconds(Nanos t) {
   return buf;
 }
 
+std::string collective_on_rank(const std::string& described, int group_rank, const std::string& group, int size) {
+  return described + " on rank " + std::to_string(group_rank) + " of group '" + group + "' (size " +
+         std::to_string(size) + ")";
+}
+
+std::string timed_out_message(const std::string& what, Nanos timeout, Nanos deadline, const std::string& why) {
+  return what + ": timed out after " + format_seconds(timeout) + " (virtual) at " + format_seconds(deadline) + "; " +
+         why;
+}
+
+std::string never_arrived(int arrived, int size, const std::string& missing) {
+  return std::to_string(arrived) + " of " + std::to_string(size) + " ranks arrived; " +
+         (missing.empty() ? "it waits for an earlier operation on the same stream of one of its ranks"
+                          : "never arrived (group ranks): " + missing);
+}
+
 std::string describe_collective(OpKind kind, DType dtype, std::int64_t count, ReduceOp op, int root, std::uint64_t seq) {
   std::string s = std::string(runtime::comm::op_kind_name(kind)) + " #" + std::to_string(seq) + " (" +
                   std::string(dtype_name(dtype)) + " × " + std::to_string(count);
@@ -334,14 +350,11 @@ class SimWork final : public runtime::comm::Work {
       for (std::size_t g = 0; g < members.size(); ++g) {
         if (!members[g]) missing += (missing.empty() ? "" : ", ") + std::to_string(g);
       }
-      why = std::to_string(op->arrived) + " of " + std::to_string(members.size()) + " ranks arrived; " +
-            (missing.empty() ? "it waits for an earlier operation on the same stream of one of its ranks"
-                             : "never arrived (group ranks): " + missing);
+      why = never_arrived(op->arrived, static_cast<int>(members.size()), missing);
     } else {
       why = state_->missing_hint;
     }
-    return Status::timeout(state_->what + ": timed out after " + format_seconds(timeout) + " (virtual) at " +
-                           format_seconds(deadline) + "; " + why);
+    return Status::timeout(timed_out_message(state_->what, timeout, deadline, why));
   }
 
   bool is_completed() override {
@@ -425,8 +438,7 @@ WorkPtr SimCommunicator::collective(Member m, std::shared_ptr<WorkState> state) 
   {
     std::lock_guard<std::mutex> lock(shared_->mu);
     const std::uint64_t seq = group_->next_seq[static_cast<std::size_t>(rank_)]++;
-    state->what = describe(m, seq) + " on rank " + std::to_string(rank_) + " of group '" + group_->name + "' (size " +
-                  std::to_string(p) + ")";
+    state->what = collective_on_rank(describe(m, seq), rank_, group_->name, p);
     auto& op = group_->pending[seq];
     if (!op) {
       auto fresh = std::make_shared<SharedOp>();

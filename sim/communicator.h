@@ -28,6 +28,14 @@ std::string describe_collective(runtime::comm::OpKind kind, DType dtype, std::in
                                 int root, std::uint64_t seq);
 // "30.019560 s": a virtual time in the simulator's errors.
 std::string format_seconds(Nanos t);
+// A collective's timeout in the simulator's words (shared with the replay):
+// "<described> on rank R of group 'g' (size N)" …
+std::string collective_on_rank(const std::string& described, int group_rank, const std::string& group, int size);
+// … and "<what>: timed out after T (virtual) at D; <why>".
+std::string timed_out_message(const std::string& what, Nanos timeout, Nanos deadline, const std::string& why);
+// The `why` of a collective that never completed: "3 of 4 ranks arrived; never arrived
+// (group ranks): 2", or the stream wait when every member arrived (`missing` empty).
+std::string never_arrived(int arrived, int size, const std::string& missing);
 
 class SimCommunicator final : public runtime::comm::Communicator {
  public:

@@ -42,6 +42,19 @@ std::string fault_ms(Nanos t) {
   return buf;
 }
 
+std::string fault_collective(std::string_view op, const std::string& group, std::int64_t payload_index) {
+  std::string s = std::string(op) + " in group '" + group + "'";
+  if (payload_index >= 0) s += " (the rank's collective #" + std::to_string(payload_index) + ")";
+  return s;
+}
+
+std::string fault_context(const std::string& where, const std::string& what, const std::string& message,
+                          const std::string& injected) {
+  std::string m = where + ": " + what + ": " + message;
+  if (!injected.empty()) m += " [injected faults: " + injected + "]";
+  return m;
+}
+
 std::string fault_where(int world_rank, int step) {
   return "rank " + std::to_string(world_rank) + (step >= 0 ? ", step " + std::to_string(step + 1) : std::string());
 }
@@ -160,10 +173,7 @@ class FaultWork final : public Work {
 
  private:
   Status annotate(const Status& s) const {
-    std::string m = state_->where() + ": " + what_ + ": " + s.message();
-    const std::string faults = state_->plan->describe();
-    if (!faults.empty()) m += " [injected faults: " + faults + "]";
-    return Status(s.code(), std::move(m));
+    return Status(s.code(), fault_context(state_->where(), what_, s.message(), state_->plan->describe()));
   }
 
   // Flips the top exponent bit of one received element (chosen by the seed).
@@ -254,10 +264,9 @@ Status FaultInjector::before_collective(const char* op) {
 WorkPtr FaultInjector::finish(const char* op, const Tensor& received, bool has_payload, WorkPtr work) {
   const Fault* corrupt = nullptr;
   std::int64_t skip_begin = 0, skip_len = 0;
-  std::string what = std::string(op) + " in group '" + inner_->group_name() + "'";
+  const std::int64_t index = has_payload ? state_->payload_collectives++ : -1;
+  std::string what = fault_collective(op, inner_->group_name(), index);
   if (has_payload) {
-    const std::int64_t index = state_->payload_collectives++;
-    what += " (the rank's collective #" + std::to_string(index) + ")";
     for (const Fault& f : state_->plan->faults) {
       if (f.kind == FaultKind::kCorrupt && f.rank == state_->world_rank && f.collective == index) corrupt = &f;
     }

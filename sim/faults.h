@@ -81,6 +81,13 @@ struct FaultPlan {
 std::string fault_where(int world_rank, int step);
 // "7.16758 ms"
 std::string fault_ms(Nanos t);
+// "all_gather in group 'world' (the rank's collective #5)": the collective a fault message
+// names; `payload_index` < 0 for one without a payload (barrier, split).
+std::string fault_collective(std::string_view op, const std::string& group, std::int64_t payload_index);
+// A collective's error as a faulty run reports it: "<where>: <what>: <message>" and, with
+// injected faults (`injected`: FaultPlan::describe()), " [injected faults: <injected>]".
+std::string fault_context(const std::string& where, const std::string& what, const std::string& message,
+                          const std::string& injected);
 // What the crashed or hung rank reports: `point` is "at the top of step 2" or "at 7.2 ms
 // before its all_gather"; a hung rank is `released` when the other ranks were done.
 Status stopped_rank_status(const Fault& f, const std::string& where, const std::string& point, bool released);

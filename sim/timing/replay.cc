@@ -69,9 +69,8 @@ std::int64_t payload_index(const RankProgram& p, std::int64_t seq) {
 // "all_gather in group 'world' (the rank's collective #5)", as FaultInjector names it.
 std::string fault_what(const RankProgram& p, std::int64_t seq) {
   const CollectiveDesc& d = p.collectives[static_cast<std::size_t>(seq)];
-  std::string s = std::string(runtime::comm::op_kind_name(d.kind)) + " in group '" + d.group + "'";
-  if (d.kind != OpKind::kBarrier) s += " (the rank's collective #" + std::to_string(payload_index(p, seq)) + ")";
-  return s;
+  return fault_collective(runtime::comm::op_kind_name(d.kind), d.group,
+                          d.kind != OpKind::kBarrier ? payload_index(p, seq) : -1);
 }
 
 class Replayer {
@@ -132,9 +131,7 @@ class Replayer {
             missing += (missing.empty() ? "" : ", ") + std::to_string(m);
           }
         }
-        it->second = std::to_string(in.arrived) + " of " + std::to_string(w_) + " ranks arrived; " +
-                     (missing.empty() ? "it waits for an earlier operation on the same stream of one of its ranks"
-                                      : "never arrived (group ranks): " + missing);
+        it->second = never_arrived(in.arrived, w_, missing);
       }
       out_.errors.push_back({r, timeout_status(r, p, n.index, it->second)});
     }
@@ -147,12 +144,12 @@ class Replayer {
   Status timeout_status(int r, const RankProgram& p, std::int64_t seq, const std::string& why) const {
     const RankState& s = state_[static_cast<std::size_t>(r)];
     const CollectiveDesc& d = p.collectives[static_cast<std::size_t>(seq)];
-    return Status::timeout(fault_where(r, s.step) + ": " + fault_what(p, seq) + ": " +
-                           describe_collective(d.kind, d.dtype, d.count, d.op, d.root, static_cast<std::uint64_t>(seq)) +
-                           " on rank " + std::to_string(r) + " of group '" + d.group + "' (size " + std::to_string(w_) +
-                           "): timed out after " + format_seconds(o_.collective_timeout) + " (virtual) at " +
-                           format_seconds(s.t + o_.collective_timeout) + "; " + why +
-                           (injected_.empty() ? "" : " [injected faults: " + injected_ + "]"));
+    const std::string what = collective_on_rank(
+        describe_collective(d.kind, d.dtype, d.count, d.op, d.root, static_cast<std::uint64_t>(seq)), r, d.group, w_);
+    return Status::timeout(fault_context(fault_where(r, s.step), fault_what(p, seq),
+                                         timed_out_message(what, o_.collective_timeout,
+                                                           s.t + o_.collective_timeout, why),
+                                         injected_));
   }
 
   // The rank stops for good with `error` (NOTE [Faults in timing mode]).
@@ -363,9 +360,8 @@ class Replayer {
             return Status::ok();
           }
           if (!in.error.is_ok()) {  // as SimCommunicator fails every member's wait
-            stop(r, Status(in.error.code(), fault_where(r, s.step) + ": " + fault_what(p, n.index) + ": " +
-                                                in.error.message() +
-                                                (injected_.empty() ? "" : " [injected faults: " + injected_ + "]")));
+            stop(r, Status(in.error.code(), fault_context(fault_where(r, s.step), fault_what(p, n.index),
+                                                          in.error.message(), injected_)));
             out_.events += executed;
             return Status::ok();
           }
