@@ -218,7 +218,7 @@ int run_sim(const RunArgs& a) {
     sim::FaultInjector faulty(&base, a.faults ? a.faults : std::make_shared<const sim::FaultPlan>(), ctx.rank, &ctx.clock);
     runtime::comm::Communicator& comm = faulty;
     // CPU offload's host: on the rank's clock and trace, across the device's host link.
-    sim::SimDevice host({"host", ctx.rank}, a.offload_host ? *a.offload_host : sim::offload_host_profile(), &ctx.clock);
+    sim::SimDevice host({"host", ctx.rank}, a.offload_host, &ctx.clock);
     host.set_trace(ctx.sim_device.trace());
     runtime::train::FsdpTrainOptions train = args.train;
     train.before_step = [&faulty](int step) { return faulty.before_step(step); };

@@ -3,7 +3,6 @@
 #pragma once
 
 #include <cstdint>
-#include <optional>
 #include <string>
 
 #include "cli/scenario.h"
@@ -11,6 +10,7 @@
 #include "sim/cost_model.h"
 #include "sim/faults.h"
 #include "sim/network.h"
+#include "sim/profiles.h"
 
 namespace shardlab::cli {
 
@@ -24,8 +24,8 @@ struct RunArgs {
   std::string out_dir = "out/default";  // metrics.json, trace.json, loss.csv, memory.csv, summary.txt
   std::string scenario = "default";
   bool cpu_offload = false;             // shards, gradients and optimizer state on a host device per rank
-  // The simulated host of each rank under cpu_offload; null: sim::offload_host_profile().
-  std::optional<sim::DeviceProfile> offload_host;
+  // The simulated host of each rank under cpu_offload (world.offload_host).
+  sim::DeviceProfile offload_host = sim::offload_host_profile();
   double rtol = 1.3e-6, atol = 1e-5;    // the oracle comparison's tolerance
   // The scenario whose expectations decide the exit code (null: the oracle check alone,
   // which must be bitwise on the simulator).

@@ -39,14 +39,18 @@ Status scenario_to_run_args(const Scenario& s, RunArgs& a) {
   }
   if (a.mode == "timing") {
     // Checks of values: timing mode has none (losses and gradients are NaN).
-    for (const auto& [key, given] : {std::pair{"expect.grads_match_unsharded", s.expect.grads_match_unsharded.has_value()},
-                                     std::pair{"expect.final_loss_below", s.expect.final_loss_below.has_value()}}) {
-      if (given) {
-        return refuse(s, key, "checks values, and timing mode has none (phantom tensors); allowed in timing mode: "
-                              "expect.max_peak_memory_per_rank, min_samples_per_s, max_step_time_s — remove it (--set " +
-                                  std::string(key) + "=" +
-                                  (std::string(key) == "expect.grads_match_unsharded" ? "false" : "null") +
-                                  ") or run with world.mode: numerics");
+    const struct {
+      const char* key;
+      bool given;
+      const char* off;  // the value that removes the check
+    } value_checks[] = {{"expect.grads_match_unsharded", s.expect.grads_match_unsharded.has_value(), "false"},
+                        {"expect.final_loss_below", s.expect.final_loss_below.has_value(), "null"}};
+    for (const auto& c : value_checks) {
+      if (c.given) {
+        return refuse(s, c.key, std::string("checks values, and timing mode has none (phantom tensors); allowed in "
+                                            "timing mode: expect.max_peak_memory_per_rank, min_samples_per_s, "
+                                            "max_step_time_s — remove it (--set ") +
+                                    c.key + "=" + c.off + ") or run with world.mode: numerics");
       }
     }
   }

@@ -116,7 +116,7 @@ Status run_timing(const RunArgs& a, const TimingRunOptions& options, RunRecord& 
     SHARDLAB_RETURN_IF_ERROR(runtime::train::validate(a.train, a.world_size));
     sim::timing::CaptureOptions capture;
     capture.cpu_offload = a.cpu_offload;
-    if (a.offload_host) capture.offload_host = *a.offload_host;
+    capture.offload_host = a.offload_host;
     TimingRunOptions with_faults = options;
     if (a.faults) {
       SHARDLAB_RETURN_IF_ERROR(check_timing_faults(*a.faults));
