@@ -252,13 +252,29 @@ TEST(TimingRun, RefusesWhatTimingModeCannotCapture) {
   RunArgs a = tiny_args(4);
   a.train.checkpoint.dir = "ck";
   RunRecord record;
-  EXPECT_EQ(run_timing(a, {}, record).code(), StatusCode::kInvalidArgument);
-  a = tiny_args(4);
-  a.train.fsdp.strategy = runtime::fsdp::ShardingStrategy::kHybridShard;
-  a.train.fsdp.devices_per_node = 2;
   const Status s = run_timing(a, {}, record);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(s.message().find("split"), std::string::npos) << s.to_string();
+  EXPECT_NE(s.message().find("checkpoints"), std::string::npos) << s.to_string();
+}
+
+// HYBRID_SHARD used to be refused (its communicator splits were not captured); its node and
+// replica groups now replay (NOTE [Groups in timing mode] in sim/timing/op_graph.h).
+TEST(TimingRun, HybridShardRunsInTimingMode) {
+  RunArgs a = tiny_args(4);
+  a.train.fsdp.strategy = runtime::fsdp::ShardingStrategy::kHybridShard;
+  a.train.fsdp.devices_per_node = 2;
+  TimingRunOptions opts;
+  opts.traced_ranks = 4;
+  RunRecord record;
+  ASSERT_TRUE(run_timing(a, opts, record).is_ok()) << record.status;
+  ASSERT_EQ(record.ranks.size(), 4u);
+  for (const auto& r : record.ranks) {
+    ASSERT_EQ(r.step_times.size(), 2u);
+    EXPECT_GT(r.step_times[1], 0);
+  }
+  bool replica_all_reduce = false;
+  for (const auto& e : record.traces[3]) replica_all_reduce |= e.name == "all_reduce" && e.group == "world/1.2";
+  EXPECT_TRUE(replica_all_reduce) << "rank 3's gradients are averaged in replica group 1";
 }
 
 }  // namespace

@@ -21,8 +21,23 @@ namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
+std::filesystem::path temp_dir() {
+  return std::filesystem::temp_directory_path() / ("shardlab_profiles_test_" + std::to_string(::getpid()));
+}
+
+// The files temp_file writes go when the test program ends (they used to stay behind,
+// one directory per run).
+class RemoveTempDir : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    std::error_code ignored;
+    std::filesystem::remove_all(temp_dir(), ignored);
+  }
+};
+[[maybe_unused]] ::testing::Environment* const kRemoveTempDir = ::testing::AddGlobalTestEnvironment(new RemoveTempDir);
+
 std::string temp_file(const std::string& name, const std::string& text) {
-  const auto dir = std::filesystem::temp_directory_path() / ("shardlab_profiles_test_" + std::to_string(::getpid()));
+  const auto dir = temp_dir();
   std::filesystem::create_directories(dir);
   const std::string path = (dir / name).string();
   std::ofstream(path) << text;

@@ -102,6 +102,27 @@ void reduce_half(ReduceOp op, std::byte* dst, const std::byte* src, std::int64_t
 
 WorkPtr completed_work(Status status) { return std::make_shared<CompletedWork>(std::move(status)); }
 
+int strided_color(int rank, int stride, int group_size) {
+  return rank / (stride * group_size) * stride + rank % stride;
+}
+
+int strided_key(int rank, int stride, int group_size) { return rank / stride % group_size; }
+
+Status validate_strided(int world_size, int stride, int group_size) {
+  if (stride < 1 || group_size < 1 || static_cast<std::int64_t>(stride) * group_size > world_size ||
+      world_size % (stride * group_size) != 0) {
+    return Status::invalid_argument("split_strided(stride " + std::to_string(stride) + ", size " +
+                                    std::to_string(group_size) + ") of a group of " + std::to_string(world_size) +
+                                    ": stride and size must be >= 1 and stride × size must divide the group size");
+  }
+  return Status::ok();
+}
+
+Result<std::unique_ptr<Communicator>> Communicator::split_strided(int stride, int group_size) {
+  SHARDLAB_RETURN_IF_ERROR(validate_strided(size(), stride, group_size));
+  return split(strided_color(rank(), stride, group_size), strided_key(rank(), stride, group_size));
+}
+
 Status validate_all_gather(const Communicator& c, const Tensor& output, const Tensor& input) {
   SHARDLAB_RETURN_IF_ERROR(check_dtype(c, "all_gather", output));
   SHARDLAB_RETURN_IF_ERROR(check_dtype(c, "all_gather", input));

@@ -85,7 +85,28 @@ class Communicator {
   // color >= 0 form a new group ordered by (key, old rank). color < 0 returns nullptr
   // (not a member of any new group).
   virtual Result<std::unique_ptr<Communicator>> split(int color, int key) = 0;
+
+  // NOTE [Strided groups]
+  // The groups of a regular device mesh, as HYBRID_SHARD's node-local shard groups and
+  // cross-node replica groups are (PyTorch's DeviceMesh dimensions): the ranks split into
+  // blocks of stride·size consecutive ranks, and in each block the ranks with the same
+  // rank % stride form a group of `size`, ordered by rank. stride 1: consecutive runs of
+  // `size` ranks; stride S with size = size()/S: every S-th rank. Every member calls it
+  // (it is collective, like split). It is split(color, key) with color = block·stride +
+  // rank % stride and key = (rank / stride) % size — backends need not override it; the
+  // timing-mode capture does, because its groups must be known for every rank from the
+  // layout alone (sim/timing/capture.cc). INVALID_ARGUMENT unless stride, size >= 1 and
+  // stride·size divides size().
+  virtual Result<std::unique_ptr<Communicator>> split_strided(int stride, int size);
 };
+
+// The color and key split_strided(stride, group_size) passes to split for `rank`
+// (NOTE [Strided groups]); arguments as validated there.
+int strided_color(int rank, int stride, int group_size);
+int strided_key(int rank, int stride, int group_size);
+// INVALID_ARGUMENT naming the problem unless stride, group_size >= 1 and stride·group_size
+// divides world_size.
+Status validate_strided(int world_size, int stride, int group_size);
 
 // Shared argument validation, so every backend reports the same errors.
 Status validate_all_gather(const Communicator& c, const Tensor& output, const Tensor& input);

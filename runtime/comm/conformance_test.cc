@@ -260,6 +260,49 @@ TEST_P(CommConformance, SplitByParityWithReversedKeys) {
   });
 }
 
+// NOTE [Strided groups]: split_strided(stride, size) forms the groups of a regular mesh —
+// rank r with the ranks of its block of stride·size that share r % stride, ordered by
+// rank — on every backend (HYBRID_SHARD's node groups are (1, devices per node), its
+// replica groups (devices per node, nodes)); bad layouts fail locally, before any message.
+TEST_P(CommConformance, SplitStridedFormsTheGroupsOfAMesh) {
+  run([&](RankEnv& env) {
+    const int w = env.comm.size(), r = env.comm.rank();
+    for (int stride = 1; stride <= w; ++stride) {
+      for (int size = 1; stride * size <= w; ++size) {
+        if (w % (stride * size) != 0) continue;
+        SCOPED_TRACE("stride " + std::to_string(stride) + ", size " + std::to_string(size));
+        auto sub = env.comm.split_strided(stride, size);
+        ASSERT_TRUE(sub.is_ok()) << sub.status().to_string();
+        ASSERT_NE(*sub, nullptr);
+        Communicator& g = **sub;
+        const int block = r / (stride * size) * stride * size;
+        std::vector<int> members;
+        for (int k = 0; k < size; ++k) members.push_back(block + r % stride + stride * k);
+        ASSERT_EQ(g.size(), size);
+        EXPECT_EQ(g.rank(), static_cast<int>(std::find(members.begin(), members.end(), r) - members.begin()));
+        EXPECT_EQ(g.rank(), strided_key(r, stride, size));
+        // Each member's world rank, gathered in group order: exactly the expected members.
+        Tensor all = make(env, size, DType::kI64, "all");
+        Tensor mine = *all.narrow(g.rank(), 1);
+        set(mine, 0, r);
+        expect_ok(g.all_gather_into(all, mine), "all_gather in the strided group");
+        for (int k = 0; k < size; ++k) EXPECT_EQ(get(all, k), members[static_cast<std::size_t>(k)]) << "member " << k;
+      }
+    }
+    for (const auto& [stride, size] : {std::pair{0, 1}, std::pair{1, 0}, std::pair{w + 1, 1}, std::pair{1, w + 1}}) {
+      auto bad = env.comm.split_strided(stride, size);
+      ASSERT_FALSE(bad.is_ok());
+      EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+      EXPECT_NE(bad.status().message().find("must divide the group size"), std::string::npos) << bad.status().message();
+    }
+    if (w % 2 == 1 && w > 1) {  // 2 does not divide an odd world
+      auto bad = env.comm.split_strided(1, 2);
+      ASSERT_FALSE(bad.is_ok());
+      EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+    }
+  });
+}
+
 TEST_P(CommConformance, ArgumentErrorsAreReportedLocally) {
   run([&](RankEnv& env) {
     const int w = env.comm.size();

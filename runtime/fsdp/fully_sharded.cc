@@ -143,8 +143,9 @@ Result<std::unique_ptr<FullyShardedModel>> FullyShardedModel::create(comm::Commu
       return Status::invalid_argument(std::string(strategy_name(o.strategy)) + ": devices_per_node " + std::to_string(dpn) +
                                       " must be >= 1 and divide the world size " + std::to_string(comm.size()));
     }
-    SHARDLAB_ASSIGN_OR_RETURN(m->shard_group_, comm.split(comm.rank() / dpn, comm.rank() % dpn));
-    SHARDLAB_ASSIGN_OR_RETURN(m->replica_group_, comm.split(comm.rank() % dpn, comm.rank() / dpn));
+    // NOTE [Strided groups]: a node's devices, and the same device of every node.
+    SHARDLAB_ASSIGN_OR_RETURN(m->shard_group_, comm.split_strided(1, dpn));
+    SHARDLAB_ASSIGN_OR_RETURN(m->replica_group_, comm.split_strided(dpn, comm.size() / dpn));
   }
   // Units: wrapped units in order of their first layer, then the root unit (if any).
   int num_layers = 0;

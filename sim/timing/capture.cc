@@ -46,7 +46,8 @@ class CaptureWork final : public runtime::comm::Work {
   int index_;
 };
 
-// The capturing Communicator: rank `rank` of a world of `size`; every collective is
+// The capturing Communicator: rank `rank` of a world of `size`, or of one of its
+// split_strided groups (NOTE [Groups in timing mode] in op_graph.h); every collective is
 // validated as on other backends, recorded, and complete at once with no data moved.
 class CaptureCommunicator final : public runtime::comm::Communicator {
  public:
@@ -77,7 +78,19 @@ class CaptureCommunicator final : public runtime::comm::Communicator {
   WorkPtr send(const Tensor&, int, int) override { return runtime::comm::completed_work(unsupported("send")); }
   WorkPtr recv(const Tensor&, int, int) override { return runtime::comm::completed_work(unsupported("recv")); }
   Result<std::unique_ptr<runtime::comm::Communicator>> split(int, int) override {
-    return unsupported("communicator split (HYBRID_SHARD)");
+    return unsupported("a communicator split by color and key (only split_strided groups, as HYBRID_SHARD makes)");
+  }
+  // NOTE [Groups in timing mode]: the split is a collective of the world group; the new
+  // group is known on every rank from its layout.
+  Result<std::unique_ptr<runtime::comm::Communicator>> split_strided(int stride, int size) override {
+    if (stride_ != 0) return unsupported("a split of a split group");
+    SHARDLAB_RETURN_IF_ERROR(runtime::comm::validate_strided(size_, stride, size));
+    SHARDLAB_RETURN_IF_ERROR(issue(OpKind::kSplit, DType::kI64, 0, ReduceOp::kSum, 0)->wait(runtime::comm::kDefaultTimeout));
+    auto group = std::make_unique<CaptureCommunicator>(rec_, runtime::comm::strided_key(rank_, stride, size), size);
+    group->stride_ = stride;
+    group->split_ = ++splits_;
+    group->name_ = "world/split" + std::to_string(group->split_);
+    return std::unique_ptr<runtime::comm::Communicator>(std::move(group));
   }
 
  private:
@@ -89,6 +102,11 @@ class CaptureCommunicator final : public runtime::comm::Communicator {
     CollectiveDesc d;
     d.kind = kind;
     d.group = name_;
+    if (stride_ != 0) {
+      d.stride = stride_;
+      d.size = size_;
+      d.split = split_;
+    }
     d.dtype = dtype;
     d.count = count;
     d.bytes = count * static_cast<std::int64_t>(element_size(dtype));
@@ -103,6 +121,8 @@ class CaptureCommunicator final : public runtime::comm::Communicator {
   Recording* rec_;
   int rank_, size_;
   std::string name_ = "world";
+  int stride_ = 0, split_ = 0;  // a split group's layout (NOTE [Groups in timing mode]); 0: the world
+  int splits_ = 0;              // the world's splits so far
 };
 
 // Interleaves the device ops (from the trace, in start order) with the host events: an op

@@ -32,7 +32,7 @@ struct CaptureOptions {
 // timing-mode SimDevice with `device`'s costs and capacity (slowed by the rank's
 // slowdown). Errors are the trainer's: OUT_OF_MEMORY with the per-category breakdown at
 // the failing allocation (as numerics mode reports it), INVALID_ARGUMENT for options
-// timing mode cannot capture (checkpoints, HYBRID_SHARD's communicator split).
+// timing mode cannot capture (checkpoints, communicator splits other than split_strided).
 Result<RankProgram> capture_rank(const runtime::train::FsdpTrainOptions& options, int world_size, int rank,
                                  const DeviceProfile& device, const CaptureOptions& capture = {});
 

@@ -85,6 +85,11 @@ Json program_json(const RankProgram& p) {
                   {"dtype", std::string(dtype_name(c.dtype))},
                   {"count", c.count},
                   {"op", reduce_name(c.op)}});
+    if (c.stride > 0) {  // NOTE [Groups in timing mode]; absent: the world group
+      cs.back()["stride"] = c.stride;
+      cs.back()["size"] = c.size;
+      cs.back()["split"] = c.split;
+    }
   }
   j["collectives"] = std::move(cs);
   Json nodes = Json::array();
@@ -196,10 +201,17 @@ Result<RankProgram> read_program(const Reader& r, const Json& j, const std::stri
     for (OpKind k : kKinds) {
       if (runtime::comm::op_kind_name(k) == kind) d.kind = k, found = true;
     }
-    if (!found || d.kind == OpKind::kSend || d.kind == OpKind::kRecv || d.kind == OpKind::kSplit) {
-      return r.fail(cf + "kind", "'" + kind + "' is not one of all_gather, reduce_scatter, all_reduce, broadcast, barrier");
+    if (!found || d.kind == OpKind::kSend || d.kind == OpKind::kRecv) {
+      return r.fail(cf + "kind",
+                    "'" + kind + "' is not one of all_gather, reduce_scatter, all_reduce, broadcast, barrier, split");
     }
     SHARDLAB_ASSIGN_OR_RETURN(d.group, r.str_at(c, "group", cf));
+    if (c.is_object() && c.contains("stride")) {
+      SHARDLAB_ASSIGN_OR_RETURN(d.stride, r.num_at<int>(c, "stride", cf));
+      SHARDLAB_ASSIGN_OR_RETURN(d.size, r.num_at<int>(c, "size", cf));
+      SHARDLAB_ASSIGN_OR_RETURN(d.split, r.num_at<int>(c, "split", cf));
+      if (d.stride < 1 || d.size < 1 || d.split < 1) return r.fail(cf + "stride", "stride, size and split must be >= 1");
+    }
     SHARDLAB_ASSIGN_OR_RETURN(d.bytes, r.num_at<std::int64_t>(c, "bytes", cf));
     SHARDLAB_ASSIGN_OR_RETURN(d.root, r.num_at<int>(c, "root", cf));
     SHARDLAB_ASSIGN_OR_RETURN(d.count, r.num_at<std::int64_t>(c, "count", cf));
@@ -279,6 +291,38 @@ Result<RankProgram> read_program(const Reader& r, const Json& j, const std::stri
 
 }  // namespace
 
+int group_color_of(const CollectiveDesc& d, int rank) {
+  return d.stride == 0 ? 0 : runtime::comm::strided_color(rank, d.stride, d.size);
+}
+
+int group_size_of(const CollectiveDesc& d, int world_size) { return d.stride == 0 ? world_size : d.size; }
+
+int group_rank_of(const CollectiveDesc& d, int rank) {
+  return d.stride == 0 ? rank : runtime::comm::strided_key(rank, d.stride, d.size);
+}
+
+int group_member(const CollectiveDesc& d, int color, int k) {
+  return d.stride == 0 ? k : color / d.stride * d.stride * d.size + color % d.stride + d.stride * k;
+}
+
+int group_count(const CollectiveDesc& d, int world_size) { return d.stride == 0 ? 1 : world_size / d.size; }
+
+std::string group_name_of(const CollectiveDesc& d, int rank) {
+  if (d.stride == 0) return d.group;
+  std::string name = "world/";
+  name += std::to_string(group_color_of(d, rank));
+  if (d.split > 1) {  // as SimCommunicator::split names the world's second split on
+    name += '.';
+    name += std::to_string(d.split);
+  }
+  return name;
+}
+
+bool has_payload(const CollectiveDesc& d, int rank) {
+  return d.kind != OpKind::kBarrier && d.kind != OpKind::kSplit &&
+         (d.kind != OpKind::kBroadcast || d.root != group_rank_of(d, rank));
+}
+
 bool RankProgram::same_program(const RankProgram& o) const {
   return nodes == o.nodes && ops == o.ops && collectives == o.collectives && markers == o.markers &&
          memory.peak == o.memory.peak && memory.current == o.memory.current && memory.capacity == o.memory.capacity &&
@@ -339,9 +383,18 @@ Status OpGraph::validate() const {
       return bad(where + ": " + std::to_string(p.collectives.size()) + " collectives but " + std::to_string(next_issue) + " issued");
     }
     for (const CollectiveDesc& c : p.collectives) {
-      if (c.group != "world") return bad(where + ": group '" + c.group + "': only the world group is supported");
-      if (c.kind == runtime::comm::OpKind::kBroadcast && (c.root < 0 || c.root >= world_size)) {
-        return bad(where + ": broadcast root " + std::to_string(c.root) + " outside the world");
+      if (c.stride == 0 && c.group != "world") {
+        return bad(where + ": group '" + c.group + "' has no layout (stride, size): only the world group and groups of "
+                   "split_strided are supported");
+      }
+      if (c.stride > 0) {
+        if (Status s = runtime::comm::validate_strided(world_size, c.stride, c.size); !s.is_ok()) {
+          return bad(where + ": group '" + c.group + "': " + s.message());
+        }
+        if (c.kind == runtime::comm::OpKind::kSplit) return bad(where + ": a split of group '" + c.group + "'");
+      }
+      if (c.kind == runtime::comm::OpKind::kBroadcast && (c.root < 0 || c.root >= group_size_of(c, world_size))) {
+        return bad(where + ": broadcast root " + std::to_string(c.root) + " outside its group");
       }
     }
     for (const Marker& m : p.markers) {

@@ -35,9 +35,9 @@
 // What timing mode cannot reproduce: values (losses and grad norms are NaN), and host
 // decisions made on values — FullyShardedModel::clip_grad_norm scales gradients only when
 // the norm exceeds the limit, which timing mode never sees (its norm reads 0), so a
-// numerics run that clips charges a few scale ops more. Communicator split (HYBRID_SHARD)
-// is not captured yet (capture refuses it), nor are point-to-point messages or
-// checkpoints. CPU offload is: the rank's host is a second timing-mode SimDevice on the
+// numerics run that clips charges a few scale ops more. HYBRID_SHARD's groups are
+// captured (NOTE [Groups in timing mode]); other communicator splits, point-to-point
+// messages and checkpoints are not. CPU offload is: the rank's host is a second timing-mode SimDevice on the
 // capture clock, and its ops (the optimizer's, the host side of PCIe copies) join the
 // compute segments, as in numerics mode where the host shares the rank's clock. Faults:
 // a straggler is captured at its own speed as its own program, link faults are the
@@ -62,11 +62,29 @@
 
 namespace shardlab::sim::timing {
 
+// NOTE [Groups in timing mode]
+// A collective runs on the world group or on a group made by split_strided(stride, size)
+// (NOTE [Strided groups] in runtime/comm/communicator.h): HYBRID_SHARD's node-local shard
+// groups and cross-node replica groups. A CollectiveDesc names the layout (stride, size
+// and which split of the world made it), not the group, so every rank's program reads
+// the same and a large world still shares one program. A rank's own group follows from
+// its rank: color strided_color(rank, stride, size), group rank strided_key(…), members
+// (color / stride)·stride·size + color % stride + stride·k for k < size — and so does
+// the name numerics mode gives it, "world/<color>" (with ".<split>" from the world's
+// second split on; group_name_of). The split itself is recorded as a kSplit collective
+// of the world group, which numerics mode times as a zero-byte exchange and does not
+// trace. Splits of a split group are not captured.
+
 // One collective a rank issues; its position in RankProgram::collectives is its sequence
-// number in its group (every member issues the same sequence).
+// number in the rank's program (every rank issues the same sequence).
 struct CollectiveDesc {
   runtime::comm::OpKind kind = runtime::comm::OpKind::kBarrier;
+  // "world", or for a split group a label of its layout ("world/split1"); the group's
+  // name on a given rank is group_name_of(desc, rank).
   std::string group = "world";
+  int stride = 0;  // 0: the world group; else the group of split_strided(stride, size)
+  int size = 0;
+  int split = 0;  // which split of the world made the group: 1, 2, …
   // As CollectiveQuery::bytes: one rank's chunk for all_gather / reduce_scatter, the
   // whole buffer for all_reduce / broadcast.
   std::int64_t bytes = 0;
@@ -76,6 +94,19 @@ struct CollectiveDesc {
   runtime::comm::ReduceOp op = runtime::comm::ReduceOp::kSum;
   friend bool operator==(const CollectiveDesc&, const CollectiveDesc&) = default;
 };
+
+// The group of `d` that world rank `rank` belongs to (NOTE [Groups in timing mode]):
+// its color (0 for the world), its size, the rank's place in it, the world rank of its
+// member `k`, how many such groups the world has, and its name as numerics mode gives it.
+int group_color_of(const CollectiveDesc& d, int rank);
+int group_size_of(const CollectiveDesc& d, int world_size);
+int group_rank_of(const CollectiveDesc& d, int rank);
+int group_member(const CollectiveDesc& d, int color, int k);
+int group_count(const CollectiveDesc& d, int world_size);
+std::string group_name_of(const CollectiveDesc& d, int rank);
+// Whether rank `rank` receives a payload in `d`, as FaultInjector counts its collectives
+// (sim/faults.h): every kind but barrier and split, and broadcast except at its root.
+bool has_payload(const CollectiveDesc& d, int rank);
 
 enum class NodeKind : std::uint8_t {
   kCompute,  // ops[first, first + count) back to back on the compute stream

@@ -22,18 +22,20 @@ int trace_stream(OpKind kind) {
                                           : kTraceOtherComm;
 }
 
-std::string describe(const CollectiveDesc& d, std::int64_t seq) {
+std::string describe(const CollectiveDesc& d, std::int64_t seq, int rank) {
   return std::string(runtime::comm::op_kind_name(d.kind)) + " #" + std::to_string(seq) + " (" +
          std::string(dtype_name(d.dtype)) + " × " + std::to_string(d.count) + ", " + std::to_string(d.bytes) +
-         " bytes, group '" + d.group + "')";
+         " bytes, group '" + group_name_of(d, rank) + "')";
 }
 
-// One collective of the world group in flight: every member's ready and completion time.
+// One collective of one group in flight (NOTE [Groups in timing mode] in op_graph.h): every
+// member's ready and completion time, indexed by group rank.
 struct Instance {
   const CollectiveDesc* desc = nullptr;
-  int first_rank = 0;  // the first rank that issued it (for mismatch messages)
+  int color = 0;       // which group of the desc's layout
   int arrived = 0;
-  std::vector<char> issued;  // per rank (for the timeouts of NOTE [Faults in timing mode])
+  std::vector<int> members;  // world ranks, by group rank (empty for the world group: 0 … W-1)
+  std::vector<char> issued;  // per member (for the timeouts of NOTE [Faults in timing mode])
   int waiting_prev = 0;  // members whose previous operation on the stream is not timed
   bool timed = false;
   std::vector<Nanos> ready, done;
@@ -58,20 +60,38 @@ struct RankState {
   bool stopped = false;            // crashed, hung or failed: runs no further
 };
 
-// The rank's collective number (counting those with a payload, as FaultInjector does) of
-// the program's collective `seq`.
-std::int64_t payload_index(const RankProgram& p, std::int64_t seq) {
+// Rank `rank`'s collective number (counting those with a payload, as FaultInjector does)
+// of the program's collective `seq`.
+std::int64_t payload_index(const RankProgram& p, std::int64_t seq, int rank) {
   std::int64_t k = 0;
-  for (std::int64_t i = 0; i < seq; ++i) k += p.collectives[static_cast<std::size_t>(i)].kind != OpKind::kBarrier;
+  for (std::int64_t i = 0; i < seq; ++i) k += has_payload(p.collectives[static_cast<std::size_t>(i)], rank);
+  return k;
+}
+
+// The number of collective `seq` in its group's sequence (SimCommunicator's "#n"): the
+// program's earlier collectives on the same layout.
+std::int64_t group_seq(const RankProgram& p, std::int64_t seq) {
+  const CollectiveDesc& d = p.collectives[static_cast<std::size_t>(seq)];
+  std::int64_t k = 0;
+  for (std::int64_t i = 0; i < seq; ++i) {
+    const CollectiveDesc& e = p.collectives[static_cast<std::size_t>(i)];
+    k += e.stride == d.stride && e.size == d.size && e.split == d.split;
+  }
   return k;
 }
 
 // "all_gather in group 'world' (the rank's collective #5)", as FaultInjector names it.
-std::string fault_what(const RankProgram& p, std::int64_t seq) {
+std::string fault_what(const RankProgram& p, std::int64_t seq, int rank) {
   const CollectiveDesc& d = p.collectives[static_cast<std::size_t>(seq)];
-  return fault_collective(runtime::comm::op_kind_name(d.kind), d.group,
-                          d.kind != OpKind::kBarrier ? payload_index(p, seq) : -1);
+  return fault_collective(runtime::comm::op_kind_name(d.kind), group_name_of(d, rank),
+                          has_payload(d, rank) ? payload_index(p, seq, rank) : -1);
 }
+
+// A collective in flight: its position in the programs and which group of its layout.
+struct InstanceId {
+  std::int64_t seq = 0;
+  int color = 0;
+};
 
 class Replayer {
  public:
@@ -95,12 +115,13 @@ class Replayer {
       const RankProgram& p = g_.program(r);
       if (s.pc < p.nodes.size()) {
         const Node& n = p.nodes[s.pc];
-        const Instance* in = insts_[static_cast<std::size_t>(n.index)].get();
+        const CollectiveDesc& d = p.collectives[static_cast<std::size_t>(n.index)];
+        const Instance* in = find(n.index, r);
+        const int size = group_size_of(d, w_);
         return Status::failed_precondition(
-            "replay: rank " + std::to_string(r) + " waits forever for " +
-            describe(p.collectives[static_cast<std::size_t>(n.index)], n.index) + ": " +
-            (in ? std::to_string(in->arrived) + " of " + std::to_string(w_) + " ranks issued it" +
-                      (in->arrived == w_ ? " and it waits for an earlier operation on a stream" : "")
+            "replay: rank " + std::to_string(r) + " waits forever for " + describe(d, n.index, r) + ": " +
+            (in ? std::to_string(in->arrived) + " of " + std::to_string(size) + " ranks issued it" +
+                      (in->arrived == size ? " and it waits for an earlier operation on a stream" : "")
                 : std::string("no rank issued it")));
       }
       out_.ranks[static_cast<std::size_t>(r)].end_time = s.t;
@@ -110,28 +131,34 @@ class Replayer {
   }
 
  private:
+  // The instances of one position in the programs, one per group of its layout.
+  struct Slot {
+    std::vector<std::unique_ptr<Instance>> by_color;  // allocated at the first issue
+    int created = 0, live = 0;
+    const CollectiveDesc* first = nullptr;  // what the first rank to issue it issued
+    int first_rank = 0;
+  };
+
   // NOTE [Faults in timing mode]: the faulty ranks' errors, then a timeout for every rank
   // blocked in a wait.
   Result<ReplayResult> with_faults() {
     std::sort(faulty_.begin(), faulty_.end(), [](const RankError& a, const RankError& b) { return a.rank < b.rank; });
     out_.errors = std::move(faulty_);
-    std::map<std::int64_t, std::string> why_of;  // per collective: ranks blocked on it share it
+    std::map<std::pair<std::int64_t, int>, std::string> why_of;  // per instance: ranks blocked on it share it
     for (int r = 0; r < w_; ++r) {
       const RankState& s = state_[static_cast<std::size_t>(r)];
       const RankProgram& p = g_.program(r);
       out_.ranks[static_cast<std::size_t>(r)].end_time = s.t;
       if (s.stopped || s.pc >= p.nodes.size()) continue;
       const Node& n = p.nodes[s.pc];  // a wait that cannot complete
-      const Instance& in = *insts_[static_cast<std::size_t>(n.index)];
-      auto [it, fresh] = why_of.try_emplace(n.index);
+      const Instance& in = *find(n.index, r);
+      auto [it, fresh] = why_of.try_emplace(std::make_pair(std::int64_t{n.index}, in.color));
       if (fresh) {
-        std::string missing;
-        for (int m = 0; m < w_; ++m) {
-          if (!in.issued.empty() && !in.issued[static_cast<std::size_t>(m)]) {
-            missing += (missing.empty() ? "" : ", ") + std::to_string(m);
-          }
+        std::string missing;  // group ranks, as SimCommunicator lists them
+        for (std::size_t k = 0; k < in.issued.size(); ++k) {
+          if (!in.issued[k]) missing += (missing.empty() ? "" : ", ") + std::to_string(k);
         }
-        it->second = never_arrived(in.arrived, w_, missing);
+        it->second = never_arrived(in.arrived, static_cast<int>(in.ready.size()), missing);
       }
       out_.errors.push_back({r, timeout_status(r, p, n.index, it->second)});
     }
@@ -145,8 +172,9 @@ class Replayer {
     const RankState& s = state_[static_cast<std::size_t>(r)];
     const CollectiveDesc& d = p.collectives[static_cast<std::size_t>(seq)];
     const std::string what = collective_on_rank(
-        describe_collective(d.kind, d.dtype, d.count, d.op, d.root, static_cast<std::uint64_t>(seq)), r, d.group, w_);
-    return Status::timeout(fault_context(fault_where(r, s.step), fault_what(p, seq),
+        describe_collective(d.kind, d.dtype, d.count, d.op, d.root, static_cast<std::uint64_t>(group_seq(p, seq))),
+        group_rank_of(d, r), group_name_of(d, r), group_size_of(d, w_));
+    return Status::timeout(fault_context(fault_where(r, s.step), fault_what(p, seq, r),
                                          timed_out_message(what, o_.collective_timeout,
                                                            s.t + o_.collective_timeout, why),
                                          injected_));
@@ -172,23 +200,36 @@ class Replayer {
 
   Status prepare() {
     const std::size_t n = g_.programs.front().collectives.size();
-    std::vector<std::int64_t> ranks_of(g_.programs.size(), 0);
+    program_ranks_.assign(g_.programs.size(), 0);
     for (int r = 0; r < w_; ++r) {
-      ++ranks_of[g_.program_of_rank.empty() ? 0 : static_cast<std::size_t>(g_.program_of_rank[static_cast<std::size_t>(r)])];
+      ++program_ranks_[g_.program_of_rank.empty() ? 0 : static_cast<std::size_t>(g_.program_of_rank[static_cast<std::size_t>(r)])];
     }
-    expected_waits_.assign(n, 0);
+    // Wait nodes per collective and program; a collective every program waits for equally
+    // often (the usual case) needs no walk over its members.
+    waits_.assign(g_.programs.size(), std::vector<std::int32_t>(n, 0));
+    uniform_waits_.assign(n, -1);
     for (std::size_t pi = 0; pi < g_.programs.size(); ++pi) {
       const RankProgram& p = g_.programs[pi];
-      if (ranks_of[pi] == 0) continue;
+      if (program_ranks_[pi] == 0) continue;
       if (p.collectives.size() != n) {
         return Status::failed_precondition("replay: programs issue " + std::to_string(n) + " and " +
                                            std::to_string(p.collectives.size()) + " collectives");
       }
       for (const Node& node : p.nodes) {
-        if (node.kind == NodeKind::kWait) expected_waits_[static_cast<std::size_t>(node.index)] += ranks_of[pi];
+        if (node.kind == NodeKind::kWait) ++waits_[pi][static_cast<std::size_t>(node.index)];
       }
     }
-    insts_.resize(n);
+    for (std::size_t seq = 0; seq < n; ++seq) {
+      std::int32_t common = -1;
+      bool uniform = true;
+      for (std::size_t pi = 0; pi < g_.programs.size(); ++pi) {
+        if (program_ranks_[pi] == 0) continue;
+        if (common >= 0 && waits_[pi][seq] != common) uniform = false;
+        common = waits_[pi][seq];
+      }
+      if (uniform) uniform_waits_[seq] = common;
+    }
+    slots_.resize(n);
     state_.assign(static_cast<std::size_t>(w_), RankState{});
     out_.ranks.assign(static_cast<std::size_t>(w_), RankTiming{});
     for (int r = 0; r < w_; ++r) {
@@ -217,41 +258,90 @@ class Replayer {
     return Status::ok();
   }
 
-  Instance& instance(std::int64_t seq, const CollectiveDesc& desc, int rank, Status* mismatch) {
-    auto& slot = insts_[static_cast<std::size_t>(seq)];
-    if (!slot) {
-      slot = std::make_unique<Instance>();
-      slot->desc = &desc;
-      slot->first_rank = rank;
-      slot->ready.assign(static_cast<std::size_t>(w_), 0);
-      if (!rank_faults_.empty()) slot->issued.assign(static_cast<std::size_t>(w_), 0);
-      slot->waits_left = expected_waits_[static_cast<std::size_t>(seq)];
-    } else if (!(*slot->desc == desc)) {
-      *mismatch = Status::failed_precondition("replay: collective mismatch at position #" + std::to_string(seq) +
-                                              ": rank " + std::to_string(slot->first_rank) + " issued " +
-                                              describe(*slot->desc, seq) + " but rank " + std::to_string(rank) +
-                                              " issued " + describe(desc, seq));
-    }
-    return *slot;
+  const CollectiveDesc& desc_of(std::int64_t seq, int rank) const {
+    return g_.program(rank).collectives[static_cast<std::size_t>(seq)];
   }
 
-  // Frees a collective nobody needs any more: timed, every wait passed, no stream tail.
-  void maybe_free(std::int64_t seq) {
-    auto& slot = insts_[static_cast<std::size_t>(seq)];
-    if (slot && slot->timed && slot->waits_left == 0 && slot->tail_refs == 0 && slot->successors.empty()) slot.reset();
+  // Rank `rank`'s instance of collective `seq`; null when not created (or freed).
+  Instance* find(std::int64_t seq, int rank) const {
+    const Slot& slot = slots_[static_cast<std::size_t>(seq)];
+    const auto color = static_cast<std::size_t>(group_color_of(desc_of(seq, rank), rank));
+    return color < slot.by_color.size() ? slot.by_color[color].get() : nullptr;
   }
+  Instance& at(const InstanceId& id) const {
+    return *slots_[static_cast<std::size_t>(id.seq)].by_color[static_cast<std::size_t>(id.color)];
+  }
+
+  // Rank `rank`'s instance of collective `seq`, created at the group's first issue.
+  // FAILED_PRECONDITION in *mismatch (and null) when the rank's program disagrees with the
+  // first rank's on the collective, its group layout included.
+  Instance* instance(std::int64_t seq, const CollectiveDesc& desc, int rank, Status* mismatch) {
+    Slot& slot = slots_[static_cast<std::size_t>(seq)];
+    if (slot.first == nullptr) {
+      slot.first = &desc;
+      slot.first_rank = rank;
+      slot.by_color.resize(static_cast<std::size_t>(group_count(desc, w_)));
+    } else if (!(*slot.first == desc)) {
+      *mismatch = Status::failed_precondition("replay: collective mismatch at position #" + std::to_string(seq) +
+                                              ": rank " + std::to_string(slot.first_rank) + " issued " +
+                                              describe(*slot.first, seq, slot.first_rank) + " but rank " +
+                                              std::to_string(rank) + " issued " + describe(desc, seq, rank));
+      return nullptr;
+    }
+    const int color = group_color_of(desc, rank);
+    auto& in = slot.by_color[static_cast<std::size_t>(color)];
+    if (!in) {
+      in = std::make_unique<Instance>();
+      ++slot.created;
+      ++slot.live;
+      in->desc = &desc;
+      in->color = color;
+      const int size = group_size_of(desc, w_);
+      if (desc.stride != 0) {
+        in->members.resize(static_cast<std::size_t>(size));
+        for (int k = 0; k < size; ++k) in->members[static_cast<std::size_t>(k)] = group_member(desc, color, k);
+      }
+      in->ready.assign(static_cast<std::size_t>(size), 0);
+      if (!rank_faults_.empty()) in->issued.assign(static_cast<std::size_t>(size), 0);
+      if (const std::int32_t u = uniform_waits_[static_cast<std::size_t>(seq)]; u >= 0) {
+        in->waits_left = std::int64_t{u} * size;
+      } else {
+        for (int k = 0; k < size; ++k) {
+          const int m = in->members.empty() ? k : in->members[static_cast<std::size_t>(k)];
+          in->waits_left += waits_[g_.program_of_rank.empty() ? 0 : static_cast<std::size_t>(g_.program_of_rank[static_cast<std::size_t>(m)])]
+                                  [static_cast<std::size_t>(seq)];
+        }
+      }
+    }
+    return in.get();
+  }
+
+  // Frees a collective nobody needs any more: timed, every wait passed, no stream tail;
+  // and the slot's table once every group's instance came and went.
+  void maybe_free(const InstanceId& id) {
+    Slot& slot = slots_[static_cast<std::size_t>(id.seq)];
+    auto& in = slot.by_color[static_cast<std::size_t>(id.color)];
+    if (!(in && in->timed && in->waits_left == 0 && in->tail_refs == 0 && in->successors.empty())) return;
+    in.reset();
+    if (--slot.live == 0 && slot.created == static_cast<int>(slot.by_color.size())) {
+      slot.by_color.clear();
+      slot.by_color.shrink_to_fit();
+    }
+  }
+  InstanceId id_of(std::int64_t seq, const Instance& in) const { return {seq, in.color}; }
 
   // Times `first` when ready, then every successor that becomes ready through it.
-  void time_ready(std::int64_t first) {
-    std::vector<std::int64_t> work{first};
+  void time_ready(InstanceId first) {
+    std::vector<InstanceId> work{first};
     while (!work.empty()) {
-      const std::int64_t seq = work.back();
+      const InstanceId id = work.back();
       work.pop_back();
-      Instance& x = *insts_[static_cast<std::size_t>(seq)];
-      if (x.timed || x.arrived < w_ || x.waiting_prev > 0) continue;
+      Instance& x = at(id);
+      if (x.timed || x.arrived < static_cast<int>(x.ready.size()) || x.waiting_prev > 0) continue;
+      const std::vector<int>& members = x.members.empty() ? world_ranks_ : x.members;
       CollectiveQuery q;
       q.kind = x.desc->kind;
-      q.world_ranks = world_ranks_;
+      q.world_ranks = members;
       q.arrivals = x.ready;
       q.bytes = x.desc->bytes;
       q.root = x.desc->root;
@@ -263,23 +353,26 @@ class Replayer {
       x.timed = true;
       ++out_.collectives;
       ++out_.events;
-      for (auto& [rank, rec] : recorders_) {
-        const auto r = static_cast<std::size_t>(rank);
-        rec->add_comm({std::string(runtime::comm::op_kind_name(x.desc->kind)), trace_stream(x.desc->kind), x.ready[r],
-                       x.done[r] - x.ready[r], x.desc->bytes, x.desc->group, x.algorithm});
+      if (x.desc->kind != OpKind::kSplit) {  // as numerics mode, which does not trace splits
+        for (auto& [rank, rec] : recorders_) {
+          if (group_color_of(*x.desc, rank) != x.color) continue;
+          const auto k = static_cast<std::size_t>(group_rank_of(*x.desc, rank));
+          rec->add_comm({std::string(runtime::comm::op_kind_name(x.desc->kind)), trace_stream(x.desc->kind), x.ready[k],
+                         x.done[k] - x.ready[k], x.desc->bytes, group_name_of(*x.desc, rank), x.algorithm});
+        }
       }
       for (const auto& [next, rank] : x.successors) {
-        Instance& s = *insts_[static_cast<std::size_t>(next)];
-        Nanos& rd = s.ready[static_cast<std::size_t>(rank)];
-        rd = std::max(rd, x.done[static_cast<std::size_t>(rank)]);
-        if (--s.waiting_prev == 0) work.push_back(next);
+        Instance& s = *find(next, rank);
+        Nanos& rd = s.ready[static_cast<std::size_t>(group_rank_of(*s.desc, rank))];
+        rd = std::max(rd, x.done[static_cast<std::size_t>(group_rank_of(*x.desc, rank))]);
+        if (--s.waiting_prev == 0) work.push_back(id_of(next, s));
       }
       x.successors.clear();
       x.successors.shrink_to_fit();
       for (int r : x.waiters) runnable_->push_back(r);
       x.waiters.clear();
       x.waiters.shrink_to_fit();
-      maybe_free(seq);
+      maybe_free(id);
     }
   }
 
@@ -288,7 +381,6 @@ class Replayer {
     const RankProgram& p = g_.program(r);
     const bool traced = traced_[static_cast<std::size_t>(r)] != 0;
     RankTiming& timing = out_.ranks[static_cast<std::size_t>(r)];
-    const auto ur = static_cast<std::size_t>(r);
     std::int64_t executed = 0;
     while (s.pc < p.nodes.size()) {
       const Node& n = p.nodes[s.pc];
@@ -315,7 +407,7 @@ class Replayer {
             out_.events += executed;
             return Status::ok();
           }
-          if (desc.kind != OpKind::kBarrier && !rank_faults_.empty()) {
+          if (!rank_faults_.empty() && has_payload(desc, r)) {
             const std::int64_t k = s.payloads++;
             if (auto it = rank_faults_.find(r); it != rank_faults_.end()) {
               for (const Fault* f : it->second) {
@@ -327,54 +419,57 @@ class Replayer {
             }
           }
           Status mismatch;
-          Instance& in = instance(n.index, desc, r, &mismatch);
-          if (!mismatch.is_ok()) return mismatch;
+          Instance* issued = instance(n.index, desc, r, &mismatch);
+          if (issued == nullptr) return mismatch;
+          Instance& in = *issued;
+          const auto k = static_cast<std::size_t>(group_rank_of(desc, r));
           Nanos ready = s.t;
           const int stream = comm_stream(desc.kind);
           if (stream >= 0) {
             std::int64_t& tail = s.tail[static_cast<std::size_t>(stream)];
             if (tail >= 0) {
-              Instance& prev = *insts_[static_cast<std::size_t>(tail)];
+              Instance& prev = *find(tail, r);
               if (prev.timed) {
-                ready = std::max(ready, prev.done[ur]);
+                ready = std::max(ready, prev.done[static_cast<std::size_t>(group_rank_of(*prev.desc, r))]);
               } else {
                 ++in.waiting_prev;
                 prev.successors.emplace_back(n.index, r);
               }
               --prev.tail_refs;
-              maybe_free(tail);
+              maybe_free(id_of(tail, prev));
             }
             tail = n.index;
             ++in.tail_refs;
           }
-          in.ready[ur] = ready;
-          if (!in.issued.empty()) in.issued[ur] = 1;
-          if (++in.arrived == w_) time_ready(n.index);
+          in.ready[k] = ready;
+          if (!in.issued.empty()) in.issued[k] = 1;
+          if (++in.arrived == static_cast<int>(in.ready.size())) time_ready(id_of(n.index, in));
           break;
         }
         case NodeKind::kWait: {
-          Instance& in = *insts_[static_cast<std::size_t>(n.index)];
+          Instance& in = *find(n.index, r);
           if (!in.timed) {
             in.waiters.push_back(r);
             out_.events += executed;
             return Status::ok();
           }
+          const Nanos done = in.done[static_cast<std::size_t>(group_rank_of(*in.desc, r))];
           if (!in.error.is_ok()) {  // as SimCommunicator fails every member's wait
-            stop(r, Status(in.error.code(), fault_context(fault_where(r, s.step), fault_what(p, n.index),
+            stop(r, Status(in.error.code(), fault_context(fault_where(r, s.step), fault_what(p, n.index, r),
                                                           in.error.message(), injected_)));
             out_.events += executed;
             return Status::ok();
           }
-          if (in.done[ur] > s.t + o_.collective_timeout) {  // as SimCommunicator's wait times out
-            stop(r, timeout_status(r, p, n.index, "it completed only at " + format_seconds(in.done[ur])));
+          if (done > s.t + o_.collective_timeout) {  // as SimCommunicator's wait times out
+            stop(r, timeout_status(r, p, n.index, "it completed only at " + format_seconds(done)));
             out_.events += executed;
             return Status::ok();
           }
-          s.t = std::max(s.t, in.done[ur]);
+          s.t = std::max(s.t, done);
           --in.waits_left;
-          maybe_free(n.index);
+          maybe_free(id_of(n.index, in));
           if (n.index == s.corrupt_seq) {
-            stop(r, integrity_failure_status(*s.corrupt, fault_where(r, s.step), fault_what(p, n.index)));
+            stop(r, integrity_failure_status(*s.corrupt, fault_where(r, s.step), fault_what(p, n.index, r)));
             out_.events += executed + 1;
             return Status::ok();
           }
@@ -417,8 +512,10 @@ class Replayer {
   const OpGraph& g_;
   const ReplayOptions& o_;
   const int w_;
-  std::vector<std::int64_t> expected_waits_;
-  std::vector<std::unique_ptr<Instance>> insts_;
+  std::vector<std::int64_t> program_ranks_;           // per program: how many ranks run it
+  std::vector<std::vector<std::int32_t>> waits_;      // per program and collective: wait nodes
+  std::vector<std::int32_t> uniform_waits_;           // per collective: the programs' common count, or -1
+  std::vector<Slot> slots_;                           // per collective
   std::vector<RankState> state_;
   std::vector<int> world_ranks_;
   std::vector<char> traced_;

@@ -6,7 +6,9 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <optional>
+#include <set>
 
 #include "runtime/core/check.h"
 #include "runtime/model/bert.h"
@@ -235,10 +237,13 @@ struct NumericsRun {
 // With `cpu_offload`, each rank's host is made as `shardlab run` makes it
 // (cli/run_command.cc): a SimDevice with offload_host_profile() on the rank's clock and trace.
 // `slowdown`: straggler factors per rank, as World takes them.
+// `network`: the network model (null: the α–β ring of NetworkModel{}, as capture_and_replay's).
 NumericsRun run_numerics(const FsdpTrainOptions& in, int world, std::uint64_t perturb_seed,
                          const DeviceProfile& device = {}, bool cpu_offload = false,
-                         std::vector<double> slowdown = {}) {
+                         std::vector<double> slowdown = {},
+                         std::shared_ptr<const NetworkCostModel> network = nullptr) {
   WorldOptions wo;
+  wo.network_model = std::move(network);
   wo.world_size = world;
   wo.trace = true;
   wo.perturb_seed = perturb_seed;
@@ -299,14 +304,15 @@ struct Timed {
   ReplayResult replay;
 };
 std::optional<Timed> capture_and_replay(const FsdpTrainOptions& o, int w, const DeviceProfile& device,
-                                        const CaptureOptions& capture = {}) {
+                                        const CaptureOptions& capture = {},
+                                        std::shared_ptr<const NetworkCostModel> network = nullptr) {
   auto g = capture_graph(o, w, device, capture);
   if (!g.is_ok()) {
     ADD_FAILURE() << g.status().to_string();
     return std::nullopt;
   }
   ReplayOptions ro;
-  ro.network = make_alpha_beta_ring(NetworkModel{});
+  ro.network = network ? std::move(network) : make_alpha_beta_ring(NetworkModel{});
   ro.traced_ranks = all_ranks(w);
   auto tim = replay(*g, ro);
   if (!tim.is_ok()) {
@@ -364,6 +370,49 @@ TEST(TimingMode, NumericsAndTimingGiveTheSameTimelineWithAStraggler) {
   const auto t = capture_and_replay(o, w, DeviceProfile{}, slow);
   ASSERT_TRUE(t.has_value());
   expect_same_timeline(run_numerics(o, w, 0, DeviceProfile{}, false, slow.slowdown), t->graph, t->replay);
+}
+
+// HYBRID_SHARD (NOTE [Groups in timing mode] in op_graph.h): shards inside a node's group,
+// gradients averaged across nodes in the replica groups — per-group collectives, and the
+// two splits themselves, on the same timeline in both modes, the groups named alike. On
+// HLS-2 nodes under link contention, so a group replayed with the wrong members (inside a
+// node instead of across nodes) would cost differently.
+FsdpTrainOptions hybrid(int devices_per_node) {
+  FsdpTrainOptions o = bert_tiny();
+  o.fsdp.strategy = runtime::fsdp::ShardingStrategy::kHybridShard;
+  o.fsdp.devices_per_node = devices_per_node;
+  return o;
+}
+
+TEST(TimingMode, NumericsAndTimingGiveTheSameTimelineUnderHybridShard) {
+  const int w = 8;
+  for (int dpn : {4, 2}) {
+    SCOPED_TRACE("devices per node " + std::to_string(dpn));
+    const FsdpTrainOptions o = hybrid(dpn);
+    NetworkSpec spec;
+    spec.topology = "hls2";
+    spec.nodes = w / dpn;
+    spec.devices_per_node = dpn;
+    spec.model = NetworkModelKind::kContention;
+    auto network = make_network(spec);
+    ASSERT_TRUE(network.is_ok()) << network.status().to_string();
+    const auto t = capture_and_replay(o, w, DeviceProfile{}, {}, *network);
+    ASSERT_TRUE(t.has_value());
+    bool shard_group = false, replica_group = false;
+    for (const CollectiveDesc& d : t->graph.program(0).collectives) {
+      shard_group |= d.stride == 1 && d.size == dpn;
+      replica_group |= d.stride == dpn && d.size == w / dpn;
+    }
+    EXPECT_TRUE(shard_group && replica_group);
+    expect_same_timeline(run_numerics(o, w, 0, DeviceProfile{}, false, {}, *network), t->graph, t->replay);
+    // Rank 5's groups, named as numerics mode names them: its node's, then its replicas'.
+    std::set<std::string> groups;
+    for (const TraceEvent& e : t->replay.traces.at(5)) {
+      if (!e.group.empty()) groups.insert(e.group);
+    }
+    EXPECT_EQ(groups, (std::set<std::string>{"world", "world/" + std::to_string(5 / dpn),
+                                             "world/" + std::to_string(5 % dpn) + ".2"}));
+  }
 }
 
 // Beyond kMaxPerRankCaptureWorld ranks the others share rank 0's program, and the straggler
@@ -426,10 +475,7 @@ std::vector<Status> numerics_with_faults(const FsdpTrainOptions& in, int world, 
 // caught by the integrity check stop the same rank at the same point in both modes, and
 // every other rank times out at the same virtual instant with the same words (numerics
 // mode's errors may carry the FSDP layer's context in front).
-TEST(TimingMode, FaultsStopRanksAsInNumericsMode) {
-  FsdpTrainOptions o = bert_tiny();
-  o.steps = 3;
-  const int w = 4;
+void expect_faults_as_in_numerics_mode(const FsdpTrainOptions& o, int w) {
   auto g = capture_graph(o, w, DeviceProfile{});
   ASSERT_TRUE(g.is_ok()) << g.status().to_string();
   ReplayOptions ro;
@@ -467,6 +513,15 @@ TEST(TimingMode, FaultsStopRanksAsInNumericsMode) {
       EXPECT_TRUE(n.message().ends_with(e.status.message())) << "numerics: " << n.message() << "\ntiming:   "
                                                              << e.status.message();
     }
+  }
+}
+
+TEST(TimingMode, FaultsStopRanksAsInNumericsMode) {
+  for (const bool hybrid_shard : {false, true}) {
+    SCOPED_TRACE(hybrid_shard ? "HYBRID_SHARD, 2 nodes of 2" : "FULL_SHARD");
+    FsdpTrainOptions o = hybrid_shard ? hybrid(2) : bert_tiny();
+    o.steps = 3;
+    expect_faults_as_in_numerics_mode(o, 4);
   }
 }
 
@@ -564,6 +619,35 @@ TEST(TimingMode, LargeWorldsWithTheMaskedLmHeadReplayRank0sProgram) {
   EXPECT_GT(tim->ranks.front().step_times.at(0), 0);
 }
 
+// HYBRID_SHARD in a large world: every rank's program names the same group layouts, so
+// rank 0's program still stands in for the others; rank 71 runs in node 8's group and in
+// replica group 7, and every group's collectives complete.
+TEST(TimingMode, LargeWorldsReplayHybridShardGroupByGroup) {
+  const int w = kLargeWorld;  // 9 nodes of 8
+  FsdpTrainOptions o = large_world_classifier(1);
+  o.fsdp.strategy = runtime::fsdp::ShardingStrategy::kHybridShard;
+  o.fsdp.devices_per_node = 8;
+  auto g = capture_graph(o, w, DeviceProfile{});
+  ASSERT_TRUE(g.is_ok()) << g.status().to_string();
+  EXPECT_LE(g->programs.size(), 2u);
+  ReplayOptions ro;
+  ro.network = make_alpha_beta_ring(NetworkModel{});
+  ro.traced_ranks = {0, w - 1};
+  auto tim = replay(*g, ro);
+  ASSERT_TRUE(tim.is_ok()) << tim.status().to_string();
+  ASSERT_TRUE(tim->errors.empty());
+  std::set<std::string> groups;
+  for (const TraceEvent& e : tim->traces.at(w - 1)) {
+    if (!e.group.empty()) groups.insert(e.group);
+  }
+  EXPECT_EQ(groups, (std::set<std::string>{"world", "world/8", "world/7.2"}));
+  for (const RankTiming& r : tim->ranks) EXPECT_GT(r.step_times.at(0), 0);
+  // Per instance: 2 splits + the world's collectives once + each layout's once per group.
+  std::int64_t expected = 0;
+  for (const CollectiveDesc& d : g->program(0).collectives) expected += group_count(d, w);
+  EXPECT_EQ(tim->collectives, expected);
+}
+
 // NOTE [Initialization unit by unit]: in timing mode the host copy the units move from is
 // a deferred storage nothing charges, so a world of 72 ranks whose devices could not hold
 // the full fp32 model (12 layers, a small vocabulary: layers dominate) still captures, and
@@ -603,7 +687,7 @@ TEST(TimingMode, CaptureAndReplayAreDeterministic) {
 }
 
 TEST(TimingMode, GraphJsonRoundTripReplaysTheSameTimeline) {
-  FsdpTrainOptions o = bert_tiny();
+  FsdpTrainOptions o = hybrid(4);  // the group layouts round-trip too
   o.steps = 1;
   auto g = capture_graph(o, 8, DeviceProfile{});
   ASSERT_TRUE(g.is_ok()) << g.status().to_string();
@@ -643,6 +727,25 @@ TEST(TimingMode, GraphReaderRejectsBrokenFilesNamingTheField) {
   r = graph_from_json_string(bad, "g.json");
   ASSERT_FALSE(r.is_ok());
   EXPECT_NE(r.status().message().find("].kind: 'all_gatherX'"), std::string::npos) << r.status().to_string();
+
+  // A group layout that does not tile the world (NOTE [Groups in timing mode]).
+  FsdpTrainOptions h = hybrid(2);
+  h.steps = 1;
+  auto hg = capture_graph(h, 4, DeviceProfile{});
+  ASSERT_TRUE(hg.is_ok()) << hg.status().to_string();
+  text = graph_to_json_string(*hg);
+  ASSERT_NE(text.find("\"stride\":2}"), std::string::npos);
+  bad = text;
+  bad.replace(bad.find("\"stride\":2}"), 11, "\"stride\":3}");
+  r = graph_from_json_string(bad, "g.json");
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_NE(r.status().message().find("split_strided(stride 3, size 2) of a group of 4"), std::string::npos)
+      << r.status().to_string();
+  bad = text;
+  bad.replace(bad.find("\"stride\":2}"), 11, "\"stride\":0}");
+  r = graph_from_json_string(bad, "g.json");
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_NE(r.status().message().find("stride, size and split must be >= 1"), std::string::npos) << r.status().to_string();
 }
 
 TEST(TimingMode, OutOfMemoryEndsTheCaptureWithTheBreakdown) {
@@ -725,18 +828,43 @@ TEST(Replay, CollectivesOnOneStreamRunOneAfterTheOther) {
   EXPECT_EQ(tr[2].start, 1100);  // the second all-gather starts when the first ends
 }
 
-TEST(Replay, MismatchedProgramsFailNamingBothCollectives) {
+// two_all_gathers(4) with the ranks that `program_of_rank` maps to 1 running a program whose
+// second collective `change` alters: the replay's error (OK if it replayed).
+Status replay_with_changed_second_collective(const std::function<void(CollectiveDesc&)>& change,
+                                             std::vector<int> program_of_rank) {
   OpGraph g = two_all_gathers(4);
   RankProgram other = g.programs[0];
-  other.collectives[1].kind = OpKind::kReduceScatter;
+  change(other.collectives[1]);
   g.programs.push_back(other);
-  g.program_of_rank = {0, 0, 1, 0};
+  g.program_of_rank = std::move(program_of_rank);
   ReplayOptions ro;
   ro.network = std::make_shared<FlatModel>(10);
-  auto r = replay(g, ro);
-  ASSERT_FALSE(r.is_ok());
-  EXPECT_NE(r.status().message().find("reduce_scatter #1"), std::string::npos) << r.status().to_string();
-  EXPECT_NE(r.status().message().find("all_gather #1"), std::string::npos) << r.status().to_string();
+  return replay(g, ro).status();
+}
+
+TEST(Replay, MismatchedProgramsFailNamingBothCollectives) {
+  const Status s = replay_with_changed_second_collective([](CollectiveDesc& d) { d.kind = OpKind::kReduceScatter; },
+                                                         {0, 0, 1, 0});
+  ASSERT_FALSE(s.is_ok());
+  EXPECT_NE(s.message().find("reduce_scatter #1"), std::string::npos) << s.to_string();
+  EXPECT_NE(s.message().find("all_gather #1"), std::string::npos) << s.to_string();
+}
+
+// The same collective in another group layout (NOTE [Groups in timing mode]) is a mismatch
+// too, even when the two ranks' groups would be different groups.
+TEST(Replay, ProgramsInDifferentGroupLayoutsFailNamingBothGroups) {
+  const Status s = replay_with_changed_second_collective(
+      [](CollectiveDesc& d) {
+        d.group = "world/split1";
+        d.stride = 1;
+        d.size = 2;
+        d.split = 1;
+      },
+      {0, 0, 1, 1});
+  ASSERT_FALSE(s.is_ok());
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.message().find("group 'world')"), std::string::npos) << s.to_string();
+  EXPECT_NE(s.message().find("group 'world/1')"), std::string::npos) << s.to_string();
 }
 
 TEST(Replay, ProgramsIssuingDifferentCollectivesAreRefused) {
