@@ -102,12 +102,6 @@ void reduce_half(ReduceOp op, std::byte* dst, const std::byte* src, std::int64_t
 
 WorkPtr completed_work(Status status) { return std::make_shared<CompletedWork>(std::move(status)); }
 
-int strided_color(int rank, int stride, int group_size) {
-  return rank / (stride * group_size) * stride + rank % stride;
-}
-
-int strided_key(int rank, int stride, int group_size) { return rank / stride % group_size; }
-
 Status validate_strided(int world_size, int stride, int group_size) {
   if (stride < 1 || group_size < 1 || static_cast<std::int64_t>(stride) * group_size > world_size ||
       world_size % (stride * group_size) != 0) {

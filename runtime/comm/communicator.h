@@ -102,8 +102,10 @@ class Communicator {
 
 // The color and key split_strided(stride, group_size) passes to split for `rank`
 // (NOTE [Strided groups]); arguments as validated there.
-int strided_color(int rank, int stride, int group_size);
-int strided_key(int rank, int stride, int group_size);
+inline int strided_color(int rank, int stride, int group_size) {
+  return rank / (stride * group_size) * stride + rank % stride;
+}
+inline int strided_key(int rank, int stride, int group_size) { return rank / stride % group_size; }
 // INVALID_ARGUMENT naming the problem unless stride, group_size >= 1 and stride·group_size
 // divides world_size.
 Status validate_strided(int world_size, int stride, int group_size);

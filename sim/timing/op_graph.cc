@@ -291,22 +291,6 @@ Result<RankProgram> read_program(const Reader& r, const Json& j, const std::stri
 
 }  // namespace
 
-int group_color_of(const CollectiveDesc& d, int rank) {
-  return d.stride == 0 ? 0 : runtime::comm::strided_color(rank, d.stride, d.size);
-}
-
-int group_size_of(const CollectiveDesc& d, int world_size) { return d.stride == 0 ? world_size : d.size; }
-
-int group_rank_of(const CollectiveDesc& d, int rank) {
-  return d.stride == 0 ? rank : runtime::comm::strided_key(rank, d.stride, d.size);
-}
-
-int group_member(const CollectiveDesc& d, int color, int k) {
-  return d.stride == 0 ? k : color / d.stride * d.stride * d.size + color % d.stride + d.stride * k;
-}
-
-int group_count(const CollectiveDesc& d, int world_size) { return d.stride == 0 ? 1 : world_size / d.size; }
-
 std::string group_name_of(const CollectiveDesc& d, int rank) {
   if (d.stride == 0) return d.group;
   std::string name = "world/";

@@ -98,11 +98,18 @@ struct CollectiveDesc {
 // The group of `d` that world rank `rank` belongs to (NOTE [Groups in timing mode]):
 // its color (0 for the world), its size, the rank's place in it, the world rank of its
 // member `k`, how many such groups the world has, and its name as numerics mode gives it.
-int group_color_of(const CollectiveDesc& d, int rank);
-int group_size_of(const CollectiveDesc& d, int world_size);
-int group_rank_of(const CollectiveDesc& d, int rank);
-int group_member(const CollectiveDesc& d, int color, int k);
-int group_count(const CollectiveDesc& d, int world_size);
+// (Inline: the replay asks for every issue and wait.)
+inline int group_color_of(const CollectiveDesc& d, int rank) {
+  return d.stride == 0 ? 0 : runtime::comm::strided_color(rank, d.stride, d.size);
+}
+inline int group_size_of(const CollectiveDesc& d, int world_size) { return d.stride == 0 ? world_size : d.size; }
+inline int group_rank_of(const CollectiveDesc& d, int rank) {
+  return d.stride == 0 ? rank : runtime::comm::strided_key(rank, d.stride, d.size);
+}
+inline int group_member(const CollectiveDesc& d, int color, int k) {
+  return d.stride == 0 ? k : color / d.stride * d.stride * d.size + color % d.stride + d.stride * k;
+}
+inline int group_count(const CollectiveDesc& d, int world_size) { return d.stride == 0 ? 1 : world_size / d.size; }
 std::string group_name_of(const CollectiveDesc& d, int rank);
 // Whether rank `rank` receives a payload in `d`, as FaultInjector counts its collectives
 // (sim/faults.h): every kind but barrier and split, and broadcast except at its root.

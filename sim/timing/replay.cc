@@ -32,7 +32,8 @@ std::string describe(const CollectiveDesc& d, std::int64_t seq, int rank) {
 // member's ready and completion time, indexed by group rank.
 struct Instance {
   const CollectiveDesc* desc = nullptr;
-  int color = 0;       // which group of the desc's layout
+  std::int64_t seq = 0;  // its position in the programs
+  int color = 0;         // which group of the desc's layout
   int arrived = 0;
   std::vector<int> members;  // world ranks, by group rank (empty for the world group: 0 … W-1)
   std::vector<char> issued;  // per member (for the timeouts of NOTE [Faults in timing mode])
@@ -41,7 +42,7 @@ struct Instance {
   std::vector<Nanos> ready, done;
   std::string algorithm;
   // (later collective, rank): that rank's next operation on the same stream.
-  std::vector<std::pair<std::int64_t, int>> successors;
+  std::vector<std::pair<Instance*, int>> successors;
   std::vector<int> waiters;   // ranks blocked in a wait on it, in blocking order
   Status error;               // the network model's: it cannot complete (link_down)
   std::int64_t waits_left = 0;  // wait nodes still to pass, over all ranks
@@ -87,11 +88,6 @@ std::string fault_what(const RankProgram& p, std::int64_t seq, int rank) {
                           has_payload(d, rank) ? payload_index(p, seq, rank) : -1);
 }
 
-// A collective in flight: its position in the programs and which group of its layout.
-struct InstanceId {
-  std::int64_t seq = 0;
-  int color = 0;
-};
 
 class Replayer {
  public:
@@ -263,13 +259,12 @@ class Replayer {
   }
 
   // Rank `rank`'s instance of collective `seq`; null when not created (or freed).
-  Instance* find(std::int64_t seq, int rank) const {
+  Instance* find(std::int64_t seq, int rank) const { return find(seq, desc_of(seq, rank), rank); }
+  // … with the rank's desc of it at hand.
+  Instance* find(std::int64_t seq, const CollectiveDesc& desc, int rank) const {
     const Slot& slot = slots_[static_cast<std::size_t>(seq)];
-    const auto color = static_cast<std::size_t>(group_color_of(desc_of(seq, rank), rank));
+    const auto color = static_cast<std::size_t>(group_color_of(desc, rank));
     return color < slot.by_color.size() ? slot.by_color[color].get() : nullptr;
-  }
-  Instance& at(const InstanceId& id) const {
-    return *slots_[static_cast<std::size_t>(id.seq)].by_color[static_cast<std::size_t>(id.color)];
   }
 
   // Rank `rank`'s instance of collective `seq`, created at the group's first issue.
@@ -281,7 +276,7 @@ class Replayer {
       slot.first = &desc;
       slot.first_rank = rank;
       slot.by_color.resize(static_cast<std::size_t>(group_count(desc, w_)));
-    } else if (!(*slot.first == desc)) {
+    } else if (&desc != slot.first && !(*slot.first == desc)) {  // ranks of one program agree
       *mismatch = Status::failed_precondition("replay: collective mismatch at position #" + std::to_string(seq) +
                                               ": rank " + std::to_string(slot.first_rank) + " issued " +
                                               describe(*slot.first, seq, slot.first_rank) + " but rank " +
@@ -295,6 +290,7 @@ class Replayer {
       ++slot.created;
       ++slot.live;
       in->desc = &desc;
+      in->seq = seq;
       in->color = color;
       const int size = group_size_of(desc, w_);
       if (desc.stride != 0) {
@@ -318,25 +314,21 @@ class Replayer {
 
   // Frees a collective nobody needs any more: timed, every wait passed, no stream tail;
   // and the slot's table once every group's instance came and went.
-  void maybe_free(const InstanceId& id) {
-    Slot& slot = slots_[static_cast<std::size_t>(id.seq)];
-    auto& in = slot.by_color[static_cast<std::size_t>(id.color)];
-    if (!(in && in->timed && in->waits_left == 0 && in->tail_refs == 0 && in->successors.empty())) return;
-    in.reset();
+  void maybe_free(Instance& x) {
+    if (!(x.timed && x.waits_left == 0 && x.tail_refs == 0 && x.successors.empty())) return;
+    Slot& slot = slots_[static_cast<std::size_t>(x.seq)];
+    slot.by_color[static_cast<std::size_t>(x.color)].reset();
     if (--slot.live == 0 && slot.created == static_cast<int>(slot.by_color.size())) {
       slot.by_color.clear();
       slot.by_color.shrink_to_fit();
     }
   }
-  InstanceId id_of(std::int64_t seq, const Instance& in) const { return {seq, in.color}; }
-
   // Times `first` when ready, then every successor that becomes ready through it.
-  void time_ready(InstanceId first) {
-    std::vector<InstanceId> work{first};
+  void time_ready(Instance& first) {
+    std::vector<Instance*> work{&first};
     while (!work.empty()) {
-      const InstanceId id = work.back();
+      Instance& x = *work.back();
       work.pop_back();
-      Instance& x = at(id);
       if (x.timed || x.arrived < static_cast<int>(x.ready.size()) || x.waiting_prev > 0) continue;
       const std::vector<int>& members = x.members.empty() ? world_ranks_ : x.members;
       CollectiveQuery q;
@@ -361,18 +353,17 @@ class Replayer {
                          x.done[k] - x.ready[k], x.desc->bytes, group_name_of(*x.desc, rank), x.algorithm});
         }
       }
-      for (const auto& [next, rank] : x.successors) {
-        Instance& s = *find(next, rank);
-        Nanos& rd = s.ready[static_cast<std::size_t>(group_rank_of(*s.desc, rank))];
+      for (const auto& [next, rank] : x.successors) {  // untimed, so not freed
+        Nanos& rd = next->ready[static_cast<std::size_t>(group_rank_of(*next->desc, rank))];
         rd = std::max(rd, x.done[static_cast<std::size_t>(group_rank_of(*x.desc, rank))]);
-        if (--s.waiting_prev == 0) work.push_back(id_of(next, s));
+        if (--next->waiting_prev == 0) work.push_back(next);
       }
       x.successors.clear();
       x.successors.shrink_to_fit();
       for (int r : x.waiters) runnable_->push_back(r);
       x.waiters.clear();
       x.waiters.shrink_to_fit();
-      maybe_free(id);
+      maybe_free(x);  // last: it may free x
     }
   }
 
@@ -428,26 +419,26 @@ class Replayer {
           if (stream >= 0) {
             std::int64_t& tail = s.tail[static_cast<std::size_t>(stream)];
             if (tail >= 0) {
-              Instance& prev = *find(tail, r);
+              Instance& prev = *find(tail, p.collectives[static_cast<std::size_t>(tail)], r);
               if (prev.timed) {
                 ready = std::max(ready, prev.done[static_cast<std::size_t>(group_rank_of(*prev.desc, r))]);
               } else {
                 ++in.waiting_prev;
-                prev.successors.emplace_back(n.index, r);
+                prev.successors.emplace_back(&in, r);
               }
               --prev.tail_refs;
-              maybe_free(id_of(tail, prev));
+              maybe_free(prev);
             }
             tail = n.index;
             ++in.tail_refs;
           }
           in.ready[k] = ready;
           if (!in.issued.empty()) in.issued[k] = 1;
-          if (++in.arrived == static_cast<int>(in.ready.size())) time_ready(id_of(n.index, in));
+          if (++in.arrived == static_cast<int>(in.ready.size())) time_ready(in);
           break;
         }
         case NodeKind::kWait: {
-          Instance& in = *find(n.index, r);
+          Instance& in = *find(n.index, p.collectives[static_cast<std::size_t>(n.index)], r);
           if (!in.timed) {
             in.waiters.push_back(r);
             out_.events += executed;
@@ -467,7 +458,7 @@ class Replayer {
           }
           s.t = std::max(s.t, done);
           --in.waits_left;
-          maybe_free(id_of(n.index, in));
+          maybe_free(in);
           if (n.index == s.corrupt_seq) {
             stop(r, integrity_failure_status(*s.corrupt, fault_where(r, s.step), fault_what(p, n.index, r)));
             out_.events += executed + 1;
