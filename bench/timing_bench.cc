@@ -7,6 +7,10 @@
 //                                   phantom tensors, compare, replay all W ranks
 //   timing_step/replay/<W>          the replay alone, of a graph captured once before
 //                                   timing (the reference compare.py divides by)
+//   timing_step/hybrid_replay/<W>   the same step under HYBRID_SHARD, replayed alone: shards
+//                                   inside each node's group, gradients all-reduced across
+//                                   nodes (NOTE [Groups in timing mode]) — the cost of
+//                                   replaying per-group collectives, as a ratio to replay
 // Counters: events_per_s (program nodes executed over all ranks + collectives timed, per
 // second of wall time), events, ranks, simulated_step_s (rank 0's simulated step time),
 // peak_rss_MiB (the process's high-water mark so far: run one size per process with
@@ -52,7 +56,8 @@ Result<Gaudi2World> gaudi2_world(int world) {
   return w;
 }
 
-runtime::train::FsdpTrainOptions bert_large_step(int world) {
+runtime::train::FsdpTrainOptions bert_large_step(
+    int world, runtime::fsdp::ShardingStrategy strategy = runtime::fsdp::ShardingStrategy::kFullShard) {
   runtime::train::FsdpTrainOptions o;
   o.model_kind = runtime::train::ModelKind::kBert;
   o.bert.config = *runtime::model::bert_preset("bert-large");
@@ -67,7 +72,8 @@ runtime::train::FsdpTrainOptions bert_large_step(int world) {
   o.steps = 1;
   o.seed = 1;
   o.wrap = runtime::train::WrapPolicy::kByClass;
-  o.fsdp.strategy = runtime::fsdp::ShardingStrategy::kFullShard;
+  o.fsdp.strategy = strategy;
+  o.fsdp.devices_per_node = kDevicesPerNode;  // HYBRID_SHARD's node groups
   o.optimizer.kind = runtime::optim::OptimizerConfig::Kind::kAdamW;
   o.optimizer.lr = 1e-4f;
   return o;
@@ -115,14 +121,14 @@ void BM_CaptureReplay(benchmark::State& state) {
   report(state, events, last, world);
 }
 
-void BM_Replay(benchmark::State& state) {
+void BM_Replay(benchmark::State& state, runtime::fsdp::ShardingStrategy strategy) {
   const int world = static_cast<int>(state.range(0));
   auto w = gaudi2_world(world);
   if (!w.is_ok()) {
     state.SkipWithError(w.status().to_string().c_str());
     return;
   }
-  auto graph = sim::timing::capture_graph(bert_large_step(world), world, w->device);
+  auto graph = sim::timing::capture_graph(bert_large_step(world, strategy), world, w->device);
   if (!graph.is_ok()) {
     state.SkipWithError(graph.status().to_string().c_str());
     return;
@@ -142,7 +148,11 @@ void BM_Replay(benchmark::State& state) {
 }
 
 // One iteration at the large sizes: a run is seconds long and its own measurement.
-BENCHMARK(BM_Replay)->Name("timing_step/replay")->Arg(256)->Arg(4096)->Arg(65536)->Unit(benchmark::kMillisecond)
+BENCHMARK_CAPTURE(BM_Replay, full_shard, runtime::fsdp::ShardingStrategy::kFullShard)
+    ->Name("timing_step/replay")->Arg(256)->Arg(4096)->Arg(65536)->Unit(benchmark::kMillisecond)
+    ->UseRealTime()->Iterations(1);
+BENCHMARK_CAPTURE(BM_Replay, hybrid_shard, runtime::fsdp::ShardingStrategy::kHybridShard)
+    ->Name("timing_step/hybrid_replay")->Arg(256)->Arg(4096)->Arg(65536)->Unit(benchmark::kMillisecond)
     ->UseRealTime()->Iterations(1);
 BENCHMARK(BM_CaptureReplay)->Name("timing_step/capture_replay")->Arg(256)->Arg(4096)->Arg(65536)
     ->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(1);

@@ -328,6 +328,7 @@ Status OpGraph::validate() const {
       if (p < 0 || p >= static_cast<int>(programs.size())) return bad("program_of_rank names program " + std::to_string(p));
     }
   }
+  std::map<int, std::pair<int, int>> split_layouts;  // split -> (stride, size)
   for (std::size_t pi = 0; pi < programs.size(); ++pi) {
     const RankProgram& p = programs[pi];
     const std::string where = "programs[" + std::to_string(pi) + "]";
@@ -376,9 +377,22 @@ Status OpGraph::validate() const {
           return bad(where + ": group '" + c.group + "': " + s.message());
         }
         if (c.kind == runtime::comm::OpKind::kSplit) return bad(where + ": a split of group '" + c.group + "'");
+        if (c.split < 1 || static_cast<std::size_t>(c.split) > p.collectives.size()) {  // each split is a collective
+          return bad(where + ": group '" + c.group + "': split " + std::to_string(c.split) + " outside 1.." +
+                     std::to_string(p.collectives.size()));
+        }
       }
       if (c.kind == runtime::comm::OpKind::kBroadcast && (c.root < 0 || c.root >= group_size_of(c, world_size))) {
         return bad(where + ": broadcast root " + std::to_string(c.root) + " outside its group");
+      }
+    }
+    for (const CollectiveDesc& c : p.collectives) {  // a split names one layout in the graph
+      if (c.stride == 0) continue;
+      auto [it, fresh] = split_layouts.try_emplace(c.split, std::make_pair(c.stride, c.size));
+      if (!fresh && it->second != std::make_pair(c.stride, c.size)) {
+        return bad(where + ": split " + std::to_string(c.split) + " of group '" + c.group + "' has stride " +
+                   std::to_string(c.stride) + " and size " + std::to_string(c.size) + ", elsewhere stride " +
+                   std::to_string(it->second.first) + " and size " + std::to_string(it->second.second));
       }
     }
     for (const Marker& m : p.markers) {

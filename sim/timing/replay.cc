@@ -35,7 +35,6 @@ struct Instance {
   std::int64_t seq = 0;  // its position in the programs
   int color = 0;         // which group of the desc's layout
   int arrived = 0;
-  std::vector<int> members;  // world ranks, by group rank (empty for the world group: 0 … W-1)
   std::vector<char> issued;  // per member (for the timeouts of NOTE [Faults in timing mode])
   int waiting_prev = 0;  // members whose previous operation on the stream is not timed
   bool timed = false;
@@ -244,6 +243,23 @@ class Replayer {
     }
     world_ranks_.resize(static_cast<std::size_t>(w_));
     std::iota(world_ranks_.begin(), world_ranks_.end(), 0);
+    // Coord per rank and split (OpGraph::validate: a split names one layout in the graph).
+    std::vector<const CollectiveDesc*> split_layout;
+    for (const RankProgram& p : g_.programs) {
+      for (const CollectiveDesc& d : p.collectives) {
+        if (d.stride == 0) continue;
+        if (split_layout.size() < static_cast<std::size_t>(d.split)) split_layout.resize(static_cast<std::size_t>(d.split));
+        split_layout[static_cast<std::size_t>(d.split - 1)] = &d;
+      }
+    }
+    coords_.assign(split_layout.size() * static_cast<std::size_t>(w_), Coord{});
+    for (std::size_t k = 0; k < split_layout.size(); ++k) {
+      if (split_layout[k] == nullptr) continue;
+      for (int r = 0; r < w_; ++r) {
+        coords_[k * static_cast<std::size_t>(w_) + static_cast<std::size_t>(r)] = {group_color_of(*split_layout[k], r),
+                                                                                group_rank_of(*split_layout[k], r)};
+      }
+    }
     traced_.assign(static_cast<std::size_t>(w_), 0);
     for (int r : o_.traced_ranks) {
       if (r < 0 || r >= w_) continue;
@@ -258,12 +274,23 @@ class Replayer {
     return g_.program(rank).collectives[static_cast<std::size_t>(seq)];
   }
 
+  // Rank r's group of `d`'s layout and its place in it (group_color_of, group_rank_of),
+  // looked up: computed once per rank and split in prepare(), where the replay would
+  // otherwise divide on every issue and wait.
+  struct Coord {
+    int color = 0, rank = 0;
+  };
+  Coord coord(const CollectiveDesc& d, int r) const {
+    return d.stride == 0 ? Coord{0, r} : coords_[static_cast<std::size_t>(d.split - 1) * static_cast<std::size_t>(w_) +
+                                                 static_cast<std::size_t>(r)];
+  }
+
   // Rank `rank`'s instance of collective `seq`; null when not created (or freed).
   Instance* find(std::int64_t seq, int rank) const { return find(seq, desc_of(seq, rank), rank); }
   // … with the rank's desc of it at hand.
   Instance* find(std::int64_t seq, const CollectiveDesc& desc, int rank) const {
     const Slot& slot = slots_[static_cast<std::size_t>(seq)];
-    const auto color = static_cast<std::size_t>(group_color_of(desc, rank));
+    const auto color = static_cast<std::size_t>(coord(desc, rank).color);
     return color < slot.by_color.size() ? slot.by_color[color].get() : nullptr;
   }
 
@@ -283,7 +310,7 @@ class Replayer {
                                               std::to_string(rank) + " issued " + describe(desc, seq, rank));
       return nullptr;
     }
-    const int color = group_color_of(desc, rank);
+    const int color = coord(desc, rank).color;
     auto& in = slot.by_color[static_cast<std::size_t>(color)];
     if (!in) {
       in = std::make_unique<Instance>();
@@ -293,17 +320,13 @@ class Replayer {
       in->seq = seq;
       in->color = color;
       const int size = group_size_of(desc, w_);
-      if (desc.stride != 0) {
-        in->members.resize(static_cast<std::size_t>(size));
-        for (int k = 0; k < size; ++k) in->members[static_cast<std::size_t>(k)] = group_member(desc, color, k);
-      }
       in->ready.assign(static_cast<std::size_t>(size), 0);
       if (!rank_faults_.empty()) in->issued.assign(static_cast<std::size_t>(size), 0);
       if (const std::int32_t u = uniform_waits_[static_cast<std::size_t>(seq)]; u >= 0) {
         in->waits_left = std::int64_t{u} * size;
       } else {
         for (int k = 0; k < size; ++k) {
-          const int m = in->members.empty() ? k : in->members[static_cast<std::size_t>(k)];
+          const int m = group_member(desc, color, k);
           in->waits_left += waits_[g_.program_of_rank.empty() ? 0 : static_cast<std::size_t>(g_.program_of_rank[static_cast<std::size_t>(m)])]
                                   [static_cast<std::size_t>(seq)];
         }
@@ -330,10 +353,16 @@ class Replayer {
       Instance& x = *work.back();
       work.pop_back();
       if (x.timed || x.arrived < static_cast<int>(x.ready.size()) || x.waiting_prev > 0) continue;
-      const std::vector<int>& members = x.members.empty() ? world_ranks_ : x.members;
       CollectiveQuery q;
       q.kind = x.desc->kind;
-      q.world_ranks = members;
+      if (x.desc->stride == 0) {
+        q.world_ranks = world_ranks_;
+      } else {  // the group's members: every stride-th rank from its first
+        members_.resize(x.ready.size());
+        const int first = group_member(*x.desc, x.color, 0);
+        for (std::size_t k = 0; k < members_.size(); ++k) members_[k] = first + x.desc->stride * static_cast<int>(k);
+        q.world_ranks = members_;
+      }
       q.arrivals = x.ready;
       q.bytes = x.desc->bytes;
       q.root = x.desc->root;
@@ -347,15 +376,16 @@ class Replayer {
       ++out_.events;
       if (x.desc->kind != OpKind::kSplit) {  // as numerics mode, which does not trace splits
         for (auto& [rank, rec] : recorders_) {
-          if (group_color_of(*x.desc, rank) != x.color) continue;
-          const auto k = static_cast<std::size_t>(group_rank_of(*x.desc, rank));
+          const Coord c = coord(*x.desc, rank);
+          if (c.color != x.color) continue;
+          const auto k = static_cast<std::size_t>(c.rank);
           rec->add_comm({std::string(runtime::comm::op_kind_name(x.desc->kind)), trace_stream(x.desc->kind), x.ready[k],
                          x.done[k] - x.ready[k], x.desc->bytes, group_name_of(*x.desc, rank), x.algorithm});
         }
       }
       for (const auto& [next, rank] : x.successors) {  // untimed, so not freed
-        Nanos& rd = next->ready[static_cast<std::size_t>(group_rank_of(*next->desc, rank))];
-        rd = std::max(rd, x.done[static_cast<std::size_t>(group_rank_of(*x.desc, rank))]);
+        Nanos& rd = next->ready[static_cast<std::size_t>(coord(*next->desc, rank).rank)];
+        rd = std::max(rd, x.done[static_cast<std::size_t>(coord(*x.desc, rank).rank)]);
         if (--next->waiting_prev == 0) work.push_back(next);
       }
       x.successors.clear();
@@ -413,7 +443,7 @@ class Replayer {
           Instance* issued = instance(n.index, desc, r, &mismatch);
           if (issued == nullptr) return mismatch;
           Instance& in = *issued;
-          const auto k = static_cast<std::size_t>(group_rank_of(desc, r));
+          const auto k = static_cast<std::size_t>(coord(desc, r).rank);
           Nanos ready = s.t;
           const int stream = comm_stream(desc.kind);
           if (stream >= 0) {
@@ -421,7 +451,7 @@ class Replayer {
             if (tail >= 0) {
               Instance& prev = *find(tail, p.collectives[static_cast<std::size_t>(tail)], r);
               if (prev.timed) {
-                ready = std::max(ready, prev.done[static_cast<std::size_t>(group_rank_of(*prev.desc, r))]);
+                ready = std::max(ready, prev.done[static_cast<std::size_t>(coord(*prev.desc, r).rank)]);
               } else {
                 ++in.waiting_prev;
                 prev.successors.emplace_back(&in, r);
@@ -444,7 +474,7 @@ class Replayer {
             out_.events += executed;
             return Status::ok();
           }
-          const Nanos done = in.done[static_cast<std::size_t>(group_rank_of(*in.desc, r))];
+          const Nanos done = in.done[static_cast<std::size_t>(coord(*in.desc, r).rank)];
           if (!in.error.is_ok()) {  // as SimCommunicator fails every member's wait
             stop(r, Status(in.error.code(), fault_context(fault_where(r, s.step), fault_what(p, n.index, r),
                                                           in.error.message(), injected_)));
@@ -509,6 +539,8 @@ class Replayer {
   std::vector<Slot> slots_;                           // per collective
   std::vector<RankState> state_;
   std::vector<int> world_ranks_;
+  std::vector<Coord> coords_;   // per split and rank (coord())
+  std::vector<int> members_;    // scratch: a split group's members, for its network query
   std::vector<char> traced_;
   std::map<int, std::unique_ptr<TraceRecorder>> recorders_;
   std::deque<int>* runnable_ = nullptr;

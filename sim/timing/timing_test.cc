@@ -746,6 +746,20 @@ TEST(TimingMode, GraphReaderRejectsBrokenFilesNamingTheField) {
   r = graph_from_json_string(bad, "g.json");
   ASSERT_FALSE(r.is_ok());
   EXPECT_NE(r.status().message().find("stride, size and split must be >= 1"), std::string::npos) << r.status().to_string();
+  // Split 2 with the shard group's layout as well as the replica group's.
+  bad = text;
+  ASSERT_NE(bad.find("\"split\":1,\"stride\":1}"), std::string::npos);
+  bad.replace(bad.find("\"split\":1,\"stride\":1}"), 10, "\"split\":2,");
+  r = graph_from_json_string(bad, "g.json");
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_NE(r.status().message().find("split 2 of group 'world/split2' has stride 2 and size 2, elsewhere stride 1 and size 2"),
+            std::string::npos)
+      << r.status().to_string();
+  bad = text;
+  bad.replace(bad.find("\"split\":1,\"stride\":1}"), 10, "\"split\":99999,");
+  r = graph_from_json_string(bad, "g.json");
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_NE(r.status().message().find("split 99999 outside 1.."), std::string::npos) << r.status().to_string();
 }
 
 TEST(TimingMode, OutOfMemoryEndsTheCaptureWithTheBreakdown) {
