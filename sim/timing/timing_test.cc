@@ -199,6 +199,50 @@ TEST(CommStreams, AnOperationCompleteBeforeItsPredecessorIsTimedFromThePredecess
   }
 }
 
+// ---- groups (NOTE [Groups in timing mode]) ------------------------------------------------
+
+// HYBRID_SHARD's layouts in 2 nodes of 4: a rank's group, its place in it, the group's
+// members and its numerics-mode name all follow from the layout; and which collectives a
+// rank receives a payload in, as FaultInjector counts them.
+TEST(Groups, ARanksGroupFollowsFromTheLayout) {
+  CollectiveDesc node, replica, world;
+  node.stride = 1, node.size = 4, node.split = 1;
+  replica.stride = 4, replica.size = 2, replica.split = 2;
+  EXPECT_EQ(group_count(node, 8), 2);
+  EXPECT_EQ(group_count(replica, 8), 4);
+  EXPECT_EQ(group_count(world, 8), 1);
+  for (int r = 0; r < 8; ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r));
+    EXPECT_EQ(group_color_of(node, r), r / 4);
+    EXPECT_EQ(group_rank_of(node, r), r % 4);
+    EXPECT_EQ(group_member(node, group_color_of(node, r), group_rank_of(node, r)), r);
+    EXPECT_EQ(group_name_of(node, r), "world/" + std::to_string(r / 4));
+    EXPECT_EQ(group_color_of(replica, r), r % 4);
+    EXPECT_EQ(group_rank_of(replica, r), r / 4);
+    EXPECT_EQ(group_member(replica, group_color_of(replica, r), group_rank_of(replica, r)), r);
+    EXPECT_EQ(group_name_of(replica, r), "world/" + std::to_string(r % 4) + ".2");
+    EXPECT_EQ(group_rank_of(world, r), r);
+    EXPECT_EQ(group_name_of(world, r), "world");
+  }
+  EXPECT_EQ(group_member(replica, 3, 1), 7);
+  EXPECT_EQ(group_size_of(replica, 8), 2);
+  EXPECT_EQ(group_size_of(world, 8), 8);
+
+  CollectiveDesc bcast = replica;
+  bcast.kind = OpKind::kBroadcast;
+  bcast.root = 1;  // group rank 1: ranks 4-7
+  EXPECT_TRUE(has_payload(bcast, 2));
+  EXPECT_FALSE(has_payload(bcast, 6));
+  CollectiveDesc split;
+  split.kind = OpKind::kSplit;
+  EXPECT_FALSE(has_payload(split, 0));
+  CollectiveDesc barrier;
+  barrier.kind = OpKind::kBarrier;
+  EXPECT_FALSE(has_payload(barrier, 0));
+  world.kind = OpKind::kAllReduce;
+  EXPECT_TRUE(has_payload(world, 0));
+}
+
 // ---- numerics vs timing -------------------------------------------------------------------
 
 FsdpTrainOptions bert_tiny() {
