@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/io/safetensors.h"
+#include "sim/communicator.h"
 
 namespace shardlab::sim::timing {
 
@@ -292,14 +293,7 @@ Result<RankProgram> read_program(const Reader& r, const Json& j, const std::stri
 }  // namespace
 
 std::string group_name_of(const CollectiveDesc& d, int rank) {
-  if (d.stride == 0) return d.group;
-  std::string name = "world/";
-  name += std::to_string(group_color_of(d, rank));
-  if (d.split > 1) {  // as SimCommunicator::split names the world's second split on
-    name += '.';
-    name += std::to_string(d.split);
-  }
-  return name;
+  return d.stride == 0 ? d.group : split_group_name("world", group_color_of(d, rank), d.split);
 }
 
 bool has_payload(const CollectiveDesc& d, int rank) {
@@ -381,18 +375,16 @@ Status OpGraph::validate() const {
           return bad(where + ": group '" + c.group + "': split " + std::to_string(c.split) + " outside 1.." +
                      std::to_string(p.collectives.size()));
         }
+        // A split names one layout in the graph.
+        auto [it, fresh] = split_layouts.try_emplace(c.split, std::make_pair(c.stride, c.size));
+        if (!fresh && it->second != std::make_pair(c.stride, c.size)) {
+          return bad(where + ": split " + std::to_string(c.split) + " of group '" + c.group + "' has stride " +
+                     std::to_string(c.stride) + " and size " + std::to_string(c.size) + ", elsewhere stride " +
+                     std::to_string(it->second.first) + " and size " + std::to_string(it->second.second));
+        }
       }
       if (c.kind == runtime::comm::OpKind::kBroadcast && (c.root < 0 || c.root >= group_size_of(c, world_size))) {
         return bad(where + ": broadcast root " + std::to_string(c.root) + " outside its group");
-      }
-    }
-    for (const CollectiveDesc& c : p.collectives) {  // a split names one layout in the graph
-      if (c.stride == 0) continue;
-      auto [it, fresh] = split_layouts.try_emplace(c.split, std::make_pair(c.stride, c.size));
-      if (!fresh && it->second != std::make_pair(c.stride, c.size)) {
-        return bad(where + ": split " + std::to_string(c.split) + " of group '" + c.group + "' has stride " +
-                   std::to_string(c.stride) + " and size " + std::to_string(c.size) + ", elsewhere stride " +
-                   std::to_string(it->second.first) + " and size " + std::to_string(it->second.second));
       }
     }
     for (const Marker& m : p.markers) {

@@ -170,7 +170,11 @@ struct OpGraph {
   std::string approximation;
 
   const RankProgram& program(int rank) const {
-    return programs[program_of_rank.empty() ? 0 : static_cast<std::size_t>(program_of_rank[static_cast<std::size_t>(rank)])];
+    return programs[program_index(rank)];
+  }
+  // The index in `programs` of the program `rank` runs.
+  std::size_t program_index(int rank) const {
+    return program_of_rank.empty() ? 0 : static_cast<std::size_t>(program_of_rank[static_cast<std::size_t>(rank)]);
   }
   // Structural checks (indices in range, one program per rank); INVALID_ARGUMENT naming
   // the first problem.

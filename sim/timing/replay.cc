@@ -195,9 +195,9 @@ class Replayer {
 
   Status prepare() {
     const std::size_t n = g_.programs.front().collectives.size();
-    program_ranks_.assign(g_.programs.size(), 0);
+    std::vector<std::int64_t> program_ranks(g_.programs.size(), 0);  // per program: how many ranks run it
     for (int r = 0; r < w_; ++r) {
-      ++program_ranks_[g_.program_of_rank.empty() ? 0 : static_cast<std::size_t>(g_.program_of_rank[static_cast<std::size_t>(r)])];
+      ++program_ranks[g_.program_index(r)];
     }
     // Wait nodes per collective and program; a collective every program waits for equally
     // often (the usual case) needs no walk over its members.
@@ -205,7 +205,7 @@ class Replayer {
     uniform_waits_.assign(n, -1);
     for (std::size_t pi = 0; pi < g_.programs.size(); ++pi) {
       const RankProgram& p = g_.programs[pi];
-      if (program_ranks_[pi] == 0) continue;
+      if (program_ranks[pi] == 0) continue;
       if (p.collectives.size() != n) {
         return Status::failed_precondition("replay: programs issue " + std::to_string(n) + " and " +
                                            std::to_string(p.collectives.size()) + " collectives");
@@ -218,7 +218,7 @@ class Replayer {
       std::int32_t common = -1;
       bool uniform = true;
       for (std::size_t pi = 0; pi < g_.programs.size(); ++pi) {
-        if (program_ranks_[pi] == 0) continue;
+        if (program_ranks[pi] == 0) continue;
         if (common >= 0 && waits_[pi][seq] != common) uniform = false;
         common = waits_[pi][seq];
       }
@@ -327,8 +327,7 @@ class Replayer {
       } else {
         for (int k = 0; k < size; ++k) {
           const int m = group_member(desc, color, k);
-          in->waits_left += waits_[g_.program_of_rank.empty() ? 0 : static_cast<std::size_t>(g_.program_of_rank[static_cast<std::size_t>(m)])]
-                                  [static_cast<std::size_t>(seq)];
+          in->waits_left += waits_[g_.program_index(m)][static_cast<std::size_t>(seq)];
         }
       }
     }
@@ -533,7 +532,6 @@ class Replayer {
   const OpGraph& g_;
   const ReplayOptions& o_;
   const int w_;
-  std::vector<std::int64_t> program_ranks_;           // per program: how many ranks run it
   std::vector<std::vector<std::int32_t>> waits_;      // per program and collective: wait nodes
   std::vector<std::int32_t> uniform_waits_;           // per collective: the programs' common count, or -1
   std::vector<Slot> slots_;                           // per collective

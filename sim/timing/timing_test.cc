@@ -754,56 +754,45 @@ TEST(TimingMode, GraphJsonRoundTripReplaysTheSameTimeline) {
   }
 }
 
+// `text` with its first `from` replaced by `to` must be refused, naming `expected`.
+void expect_graph_rejected(const std::string& text, const std::string& from, const std::string& to,
+                           const std::string& expected) {
+  SCOPED_TRACE(from + " -> " + to);
+  std::string bad = text;
+  const std::size_t at = bad.find(from);
+  ASSERT_NE(at, std::string::npos) << "the graph has no " << from;
+  bad.replace(at, from.size(), to);
+  auto r = graph_from_json_string(bad, "g.json");
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find(expected), std::string::npos) << r.status().to_string();
+}
+
 TEST(TimingMode, GraphReaderRejectsBrokenFilesNamingTheField) {
   FsdpTrainOptions o = bert_tiny();
   o.steps = 1;
   auto g = capture_graph(o, 2, DeviceProfile{});
   ASSERT_TRUE(g.is_ok());
-  std::string text = graph_to_json_string(*g);
+  const std::string text = graph_to_json_string(*g);
   EXPECT_EQ(graph_from_json_string("{", "g.json").status().code(), StatusCode::kInvalidArgument);
-  std::string bad = text;
-  bad.replace(bad.find("\"world_size\":2"), 14, "\"world_size\":0");
-  auto r = graph_from_json_string(bad, "g.json");
-  ASSERT_FALSE(r.is_ok());
-  EXPECT_NE(r.status().message().find("world_size"), std::string::npos) << r.status().to_string();
-  bad = text;
-  bad.replace(bad.find("\"kind\":\"all_gather\""), 19, "\"kind\":\"all_gatherX\"");
-  r = graph_from_json_string(bad, "g.json");
-  ASSERT_FALSE(r.is_ok());
-  EXPECT_NE(r.status().message().find("].kind: 'all_gatherX'"), std::string::npos) << r.status().to_string();
+  expect_graph_rejected(text, "\"world_size\":2", "\"world_size\":0", "world_size");
+  expect_graph_rejected(text, "\"kind\":\"all_gather\"", "\"kind\":\"all_gatherX\"", "].kind: 'all_gatherX'");
 
-  // A group layout that does not tile the world (NOTE [Groups in timing mode]).
+  // Group layouts (NOTE [Groups in timing mode]), in HYBRID_SHARD on 2 nodes of 2: the
+  // replica groups' desc ends "stride":2}, the node groups' "split":1,"stride":1}.
   FsdpTrainOptions h = hybrid(2);
   h.steps = 1;
   auto hg = capture_graph(h, 4, DeviceProfile{});
   ASSERT_TRUE(hg.is_ok()) << hg.status().to_string();
-  text = graph_to_json_string(*hg);
-  ASSERT_NE(text.find("\"stride\":2}"), std::string::npos);
-  bad = text;
-  bad.replace(bad.find("\"stride\":2}"), 11, "\"stride\":3}");
-  r = graph_from_json_string(bad, "g.json");
-  ASSERT_FALSE(r.is_ok());
-  EXPECT_NE(r.status().message().find("split_strided(stride 3, size 2) of a group of 4"), std::string::npos)
-      << r.status().to_string();
-  bad = text;
-  bad.replace(bad.find("\"stride\":2}"), 11, "\"stride\":0}");
-  r = graph_from_json_string(bad, "g.json");
-  ASSERT_FALSE(r.is_ok());
-  EXPECT_NE(r.status().message().find("stride, size and split must be >= 1"), std::string::npos) << r.status().to_string();
-  // Split 2 with the shard group's layout as well as the replica group's.
-  bad = text;
-  ASSERT_NE(bad.find("\"split\":1,\"stride\":1}"), std::string::npos);
-  bad.replace(bad.find("\"split\":1,\"stride\":1}"), 10, "\"split\":2,");
-  r = graph_from_json_string(bad, "g.json");
-  ASSERT_FALSE(r.is_ok());
-  EXPECT_NE(r.status().message().find("split 2 of group 'world/split2' has stride 2 and size 2, elsewhere stride 1 and size 2"),
-            std::string::npos)
-      << r.status().to_string();
-  bad = text;
-  bad.replace(bad.find("\"split\":1,\"stride\":1}"), 10, "\"split\":99999,");
-  r = graph_from_json_string(bad, "g.json");
-  ASSERT_FALSE(r.is_ok());
-  EXPECT_NE(r.status().message().find("split 99999 outside 1.."), std::string::npos) << r.status().to_string();
+  const std::string hybrid_text = graph_to_json_string(*hg);
+  // A layout that does not tile the world.
+  expect_graph_rejected(hybrid_text, "\"stride\":2}", "\"stride\":3}", "split_strided(stride 3, size 2) of a group of 4");
+  expect_graph_rejected(hybrid_text, "\"stride\":2}", "\"stride\":0}", "stride, size and split must be >= 1");
+  // Split 2 with the node groups' layout as well as the replica groups'.
+  expect_graph_rejected(hybrid_text, "\"split\":1,\"stride\":1}", "\"split\":2,\"stride\":1}",
+                        "split 2 of group 'world/split2' has stride 2 and size 2, elsewhere stride 1 and size 2");
+  expect_graph_rejected(hybrid_text, "\"split\":1,\"stride\":1}", "\"split\":99999,\"stride\":1}",
+                        "split 99999 outside 1..");
 }
 
 TEST(TimingMode, OutOfMemoryEndsTheCaptureWithTheBreakdown) {
