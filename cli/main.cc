@@ -110,7 +110,10 @@ int main_impl(int argc, char** argv) {
   auto* lr_opt = run_cmd->add_option("--lr", run.train.optimizer.lr, "Learning rate (default 1e-3; 1e-2 for the MLP)")
                      ->check(CLI::PositiveNumber);
   run_cmd->add_option("--seed", run.train.seed, "Seed of data and initial parameters")->capture_default_str();
-  run_cmd->add_flag("!--no-check", run.check, "Skip the comparison with the unsharded oracle");
+  bool no_oracle = false;
+  run_cmd->add_flag("--no-oracle", no_oracle,
+                    "Skip the comparison with the unsharded oracle (it runs on every numerics run otherwise; the run "
+                    "then says it was not checked)");
   run_cmd->add_option("--out", run.out_dir,
                       "Output folder: summary.txt, metrics.json, trace.json, loss.csv, memory.csv "
                       "(reports/FORMATS.md; empty string: write nothing)")
@@ -245,6 +248,7 @@ int main_impl(int argc, char** argv) {
         return bad(shardlab::Status::invalid_argument("--dump-graph needs timing mode (world.mode: timing, or --set "
                                                       "world.mode=timing)"));
       }
+      if (no_oracle) run.oracle_off = "--no-oracle";
       run.spec = &*spec;
       return shardlab::cli::run_command(run, &argc, &argv);
     }
@@ -273,6 +277,7 @@ int main_impl(int argc, char** argv) {
     if (shardlab::runtime::fsdp::is_hybrid(*st) && run.train.fsdp.devices_per_node == 0) {
       return bad(shardlab::Status::invalid_argument("--strategy " + std::string(shardlab::runtime::fsdp::strategy_name(*st)) + " needs --devices-per-node"));
     }
+    if (no_oracle) run.oracle_off = "--no-oracle";
     return shardlab::cli::run_command(run, &argc, &argv);
   }
   if (*report_cmd) {

@@ -106,6 +106,11 @@ Json metrics_json(const RunRecord& r) {
   j["seq_len"] = r.seq_len;
   j["status"] = r.status;
   if (!r.faults.empty()) j["faults"] = r.faults;
+  if (r.check) {
+    j["oracle"] = {{"ran", true}, {"verdict", r.check->describe()}};
+  } else if (!r.oracle_not_run.empty()) {
+    j["oracle"] = {{"ran", false}, {"why", r.oracle_not_run}};
+  }
   if (r.ranks.empty()) return j;
   const FsdpTrainResult& r0 = r.ranks.front();
   j["steps"] = r0.losses.size();
@@ -259,6 +264,7 @@ std::string summary_text(const RunRecord& r) {
     }
   }
   if (r.check) o << "gradients vs unsharded training: " << r.check->describe() << "\n";
+  if (!r.oracle_not_run.empty()) o << "oracle: not run (" << r.oracle_not_run << ")\n";
   for (const auto& e : r.expects) o << "expect " << e.name << ": " << (e.ok ? "ok" : "FAILED") << " — " << e.detail << "\n";
   o << "status: " << r.status << "\n";
   return o.str();

@@ -34,6 +34,9 @@ struct RunRecord {
   std::vector<runtime::train::FsdpTrainResult> ranks;  // per rank (sim) or rank 0 only (mpi)
   std::vector<std::vector<sim::TraceEvent>> traces;    // per rank; empty when not traced
   std::optional<runtime::train::Comparison> check;
+  // Why the oracle did not run (NOTE [The oracle by default] in cli/run_command.h), e.g.
+  // "turned off by --no-oracle"; empty when it ran or the run ended before it.
+  std::string oracle_not_run;
   std::vector<double> oracle_loss;
   std::vector<ExpectResult> expects;
   std::string status = "ok";  // ok | expect_failed | the error

@@ -867,8 +867,10 @@ Status set_faults(const Node& n, const std::string& key, Scenario& s) {
 
 Status set_grads_match(const Node& n, const std::string& key, Scenario& s) {
   const std::string allowed = "allowed: true, false, or {rtol: <number >= 0>, atol: <number >= 0>}";
+  s.expect.oracle_off = false;
   if (n.kind == Node::Kind::kNull) {
     s.expect.grads_match_unsharded.reset();
+    s.expect.oracle_off = true;
     return Status::ok();
   }
   if (n.kind == Node::Kind::kMap) {
@@ -889,6 +891,7 @@ Status set_grads_match(const Node& n, const std::string& key, Scenario& s) {
     s.expect.grads_match_unsharded = Scenario::Tolerance{};
   } else if (v == "false") {
     s.expect.grads_match_unsharded.reset();
+    s.expect.oracle_off = true;
   } else {
     return bad(n.pos, key + ": expected true, false or {rtol, atol}, got " + show(n.text), allowed);
   }
@@ -1697,8 +1700,10 @@ std::string to_yaml(const Scenario& s) {
   if (s.expect.grads_match_unsharded) {
     o << "  grads_match_unsharded: {rtol: " << yaml_number(s.expect.grads_match_unsharded->rtol)
       << ", atol: " << yaml_number(s.expect.grads_match_unsharded->atol) << "}\n";
-  } else {
+  } else if (s.expect.oracle_off) {
     o << "  grads_match_unsharded: false\n";
+  } else {
+    o << "  # grads_match_unsharded unset: the oracle runs, at the tolerance the run's dtypes imply\n";
   }
   auto opt = [&](const char* key, const auto& v) {
     o << "  " << key << ": ";

@@ -132,7 +132,12 @@ struct Scenario {
     double rtol = 1.3e-6, atol = 1e-5;
   };
   struct Expect {
-    std::optional<Tolerance> grads_match_unsharded;  // YAML: true, or {rtol, atol}
+    // The unsharded oracle runs on every numerics run (NOTE [The oracle by default] in
+    // cli/run_command.h). YAML true or {rtol, atol}: an explicit tolerance (also listed as
+    // an expectation); unset: the tolerance the run's dtypes imply; false or null: off
+    // (oracle_off, so that the run says it was turned off, and by what).
+    std::optional<Tolerance> grads_match_unsharded;
+    bool oracle_off = false;
     std::optional<std::int64_t> max_peak_memory_per_rank;  // bytes; YAML also accepts "512 MiB", "2 GiB"
     std::optional<double> min_samples_per_s;
     std::optional<double> max_step_time_s;

@@ -684,7 +684,16 @@ TEST(Scenario, ExpectFormsAndNulls) {
   auto f = parse("name: a\nexpect:\n  grads_match_unsharded: false\n  max_peak_memory_per_rank: null\n");
   ASSERT_TRUE(f.is_ok()) << f.status().to_string();
   EXPECT_FALSE(f->expect.grads_match_unsharded.has_value());
+  EXPECT_TRUE(f->expect.oracle_off);  // NOTE [The oracle by default]: off only when said so
   EXPECT_FALSE(f->expect.max_peak_memory_per_rank.has_value());
+  EXPECT_FALSE(t->expect.oracle_off);
+  auto unset = parse("name: a\n");
+  ASSERT_TRUE(unset.is_ok()) << unset.status().to_string();
+  EXPECT_FALSE(unset->expect.oracle_off);
+  EXPECT_FALSE(unset->expect.grads_match_unsharded.has_value());
+  auto null_off = parse("name: a\nexpect: {grads_match_unsharded: null}\n");
+  ASSERT_TRUE(null_off.is_ok()) << null_off.status().to_string();
+  EXPECT_TRUE(null_off->expect.oracle_off);
   auto nulls = parse(
       "name: a\ndescription:\nmodel: {config: ~}\ndata: {path: null}\ncheckpoint: {dir: }\nexpect: {min_samples_per_s: "
       "null}\n");

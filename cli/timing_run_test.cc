@@ -79,6 +79,24 @@ TEST(TimingRun, FillsARecordThatWritesTheUsualOutputFolder) {
   std::filesystem::remove_all(dir);
 }
 
+// NOTE [The oracle by default] (cli/run_command.h): a run whose oracle was turned off says
+// so, and by what, in summary.txt and metrics.json; one that ran it says its verdict.
+TEST(RunOutputs, SayWhetherTheOracleRan) {
+  RunRecord off;
+  off.oracle_not_run = "turned off by --no-oracle";
+  EXPECT_NE(summary_text(off).find("oracle: not run (turned off by --no-oracle)\n"), std::string::npos)
+      << summary_text(off);
+  const auto m = metrics_json(off);
+  ASSERT_TRUE(m.contains("oracle"));
+  EXPECT_EQ(m["oracle"]["ran"], false);
+  EXPECT_EQ(m["oracle"]["why"], "turned off by --no-oracle");
+  RunRecord on;
+  on.check = runtime::train::Comparison{};
+  on.check->bitwise = true;
+  EXPECT_EQ(metrics_json(on)["oracle"]["ran"], true);
+  EXPECT_EQ(summary_text(on).find("oracle: not run"), std::string::npos);
+}
+
 TEST(TimingRun, DumpedGraphReplaysToTheSameTimeline) {
   TimingRunOptions opts;
   opts.dump_graph = temp_path("graph.json");
