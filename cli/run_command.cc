@@ -87,6 +87,12 @@ RunRecord make_record(const RunArgs& a, int world, const std::string& backend) {
             {"devices_per_node", a.train.fsdp.devices_per_node > 0 ? a.train.fsdp.devices_per_node : world},
             {"grad_accumulation", a.train.grad_accumulation}};
   r.flops_per_step = analytic_step_flops(a.train);
+  if (!a.device_id.empty()) {
+    // NOTE [Simulated device_id] (cli/scenario_run.h): the run got here, so every rank's
+    // device_id resolved to its compute device.
+    const std::string type = backend == "hpu" ? "hpu" : backend == "mpi" ? "cpu" : a.device.torch_device;
+    r.device_id = a.device_id + " → " + (type == "cpu" ? "cpu" : type + ":0") + " on every rank";
+  }
   return r;
 }
 
@@ -181,6 +187,13 @@ int apply_expectations(const RunArgs& a, RunRecord& record, int code) {
 int fail(const Status& s) {
   std::fprintf(stderr, "shardlab run: %s\n", s.to_string().c_str());
   return s.exit_code();
+}
+
+// NOTE [Simulated device_id] (cli/scenario_run.h): refused before any rank starts.
+Status check_run_device_id(const RunArgs& a, const std::string& torch_device, int world) {
+  const int dpn = a.train.fsdp.devices_per_node > 0 ? a.train.fsdp.devices_per_node : world;
+  Status s = check_device_id(a.device_id, torch_device, world, dpn);
+  return s.is_ok() ? s : Status::invalid_argument(a.device_id_where + s.message());
 }
 
 int run_sim(const RunArgs& a) {
@@ -323,11 +336,16 @@ int run_mpi(const RunArgs& a, int* argc, char*** argv) {
     cpu = std::make_unique<runtime::device::cpu::CpuDevice>(runtime::device::DeviceId{"cpu", world_rank});
   }
   runtime::comm::Communicator& base = hpu ? gaudi->communicator() : **world;
+  if (Status s = check_run_device_id(a, hpu ? "hpu" : "cpu", base.size()); !s.is_ok()) return fail(s);
   runtime::device::Device& dev = hpu ? gaudi->device() : static_cast<runtime::device::Device&>(*cpu);
   runtime::comm::CheckingCommunicator checked(&base, a.train.fsdp.collective_timeout);
   runtime::comm::Communicator& c = a.check_collectives ? static_cast<runtime::comm::Communicator&>(checked) : base;
   if (Status s = runtime::train::validate(a.train, c.size()); !s.is_ok()) return fail(s);
   RunArgs args = a;
+  if (hpu) {  // the runtime checks it again against the card this process opened
+    const int dpn = a.train.fsdp.devices_per_node > 0 ? a.train.fsdp.devices_per_node : c.size();
+    args.train.fsdp.device_id = device_id_of_rank(a.device_id, "hpu", c.rank(), dpn);
+  }
   args.train.record_memory_timeline = c.rank() == 0 && !a.out_dir.empty();
   if (c.rank() == 0) args.train.on_step = progress_printer(a, "wall");
   auto result = runtime::train::train_fsdp(c, dev, clock, args.train);
@@ -355,6 +373,9 @@ int run_mpi(const RunArgs& a, int* argc, char*** argv) {
 
 int run_command(const RunArgs& in, int* argc, char*** argv) {
   RunArgs args = in;
+  if (args.backend == "sim") {
+    if (Status s = check_run_device_id(args, args.device.torch_device, args.world_size); !s.is_ok()) return fail(s);
+  }
   auto& ck = args.train.checkpoint.dir;
   if (!ck.empty() && std::filesystem::path(ck).is_relative() && !args.out_dir.empty()) {
     ck = (std::filesystem::path(args.out_dir) / ck).string();

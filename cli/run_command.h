@@ -38,6 +38,9 @@ struct RunArgs {
   // default α–β ring model.
   sim::DeviceProfile device;
   std::shared_ptr<const sim::NetworkCostModel> network;
+  // fsdp.device_id as the scenario gives it (NOTE [Simulated device_id] in
+  // cli/scenario_run.h), and where it stands ("FILE:LINE:COL: fsdp.device_id: ") for errors.
+  std::string device_id, device_id_where;
   // numerics (real math on every rank) or timing (phantom tensors, capture + replay; sim only).
   std::string mode = "numerics";
   std::string dump_graph;  // timing: also write the op graph here (--dump-graph)

@@ -106,6 +106,7 @@ Json metrics_json(const RunRecord& r) {
   j["seq_len"] = r.seq_len;
   j["status"] = r.status;
   if (!r.faults.empty()) j["faults"] = r.faults;
+  if (!r.device_id.empty()) j["device_id"] = r.device_id;
   if (r.check) {
     j["oracle"] = {{"ran", true}, {"verdict", r.check->describe()}};
   } else if (!r.oracle_not_run.empty()) {
@@ -221,6 +222,7 @@ std::string summary_text(const RunRecord& r) {
   o << (r.header.empty() ? "shardlab run: " + r.scenario : r.header) << "\n";
   o << "scenario " << r.scenario << " · backend " << r.backend << " (" << r.mode << ") · " << r.world_size
     << " rank" << (r.world_size == 1 ? "" : "s") << " · seed " << r.seed << "\n";
+  if (!r.device_id.empty()) o << "device_id: " << r.device_id << "\n";
   if (!r.faults.empty()) {
     o << "faults:";
     for (std::size_t i = 0; i < r.faults.size(); ++i) o << (i == 0 ? " " : "; ") << r.faults[i];

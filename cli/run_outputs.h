@@ -41,6 +41,8 @@ struct RunRecord {
   std::vector<ExpectResult> expects;
   std::string status = "ok";  // ok | expect_failed | the error
   std::string header;          // the run's one-line description (summary.txt)
+  // fsdp.device_id and what it resolved to, e.g. "hpu → hpu:0 on every rank"; empty: not given.
+  std::string device_id;
   std::vector<std::string> faults;  // injected faults, described (sim::Fault::describe without origin)
 };
 

@@ -1009,6 +1009,8 @@ std::vector<KeyDef> build_schema() {
                {"fsdp_use_orig_params"}),
           leaf("sync_module_states", bool_setter([](S& s) -> bool& { return s.fsdp.sync_module_states; }),
                {"fsdp_sync_module_states"}),
+          leaf("device_id", str_setter([](S& s) -> std::string& { return s.fsdp.device_id; },
+                                       "hpu, hpu:N, cpu, or local_rank", /*optional=*/true)),
           leaf("cpu_offload", bool_setter([](S& s) -> bool& { return s.fsdp.cpu_offload; }), {"fsdp_offload_params"}),
           leaf("activation_checkpointing", bool_setter([](S& s) -> bool& { return s.fsdp.activation_checkpointing; }),
                {"fsdp_activation_checkpointing"}),
@@ -1657,6 +1659,7 @@ std::string to_yaml(const Scenario& s) {
   o << "  forward_prefetch: " << yaml_bool(s.fsdp.forward_prefetch) << "\n";
   o << "  limit_all_gathers: " << yaml_bool(s.fsdp.limit_all_gathers) << "\n";
   o << "  use_orig_params: " << yaml_bool(s.fsdp.use_orig_params) << "\n";
+  if (!s.fsdp.device_id.empty()) o << "  device_id: " << yaml_string(s.fsdp.device_id) << "\n";
   o << "  sync_module_states: " << yaml_bool(s.fsdp.sync_module_states) << "\n";
   o << "  cpu_offload: " << yaml_bool(s.fsdp.cpu_offload) << "\n";
   o << "  activation_checkpointing: " << yaml_bool(s.fsdp.activation_checkpointing) << "\n";

@@ -84,6 +84,10 @@ struct Scenario {
     bool limit_all_gathers = true;
     bool use_orig_params = true;
     bool sync_module_states = false;
+    // PyTorch's device_id: "" (not given: the compute device), hpu, hpu:N, cpu, or
+    // local_rank (the CUDA idiom device_id=local_rank). NOTE [Simulated device_id] in
+    // cli/scenario_run.h.
+    std::string device_id;
     bool cpu_offload = false;
     bool activation_checkpointing = false;
     std::string state_dict_type = "FULL_STATE_DICT";  // FULL_STATE_DICT | SHARDED_STATE_DICT | LOCAL_STATE_DICT

@@ -6,6 +6,7 @@
 
 #include "cli/timing_run.h"
 #include "runtime/device/cpu/device.h"
+#include "runtime/fsdp/options.h"
 #include "runtime/model/bert_io.h"
 #include "sim/network.h"
 #include "sim/profiles.h"
@@ -21,11 +22,49 @@ Status refuse(const Scenario& s, const std::string& key, const std::string& what
 Result<DType> dtype_of(const Scenario& s, const std::string& key, const std::string& name) {
   if (name == "fp32") return DType::kF32;
   if (name == "bf16") return DType::kBF16;
-  if (name == "fp16") return DType::kF16;
-  return refuse(s, key, "unsupported dtype '" + name + "'; allowed: fp32, bf16, fp16");
+  if (name == "fp16") {
+    // PyTorch trains fp16 only with a ShardedGradScaler (dynamic loss scale, steps skipped
+    // on inf/nan), which shardlab does not model; refusing here makes `validate` refuse
+    // what `run` could not do.
+    return refuse(s, key, "fp16 needs a gradient scaler (PyTorch's ShardedGradScaler: dynamic loss scaling, "
+                          "steps skipped on inf/nan), which shardlab does not model; allowed: fp32, bf16 (bf16 "
+                          "needs no scaler: it has fp32's exponent range)");
+  }
+  return refuse(s, key, "unsupported dtype '" + name + "'; allowed: fp32, bf16");
 }
 
 }  // namespace
+
+std::string device_id_of_rank(const std::string& device_id, const std::string& torch_device, int rank,
+                              int devices_per_node) {
+  if (device_id != "local_rank") return device_id;
+  return torch_device + ":" + std::to_string(devices_per_node > 0 ? rank % devices_per_node : rank);
+}
+
+Status check_device_id(const std::string& device_id, const std::string& torch_device, int world, int dpn) {
+  if (device_id.empty()) return Status::ok();
+  const runtime::device::DeviceId compute{torch_device, torch_device == "cpu" ? runtime::device::DeviceId::kNoIndex : 0};
+  Status first = Status::ok();
+  int first_rank = -1, last_rank = -1, failing = 0;
+  for (int r = 0; r < world; ++r) {
+    const Status s = runtime::fsdp::resolve_device_id(device_id_of_rank(device_id, torch_device, r, dpn), compute, r).status();
+    if (s.is_ok()) continue;
+    if (failing++ == 0) {
+      first = s;
+      first_rank = r;
+    }
+    last_rank = r;
+  }
+  if (failing == 0) return Status::ok();
+  std::string more;
+  if (failing > 1) {
+    more = "; " + std::to_string(failing) + " of " + std::to_string(world) + " ranks fail (ranks " +
+           std::to_string(first_rank) + (failing == last_rank - first_rank + 1 ? "-" : " … ") +
+           std::to_string(last_rank) + ")";
+  }
+  const std::string why = compute.type == "hpu" ? "; every Gaudi process sees its own card as hpu:0" : "";
+  return Status::invalid_argument(first.message() + more + why);
+}
 
 Status scenario_to_run_args(const Scenario& s, RunArgs& a) {
   auto& o = a.train;
@@ -212,6 +251,25 @@ Status scenario_to_run_args(const Scenario& s, RunArgs& a) {
   o.fsdp.forward_prefetch = s.fsdp.forward_prefetch;
   o.fsdp.limit_all_gathers = s.fsdp.limit_all_gathers;
   o.fsdp.sync_module_states = s.fsdp.sync_module_states;
+  if (!s.fsdp.device_id.empty()) {
+    if (s.fsdp.device_id != "local_rank") {
+      auto parsed = runtime::device::DeviceId::parse(s.fsdp.device_id);
+      if (!parsed.is_ok() || (parsed->type != "hpu" && parsed->type != "cpu")) {
+        return refuse(s, "fsdp.device_id", "'" + s.fsdp.device_id + "' is not a device; allowed: hpu, hpu:N, cpu, or local_rank");
+      }
+    }
+    a.device_id = s.fsdp.device_id;
+    a.device_id_where = s.where("fsdp.device_id").to_string() + ": fsdp.device_id: ";
+    // `validate` refuses what `run` would (run_command checks again for a --backend override).
+    const std::string torch_device = a.backend == "hpu" ? "hpu" : a.backend == "mpi" ? "cpu" : a.device.torch_device;
+    if (Status st = check_device_id(a.device_id, torch_device, s.world.world_size(), s.world.devices_per_node);
+        !st.is_ok()) {
+      return Status::invalid_argument(a.device_id_where + st.message());
+    }
+  }
+  // PyTorch FSDP1 (FlatParamHandle, align_addresses = use_orig_params) pads between
+  // original parameters to 16-byte boundaries only with use_orig_params=True.
+  o.fsdp.align_bytes = s.fsdp.use_orig_params ? 16 : 0;
   a.cpu_offload = s.fsdp.cpu_offload;
   if (s.fsdp.auto_wrap_policy == "transformer") {
     o.wrap = runtime::train::WrapPolicy::kByClass;

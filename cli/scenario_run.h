@@ -18,6 +18,23 @@ namespace shardlab::cli {
 // Fills `args` (world size, training options, output folder default out/<name>).
 Status scenario_to_run_args(const Scenario& s, RunArgs& args);
 
+// NOTE [Simulated device_id]
+// fsdp.device_id takes PyTorch's values: "hpu", "hpu:N", "cpu", or "local_rank" (the CUDA
+// idiom device_id=local_rank: <type>:<the rank's index within its node>). A rank's compute
+// device is the one its process sees: on Gaudi (--backend hpu, or a simulated device whose
+// profile says torch_device "hpu") every process sees its own card as hpu:0 (one card per
+// process); on CPUs it is "cpu". An index-less id resolves to the compute device (the fix
+// optimum-habana adopted for "Inconsistent compute device and `device_id` ...: hpu:0 vs
+// hpu"); an explicit id that differs fails on that rank in PyTorch's words. Every process
+// evaluates the rule for every rank (it depends on nothing but the world's shape), so all
+// of them refuse the run, exit 2, before any rank starts training or any collective runs.
+// INVALID_ARGUMENT names the first failing rank, both devices, and how many ranks fail.
+Status check_device_id(const std::string& device_id, const std::string& torch_device, int world_size,
+                       int devices_per_node);
+// The device_id rank `rank` passes to FSDP ("local_rank" made explicit; "" stays "").
+std::string device_id_of_rank(const std::string& device_id, const std::string& torch_device, int rank,
+                              int devices_per_node);
+
 // One ExpectResult per expectation the scenario states (metrics as written to metrics.json).
 std::vector<ExpectResult> check_expectations(const Scenario& s, const nlohmann::json& metrics);
 

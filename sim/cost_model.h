@@ -42,6 +42,10 @@ enum class ComputeUnit { kMatrix, kVector };
 struct DeviceProfile {
   std::string name = "cpu-sim";
   std::string description;
+  // The PyTorch device type a process on this device computes on ("hpu" for Gaudi, "cpu"),
+  // as fsdp.device_id names it; each process sees its own accelerator as index 0
+  // (NOTE [Simulated device_id] in cli/scenario_run.h). JSON key "torch_device".
+  std::string torch_device = "cpu";
   double matrix_flops_per_s = 100e9;        // matrix peak, fp32
   double matrix_bf16_flops_per_s = 100e9;   // matrix peak, bf16/fp16
   double vector_flops_per_s = 20e9;         // vector peak, fp32

@@ -81,7 +81,7 @@ Status read_rates(const detail::JsonObject& root, const std::string& key, double
 Result<DeviceProfile> parse_device_profile(const std::string& json_text, const std::string& origin) {
   SHARDLAB_ASSIGN_OR_RETURN(nlohmann::json j, detail::JsonObject::parse(json_text, origin));
   detail::JsonObject root(j, origin);
-  SHARDLAB_RETURN_IF_ERROR(root.only({"name", "description", "matrix_flops_per_s", "vector_flops_per_s",
+  SHARDLAB_RETURN_IF_ERROR(root.only({"name", "description", "torch_device", "matrix_flops_per_s", "vector_flops_per_s",
                                       "memory_bytes_per_s", "host_link_bytes_per_s", "launch_ns", "alloc_ns", "op_host_ns", "capacity_gib", "efficiency",
                                       "compute_factors", "memory_factors", "matrix_memory_overlap", "matrix_operand_passes",
                                       "small_dim_factors", "notes"}));
@@ -90,6 +90,10 @@ Result<DeviceProfile> parse_device_profile(const std::string& json_text, const s
   SHARDLAB_ASSIGN_OR_RETURN(p.name, root.string("name", true));
   if (p.name.empty()) return root.bad("name", "must not be empty");
   SHARDLAB_ASSIGN_OR_RETURN(p.description, root.string("description", false));
+  if (root.has("torch_device")) {
+    SHARDLAB_ASSIGN_OR_RETURN(p.torch_device, root.string("torch_device", true));
+    if (p.torch_device != "cpu" && p.torch_device != "hpu") return root.bad("torch_device", "allowed: hpu, cpu");
+  }
   SHARDLAB_RETURN_IF_ERROR(read_rates(root, "matrix_flops_per_s", &p.matrix_flops_per_s, &p.matrix_bf16_flops_per_s));
   SHARDLAB_RETURN_IF_ERROR(read_rates(root, "vector_flops_per_s", &p.vector_flops_per_s, &p.vector_bf16_flops_per_s));
   SHARDLAB_ASSIGN_OR_RETURN(p.memory_bytes_per_s,
@@ -170,6 +174,7 @@ std::string device_profile_to_json(const DeviceProfile& p) {
   nlohmann::ordered_json j;
   j["name"] = p.name;
   if (!p.description.empty()) j["description"] = p.description;
+  if (p.torch_device != "cpu") j["torch_device"] = p.torch_device;
   j["matrix_flops_per_s"] = {{"fp32", p.matrix_flops_per_s}, {"bf16", p.matrix_bf16_flops_per_s}};
   j["vector_flops_per_s"] = {{"fp32", p.vector_flops_per_s}, {"bf16", p.vector_bf16_flops_per_s}};
   j["memory_bytes_per_s"] = p.memory_bytes_per_s;

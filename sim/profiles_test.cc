@@ -175,6 +175,7 @@ TEST(DeviceProfiles, RoundTripThroughJson) {
   EXPECT_EQ(back->matrix_flops_per_s, g1.matrix_flops_per_s);
   EXPECT_EQ(back->capacity_bytes, g1.capacity_bytes);
   EXPECT_EQ(back->memory_efficiency, g1.memory_efficiency);
+  EXPECT_EQ(back->torch_device, "hpu");
   auto hls3 = *load_topology("hls3");
   auto tback = parse_topology(topology_to_json(hls3), "x.json");
   ASSERT_TRUE(tback.is_ok()) << tback.status().to_string();
@@ -545,6 +546,20 @@ DeviceProfile profile_with_new_fields() {
   p.small_dim_factors = {{8, 3.0}, {64, 1.25}, {1024, 0.9}};
   p.host_link_bytes_per_s = 12.5e9;
   return p;
+}
+
+// NOTE [Simulated device_id] (cli/scenario_run.h): the Gaudi profiles compute on "hpu", the
+// CPU ones (and files without the key, e.g. calibrated hosts) on "cpu".
+TEST(DeviceProfiles, TorchDeviceNamesWhatDeviceIdMustSay) {
+  for (const char* g : {"gaudi1", "gaudi2", "gaudi3"}) EXPECT_EQ(load_device_profile(g)->torch_device, "hpu") << g;
+  EXPECT_EQ(load_device_profile("cpu")->torch_device, "cpu");
+  EXPECT_EQ(DeviceProfile{}.torch_device, "cpu");
+  std::string text = device_profile_to_json(*load_device_profile("gaudi2"));
+  text.replace(text.find("\"hpu\""), 5, "\"gpu\"");
+  auto bad = parse_device_profile(text, "x.json");
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_NE(bad.status().message().find("torch_device"), std::string::npos) << bad.status().message();
+  EXPECT_NE(bad.status().message().find("allowed: hpu, cpu"), std::string::npos) << bad.status().message();
 }
 
 TEST(DeviceProfiles, NewFieldsRoundTripThroughJson) {
