@@ -238,11 +238,37 @@ int run_sim(const RunArgs& a) {
     sim::SimDevice host({"host", ctx.rank}, a.offload_host, &ctx.clock);
     host.set_trace(ctx.sim_device.trace());
     runtime::train::FsdpTrainOptions train = args.train;
-    train.before_step = [&faulty](int step) { return faulty.before_step(step); };
+    int step = -1;
+    train.before_step = [&faulty, &step](int s) {
+      step = s;
+      return faulty.before_step(s);
+    };
+    // A view_offset fault (NOTE [Faults] in sim/faults.h): the first parameter view of its
+    // unit at its step gets the fault's byte offset; the launch check must refuse it.
+    const sim::Fault* view_fault = a.faults ? a.faults->view_fault(ctx.rank) : nullptr;
+    bool view_corrupted = false;
+    if (view_fault != nullptr) {
+      train.fsdp.on_param_view = [view_fault, &step, &view_corrupted](int unit, Tensor& view) {
+        if (view_corrupted || step != view_fault->step || unit != view_fault->unit) return;
+        view_corrupted = true;
+        view = view.with_unchecked_byte_offset(view_fault->byte_offset);
+      };
+    }
     if (a.cpu_offload) train.fsdp.offload_device = &host;
     if (ctx.rank == 0) train.on_step = progress_printer(a, "simulated");
-    SHARDLAB_ASSIGN_OR_RETURN(per_rank[static_cast<std::size_t>(ctx.rank)],
-                              runtime::train::train_fsdp(comm, ctx.device, ctx.clock, train));
+    auto trained = runtime::train::train_fsdp(comm, ctx.device, ctx.clock, train);
+    if (view_corrupted && !trained.is_ok()) {
+      return Status(trained.status().code(), sim::fault_where(ctx.rank, step) + ": " + trained.status().message() +
+                                                 " [injected faults: " + view_fault->describe() + "]");
+    }
+    SHARDLAB_RETURN_IF_ERROR(trained.status());
+    if (view_fault != nullptr && !view_corrupted) {
+      return Status::invalid_argument(view_fault->origin + ": view_offset: unit " + std::to_string(view_fault->unit) +
+                                      " is not an FSDP unit of this run, which has " +
+                                      std::to_string(trained->num_units) + " (allowed: unit 0 to " +
+                                      std::to_string(trained->num_units - 1) + ")");
+    }
+    per_rank[static_cast<std::size_t>(ctx.rank)] = std::move(*trained);
     return Status::ok();
   });
   RunRecord record = make_record(a, a.world_size, "sim");

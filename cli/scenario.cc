@@ -812,7 +812,8 @@ bool parse_link(const std::string& v, std::int64_t& a, std::int64_t& b) {
 
 const std::vector<EnumValue>& fault_kinds() {
   static const std::vector<EnumValue> kKinds = {{"crash", {}},     {"hang", {}},      {"straggler", {}},
-                                                {"corrupt", {}},   {"link_down", {}}, {"link_degrade", {"link_degraded"}}};
+                                                {"corrupt", {}},   {"link_down", {}}, {"link_degrade", {"link_degraded"}},
+                                                {"view_offset", {}}};
   return kKinds;
 }
 
@@ -840,6 +841,24 @@ std::vector<KeyDef> fault_keys() {
                                    "a finite number > 0")),
       leaf("collective", int_setter([f](Scenario& s) -> int& { return f(s).collective; }, 0, kIntMax)),
       leaf("integrity_check", bool_setter([f](Scenario& s) -> bool& { return f(s).integrity_check; })),
+      leaf("unit", int_setter([f](Scenario& s) -> int& { return f(s).unit; }, 0, kIntMax)),
+      leaf("offset",
+           [f](const Node& n, const std::string& key, Scenario& s) -> Status {
+             const std::string allowed =
+                 "allowed: a byte offset from 0 to 18446744073709551615, decimal or 0x-hexadecimal, a multiple of 4 "
+                 "(the fp32 element size), e.g. 13835057943613014016 (the seed bug's)";
+             SHARDLAB_ASSIGN_OR_RETURN(std::string v, to_str(n, key, allowed));
+             const bool hex = v.size() > 2 && v[0] == '0' && (v[1] == 'x' || v[1] == 'X');
+             const char* first = v.data() + (hex ? 2 : 0);
+             const char* last = v.data() + v.size();
+             std::uint64_t x = 0;
+             const auto r = std::from_chars(first, last, x, hex ? 16 : 10);
+             if (first == last || r.ec != std::errc() || r.ptr != last || x % 4 != 0) {
+               return bad(n.pos, key + ": " + show(v) + " is not a byte offset that is a multiple of 4", allowed);
+             }
+             f(s).offset = x;
+             return Status::ok();
+           }),
   };
 }
 
@@ -1499,10 +1518,11 @@ Status validate(const Scenario& s, const SourcePos& top) {
     };
     if (f.kind.empty()) {
       return bad(f.pos, name + " has no kind",
-                 "allowed kinds: crash, hang, straggler, corrupt, link_down, link_degrade");
+                 "allowed kinds: crash, hang, straggler, corrupt, link_down, link_degrade, view_offset");
     }
     const bool link_kind = f.kind == "link_down" || f.kind == "link_degrade";
-    const bool rank_kind = !link_kind;  // crash, hang, straggler, corrupt
+    const bool rank_kind = !link_kind;  // crash, hang, straggler, corrupt, view_offset
+    const bool view_kind = f.kind == "view_offset";
     const bool when_kind = f.kind == "crash" || f.kind == "hang";
     if (link_kind && f.link.empty()) {
       return bad(f.pos, name + " (" + f.kind + ") has no link", "allowed: link: \"a-b\" naming two ranks");
@@ -1543,14 +1563,24 @@ Status validate(const Scenario& s, const SourcePos& top) {
       return bad(f.pos, name + " (" + f.kind + ") has neither step nor time_ms",
                  "give step (1-based, like the step table) or time_ms to say when it happens");
     }
-    if (!when_kind && f.step >= 0) {
+    if (view_kind && (f.step < 0 || f.unit < 0)) {
+      return bad(f.pos, name + " (view_offset) needs step and unit",
+                 "give step (1-based, like the step table) and unit (the 0-based FSDP unit whose parameter view is "
+                 "corrupted)");
+    }
+    if (!view_kind && (f.unit >= 0 || s.positions.count(name + ".offset") != 0)) {
+      return bad(at(f.unit >= 0 ? "unit" : "offset"), name + " (" + f.kind + ") takes no " + (f.unit >= 0 ? "unit" : "offset"),
+                 "only view_offset takes unit and offset");
+    }
+    if (!when_kind && !view_kind && f.step >= 0) {
       return bad(at("step"), name + " (" + f.kind + ") takes no step",
                  f.kind == "corrupt" ? "a corrupt fault names the rank's collective index (collective: N)"
                                      : std::string("a ") + f.kind + " fault starts at time_ms (default 0) and lasts the run");
     }
-    if ((f.kind == "straggler" || f.kind == "corrupt") && f.time_ms >= 0) {
+    if ((f.kind == "straggler" || f.kind == "corrupt" || view_kind) && f.time_ms >= 0) {
       return bad(at("time_ms"), name + " (" + f.kind + ") takes no time_ms",
                  f.kind == "corrupt" ? "a corrupt fault names the rank's collective index (collective: N)"
+                 : view_kind         ? "a view_offset fault happens at its step (step: N)"
                                      : "a straggler is slow for the whole run");
     }
     if (f.kind == "corrupt" && f.collective < 0) {
@@ -1564,7 +1594,7 @@ Status validate(const Scenario& s, const SourcePos& top) {
       return bad(at("integrity_check"), name + " (" + f.kind + ") takes no integrity_check",
                  "only corrupt takes integrity_check");
     }
-    if ((f.kind == "crash" || f.kind == "hang" || f.kind == "corrupt" || f.kind == "link_down") &&
+    if ((f.kind == "crash" || f.kind == "hang" || f.kind == "corrupt" || f.kind == "link_down" || view_kind) &&
         s.positions.count(name + ".factor") != 0) {
       return bad(at("factor"), name + " (" + f.kind + ") takes no factor",
                  "only straggler (slowdown >= 1) and link_degrade (bandwidth factor in (0, 1]) take a factor");
@@ -1690,6 +1720,7 @@ std::string to_yaml(const Scenario& s) {
       if (f.time_ms >= 0) o << ", time_ms: " << yaml_number(f.time_ms);
       if (!f.link.empty()) o << ", link: " << yaml_string(f.link);
       if (f.collective >= 0) o << ", collective: " << f.collective;
+      if (f.unit >= 0) o << ", unit: " << f.unit << ", offset: " << f.offset;
       if (f.kind == "corrupt") o << ", integrity_check: " << yaml_bool(f.integrity_check);
       if (f.kind == "straggler" || f.kind == "link_degrade") o << ", factor: " << yaml_number(f.factor);
       o << "}\n";

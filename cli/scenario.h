@@ -114,7 +114,7 @@ struct Scenario {
   } world;
 
   struct Fault {
-    std::string kind;       // crash | hang | straggler | corrupt | link_down | link_degrade (sim/faults.h)
+    std::string kind;       // crash | hang | straggler | corrupt | link_down | link_degrade | view_offset (sim/faults.h)
     int rank = -1;          // -1: not given
     int step = -1;          // 1-based, like the step table; -1: not given
     double time_ms = -1.0;  // < 0: not given
@@ -122,6 +122,8 @@ struct Scenario {
     double factor = 1.0;    // slowdown / bandwidth factor
     int collective = -1;    // corrupt: which of the rank's collectives (0-based); -1: not given
     bool integrity_check = false;  // corrupt: a checksum detects it (the run ends) instead of silent damage
+    int unit = -1;                 // view_offset: the FSDP unit (0-based); -1: not given
+    std::uint64_t offset = 13835057943613014016ull;  // view_offset: the byte offset the view gets (the seed bug's)
     SourcePos pos;
   };
   std::vector<Fault> faults;

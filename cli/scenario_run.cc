@@ -147,6 +147,8 @@ Status scenario_to_run_args(const Scenario& s, RunArgs& a) {
       x.factor = f.factor;
       x.collective = f.collective;
       x.integrity_check = f.integrity_check;
+      x.unit = f.unit;
+      x.byte_offset = f.offset;
       x.origin = f.pos.to_string();
       x.link = f.link;
       plan->faults.push_back(std::move(x));

@@ -254,7 +254,7 @@ TEST(Scenario, ToYamlRoundTripsAwkwardValues) {
   s.fsdp.transformer_layer_cls_to_wrap = {"BertLayer", "my.module.Block"};
   s.expect.grads_match_unsharded = Scenario::Tolerance{};
   s.expect.final_loss_below = -2.5;
-  s.faults.push_back({"hang", 2, -1, 3.25, "", 1.0, -1, false, {}});
+  s.faults.push_back({"hang", 2, -1, 3.25, "", 1.0, -1, false, -1, Scenario::Fault{}.offset, {}});
   const std::string y = to_yaml(s);
   auto r = parse_scenario("s.yaml", y);
   ASSERT_TRUE(r.is_ok()) << r.status().to_string() << "\n" << y;
@@ -594,11 +594,32 @@ TEST(ScenarioErrors, Faults) {
       {"  - {kind: crash, rank: 0, step: 1}\n  - {kind: crash, rank: 9, step: 1}\n",
        "s.yaml:4:25:",
        {"faults[1].rank = 9"}},
+      // view_offset (NOTE [Faults] in sim/faults.h).
+      {"  - {kind: view_offset, rank: 1, step: 1}\n", "s.yaml:3:5:", {"(view_offset) needs step and unit"}},
+      {"  - {kind: view_offset, rank: 1, unit: 1}\n", "s.yaml:3:5:", {"(view_offset) needs step and unit"}},
+      {"  - {kind: view_offset, step: 1, unit: 1}\n", "s.yaml:3:5:", {"(view_offset) has no rank"}},
+      {"  - {kind: view_offset, rank: 1, step: 1, unit: 1, offset: 6}\n",
+       "s.yaml:3:60:",
+       {"faults[0].offset: '6' is not a byte offset that is a multiple of 4", "0x-hexadecimal"}},
+      {"  - {kind: view_offset, rank: 1, step: 1, unit: 1, offset: 18446744073709551616}\n",
+       "s.yaml:3:60:",
+       {"is not a byte offset"}},
+      {"  - {kind: view_offset, rank: 1, step: 1, unit: 1, offset: -4}\n", "s.yaml:3:60:", {"is not a byte offset"}},
+      {"  - {kind: view_offset, rank: 1, step: 1, unit: 1, time_ms: 2}\n", "s.yaml:3:61:", {"takes no time_ms"}},
+      {"  - {kind: view_offset, rank: 1, step: 1, unit: 1, factor: 2}\n", "s.yaml:3:60:", {"takes no factor"}},
+      {"  - {kind: crash, rank: 1, step: 1, unit: 2}\n", "s.yaml:3:43:", {"(crash) takes no unit", "only view_offset"}},
+      {"  - {kind: hang, rank: 1, step: 1, offset: 8}\n", "s.yaml:3:44:", {"(hang) takes no offset"}},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.faults);
     expect_error(parse("name: a\nfaults:\n" + c.faults), c.prefix, c.words);
   }
+  auto view = parse("name: a\nfaults:\n  - {kind: view_offset, rank: 2, step: 3, unit: 1, offset: 0xC000000000000000}\n"
+                    "  - {kind: view_offset, rank: 3, step: 1, unit: 0}\n");
+  ASSERT_TRUE(view.is_ok()) << view.status().to_string();
+  EXPECT_EQ(view->faults[0].offset, 0xC000000000000000ull);
+  EXPECT_EQ(view->faults[0].unit, 1);
+  EXPECT_EQ(view->faults[1].offset, 13835057943613014016ull);  // the seed bug's, by default
   auto ok = parse(
       "name: a\nfaults:\n  - {kind: corrupt, rank: 2, collective: 4, integrity_check: true}\n"
       "  - {kind: hang, rank: 1, time_ms: 0}\n  - {kind: link_down, link: 0-1}\n");

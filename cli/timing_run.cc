@@ -54,6 +54,13 @@ Status check_timing_faults(const sim::FaultPlan& plan) {
           "tensors); allowed in timing mode: corrupt with integrity_check: true, crash, hang, straggler, link_down, "
           "link_degrade — or run this scenario with world.mode: numerics");
     }
+    if (f.kind == sim::FaultKind::kViewOffset) {
+      return Status::invalid_argument(
+          (f.origin.empty() ? "" : f.origin + ": ") +
+          "a view_offset fault is carried out in numerics mode only (timing mode captures one program per kind of "
+          "rank and has no faulty-view program); allowed in timing mode: crash, hang, straggler, corrupt with "
+          "integrity_check: true, link_down, link_degrade — or run this scenario with world.mode: numerics");
+    }
   }
   return Status::ok();
 }

@@ -22,18 +22,19 @@ std::string_view fault_kind_name(FaultKind k) {
     case FaultKind::kCorrupt: return "corrupt";
     case FaultKind::kLinkDown: return "link_down";
     case FaultKind::kLinkDegrade: return "link_degrade";
+    case FaultKind::kViewOffset: return "view_offset";
   }
   return "?";
 }
 
 Result<FaultKind> parse_fault_kind(std::string_view name) {
   for (FaultKind k : {FaultKind::kCrash, FaultKind::kHang, FaultKind::kStraggler, FaultKind::kCorrupt,
-                      FaultKind::kLinkDown, FaultKind::kLinkDegrade}) {
+                      FaultKind::kLinkDown, FaultKind::kLinkDegrade, FaultKind::kViewOffset}) {
     if (name == fault_kind_name(k)) return k;
   }
   if (name == "link_degraded") return FaultKind::kLinkDegrade;
   return Status::invalid_argument("unknown fault kind '" + std::string(name) +
-                                  "'; allowed: crash, hang, straggler, corrupt, link_down, link_degrade");
+                                  "'; allowed: crash, hang, straggler, corrupt, link_down, link_degrade, view_offset");
 }
 
 std::string fault_ms(Nanos t) {
@@ -90,6 +91,10 @@ std::string Fault::describe() const {
       s += " of rank " + std::to_string(rank) + "'s collective #" + std::to_string(collective) +
            (integrity_check ? " (integrity check on)" : "");
       break;
+    case FaultKind::kViewOffset:
+      s += " of rank " + std::to_string(rank) + "'s unit " + std::to_string(unit) + " at step " +
+           std::to_string(step + 1) + " (byte offset " + std::to_string(byte_offset) + ")";
+      break;
     case FaultKind::kLinkDown:
     case FaultKind::kLinkDegrade: {
       char buf[96];
@@ -115,11 +120,18 @@ double FaultPlan::slowdown(int rank) const {
 
 bool FaultPlan::has_rank_faults(int rank) const {
   for (const Fault& x : faults) {
-    if (x.rank == rank && (x.kind == FaultKind::kCrash || x.kind == FaultKind::kHang || x.kind == FaultKind::kCorrupt)) {
+    if (x.rank == rank && (x.kind == FaultKind::kCrash || x.kind == FaultKind::kHang || x.kind == FaultKind::kCorrupt ||
+                           x.kind == FaultKind::kViewOffset)) {
       return true;
     }
   }
   return false;
+}
+
+const Fault* FaultPlan::view_fault(int rank) const {
+  for (const Fault& x : faults)
+    if (x.kind == FaultKind::kViewOffset && x.rank == rank) return &x;
+  return nullptr;
 }
 
 std::string FaultPlan::describe() const {

@@ -21,6 +21,14 @@
 //    instead and the collective fails with DATA_LOSS (the run ends, exit code 3).
 //  - link_down / link_degrade (link "a-b", time, factor): the network model's business
 //    (sim/network.h); the plan only carries them.
+//  - view_offset (rank, step, unit, byte_offset): the Gaudi1 seed bug ("offset_ 0is not
+//    matching with the offset of new tensor 13835057943613014016"): at `step`, the first
+//    parameter view of FSDP unit `unit` the rank hands to its model gets `byte_offset` as
+//    its byte offset (by default 13835057943613014016, a wrapped negative offset). The
+//    device's launch check (runtime/device/device.h, check_launch_view) refuses it before
+//    any kernel or collective touches memory: the rank fails with DATA_LOSS naming the
+//    tensor, its storage, the offset and the storage size (exit 3), and the others time
+//    out waiting for it. Carried out through FsdpOptions::on_param_view, numerics mode only.
 // Timing mode (NOTE [Timing mode]) runs every kind, the same way (NOTE [Faults in timing
 // mode] in sim/timing/replay.h), except corrupt without the integrity check (exit 2: it
 // changes values only, and timing mode has none).
@@ -44,7 +52,7 @@
 
 namespace shardlab::sim {
 
-enum class FaultKind { kCrash, kHang, kStraggler, kCorrupt, kLinkDown, kLinkDegrade };
+enum class FaultKind { kCrash, kHang, kStraggler, kCorrupt, kLinkDown, kLinkDegrade, kViewOffset };
 
 std::string_view fault_kind_name(FaultKind k);  // "crash", …, "link_degrade"
 // The names above; "link_degraded" is accepted for link_degrade.
@@ -60,6 +68,10 @@ struct Fault {
   double factor = 1.0;           // straggler: slowdown (≥ 1); link_degrade: bandwidth factor (0, 1]
   std::int64_t collective = -1;  // corrupt: which of the rank's collectives (0-based)
   bool integrity_check = false;  // corrupt: detected by a checksum instead of delivered
+  int unit = -1;                 // view_offset: the FSDP unit whose parameter view is corrupted
+  // view_offset: the byte offset the view gets (the seed bug's value by default).
+  std::uint64_t byte_offset = kSeedBugViewOffset;
+  static constexpr std::uint64_t kSeedBugViewOffset = 13835057943613014016ull;  // 0xBFFFFFE600000000
   std::string origin;            // where it was declared ("s.yaml:12:5")
   std::string describe() const;  // "crash of rank 3 at step 2 (s.yaml:12:5)"
 };
@@ -69,8 +81,11 @@ struct FaultPlan {
   std::uint64_t seed = 0;  // picks the corrupted element
   // The product of the rank's straggler factors (1: none).
   double slowdown(int rank) const;
-  // The rank's faults that the FaultInjector carries out (crash, hang, corrupt).
+  // The rank's own faults (crash, hang, corrupt, view_offset): the FaultInjector carries out
+  // the first three, the trainer's on_param_view hook the last.
   bool has_rank_faults(int rank) const;
+  // The rank's view_offset fault, or null.
+  const Fault* view_fault(int rank) const;
   // "crash of rank 3 at step 2 (s.yaml:12:5); …" for error messages; empty: no faults.
   std::string describe() const;
 };

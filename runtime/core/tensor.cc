@@ -148,6 +148,15 @@ Result<Tensor> Tensor::reshape(Shape shape) const {
   return t;
 }
 
+Tensor Tensor::with_unchecked_byte_offset(std::uint64_t byte_offset) const {
+  const auto es = static_cast<std::int64_t>(element_size(dtype_));
+  const auto signed_offset = static_cast<std::int64_t>(byte_offset);
+  SHARDLAB_CHECK_EQ(signed_offset % es, 0);
+  Tensor t = *this;
+  t.offset_ = signed_offset / es;
+  return t;
+}
+
 std::int64_t Tensor::dim(int i) const {
   const int n = ndim();
   if (i < 0) i += n;

@@ -124,6 +124,12 @@ class Tensor {
   Result<Tensor> narrow(std::int64_t begin, Shape shape, std::string name) const;
   // Same elements, new shape (numel must match).
   Result<Tensor> reshape(Shape shape) const;
+  // Fault injection only (sim::FaultKind::kViewOffset, the Gaudi1 seed bug): this view with
+  // its byte offset replaced by `byte_offset` (read as signed; a multiple of the element
+  // size), unchecked — the one way to make a view that breaks the bounds invariant every
+  // other constructor keeps. Nothing may read its bytes: every backend's launch check
+  // refuses it (NOTE [Launch check] in runtime/device/device.h).
+  Tensor with_unchecked_byte_offset(std::uint64_t byte_offset) const;
 
   bool defined() const { return storage_ != nullptr; }
   DType dtype() const { return dtype_; }

@@ -29,6 +29,34 @@ Result<DeviceId> DeviceId::parse(std::string_view text) {
   return id;
 }
 
+Status check_launch_extent(std::string_view where, const std::string& tensor, const std::string& storage_label,
+                           std::int64_t byte_offset, std::int64_t nbytes, std::int64_t storage_bytes) {
+  std::int64_t end = 0;
+  const bool wrapped = byte_offset < 0 || nbytes < 0 || __builtin_add_overflow(byte_offset, nbytes, &end);
+  if (!wrapped && end <= storage_bytes) return Status::ok();
+  const std::string what = "launch of " + std::string(where) + ": tensor '" + tensor + "' at byte offset " +
+                           std::to_string(byte_offset) + " (unsigned " +
+                           std::to_string(static_cast<std::uint64_t>(byte_offset)) + "), extent " +
+                           std::to_string(nbytes) + " bytes, in storage '" + storage_label + "' of " +
+                           std::to_string(storage_bytes) + " bytes";
+  if (wrapped) {
+    return Status::data_loss(what + ": the offset or extent is negative or overflows (a wrapped offset?); "
+                                    "nothing was launched");
+  }
+  return Status::data_loss(what + ": the view ends at byte " + std::to_string(end) +
+                           ", past the end of its storage; nothing was launched");
+}
+
+Status check_launch_view(std::string_view where, const Tensor& t) {
+  if (!t.defined()) return Status::ok();
+  // The common case without building a message: in bounds.
+  std::int64_t end = 0;
+  if (t.byte_offset() >= 0 && !__builtin_add_overflow(t.byte_offset(), t.nbytes(), &end) && end <= t.storage()->nbytes()) {
+    return Status::ok();
+  }
+  return check_launch_extent(where, t.name(), t.storage()->label(), t.byte_offset(), t.nbytes(), t.storage()->nbytes());
+}
+
 Result<Tensor> Device::empty(const Shape& shape, DType dtype, MemoryCategory category, const std::string& name) {
   SHARDLAB_ASSIGN_OR_RETURN(std::int64_t numel, checked_numel(shape));
   std::int64_t nbytes;

@@ -64,6 +64,20 @@ struct OptimizerUpdate {
   std::int64_t step = 1;
 };
 
+// NOTE [Launch check]
+// Every backend checks each tensor an op reads or writes before touching memory: the view
+// lies inside its storage (byte offset >= 0, offset + extent within the storage, no
+// overflow). Views are bounds-checked when made, so a failure here means the view's
+// metadata was corrupted after it was made (the Gaudi1 seed bug, "offset_ 0is not matching
+// with the offset of new tensor 13835057943613014016"; sim::FaultKind::kViewOffset
+// reproduces it): DATA_LOSS (exit 3) naming the op, the tensor, its storage, the offset
+// (signed and unsigned) and the storage size, and nothing is launched.
+// `where` is what is launched ("gemm", "recipe 'gemm_0'").
+Status check_launch_extent(std::string_view where, const std::string& tensor, const std::string& storage_label,
+                           std::int64_t byte_offset, std::int64_t nbytes, std::int64_t storage_bytes);
+// check_launch_extent on a tensor; an undefined tensor passes.
+Status check_launch_view(std::string_view where, const Tensor& t);
+
 class Device {
  public:
   virtual ~Device() = default;

@@ -398,7 +398,9 @@ Result<Tensor> FullyShardedModel::param(int index) {
                                        " is sharded (missing pre_forward/pre_backward hook?)");
   }
   SHARDLAB_RETURN_IF_ERROR(wait_unsharded(u));
-  return fp.view(fp.full, fp.local_index(index));
+  SHARDLAB_ASSIGN_OR_RETURN(Tensor view, fp.view(fp.full, fp.local_index(index)));
+  if (options_.on_param_view) options_.on_param_view(u, view);
+  return view;
 }
 
 Result<Tensor> FullyShardedModel::grad(int index) {

@@ -69,6 +69,9 @@ struct FsdpOptions {
   // (host) device; unsharded buffers and activations stay on the compute device.
   device::Device* offload_device = nullptr;
   Nanos collective_timeout = 30 * kNanosPerSecond;
+  // Fault hook (sim::FaultKind::kViewOffset): called with every parameter view FSDP hands
+  // to the model (param(index)), with its unit; it may corrupt the view. Empty: none.
+  std::function<void(int unit, Tensor& view)> on_param_view;
   // Test hook: called at each DelayPoint (e.g. to advance a simulated clock).
   std::function<void(DelayPoint)> delay_hook;
 };

@@ -20,6 +20,15 @@ using VecMap = Eigen::Map<Eigen::VectorXf>;
 
 constexpr std::size_t kAlignment = 64;
 
+// NOTE [Launch check] (runtime/device/device.h) on every tensor of an op, before its bytes
+// are touched.
+template <class... T>
+Status check_views(std::string_view op, const T&... tensors) {
+  Status s = Status::ok();
+  ((s.is_ok() ? void(s = check_launch_view(op, tensors)) : void()), ...);
+  return s;
+}
+
 Status expect_dtype(std::string_view op, const Tensor& t, DType dtype) {
   if (!t.defined()) return Status::invalid_argument(std::string(op) + ": an operand is undefined");
   if (t.dtype() != dtype) {
@@ -243,6 +252,7 @@ void CpuDevice::wait_event(StreamId, EventId) {}
 void CpuDevice::synchronize(StreamId) {}
 
 Status CpuDevice::copy(const Tensor& src, const Tensor& dst, StreamId stream) {
+  SHARDLAB_RETURN_IF_ERROR(check_views("copy", src, dst));
   SHARDLAB_RETURN_IF_ERROR(check_stream("copy", stream));
   if (!src.defined() || !dst.defined()) return Status::invalid_argument("copy: an operand is undefined");
   if (src.dtype() != dst.dtype()) {
@@ -256,6 +266,7 @@ Status CpuDevice::copy(const Tensor& src, const Tensor& dst, StreamId stream) {
 }
 
 Status CpuDevice::fill(const Tensor& dst, float value, StreamId stream) {
+  SHARDLAB_RETURN_IF_ERROR(check_views("fill", dst));
   SHARDLAB_RETURN_IF_ERROR(check_stream("fill", stream));
   if (!dst.defined() || dst.is_phantom()) return Status::invalid_argument("fill: tensor has no host data");
   std::byte* p = dst.bytes();
@@ -272,6 +283,7 @@ Status CpuDevice::fill(const Tensor& dst, float value, StreamId stream) {
 }
 
 Status CpuDevice::cast(const Tensor& src, const Tensor& dst, StreamId stream) {
+  SHARDLAB_RETURN_IF_ERROR(check_views("cast", src, dst));
   SHARDLAB_RETURN_IF_ERROR(check_stream("cast", stream));
   if (!src.defined() || !dst.defined()) return Status::invalid_argument("cast: an operand is undefined");
   SHARDLAB_RETURN_IF_ERROR(expect_numel("cast", dst, src.numel(), "the source's element count"));
@@ -288,6 +300,7 @@ Status CpuDevice::cast(const Tensor& src, const Tensor& dst, StreamId stream) {
 }
 
 Status CpuDevice::axpy(float alpha, const Tensor& x, const Tensor& y, StreamId stream) {
+  SHARDLAB_RETURN_IF_ERROR(check_views("axpy", x, y));
   SHARDLAB_RETURN_IF_ERROR(check_stream("axpy", stream));
   SHARDLAB_RETURN_IF_ERROR(expect_dtype("axpy", x, DType::kF32));
   SHARDLAB_RETURN_IF_ERROR(expect_dtype("axpy", y, DType::kF32));
@@ -297,6 +310,7 @@ Status CpuDevice::axpy(float alpha, const Tensor& x, const Tensor& y, StreamId s
 }
 
 Status CpuDevice::scale(const Tensor& x, float alpha, StreamId stream) {
+  SHARDLAB_RETURN_IF_ERROR(check_views("scale", x));
   SHARDLAB_RETURN_IF_ERROR(check_stream("scale", stream));
   SHARDLAB_RETURN_IF_ERROR(expect_dtype("scale", x, DType::kF32));
   VecMap(x.data<float>(), x.numel()) *= alpha;
@@ -305,6 +319,7 @@ Status CpuDevice::scale(const Tensor& x, float alpha, StreamId stream) {
 
 Status CpuDevice::gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c, float alpha,
                        float beta, StreamId stream) {
+  SHARDLAB_RETURN_IF_ERROR(check_views("gemm", a, b, c));
   SHARDLAB_RETURN_IF_ERROR(check_stream("gemm", stream));
   std::int64_t ar, ac, br, bc, cr, cc;
   SHARDLAB_RETURN_IF_ERROR(as_matrix("gemm", a, &ar, &ac));
@@ -334,6 +349,7 @@ Status CpuDevice::gemm(const Tensor& a, bool trans_a, const Tensor& b, bool tran
 
 Status CpuDevice::batched_gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c,
                                float alpha, float beta, StreamId stream) {
+  SHARDLAB_RETURN_IF_ERROR(check_views("batched_gemm", a, b, c));
   constexpr std::string_view kOp = "batched_gemm";
   SHARDLAB_RETURN_IF_ERROR(check_stream(kOp, stream));
   for (const Tensor* t : {&a, &b, &c}) {
@@ -372,6 +388,7 @@ Status CpuDevice::batched_gemm(const Tensor& a, bool trans_a, const Tensor& b, b
 }
 
 Status CpuDevice::add_bias(const Tensor& x, const Tensor& bias, StreamId stream) {
+  SHARDLAB_RETURN_IF_ERROR(check_views("add_bias", x, bias));
   SHARDLAB_RETURN_IF_ERROR(check_stream("add_bias", stream));
   SHARDLAB_RETURN_IF_ERROR(expect_dtype("add_bias", x, DType::kF32));
   SHARDLAB_RETURN_IF_ERROR(expect_dtype("add_bias", bias, DType::kF32));
@@ -387,6 +404,7 @@ Status CpuDevice::add_bias(const Tensor& x, const Tensor& bias, StreamId stream)
 }
 
 Status CpuDevice::bias_grad(const Tensor& dy, const Tensor& dbias, bool accumulate, StreamId stream) {
+  SHARDLAB_RETURN_IF_ERROR(check_views("bias_grad", dy, dbias));
   SHARDLAB_RETURN_IF_ERROR(check_stream("bias_grad", stream));
   SHARDLAB_RETURN_IF_ERROR(expect_dtype("bias_grad", dy, DType::kF32));
   SHARDLAB_RETURN_IF_ERROR(expect_dtype("bias_grad", dbias, DType::kF32));
@@ -408,6 +426,7 @@ Status CpuDevice::bias_grad(const Tensor& dy, const Tensor& dbias, bool accumula
 }
 
 Status CpuDevice::activation(Activation act, const Tensor& x, const Tensor& y, StreamId stream) {
+  SHARDLAB_RETURN_IF_ERROR(check_views("activation", x, y));
   SHARDLAB_RETURN_IF_ERROR(check_stream("activation", stream));
   SHARDLAB_RETURN_IF_ERROR(expect_dtype("activation", x, DType::kF32));
   SHARDLAB_RETURN_IF_ERROR(expect_dtype("activation", y, DType::kF32));
@@ -435,6 +454,7 @@ Status CpuDevice::activation(Activation act, const Tensor& x, const Tensor& y, S
 
 Status CpuDevice::activation_backward(Activation act, const Tensor& x, const Tensor& dy, const Tensor& dx,
                                       StreamId stream) {
+  SHARDLAB_RETURN_IF_ERROR(check_views("activation_backward", x, dy, dx));
   SHARDLAB_RETURN_IF_ERROR(check_stream("activation_backward", stream));
   SHARDLAB_RETURN_IF_ERROR(expect_dtype("activation_backward", x, DType::kF32));
   SHARDLAB_RETURN_IF_ERROR(expect_dtype("activation_backward", dy, DType::kF32));
@@ -467,6 +487,7 @@ Status CpuDevice::activation_backward(Activation act, const Tensor& x, const Ten
 
 Status CpuDevice::layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps, const Tensor& y,
                              const Tensor& mean, const Tensor& rstd, StreamId stream) {
+  SHARDLAB_RETURN_IF_ERROR(check_views("layer_norm", x, gamma, beta, y, mean, rstd));
   constexpr std::string_view kOp = "layer_norm";
   SHARDLAB_RETURN_IF_ERROR(check_stream(kOp, stream));
   std::int64_t n, h;
@@ -508,6 +529,7 @@ Status CpuDevice::layer_norm(const Tensor& x, const Tensor& gamma, const Tensor&
 Status CpuDevice::layer_norm_backward(const Tensor& x, const Tensor& dy, const Tensor& mean, const Tensor& rstd,
                                       const Tensor& gamma, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,
                                       bool accumulate, StreamId stream) {
+  SHARDLAB_RETURN_IF_ERROR(check_views("layer_norm_backward", x, dy, mean, rstd, gamma, dx, dgamma, dbeta));
   constexpr std::string_view kOp = "layer_norm_backward";
   SHARDLAB_RETURN_IF_ERROR(check_stream(kOp, stream));
   std::int64_t n, h;
@@ -570,6 +592,7 @@ Status CpuDevice::layer_norm_backward(const Tensor& x, const Tensor& dy, const T
 
 Status CpuDevice::attention_softmax(const Tensor& scores, const Tensor& attention_mask, float scale,
                                     const Tensor& probs, StreamId stream) {
+  SHARDLAB_RETURN_IF_ERROR(check_views("attention_softmax", scores, attention_mask, probs));
   constexpr std::string_view kOp = "attention_softmax";
   SHARDLAB_RETURN_IF_ERROR(check_stream(kOp, stream));
   SHARDLAB_RETURN_IF_ERROR(expect_dtype(kOp, scores, DType::kF32));
@@ -613,6 +636,7 @@ Status CpuDevice::attention_softmax(const Tensor& scores, const Tensor& attentio
 
 Status CpuDevice::attention_softmax_backward(const Tensor& probs, const Tensor& dprobs, float scale,
                                              const Tensor& dscores, StreamId stream) {
+  SHARDLAB_RETURN_IF_ERROR(check_views("attention_softmax_backward", probs, dprobs, dscores));
   constexpr std::string_view kOp = "attention_softmax_backward";
   SHARDLAB_RETURN_IF_ERROR(check_stream(kOp, stream));
   std::int64_t rows, cols;
@@ -661,6 +685,7 @@ Status validate_embedding(std::string_view op, const Tensor& table, const Tensor
 }  // namespace
 
 Status CpuDevice::embedding(const Tensor& table, const Tensor& ids, const Tensor& out, StreamId stream) {
+  SHARDLAB_RETURN_IF_ERROR(check_views("embedding", table, ids, out));
   constexpr std::string_view kOp = "embedding";
   SHARDLAB_RETURN_IF_ERROR(check_stream(kOp, stream));
   std::int64_t v, h;
@@ -675,6 +700,7 @@ Status CpuDevice::embedding(const Tensor& table, const Tensor& ids, const Tensor
 
 Status CpuDevice::embedding_backward(const Tensor& dout, const Tensor& ids, const Tensor& dtable, bool accumulate,
                                      StreamId stream) {
+  SHARDLAB_RETURN_IF_ERROR(check_views("embedding_backward", dout, ids, dtable));
   constexpr std::string_view kOp = "embedding_backward";
   SHARDLAB_RETURN_IF_ERROR(check_stream(kOp, stream));
   std::int64_t v, h;
@@ -694,6 +720,7 @@ Status CpuDevice::embedding_backward(const Tensor& dout, const Tensor& ids, cons
 Status CpuDevice::softmax_cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& loss_sum,
                                         const Tensor& dlogits, float grad_scale, std::int64_t ignore_index,
                                         StreamId stream) {
+  SHARDLAB_RETURN_IF_ERROR(check_views("softmax_cross_entropy", logits, labels, loss_sum, dlogits));
   constexpr std::string_view kOp = "softmax_cross_entropy";
   SHARDLAB_RETURN_IF_ERROR(check_stream(kOp, stream));
   std::int64_t n, c;
@@ -742,6 +769,7 @@ Status CpuDevice::softmax_cross_entropy(const Tensor& logits, const Tensor& labe
 }
 
 Status CpuDevice::transpose_1_2(const Tensor& x, const Tensor& y, StreamId stream) {
+  SHARDLAB_RETURN_IF_ERROR(check_views("transpose_1_2", x, y));
   constexpr std::string_view kOp = "transpose_1_2";
   SHARDLAB_RETURN_IF_ERROR(check_stream(kOp, stream));
   SHARDLAB_RETURN_IF_ERROR(expect_dtype(kOp, x, DType::kF32));
@@ -763,6 +791,7 @@ Status CpuDevice::transpose_1_2(const Tensor& x, const Tensor& y, StreamId strea
 }
 
 Status CpuDevice::multiply(const Tensor& a, const Tensor& b, const Tensor& c, StreamId stream) {
+  SHARDLAB_RETURN_IF_ERROR(check_views("multiply", a, b, c));
   constexpr std::string_view kOp = "multiply";
   SHARDLAB_RETURN_IF_ERROR(check_stream(kOp, stream));
   for (const Tensor* t : {&a, &b, &c}) SHARDLAB_RETURN_IF_ERROR(expect_dtype(kOp, *t, DType::kF32));
@@ -812,6 +841,7 @@ void adamw_update(std::int64_t n, float* __restrict p, const float* __restrict g
 
 Status CpuDevice::optimizer_step(const OptimizerUpdate& u, const Tensor& param, const Tensor& grad, const Tensor& state0,
                                  const Tensor& state1, const std::uint8_t* mask, StreamId stream) {
+  SHARDLAB_RETURN_IF_ERROR(check_views("optimizer_step", param, grad, state0, state1));
   constexpr std::string_view kOp = "optimizer_step";
   SHARDLAB_RETURN_IF_ERROR(check_stream(kOp, stream));
   const bool adamw = u.kind == OptimizerKind::kAdamW;

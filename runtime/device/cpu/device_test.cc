@@ -62,6 +62,30 @@ Tensor random_f32(CpuDevice& dev, const Shape& shape, Rng& rng, const std::strin
 
 // ---- memory ---------------------------------------------------------------------------------
 
+// NOTE [Launch check] (runtime/device/device.h): a view whose offset was corrupted after it
+// was made (the Gaudi1 seed bug's wrapped offset, or past the storage's end) is refused
+// with DATA_LOSS naming the op, the tensor, its storage and the offset, before any byte is
+// read or written.
+TEST(CpuLaunchCheckTest, CorruptViewsAreRefusedBeforeTheKernel) {
+  CpuDevice dev;
+  Tensor a = make(dev, {2, 3}, DType::kF32, "a"), b = make(dev, {3, 2}, DType::kF32, "b"),
+         c = make(dev, {2, 2}, DType::kF32, "c");
+  ASSERT_TRUE(dev.fill(c, 7.0f, kComputeStream).is_ok());
+  const Tensor wrapped = a.with_unchecked_byte_offset(13835057943613014016ull);
+  const Status s = dev.gemm(wrapped, false, b, false, c, 1.0f, 0.0f, kComputeStream);
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss) << s.to_string();
+  EXPECT_THAT(s.message(), ::testing::HasSubstr("launch of gemm: tensor 'a' at byte offset -4611686130096537600 "
+                                                "(unsigned 13835057943613014016), extent 24 bytes, in storage"));
+  EXPECT_THAT(s.message(), ::testing::HasSubstr("nothing was launched"));
+  EXPECT_EQ(c.data<float>()[0], 7.0f) << "the output was touched";
+  const Tensor past = c.with_unchecked_byte_offset(static_cast<std::uint64_t>(c.storage()->nbytes()));
+  const Status p = dev.fill(past, 1.0f, kComputeStream);
+  EXPECT_EQ(p.code(), StatusCode::kDataLoss);
+  EXPECT_THAT(p.message(), ::testing::HasSubstr("past the end of its storage"));
+  EXPECT_TRUE(check_launch_view("gemm", a).is_ok());
+  EXPECT_TRUE(check_launch_view("gemm", Tensor()).is_ok());
+}
+
 TEST(CpuMemoryTest, AllocateAccountsAndReleasesOnDestruction) {
   CpuDevice dev({"cpu", 0}, 0);
   EXPECT_EQ(dev.id().to_string(), "cpu:0");

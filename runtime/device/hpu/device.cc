@@ -118,31 +118,24 @@ Result<std::uint32_t> select_module() {
 Status check_launch_tensor(const std::string& recipe, const std::string& tensor, const std::string& storage_label,
                            std::int64_t byte_offset, std::int64_t nbytes, std::int64_t storage_bytes,
                            std::int64_t allocation_bytes, std::int64_t compiled_bytes) {
+  // NOTE [Launch check] in runtime/device/device.h; then this device's own allocations.
+  SHARDLAB_RETURN_IF_ERROR(check_launch_extent("recipe '" + recipe + "'", tensor, storage_label, byte_offset, nbytes,
+                                               storage_bytes));
+  const std::int64_t end = byte_offset + nbytes;
   const std::string where = "launch of recipe '" + recipe + "': tensor '" + tensor + "' at byte offset " +
-                            std::to_string(byte_offset) + " (unsigned " +
-                            std::to_string(static_cast<std::uint64_t>(byte_offset)) + "), extent " +
-                            std::to_string(nbytes) + " bytes, in storage '" + storage_label + "' of " +
-                            std::to_string(storage_bytes) + " bytes";
-  std::int64_t end = 0;
-  if (byte_offset < 0 || nbytes < 0 || __builtin_add_overflow(byte_offset, nbytes, &end)) {
-    return Status::invalid_argument(where + ": the offset or extent is negative or overflows (a wrapped offset?); "
-                                            "nothing was launched");
-  }
-  if (end > storage_bytes) {
-    return Status::invalid_argument(where + ": the view ends at byte " + std::to_string(end) +
-                                    ", past the end of its storage; nothing was launched");
-  }
+                            std::to_string(byte_offset) + ", extent " + std::to_string(nbytes) + " bytes, in storage '" +
+                            storage_label + "' of " + std::to_string(storage_bytes) + " bytes";
   if (allocation_bytes < 0) {
-    return Status::invalid_argument(where + ": the storage is not a live allocation of " + std::string(kDeviceName) +
+    return Status::data_loss(where + ": the storage is not a live allocation of " + std::string(kDeviceName) +
                                     " (freed, or another device's memory); nothing was launched");
   }
   if (end > allocation_bytes) {
-    return Status::invalid_argument(where + ": the view ends at byte " + std::to_string(end) +
+    return Status::data_loss(where + ": the view ends at byte " + std::to_string(end) +
                                     ", past the end of its device allocation of " + std::to_string(allocation_bytes) +
                                     " bytes; nothing was launched");
   }
   if (nbytes != compiled_bytes) {
-    return Status::invalid_argument(where + ": the recipe was compiled for " + std::to_string(compiled_bytes) +
+    return Status::data_loss(where + ": the recipe was compiled for " + std::to_string(compiled_bytes) +
                                     " bytes; nothing was launched");
   }
   return Status::ok();
@@ -422,6 +415,7 @@ std::uint64_t HpuDevice::device_address(const Tensor& t) {
 Status HpuDevice::check_device_tensor(const Tensor& t, std::string_view what) const {
   if (!t.defined()) return Status::invalid_argument(std::string(what) + ": an operand is undefined");
   if (t.is_phantom()) return Status::invalid_argument(std::string(what) + ": " + t.describe() + " has no data");
+  SHARDLAB_RETURN_IF_ERROR(check_launch_view(what, t));  // NOTE [Launch check]
   if (t.storage()->nbytes() == 0) return Status::ok();
   if (allocations_->size_at(t.storage()->device_address()) < 0) {
     return Status::invalid_argument(std::string(what) + ": " + t.describe() + " is not in the memory of " +

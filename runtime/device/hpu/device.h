@@ -74,8 +74,8 @@ struct HpuDeviceOptions {
 // else 0). INVALID_ARGUMENT when the list is malformed or shorter than the local rank.
 Result<std::uint32_t> select_module();
 
-// The pre-launch placement check of one tensor (see the header comment). Offsets and
-// sizes in bytes; `allocation_bytes` < 0 means the storage is not an allocation of this
+// The pre-launch placement check of one tensor (see the header comment; NOTE [Launch
+// check] in runtime/device/device.h): DATA_LOSS when it fails. Offsets and sizes in bytes; `allocation_bytes` < 0 means the storage is not an allocation of this
 // device. Pure function, so the wrapped-offset case can be tested directly.
 Status check_launch_tensor(const std::string& recipe, const std::string& tensor, const std::string& storage_label,
                            std::int64_t byte_offset, std::int64_t nbytes, std::int64_t storage_bytes,

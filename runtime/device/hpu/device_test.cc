@@ -293,10 +293,28 @@ TEST_F(HpuDeviceTest, CallSequenceAndRecipeCaching) {
   EXPECT_EQ(dev().stats().recipes_compiled, 2) << "a new shape compiles a new recipe";
 }
 
+// The seed bug's wrapped offset on a parameter view reaches the device: refused before any
+// upload, launch or host fallback (NOTE [Launch check] in runtime/device/device.h).
+TEST_F(HpuDeviceTest, ACorruptViewNeverReachesSynapse) {
+  Tensor a = make(dev(), {3, 3}, DType::kF32, "a"), b = make(dev(), {3, 5}, DType::kF32, "b"),
+         c = make(dev(), {3, 5}, DType::kF32, "c");
+  clear_fake_log();
+  const Tensor wrapped = a.with_unchecked_byte_offset(13835057943613014016ull);
+  const Status s = dev().gemm(wrapped, false, b, false, c, 1.0f, 0.0f, kComputeStream);
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss) << s.to_string();
+  EXPECT_THAT(s.message(), HasSubstr("13835057943613014016"));
+  EXPECT_THAT(s.message(), HasSubstr("tensor 'a'"));
+  EXPECT_EQ(count_calls(fake_log(), "synMemCopyAsync"), 0);
+  EXPECT_EQ(count_calls(fake_log(), "synLaunchExt"), 0);
+  const Status e = dev().embedding(wrapped, make(dev(), {2}, DType::kI64, "ids"), make(dev(), {2, 3}, DType::kF32, "out"),
+                                   kComputeStream);
+  EXPECT_EQ(e.code(), StatusCode::kDataLoss) << e.to_string() << " (a host-fallback op)";
+}
+
 TEST(HpuLaunchCheckTest, WrappedOffsetIsRejectedNamingTensorOffsetAndStorage) {
   const auto wrapped = static_cast<std::int64_t>(13835057943613014016ull);
   const Status s = check_launch_tensor("gemm_0", "a", "flat_param", wrapped, 64, 4096, 4096, 64);
-  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss);  // a runtime failure (exit 3), not bad input
   EXPECT_THAT(s.message(), HasSubstr("tensor 'a'"));
   EXPECT_THAT(s.message(), HasSubstr("13835057943613014016"));
   EXPECT_THAT(s.message(), HasSubstr("storage 'flat_param' of 4096 bytes"));
@@ -320,7 +338,7 @@ TEST_F(HpuDeviceTest, AViewOutsideItsDeviceAllocationIsNeverLaunched) {
   Tensor view = *Tensor::view_of(liar, DType::kF32, {256}, 0, "w_view");
   const std::int64_t launches = dev().stats().launches;
   const Status s = dev().scale(view, 2.0f, kComputeStream);
-  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.to_string();
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss) << s.to_string();
   EXPECT_THAT(s.message(), HasSubstr("w_view"));
   EXPECT_THAT(s.message(), HasSubstr("stale_flat_param"));
   EXPECT_THAT(s.message(), HasSubstr("past the end of its device allocation of 64 bytes"));
