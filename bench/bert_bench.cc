@@ -1,5 +1,6 @@
 // bert_bench: BERT training on one CPU core, judged against Eigen's SGEMM speed measured
-// in the same run (CONVENTIONS.md rule 7). The simulator's numerics mode runs this code.
+// in the same run: benchmarks measure, tests check (speed targets live here, never in
+// timed tests). The simulator's numerics mode runs this code.
 //
 //   bert_peak/eigen/<M>x<N>x<K>    C[M,N] = A[M,K]·B[N,K]ᵀ through Eigen on warm 64-byte
 //                                  aligned buffers: the preset's Linear shapes (for bert-base,

@@ -1,4 +1,4 @@
-// FSDP hot paths against references measured in the same run (CONVENTIONS.md rule 7):
+// FSDP hot paths against references measured in the same run (benchmarks measure, tests check):
 //   unshard/memcpy/<bytes>      memcpy of the bytes an unshard writes (W full buffers of
 //                               W·S fp32 on the sim backend), into warm buffers
 //   unshard/sim_fsdp/<bytes>    FullyShardedModel::summon_full_params(true/false) on a

@@ -90,7 +90,7 @@ RunRecord make_record(const RunArgs& a, int world, const std::string& backend) {
   if (!a.device_id.empty()) {
     // NOTE [Simulated device_id] (cli/scenario_run.h): the run got here, so every rank's
     // device_id resolved to its compute device.
-    const std::string type = backend == "hpu" ? "hpu" : backend == "mpi" ? "cpu" : a.device.torch_device;
+    const std::string type = torch_device_of(backend, a.device);
     r.device_id = a.device_id + " → " + (type == "cpu" ? "cpu" : type + ":0") + " on every rank";
   }
   return r;
@@ -362,7 +362,7 @@ int run_mpi(const RunArgs& a, int* argc, char*** argv) {
     cpu = std::make_unique<runtime::device::cpu::CpuDevice>(runtime::device::DeviceId{"cpu", world_rank});
   }
   runtime::comm::Communicator& base = hpu ? gaudi->communicator() : **world;
-  if (Status s = check_run_device_id(a, hpu ? "hpu" : "cpu", base.size()); !s.is_ok()) return fail(s);
+  if (Status s = check_run_device_id(a, torch_device_of(a.backend, a.device), base.size()); !s.is_ok()) return fail(s);
   runtime::device::Device& dev = hpu ? gaudi->device() : static_cast<runtime::device::Device&>(*cpu);
   runtime::comm::CheckingCommunicator checked(&base, a.train.fsdp.collective_timeout);
   runtime::comm::Communicator& c = a.check_collectives ? static_cast<runtime::comm::Communicator&>(checked) : base;
@@ -400,7 +400,9 @@ int run_mpi(const RunArgs& a, int* argc, char*** argv) {
 int run_command(const RunArgs& in, int* argc, char*** argv) {
   RunArgs args = in;
   if (args.backend == "sim") {
-    if (Status s = check_run_device_id(args, args.device.torch_device, args.world_size); !s.is_ok()) return fail(s);
+    if (Status s = check_run_device_id(args, torch_device_of("sim", args.device), args.world_size); !s.is_ok()) {
+      return fail(s);
+    }
   }
   auto& ck = args.train.checkpoint.dir;
   if (!ck.empty() && std::filesystem::path(ck).is_relative() && !args.out_dir.empty()) {

@@ -35,6 +35,10 @@ Result<DType> dtype_of(const Scenario& s, const std::string& key, const std::str
 
 }  // namespace
 
+std::string torch_device_of(const std::string& backend, const sim::DeviceProfile& device) {
+  return backend == "hpu" ? "hpu" : backend == "mpi" ? "cpu" : device.torch_device;
+}
+
 std::string device_id_of_rank(const std::string& device_id, const std::string& torch_device, int rank,
                               int devices_per_node) {
   if (device_id != "local_rank") return device_id;
@@ -263,8 +267,8 @@ Status scenario_to_run_args(const Scenario& s, RunArgs& a) {
     a.device_id = s.fsdp.device_id;
     a.device_id_where = s.where("fsdp.device_id").to_string() + ": fsdp.device_id: ";
     // `validate` refuses what `run` would (run_command checks again for a --backend override).
-    const std::string torch_device = a.backend == "hpu" ? "hpu" : a.backend == "mpi" ? "cpu" : a.device.torch_device;
-    if (Status st = check_device_id(a.device_id, torch_device, s.world.world_size(), s.world.devices_per_node);
+    if (Status st = check_device_id(a.device_id, torch_device_of(a.backend, a.device), s.world.world_size(),
+                                    s.world.devices_per_node);
         !st.is_ok()) {
       return Status::invalid_argument(a.device_id_where + st.message());
     }

@@ -31,6 +31,9 @@ Status scenario_to_run_args(const Scenario& s, RunArgs& args);
 // INVALID_ARGUMENT names the first failing rank, both devices, and how many ranks fail.
 Status check_device_id(const std::string& device_id, const std::string& torch_device, int world_size,
                        int devices_per_node);
+// The PyTorch device type a rank computes on: hpu under --backend hpu, cpu under mpi, the
+// simulated device profile's torch_device on sim.
+std::string torch_device_of(const std::string& backend, const sim::DeviceProfile& device);
 // The device_id rank `rank` passes to FSDP ("local_rank" made explicit; "" stays "").
 std::string device_id_of_rank(const std::string& device_id, const std::string& torch_device, int rank,
                               int devices_per_node);

@@ -1,5 +1,6 @@
 // rapidcheck generators for the FSDP domain: shard layouts and small FSDP training runs.
-// One header per domain (CONVENTIONS.md); every property in fsdp_*_test.cc draws from here.
+// The domain's one generators header (one per domain, so properties share their
+// generators); every property in fsdp_*_test.cc draws from here.
 #pragma once
 
 #include <rapidcheck.h>

@@ -50,10 +50,7 @@ Status check_launch_extent(std::string_view where, const std::string& tensor, co
 Status check_launch_view(std::string_view where, const Tensor& t) {
   if (!t.defined()) return Status::ok();
   // The common case without building a message: in bounds.
-  std::int64_t end = 0;
-  if (t.byte_offset() >= 0 && !__builtin_add_overflow(t.byte_offset(), t.nbytes(), &end) && end <= t.storage()->nbytes()) {
-    return Status::ok();
-  }
+  if (view_in_bounds(t.offset(), t.numel(), element_size(t.dtype()), t.storage()->nbytes())) return Status::ok();
   return check_launch_extent(where, t.name(), t.storage()->label(), t.byte_offset(), t.nbytes(), t.storage()->nbytes());
 }
 
