@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "cli/scenario.h"
@@ -28,7 +29,9 @@ struct RunArgs {
   bool cpu_offload = false;             // shards, gradients and optimizer state on a host device per rank
   // The simulated host of each rank under cpu_offload (world.offload_host).
   sim::DeviceProfile offload_host = sim::offload_host_profile();
-  double rtol = 1.3e-6, atol = 1e-5;    // the oracle comparison's tolerance
+  // The oracle comparison's tolerance as the scenario gives it (expect.grads_match_unsharded
+  // {rtol, atol}); unset: runtime::train::default_tolerance (NOTE [Default tolerance]).
+  std::optional<double> rtol, atol;
   // The scenario whose expectations decide the exit code (null: the oracle check alone,
   // which must be bitwise on the simulator).
   const Scenario* spec = nullptr;
@@ -54,9 +57,11 @@ struct RunArgs {
 // exit 0 means the run matched unsharded training. Only an explicit switch turns it off
 // (--no-oracle, or expect.grads_match_unsharded: false / null in the scenario), and the
 // run then says so on stdout, in summary.txt ("oracle: not run (turned off by …)") and in
-// metrics.json ("oracle"). Timing mode computes no values and says that instead. The
-// tolerance is the scenario's explicit one, else the one the run's dtypes imply; without
-// a scenario, a simulated run must match bitwise (its reduction order is the oracle's).
+// metrics.json ("oracle"). Timing mode computes no values and says that instead. A
+// simulated run must match bitwise (the oracle repeats its casts and reduction order),
+// unless the scenario gives a tolerance or the run clips gradients; elsewhere the
+// scenario's tolerance applies, else the one the run's dtypes imply (NOTE [Default
+// tolerance] in runtime/train/fsdp_train.h).
 //
 // Returns the process exit code: 0 ok, 1 an expectation failed (oracle mismatch),
 // 2 bad input, 3 runtime failure.

@@ -1731,9 +1731,16 @@ std::string to_yaml(const Scenario& s) {
   o << "  every_steps: " << s.checkpoint.every_steps << "\n";
   o << "  resume: " << yaml_bool(s.checkpoint.resume) << "\n";
   o << "expect:\n";
-  if (s.expect.grads_match_unsharded) {
-    o << "  grads_match_unsharded: {rtol: " << yaml_number(s.expect.grads_match_unsharded->rtol)
-      << ", atol: " << yaml_number(s.expect.grads_match_unsharded->atol) << "}\n";
+  // Only the keys the file states: an unstated one takes the dtypes' default on replay too.
+  const bool rtol_stated = s.positions.count("expect.grads_match_unsharded.rtol") != 0;
+  const bool atol_stated = s.positions.count("expect.grads_match_unsharded.atol") != 0;
+  if (s.expect.grads_match_unsharded && !rtol_stated && !atol_stated) {
+    o << "  grads_match_unsharded: true  # no tolerance stated: bitwise in the simulator, else the dtypes' default\n";
+  } else if (s.expect.grads_match_unsharded) {
+    o << "  grads_match_unsharded: {";
+    if (rtol_stated) o << "rtol: " << yaml_number(s.expect.grads_match_unsharded->rtol) << (atol_stated ? ", " : "");
+    if (atol_stated) o << "atol: " << yaml_number(s.expect.grads_match_unsharded->atol);
+    o << "}\n";
   } else if (s.expect.oracle_off) {
     o << "  grads_match_unsharded: false\n";
   } else {

@@ -139,8 +139,9 @@ struct Scenario {
   };
   struct Expect {
     // The unsharded oracle runs on every numerics run (NOTE [The oracle by default] in
-    // cli/run_command.h). YAML true or {rtol, atol}: an explicit tolerance (also listed as
-    // an expectation); unset: the tolerance the run's dtypes imply; false or null: off
+    // cli/run_command.h). YAML true: listed as an expectation, at the default tolerance
+    // (NOTE [Default tolerance]); {rtol, atol}: the keys stated replace the default's;
+    // unset: checked as for true but not listed; false or null: off
     // (oracle_off, so that the run says it was turned off, and by what).
     std::optional<Tolerance> grads_match_unsharded;
     bool oracle_off = false;

@@ -270,6 +270,23 @@ TEST(Scenario, ToYamlRoundTripsAwkwardValues) {
   EXPECT_EQ(to_yaml(*r), y);
 }
 
+// The resolved scenario keeps "no tolerance stated" (so a replay in the simulator still
+// demands bitwise) and only the tolerance keys the file stated.
+TEST(Scenario, ToYamlKeepsOnlyTheStatedTolerance) {
+  for (const char* expect : {"true", "{atol: 0.001}", "{rtol: 0.01, atol: 0.001}"}) {
+    auto s = parse_scenario("s.yaml", std::string("name: a\nexpect:\n  grads_match_unsharded: ") + expect + "\n");
+    ASSERT_TRUE(s.is_ok()) << s.status().to_string();
+    const std::string y = to_yaml(*s);
+    auto r = parse_scenario("r.yaml", y);
+    ASSERT_TRUE(r.is_ok()) << r.status().to_string() << "\n" << y;
+    for (const char* key : {"expect.grads_match_unsharded.rtol", "expect.grads_match_unsharded.atol"}) {
+      EXPECT_EQ(s->positions.count(key), r->positions.count(key)) << expect << " " << key << "\n" << y;
+    }
+    EXPECT_EQ(r->expect.grads_match_unsharded->rtol, s->expect.grads_match_unsharded->rtol);
+    EXPECT_EQ(r->expect.grads_match_unsharded->atol, s->expect.grads_match_unsharded->atol);
+  }
+}
+
 TEST(Scenario, AccelerateNamesAndNumbers) {
   const char* names[] = {"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", "_HYBRID_SHARD_ZERO2"};
   for (int i = 1; i <= 5; ++i) {

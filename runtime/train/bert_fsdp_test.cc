@@ -297,6 +297,68 @@ TEST(BertFsdp, Bf16StaysCloseToFp32) {
   EXPECT_NEAR(bf16->losses[0], fp32->losses[0], 2e-2 * fp32->losses[0]);
 }
 
+// The oracle follows the precision policy (param_dtype rounding of the compute copy,
+// the reduction in reduce_dtype in the collectives' order, keep_low_precision_grads'
+// rounding of the stored gradient), so a bf16 run on the simulator matches it bitwise —
+// across 4 ranks, where a bf16 sum's order shows in the last bit.
+struct PrecisionCase {
+  fsdp::ShardingStrategy strategy;
+  DType param, reduce;
+  bool keep_low_grads;
+  bool bf16_compute;
+};
+class BertFsdpPrecision : public ::testing::TestWithParam<PrecisionCase> {};
+
+TEST_P(BertFsdpPrecision, OracleFollowsThePrecisionPolicyBitwise) {
+  const PrecisionCase& p = GetParam();
+  FsdpTrainOptions o = bert_run(BertHead::kQuestionAnswering);
+  o.fsdp.strategy = p.strategy;
+  o.fsdp.devices_per_node = 2;
+  o.fsdp.param_dtype = p.param;
+  o.fsdp.reduce_dtype = p.reduce;
+  o.fsdp.keep_low_precision_grads = p.keep_low_grads;
+  if (p.bf16_compute) o.bert.compute_dtype = DType::kBF16;
+  auto sharded = run_sim(o, 4);
+  ASSERT_TRUE(sharded.is_ok()) << sharded.status().to_string();
+  device::cpu::CpuDevice dev;
+  auto oracle = train_oracle(dev, o, 4);
+  ASSERT_TRUE(oracle.is_ok()) << oracle.status().to_string();
+  const Comparison c = compare(*sharded, *oracle);
+  EXPECT_TRUE(c.bitwise) << c.describe();
+  if (p.keep_low_grads) {  // the stored gradients hold bf16 values only
+    for (float g : sharded->last_grads) ASSERT_EQ(bf16_to_float(float_to_bf16(g)), g);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Policies, BertFsdpPrecision,
+    ::testing::Values(
+        PrecisionCase{fsdp::ShardingStrategy::kFullShard, DType::kBF16, DType::kBF16, false, true},
+        PrecisionCase{fsdp::ShardingStrategy::kFullShard, DType::kF32, DType::kBF16, false, false},
+        PrecisionCase{fsdp::ShardingStrategy::kFullShard, DType::kBF16, DType::kF32, true, false},
+        PrecisionCase{fsdp::ShardingStrategy::kShardGradOp, DType::kBF16, DType::kBF16, true, true},
+        PrecisionCase{fsdp::ShardingStrategy::kNoShard, DType::kBF16, DType::kBF16, false, false},
+        PrecisionCase{fsdp::ShardingStrategy::kHybridShard, DType::kBF16, DType::kBF16, true, true}));
+
+// NOTE [Default tolerance]: any bf16 in the policy gives torch.testing.assert_close's bf16
+// pair, otherwise its fp32 pair.
+TEST(BertFsdp, DefaultToleranceFollowsTheDtypes) {
+  FsdpTrainOptions o = bert_run(BertHead::kQuestionAnswering);
+  EXPECT_EQ(default_tolerance(o).dtype, "fp32");
+  EXPECT_DOUBLE_EQ(default_tolerance(o).rtol, 1.3e-6);
+  EXPECT_DOUBLE_EQ(default_tolerance(o).atol, 1e-5);
+  for (int which = 0; which < 3; ++which) {
+    FsdpTrainOptions b = o;
+    if (which == 0) b.fsdp.param_dtype = DType::kBF16;
+    if (which == 1) b.fsdp.reduce_dtype = DType::kBF16;
+    if (which == 2) b.bert.compute_dtype = DType::kBF16;
+    const Tolerance t = default_tolerance(b);
+    EXPECT_EQ(t.dtype, "bf16") << which;
+    EXPECT_DOUBLE_EQ(t.rtol, 1.6e-2) << which;
+    EXPECT_DOUBLE_EQ(t.atol, 1e-5) << which;
+  }
+}
+
 TEST(BertFsdp, PerLayerWrappingOfTheTiedMlmModelIsAClearError) {
   FsdpTrainOptions o = bert_run(BertHead::kMaskedLM);
   o.wrap = WrapPolicy::kPerLayer;

@@ -191,6 +191,23 @@ Result<FsdpTrainResult> train_fsdp(comm::Communicator& comm, device::Device& dev
                                    const FsdpTrainOptions& options);
 Result<FsdpTrainResult> train_oracle(device::Device& dev, const FsdpTrainOptions& options, int world_size);
 
+// NOTE [Default tolerance]
+// The oracle repeats the run's casts (param_dtype, reduce_dtype, keep_low_precision_grads,
+// BERT's bf16 activations) and the simulator's reduction order, so a simulated run equals
+// it bit for bit; only gradient clipping (its norm is summed in another order) and a
+// backend that reduces in its own order (Open MPI, HCCL) leave last-bit differences. Those
+// are judged with the tolerance of the least precise dtype the run computes or reduces in
+// — PyTorch's torch.testing.assert_close defaults for that dtype:
+//  - fp32: rtol 1.3e-6 (about 11 fp32 ulps at 1, 2^-23 each), atol 1e-5;
+//  - bf16: rtol 1.6e-2 (two bf16 ulps at 1: an 8-bit significand, 2·2^-7), atol 1e-5.
+// A sum of W values added in another order differs by a few roundings of its dtype, each
+// at most half an ulp of the running sum; rtol covers them for values well above atol.
+struct Tolerance {
+  double rtol = 1.3e-6, atol = 1e-5;
+  std::string dtype = "fp32";  // the dtype it was derived from
+};
+Tolerance default_tolerance(const FsdpTrainOptions& options);
+
 // How a run compares with the oracle: bitwise, or the largest differences and whether
 // they are within |Δ| <= atol + rtol·|oracle| (PyTorch's fp32 assert_close defaults).
 struct Comparison {
