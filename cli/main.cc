@@ -50,8 +50,8 @@ int main_impl(int argc, char** argv) {
   auto* run_cmd = app.add_subcommand(
       "run",
       "Train BERT (a preset, seeded synthetic data) or a small MLP with FSDP for a few steps and check it\n"
-      "against unsharded training on the concatenated batch (the oracle): bitwise on the simulator, within\n"
-      "fp32 tolerance under MPI.");
+      "against unsharded training on the concatenated batch (the oracle, same precision policy): bitwise on\n"
+      "the simulator, else within the scenario's tolerance or the dtypes' default.");
   std::string scenario_path;
   shardlab::cli::ScenarioOverrides overrides;
   run_cmd->add_option("scenario", scenario_path,
