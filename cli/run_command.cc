@@ -153,7 +153,7 @@ int report_oracle(const RunArgs& a, const FsdpTrainResult& result, int world, bo
     return 0;
   }
   runtime::device::cpu::CpuDevice dev;
-  auto oracle = runtime::train::train_oracle(dev, a.train, world);
+  auto oracle = runtime::train::train_oracle(dev, a.train, world, result.resumed_from);
   if (!oracle.is_ok()) {
     std::fprintf(stderr, "shardlab run: the unsharded oracle failed: %s\n", oracle.status().to_string().c_str());
     return oracle.status().exit_code();
@@ -162,8 +162,10 @@ int report_oracle(const RunArgs& a, const FsdpTrainResult& result, int world, bo
   const auto cmp = runtime::train::compare(result, *oracle, a.rtol.value_or(tol.rtol), a.atol.value_or(tol.atol));
   record.check = cmp;
   record.oracle_loss = oracle->losses;
-  std::printf("unsharded oracle (1 process, the concatenated batch of %lld, reductions in rank order): %s\n",
-              static_cast<long long>(a.train.global_batch), cmp.describe().c_str());
+  const std::string start =
+      result.resumed_from.empty() ? "" : ", from " + result.resumed_from + " loaded unsharded";
+  std::printf("unsharded oracle (1 process, the concatenated batch of %lld, reductions in rank order%s): %s\n",
+              static_cast<long long>(a.train.global_batch), start.c_str(), cmp.describe().c_str());
   const bool tolerance_given = a.rtol.has_value() || a.atol.has_value();
   if (simulated && !tolerance_given && a.train.max_grad_norm == 0.0 && !cmp.bitwise) {
     std::printf("expected a bitwise match on the simulator (the oracle repeats its casts and reduction order)\n");

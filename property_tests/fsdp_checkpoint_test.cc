@@ -1,6 +1,7 @@
 // Property 7 of the FSDP core: checkpoints reshard. Save at W1, load at W2 (any strategy),
-// and every full parameter and optimizer state is identical; an interrupted save leaves
-// the previous checkpoint loadable.
+// or whole on one process (load_checkpoint_unsharded, the oracle's start), and every full
+// parameter and optimizer state is identical; an interrupted save leaves the previous
+// checkpoint loadable.
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 
@@ -127,10 +128,25 @@ RC_GTEST_PROP(FsdpCheckpoint, SaveAtOneWorldSizeLoadAtAnotherGivesIdenticalState
   }
   o2.seed = c.options.seed + 1;
   std::int64_t loaded_step = -1;
-  const Snapshot loaded = on_world(w2, o2, [&](FsdpTrainer& t, sim::RankContext&) -> Status {
+  std::vector<runtime::model::ParamSpec> specs;
+  std::vector<std::string> names;
+  const Snapshot loaded = on_world(w2, o2, [&](FsdpTrainer& t, sim::RankContext& ctx) -> Status {
     SHARDLAB_ASSIGN_OR_RETURN(loaded_step, runtime::fsdp::load_checkpoint(t.model(), dir));
+    if (ctx.rank == 0) {
+      specs = t.model().specs();
+      if (!t.model().optimizers().empty()) names = t.model().optimizers()[0].state_names();
+    }
     return Status::ok();
   });
+  // The same checkpoint loaded whole by one process (the oracle's start) gives the same state.
+  const auto step_dir = runtime::fsdp::latest_step_dir(dir);
+  RC_ASSERT(step_dir.is_ok());
+  const auto whole = runtime::fsdp::load_checkpoint_unsharded(*step_dir, specs, names);
+  if (!whole.is_ok()) RC_FAIL(whole.status().to_string());
+  RC_ASSERT(whole->step == loaded_step);
+  RC_ASSERT(whole->optimizer_steps == loaded.optimizer_steps);
+  RC_ASSERT(whole->params == loaded.params);
+  if (!names.empty()) RC_ASSERT(whole->optimizer_state == loaded.states);
   fs::remove_all(dir, ec);
   RC_TAG(crashed ? "interrupted" : "second save completed");
   RC_ASSERT(loaded_step == (crashed ? 2 : 3));  // an interrupted step-3 save never becomes `latest`

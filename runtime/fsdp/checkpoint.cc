@@ -1,5 +1,6 @@
 #include "runtime/fsdp/checkpoint.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -177,7 +178,20 @@ json make_index(FullyShardedModel& m, std::int64_t step, const CheckpointOptions
   json tensors = json::object();
   if (o.type == StateDictType::kLocal) {
     json units = json::array();
-    for (const auto& fp : m.units()) units.push_back({{"shard_numel", fp.layout.shard_numel()}, {"num_params", fp.specs.size()}});
+    // Each unit's layout, so that one process can unflatten the rank files without the
+    // model (load_checkpoint_unsharded): [shard rank, parameter, param_begin, length,
+    // offset_in_shard]. Shard rank s is world rank s's file: the first shard group is
+    // world ranks [0, shard world) under every strategy (NO_SHARD: rank 0).
+    for (const auto& fp : m.units()) {
+      json pieces = json::array();
+      for (const auto& shard : fp.layout.shards()) {
+        for (const ShardPiece& p : shard.pieces) {
+          pieces.push_back({shard.rank, fp.specs[static_cast<std::size_t>(p.param)].name, p.param_begin, p.numel(),
+                            p.offset_in_shard});
+        }
+      }
+      units.push_back({{"shard_numel", fp.layout.shard_numel()}, {"num_params", fp.specs.size()}, {"pieces", pieces}});
+    }
     idx["units"] = units;
   } else if (o.type == StateDictType::kFull) {
     for (const auto& spec : m.specs()) {
@@ -347,7 +361,19 @@ class Loader {
 
 namespace {
 Result<std::int64_t> load_checkpoint_impl(FullyShardedModel& m, const std::string& dir);
+Result<UnshardedCheckpoint> load_unsharded_impl(const std::string& step_dir, const std::vector<model::ParamSpec>& specs,
+                                                const std::vector<std::string>& names);
 }  // namespace
+
+Result<UnshardedCheckpoint> load_checkpoint_unsharded(const std::string& step_dir,
+                                                      const std::vector<model::ParamSpec>& specs,
+                                                      const std::vector<std::string>& state_names) {
+  try {
+    return load_unsharded_impl(step_dir, specs, state_names);
+  } catch (const nlohmann::json::exception& e) {
+    return Status::invalid_argument(step_dir + ": malformed checkpoint index.json: " + e.what());
+  }
+}
 
 Result<std::int64_t> load_checkpoint(FullyShardedModel& m, const std::string& dir) {
   // A malformed index.json (wrong types, missing fields) surfaces as a json exception
@@ -359,27 +385,119 @@ Result<std::int64_t> load_checkpoint(FullyShardedModel& m, const std::string& di
   }
 }
 
-namespace {
-Result<std::int64_t> load_checkpoint_impl(FullyShardedModel& m, const std::string& dir) {
+Result<std::string> latest_step_dir(const std::string& dir) {
   SHARDLAB_ASSIGN_OR_RETURN(std::string latest, io::read_file(dir + "/latest"));
   while (!latest.empty() && (latest.back() == '\n' || latest.back() == ' ')) latest.pop_back();
   if (latest.rfind("step-", 0) != 0 || latest.find('/') != std::string::npos) {
     return Status::invalid_argument(dir + "/latest: '" + latest + "' is not a step directory name (step-NNNNNNNN)");
   }
-  const std::string step_dir = dir + "/" + latest;
+  return dir + "/" + latest;
+}
+
+namespace {
+// step_dir/index.json, checked to be a shardlab index whose optimizer state is `names`.
+Result<json> read_index(const std::string& step_dir, const std::vector<std::string>& names) {
   SHARDLAB_ASSIGN_OR_RETURN(std::string text, io::read_file(step_dir + "/index.json"));
   json index = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (index.is_discarded() || !index.is_object() || index.value("format", "") != "shardlab-fsdp-checkpoint" ||
       !index.contains("type") || !index.contains("step") || !index.contains("tensors") || !index.contains("optimizer")) {
     return Status::invalid_argument(step_dir + "/index.json: not a shardlab FSDP checkpoint index");
   }
-  SHARDLAB_ASSIGN_OR_RETURN(StateDictType type, parse_state_dict_type(index["type"].get<std::string>()));
-  const auto names = state_names(m);
   const auto saved_states = index["optimizer"]["states"].get<std::vector<std::string>>();
   if (saved_states != names) {
     return Status::invalid_argument(step_dir + "/index.json: the checkpoint's optimizer state is " +
                                     index["optimizer"]["states"].dump() + " but the optimizer needs " + json(names).dump());
   }
+  return index;
+}
+
+Result<UnshardedCheckpoint> load_unsharded_impl(const std::string& step_dir, const std::vector<model::ParamSpec>& specs,
+                                                const std::vector<std::string>& names) {
+  SHARDLAB_ASSIGN_OR_RETURN(json index, read_index(step_dir, names));
+  SHARDLAB_ASSIGN_OR_RETURN(StateDictType type, parse_state_dict_type(index["type"].get<std::string>()));
+  UnshardedCheckpoint out;
+  out.step = index["step"].get<std::int64_t>();
+  out.optimizer_steps = index["optimizer"]["steps"].get<std::int64_t>();
+  const std::int64_t total = model::total_numel(specs);
+  out.params.assign(static_cast<std::size_t>(total), 0.0f);
+  out.optimizer_state.assign(names.size(), std::vector<float>(static_cast<std::size_t>(total), 0.0f));
+  if (type == StateDictType::kLocal) {
+    // Unflatten each rank file's shards with the layout the index records.
+    struct Place {
+      std::int64_t offset, numel;
+      bool trainable;
+    };
+    std::map<std::string, Place> where;  // parameter name -> its place in the flat vectors
+    std::int64_t at = 0;
+    for (const auto& spec : specs) {
+      const std::int64_t n = *checked_numel(spec.shape);
+      where[spec.name] = {at, n, spec.requires_grad};
+      at += n;
+    }
+    std::vector<std::uint8_t> seen(static_cast<std::size_t>(total), 0);
+    Loader loader(step_dir);
+    const json& units = index["units"];
+    for (std::size_t u = 0; u < units.size(); ++u) {
+      if (!units[u].contains("pieces")) {
+        return Status::invalid_argument(step_dir + "/index.json: unit " + std::to_string(u) +
+                                        " records no layout; this LOCAL_STATE_DICT checkpoint can only be loaded by "
+                                        "the same world size and layout");
+      }
+      for (const json& p : units[u]["pieces"]) {
+        const int rank = p.at(0).get<int>();
+        const std::string name = p.at(1).get<std::string>();
+        const std::int64_t begin = p.at(2).get<std::int64_t>(), len = p.at(3).get<std::int64_t>(),
+                           off = p.at(4).get<std::int64_t>();
+        const auto w = where.find(name);
+        const std::string what = step_dir + "/index.json: unit " + std::to_string(u) + " piece of '" + name + "'";
+        if (w == where.end()) return Status::invalid_argument(what + ": the model has no such parameter");
+        const std::string file = rank_file("local-rank", rank);
+        auto copy = [&](const std::string& key, std::vector<float>& dst) -> Status {
+          SHARDLAB_ASSIGN_OR_RETURN(const StoredTensor* t, loader.tensor(file, key));
+          const std::int64_t held = static_cast<std::int64_t>(t->data.size() / 4);
+          if (off < 0 || len < 0 || off > held || len > held - off || begin < 0 || begin > w->second.numel ||
+              len > w->second.numel - begin) {
+            return Status::data_loss(what + ": [" + std::to_string(off) + ", +" + std::to_string(len) +
+                                     ") is outside " + file + ":" + key + " (" + std::to_string(held) + " elements)");
+          }
+          std::memcpy(dst.data() + w->second.offset + begin, t->data.data() + off * 4, static_cast<std::size_t>(len) * 4);
+          return Status::ok();
+        };
+        SHARDLAB_RETURN_IF_ERROR(copy("unit" + std::to_string(u) + "/flat", out.params));
+        if (w->second.trainable) {
+          for (std::size_t k = 0; k < names.size(); ++k) {
+            SHARDLAB_RETURN_IF_ERROR(copy("unit" + std::to_string(u) + "/" + names[k], out.optimizer_state[k]));
+          }
+        }
+        std::fill(seen.begin() + w->second.offset + begin, seen.begin() + w->second.offset + begin + len, 1);
+      }
+    }
+    if (std::find(seen.begin(), seen.end(), 0) != seen.end()) {
+      return Status::data_loss(step_dir + "/index.json: the LOCAL_STATE_DICT layout does not cover every parameter");
+    }
+    return out;
+  }
+  Loader loader(step_dir);
+  std::int64_t at = 0;
+  for (const auto& spec : specs) {
+    const std::int64_t n = *checked_numel(spec.shape);
+    SHARDLAB_RETURN_IF_ERROR(loader.fill(index, "model/" + spec.name, spec.shape, 0, n, out.params.data() + at));
+    if (spec.requires_grad) {
+      for (std::size_t k = 0; k < names.size(); ++k) {
+        SHARDLAB_RETURN_IF_ERROR(loader.fill(index, "optim/" + names[k] + "/" + spec.name, spec.shape, 0, n,
+                                             out.optimizer_state[k].data() + at));
+      }
+    }
+    at += n;
+  }
+  return out;
+}
+
+Result<std::int64_t> load_checkpoint_impl(FullyShardedModel& m, const std::string& dir) {
+  SHARDLAB_ASSIGN_OR_RETURN(const std::string step_dir, latest_step_dir(dir));
+  const auto names = state_names(m);
+  SHARDLAB_ASSIGN_OR_RETURN(json index, read_index(step_dir, names));
+  SHARDLAB_ASSIGN_OR_RETURN(StateDictType type, parse_state_dict_type(index["type"].get<std::string>()));
   auto& units = m.units();
   if (type == StateDictType::kLocal) {
     const int saved_world = index["world_size"].get<int>();

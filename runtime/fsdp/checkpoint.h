@@ -11,7 +11,8 @@
 //   SHARDED_STATE_DICT each shard holder writes rank-NNNNN.safetensors with its pieces of
 //                      each parameter and optimizer state ("model/<name>@<begin>").
 //   LOCAL_STATE_DICT   each rank writes its raw padded flat shards; reloads only at the
-//                      same world size and layout (it says so otherwise).
+//                      same world size and layout (it says so otherwise). The index
+//                      records each unit's layout, so one process can unflatten them.
 // Loading (torch.distributed.checkpoint's rule): each rank reads, for every piece of
 // its new layout, the overlap with every saved piece, so FULL and SHARDED checkpoints
 // reload at any world size — larger ones and ones where ranks own nothing included.
@@ -52,5 +53,27 @@ Status save_checkpoint(FullyShardedModel& model, const std::string& dir, std::in
                        const CheckpointOptions& options = {});
 // Collective. Loads the checkpoint `latest` names; returns its step.
 Result<std::int64_t> load_checkpoint(FullyShardedModel& model, const std::string& dir);
+
+// The step directory `dir/latest` names ("DIR/step-NNNNNNNN"; bad input otherwise).
+Result<std::string> latest_step_dir(const std::string& dir);
+
+// A checkpoint loaded whole by one process, without a model, a layout or a collective:
+// what the unsharded oracle starts a resumed run's check from. The pieces are read with
+// the same overlap rule as load_checkpoint, so a checkpoint saved at any world size
+// gives the same values; a resharding bug in load_checkpoint therefore shows as a
+// mismatch instead of being inherited.
+struct UnshardedCheckpoint {
+  std::int64_t step = 0;             // optimizer steps completed when it was saved
+  std::int64_t optimizer_steps = 0;  // the optimizer's own step count (AdamW bias correction)
+  std::vector<float> params;         // every parameter of `specs`, in order, concatenated
+  // One flat vector per optimizer state (`state_names` order), laid out as `params`;
+  // frozen parameters (requires_grad false) have none saved and stay 0.
+  std::vector<std::vector<float>> optimizer_state;
+};
+// Every state dict type: LOCAL_STATE_DICT's rank files are unflattened with the layout
+// its index records per unit (a LOCAL index without one: invalid_argument).
+Result<UnshardedCheckpoint> load_checkpoint_unsharded(const std::string& step_dir,
+                                                      const std::vector<model::ParamSpec>& specs,
+                                                      const std::vector<std::string>& state_names);
 
 }  // namespace shardlab::runtime::fsdp

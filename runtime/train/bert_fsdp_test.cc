@@ -2,9 +2,13 @@
 // head and strategy (with dropout, gradient accumulation and activation checkpointing),
 // loss normalization by the global target count, tied-weight wrap check, bf16.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "runtime/device/cpu/device.h"
 #include "runtime/model/bert_data.h"
@@ -339,6 +343,82 @@ INSTANTIATE_TEST_SUITE_P(
         PrecisionCase{fsdp::ShardingStrategy::kShardGradOp, DType::kBF16, DType::kBF16, true, true},
         PrecisionCase{fsdp::ShardingStrategy::kNoShard, DType::kBF16, DType::kBF16, false, false},
         PrecisionCase{fsdp::ShardingStrategy::kHybridShard, DType::kBF16, DType::kBF16, true, true}));
+
+// Resume at another world size: the oracle starts from the checkpoint the run loaded,
+// loaded unsharded, so the resumed run matches it bit for bit; an oracle retrained from
+// step 0 at the resumed world size does not (its first steps reduce in another order).
+struct ResumeCase {
+  int saved_world, resumed_world;
+  fsdp::StateDictType type;
+};
+class BertFsdpResume : public ::testing::TestWithParam<ResumeCase> {};
+
+TEST_P(BertFsdpResume, OracleStartsFromTheSameCheckpoint) {
+  const ResumeCase& p = GetParam();
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                                    ("shardlab-resume-" + std::to_string(::getpid()) + "-" +
+                                     std::to_string(p.saved_world) + "-" + std::to_string(p.resumed_world) + "-" +
+                                     std::string(fsdp::state_dict_type_name(p.type)));
+  std::filesystem::remove_all(dir);
+  FsdpTrainOptions o = bert_run(BertHead::kQuestionAnswering);
+  o.global_batch = 24;  // divisible by 8, 4, 3 and 1
+  o.grad_accumulation = 1;
+  o.steps = 2;
+  o.checkpoint.dir = dir.string();
+  o.checkpoint.type = p.type;
+  auto saved = run_sim(o, p.saved_world);
+  ASSERT_TRUE(saved.is_ok()) << saved.status().to_string();
+  o.steps = 4;
+  o.checkpoint.resume = true;
+  o.checkpoint.every_steps = 1;  // the run moves `latest` on; the oracle must still start at step 2
+  auto resumed = run_sim(o, p.resumed_world);
+  ASSERT_TRUE(resumed.is_ok()) << resumed.status().to_string();
+  ASSERT_EQ(resumed->first_step, 2);
+  ASSERT_EQ(resumed->resumed_from, (dir / "step-00000002").string());
+  device::cpu::CpuDevice dev;
+  auto oracle = train_oracle(dev, o, p.resumed_world, resumed->resumed_from);
+  ASSERT_TRUE(oracle.is_ok()) << oracle.status().to_string();
+  EXPECT_EQ(oracle->first_step, 2);
+  EXPECT_EQ(oracle->losses.size(), 2u);
+  const Comparison c = compare(*resumed, *oracle);
+  EXPECT_TRUE(c.bitwise) << c.describe();
+  if (p.saved_world != p.resumed_world) {
+    auto from_scratch = train_oracle(dev, o, p.resumed_world);
+    ASSERT_TRUE(from_scratch.is_ok());
+    EXPECT_FALSE(compare(*resumed, *from_scratch).bitwise) << "the case does not tell the two oracles apart";
+  }
+  std::filesystem::remove_all(dir);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    WorldSizes, BertFsdpResume,
+    ::testing::Values(ResumeCase{8, 4, fsdp::StateDictType::kFull}, ResumeCase{8, 4, fsdp::StateDictType::kSharded},
+                      ResumeCase{8, 3, fsdp::StateDictType::kFull}, ResumeCase{8, 3, fsdp::StateDictType::kSharded},
+                      ResumeCase{4, 8, fsdp::StateDictType::kFull}, ResumeCase{4, 8, fsdp::StateDictType::kSharded},
+                      ResumeCase{8, 1, fsdp::StateDictType::kSharded}, ResumeCase{4, 4, fsdp::StateDictType::kLocal}));
+
+// A LOCAL_STATE_DICT index that records no layout cannot be unflattened: a clear error.
+TEST(BertFsdp, OracleRefusesALocalCheckpointWithoutItsLayout) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("shardlab-resume-local-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  FsdpTrainOptions o = bert_run(BertHead::kQuestionAnswering);
+  o.steps = 1;
+  o.checkpoint.dir = dir.string();
+  o.checkpoint.type = fsdp::StateDictType::kLocal;
+  ASSERT_TRUE(run_sim(o, 2).is_ok());
+  const std::filesystem::path index = dir / "step-00000001" / "index.json";
+  std::ifstream in(index);
+  nlohmann::json j = nlohmann::json::parse(in);
+  in.close();
+  for (auto& unit : j["units"]) unit.erase("pieces");
+  std::ofstream(index) << j.dump();
+  device::cpu::CpuDevice dev;
+  auto oracle = train_oracle(dev, o, 2, (dir / "step-00000001").string());
+  ASSERT_FALSE(oracle.is_ok());
+  EXPECT_NE(oracle.status().message().find("records no layout"), std::string::npos) << oracle.status().message();
+  std::filesystem::remove_all(dir);
+}
 
 // NOTE [Default tolerance]: any bf16 in the policy gives torch.testing.assert_close's bf16
 // pair, otherwise its fp32 pair.

@@ -285,6 +285,7 @@ Result<FsdpTrainResult> train_fsdp(comm::Communicator& comm, device::Device& dev
   SHARDLAB_ASSIGN_OR_RETURN(std::unique_ptr<FsdpTrainer> t, FsdpTrainer::create(comm, dev, clock, o));
   const auto& ck = o.checkpoint;
   if (ck.resume && !ck.dir.empty() && std::filesystem::exists(std::filesystem::path(ck.dir) / "latest")) {
+    SHARDLAB_ASSIGN_OR_RETURN(t->result().resumed_from, fsdp::latest_step_dir(ck.dir));
     SHARDLAB_ASSIGN_OR_RETURN(std::int64_t done, fsdp::load_checkpoint(t->model(), ck.dir));
     if (done < 0 || done > o.steps) {
       return Status::invalid_argument("checkpoint in '" + ck.dir + "' is at step " + std::to_string(done) +
@@ -323,7 +324,8 @@ Result<FsdpTrainResult> train_fsdp(comm::Communicator& comm, device::Device& dev
   return std::move(result);
 }
 
-Result<FsdpTrainResult> train_oracle(device::Device& dev, const FsdpTrainOptions& o, int world) {
+Result<FsdpTrainResult> train_oracle(device::Device& dev, const FsdpTrainOptions& o, int world,
+                                     const std::string& start_from) {
   SHARDLAB_RETURN_IF_ERROR(validate(o, world));
   const std::unique_ptr<model::Model> net = make_model(o);
   const std::int64_t total = model::total_numel(net->params());
@@ -378,7 +380,23 @@ Result<FsdpTrainResult> train_oracle(device::Device& dev, const FsdpTrainOptions
   const int group = fsdp::is_hybrid(o.fsdp.strategy) ? o.fsdp.devices_per_node : world;
   const auto [pre, post] = fsdp::divide_factors(world);
   FsdpTrainResult result;
-  for (int step = 0; step < o.steps; ++step) {
+  if (!start_from.empty()) {
+    SHARDLAB_ASSIGN_OR_RETURN(fsdp::UnshardedCheckpoint ck,
+                              fsdp::load_checkpoint_unsharded(start_from, net->params(), opt.state_names()));
+    if (ck.step < 0 || ck.step > o.steps) {
+      return Status::invalid_argument(start_from + " is at step " + std::to_string(ck.step) + ", beyond this run's " +
+                                      std::to_string(o.steps) + " steps");
+    }
+    if (params.is_deferred()) return Status::invalid_argument("the oracle cannot resume in timing mode");
+    std::copy(ck.params.begin(), ck.params.end(), params.data<float>());
+    for (std::size_t k = 0; k < ck.optimizer_state.size(); ++k) {
+      std::copy(ck.optimizer_state[k].begin(), ck.optimizer_state[k].end(), opt.state()[k].data<float>());
+    }
+    opt.set_steps(ck.optimizer_steps);
+    result.first_step = static_cast<int>(ck.step);
+    result.resumed_from = start_from;
+  }
+  for (int step = result.first_step; step < o.steps; ++step) {
     if (pd != DType::kF32) {
       SHARDLAB_RETURN_IF_ERROR(dev.cast(params, low_params));
       SHARDLAB_RETURN_IF_ERROR(dev.cast(low_params, compute));

@@ -140,6 +140,7 @@ struct FsdpTrainResult {
   std::vector<Nanos> step_times;
   std::vector<Nanos> step_starts;      // the rank's clock when each step began
   int first_step = 0;                  // > 0 when resumed from a checkpoint (losses start there)
+  std::string resumed_from;            // the step directory a resumed run loaded; empty: none
   std::vector<float> final_params;     // full, unpadded, spec order (when gather_results)
   std::vector<float> last_grads;       // full gradients of the last step, after clipping (when gather_results)
   std::vector<double> grad_norms;      // per step, when clipping
@@ -189,7 +190,12 @@ class FsdpTrainer {
 // Runs options.steps steps, then gathers the final parameters (and the last step's gradients).
 Result<FsdpTrainResult> train_fsdp(comm::Communicator& comm, device::Device& dev, const Clock& clock,
                                    const FsdpTrainOptions& options);
-Result<FsdpTrainResult> train_oracle(device::Device& dev, const FsdpTrainOptions& options, int world_size);
+// With `start_from` (a checkpoint step directory, FsdpTrainResult::resumed_from), the
+// oracle starts where the resumed run did: parameters, optimizer state and step count
+// loaded unsharded from the same files (fsdp::load_checkpoint_unsharded), then trains the
+// remaining steps; its losses begin at that step, as the run's do.
+Result<FsdpTrainResult> train_oracle(device::Device& dev, const FsdpTrainOptions& options, int world_size,
+                                     const std::string& start_from = {});
 
 // NOTE [Default tolerance]
 // The oracle repeats the run's casts (param_dtype, reduce_dtype, keep_low_precision_grads,
