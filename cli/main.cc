@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <sstream>
+#include <string>
 
 #include "cli/grads_command.h"
 #include "cli/run_command.h"
@@ -55,15 +57,18 @@ int main_impl(int argc, char** argv) {
   std::string scenario_path;
   shardlab::cli::ScenarioOverrides overrides;
   run_cmd->add_option("scenario", scenario_path,
-                      "A scenario file (YAML; see scenarios/). Without one, the flags below describe the run "
-                      "(their defaults are scenarios/default.yaml)");
-  run_cmd->add_option("--set", overrides.set, "Override a scenario key: section.key=value (repeatable)");
+                      "A scenario file (YAML; see scenarios/ and docs/scenarios.md). Without one, the flags below "
+                      "describe the run (their defaults are scenarios/default.yaml), or --set / --fsdp-config "
+                      "override scenarios/default.yaml");
+  run_cmd->add_option("--set", overrides.set,
+                      "Override a scenario key: section.key=value (repeatable; `shardlab schema` lists the keys)");
   run_cmd->add_option("--dump-graph", run.dump_graph,
                       "Timing mode: also write the captured op graph as JSON (inspect or replay without the model)");
   run_cmd->add_option("--perturb-host-schedule", run.perturb_seed,
                       "Testing: seeded random host yields between the simulator's ranks (outputs must not change)");
   run_cmd->add_option("--fsdp-config", overrides.fsdp_config,
-                      "An accelerate / optimum-habana fsdp_config JSON applied over the scenario's fsdp section");
+                      "An accelerate config (the YAML `accelerate config` writes, or an fsdp_config JSON) applied "
+                      "over the scenario; keys it cannot honour are named (docs/scenarios.md)");
   run_cmd->add_option("--model", model_name, "bert-tiny, bert-mini, bert-small, bert-base, bert-large or mlp")
       ->capture_default_str();
   run_cmd->add_option("--head", head_name, "BERT head: classification, mlm or qa")->capture_default_str();
@@ -154,10 +159,11 @@ int main_impl(int argc, char** argv) {
   bool validate_print = false;
   auto* validate_cmd = app.add_subcommand(
       "validate", "Check scenario files without running them: exit 0 when every file is valid, 2 with\n"
-                  "file:line:col: what is wrong; what is allowed for the first problem of each file.");
+                  "file:line:col: what is wrong; what is allowed for every problem of each file (at most 20).");
   validate_cmd->add_option("files", validate_files, "Scenario files")->required();
   validate_cmd->add_option("--set", validate_overrides.set, "Override a key: section.key=value (repeatable)");
-  validate_cmd->add_option("--fsdp-config", validate_overrides.fsdp_config, "An accelerate fsdp_config JSON");
+  validate_cmd->add_option("--fsdp-config", validate_overrides.fsdp_config,
+                           "An accelerate config (YAML from `accelerate config`, or an fsdp_config JSON)");
   validate_cmd->add_flag("--print", validate_print, "Print each scenario as canonical YAML with every default filled in");
 
   std::string report_dir, report_out;
@@ -181,6 +187,12 @@ int main_impl(int argc, char** argv) {
                             "Also time MPI all_gather/reduce_scatter/all_reduce on all processes (mpiexec -n P), "
                             "fit the per-call overhead, α, β and γ under the simulator's schedules and write them as a switch "
                             "topology");
+
+  bool schema_markdown = false;
+  auto* schema_cmd = app.add_subcommand(
+      "schema", "Print the scenario reference: every key, its type, default, allowed values and its PyTorch /\n"
+                "accelerate equivalent (docs/scenarios.md is `shardlab schema --markdown`).");
+  schema_cmd->add_flag("--markdown", schema_markdown, "As Markdown tables (docs/scenarios.md)");
 
   auto* devices_cmd = app.add_subcommand(
       "devices", "List the device and topology profiles the simulator knows, and any accelerators found.");
@@ -214,26 +226,31 @@ int main_impl(int argc, char** argv) {
   }
   if (*run_cmd) {
     const auto bad = [](const shardlab::Status& s) {
-      std::fprintf(stderr, "shardlab run: %s\n", s.message().c_str());
+      // A scenario's problems come one per line (NOTE [Every error] in cli/scenario.cc).
+      std::istringstream lines(s.message());
+      for (std::string line; std::getline(lines, line);) std::fprintf(stderr, "shardlab run: %s\n", line.c_str());
       return 2;
     };
     if (!scenario_path.empty() || !overrides.set.empty() || !overrides.fsdp_config.empty()) {
-      if (scenario_path.empty()) {
-        return bad(shardlab::Status::invalid_argument("--set and --fsdp-config need a scenario file (e.g. scenarios/default.yaml)"));
-      }
-      // With a scenario, the scenario (and --set) describe the run; only where it runs,
-      // where outputs go and the collective check come from flags.
+      // With a scenario (a file, or without one the compiled-in scenarios/default.yaml that
+      // --set / --fsdp-config then override), the scenario describes the run; only where it
+      // runs, where outputs go and the collective check come from flags.
       for (const char* flag : {"--model", "--head", "--seq-len", "--dropout", "--activation-checkpointing", "--world-size",
                                "--strategy", "--devices-per-node", "--backward-prefetch", "--forward-prefetch", "--steps",
                                "--global-batch", "--grad-accumulation", "--max-grad-norm", "--hidden", "--layers",
                                "--optimizer", "--lr", "--seed"}) {
         if (run_cmd->count(flag) > 0) {
-          return bad(shardlab::Status::invalid_argument(std::string(flag) + " cannot be combined with a scenario file; use "
-                                                        "--set section.key=value (e.g. --set fsdp.sharding_strategy=NO_SHARD)"));
+          return bad(shardlab::Status::invalid_argument(
+              std::string(flag) + " cannot be combined with a scenario file, --set or --fsdp-config; use "
+                                  "--set section.key=value (e.g. --set fsdp.sharding_strategy=NO_SHARD)"));
         }
       }
-      auto spec = shardlab::cli::load_scenario(scenario_path, overrides);
+      auto spec = scenario_path.empty()
+                      ? shardlab::cli::parse_scenario(shardlab::cli::kDefaultScenarioName,
+                                                      std::string(shardlab::cli::default_scenario_text()), overrides)
+                      : shardlab::cli::load_scenario(scenario_path, overrides);
       if (!spec.is_ok()) return bad(spec.status());
+      for (const auto& note : spec->notes) std::printf("note: %s\n", note.c_str());
       const std::string out = run.out_dir;
       const bool out_given = run_cmd->count("--out") > 0;
       const std::string backend = run.backend;
@@ -369,7 +386,7 @@ int main_impl(int argc, char** argv) {
   }
   if (*devices_cmd) {
     std::printf("simulated device profiles (world.device; sim/profiles/README.md):\n");
-    for (const auto& name : shardlab::sim::list_device_profiles()) {
+    for (const auto& name : shardlab::sim::device_profile_names()) {
       auto p = shardlab::sim::load_device_profile(name);
       if (!p.is_ok()) continue;
       std::printf("  %-9s matrix %g/%g TFLOP/s (bf16/fp32), vector %g TFLOP/s, memory %g TB/s, %.1f GiB — %s\n",
@@ -411,6 +428,7 @@ int main_impl(int argc, char** argv) {
         code = 2;
         continue;
       }
+      for (const auto& note : spec->notes) std::printf("%s: note: %s\n", f.c_str(), note.c_str());
       if (validate_print) {
         std::printf("%s", shardlab::cli::to_yaml(*spec).c_str());
       } else {
@@ -419,6 +437,10 @@ int main_impl(int argc, char** argv) {
       }
     }
     return code;
+  }
+  if (*schema_cmd) {
+    std::printf("%s", shardlab::cli::schema_reference(schema_markdown).c_str());
+    return 0;
   }
   if (*grads_cmd) {
     auto st = shardlab::runtime::fsdp::parse_strategy(grads_strategy);

@@ -65,6 +65,28 @@ std::function<void(const FsdpTrainResult&)> progress_printer(const RunArgs& a, c
 
 void print_header(const RunArgs& a, int world, int units) { std::printf("%s\n", header_line(a, world, units).c_str()); }
 
+// The injected faults as summary.txt lists them; without their origin, since the scenario's
+// path would make summaries machine-specific.
+std::vector<std::string> fault_lines(const RunArgs& a) {
+  std::vector<std::string> out;
+  if (!a.faults) return out;
+  for (sim::Fault f : a.faults->faults) {
+    f.origin.clear();
+    out.push_back(f.describe());
+  }
+  return out;
+}
+
+// On stdout below the header, so that a straggler or a degraded link is as visible as the
+// step times it changes.
+void print_faults(const RunArgs& a) {
+  const auto lines = fault_lines(a);
+  if (lines.empty()) return;
+  std::string all;
+  for (const auto& l : lines) all += (all.empty() ? "" : "; ") + l;
+  std::printf("faults: %s\n", all.c_str());
+}
+
 RunRecord make_record(const RunArgs& a, int world, const std::string& backend) {
   RunRecord r;
   r.scenario = a.scenario;
@@ -280,12 +302,7 @@ int run_sim(const RunArgs& a) {
     return Status::ok();
   });
   RunRecord record = make_record(a, a.world_size, "sim");
-  if (a.faults) {
-    for (sim::Fault f : a.faults->faults) {
-      f.origin.clear();  // the scenario's path would make summaries machine-specific
-      record.faults.push_back(f.describe());
-    }
-  }
+  record.faults = fault_lines(a);
   record.device_peak_flops = mfu_peak_flops(a.train, o.device);
   // A failed run reports every failed rank (with injected faults, the faulty rank first:
   // the others' errors are its consequences), and still writes a readable summary.
@@ -316,6 +333,7 @@ int run_sim(const RunArgs& a) {
   const FsdpTrainResult& r0 = per_rank[0];
   record.header = header_line(a, a.world_size, r0.num_units);
   print_header(a, a.world_size, r0.num_units);
+  print_faults(a);
   print_steps(r0, "simulated step time");
   int code = report_oracle(a, r0, a.world_size, /*simulated=*/true, record);
   record.ranks = std::move(per_rank);
@@ -341,6 +359,7 @@ int run_timing_mode(const RunArgs& a) {
     return s.exit_code();
   }
   std::printf("%s\n", record.header.c_str());
+  print_faults(a);
   if (!record.ranks.empty()) print_steps(record.ranks[0], "simulated step time (timing mode)", /*timing=*/true);
   if (!a.dump_graph.empty()) std::printf("op graph: %s\n", a.dump_graph.c_str());
   record.oracle_not_run = "timing mode computes no values, only time: nothing to compare";
@@ -411,10 +430,6 @@ int run_command(const RunArgs& in, int* argc, char*** argv) {
     if (Status s = check_run_device_id(args, torch_device_of("sim", args.device), args.world_size); !s.is_ok()) {
       return fail(s);
     }
-  }
-  auto& ck = args.train.checkpoint.dir;
-  if (!ck.empty() && std::filesystem::path(ck).is_relative() && !args.out_dir.empty()) {
-    ck = (std::filesystem::path(args.out_dir) / ck).string();
   }
   if (args.backend == "sim" && args.mode == "timing") return run_timing_mode(args);
   if (args.backend == "sim") return run_sim(args);

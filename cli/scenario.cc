@@ -24,6 +24,8 @@
 #include <utility>
 
 #include "runtime/model/bert.h"
+#include "sim/profiles.h"
+#include "sim/topology.h"
 
 namespace shardlab::cli {
 
@@ -39,12 +41,6 @@ SourcePos Scenario::where(const std::string& key) const {
   return SourcePos{path, 0, 0};
 }
 
-std::string resolve_scenario_path(const Scenario& s, const std::string& p) {
-  if (p.empty()) return p;
-  std::filesystem::path fp(p);
-  if (fp.is_absolute()) return p;
-  return (std::filesystem::path(s.path).parent_path() / fp).lexically_normal().string();
-}
 
 namespace {
 
@@ -424,6 +420,49 @@ Mapper file_mapper(const std::string& file) {
 }
 
 // ---------------------------------------------------------------------------------------
+// Canonical YAML.
+
+std::string yaml_string(const std::string& v) {
+  std::string out = "\"";
+  for (unsigned char c : v) {
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      default:
+        if (c < 0x20 || c == 0x7f) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\x%02x", static_cast<unsigned>(c));
+          out += buf;
+        } else {
+          out += static_cast<char>(c);
+        }
+    }
+  }
+  return out + "\"";
+}
+
+std::string yaml_number(double v) {
+  char buf[64];
+  auto r = std::to_chars(buf, buf + sizeof buf, v);  // shortest form that reads back exactly
+  return std::string(buf, r.ptr);
+}
+
+const char* yaml_bool(bool v) { return v ? "true" : "false"; }
+
+// ---------------------------------------------------------------------------------------
 // Scalars.
 
 enum class NumParse { kOk, kNotNumber, kOverflow };
@@ -614,23 +653,47 @@ Result<std::int64_t> to_bytes(const Node& n, const std::string& key) {
 }
 
 // ---------------------------------------------------------------------------------------
-// The schema: every key, its spellings and how its value is read.
+// The schema: every key, its spellings, how its value is read, and what the reference
+// (`shardlab schema`, docs/scenarios.md) says about it. NOTE [One schema]: the parser and
+// the reference read the same table, so a key cannot be documented differently from how
+// it is parsed; the default a reference shows is the key's value in a default Scenario.
 
 using Setter = std::function<Status(const Node& value, const std::string& key, Scenario& s)>;
+using Shower = std::function<std::string(const Scenario& s)>;
+
+// How a leaf's value is read (`set`), what it is (`type`, `allowed`) and how its current
+// value reads as YAML (`show`).
+struct ValueDef {
+  Setter set;
+  std::string type;
+  std::string allowed;
+  Shower show;
+};
+
+// The reference text of a key: what it means, and the PyTorch / accelerate spelling of the
+// same setting ("" where there is none).
+struct Doc {
+  Doc(std::string h = "", std::string e = "") : help(std::move(h)), equivalent(std::move(e)) {}
+  std::string help;
+  std::string equivalent;
+};
 
 struct KeyDef {
   std::string name;
   std::vector<std::string> aliases;  // accelerate's spellings
-  Setter set;                        // a leaf
+  ValueDef value;                    // a leaf
+  Doc doc;
   std::vector<KeyDef> children;      // a section (no setter)
-  bool is_section() const { return !set; }
+  std::vector<KeyDef> item_keys;     // a list of maps (faults): the keys of each entry, for the reference
+  bool is_section() const { return !value.set; }
 };
 
-KeyDef leaf(std::string name, Setter set, std::vector<std::string> aliases = {}) {
+KeyDef leaf(std::string name, ValueDef value, Doc doc = {}, std::vector<std::string> aliases = {}) {
   KeyDef k;
   k.name = std::move(name);
   k.aliases = std::move(aliases);
-  k.set = std::move(set);
+  k.value = std::move(value);
+  k.doc = std::move(doc);
   return k;
 }
 
@@ -641,40 +704,65 @@ KeyDef section(std::string name, std::vector<KeyDef> children) {
   return k;
 }
 
+std::string strip_allowed(std::string a) { return a.rfind("allowed: ", 0) == 0 ? a.substr(9) : a; }
+
+// A path read from a scenario: relative to the folder of the file that gives it, or to the
+// current directory when it comes from the command line (--set). NOTE [Relative paths].
+std::string anchor_path(const SourcePos& at, const std::string& v) {
+  if (v.empty() || at.file == "--set") return v;
+  std::filesystem::path p(v);
+  if (p.is_absolute()) return v;
+  return (std::filesystem::path(at.file).parent_path() / p).lexically_normal().string();
+}
+
 // `optional`: null (or nothing) means "" (not given), as for paths and the description.
+// `path`: the value is a file or folder, anchored by anchor_path (except `keep`, e.g. "random").
+// The value `get` reaches in a copy of `s` (getters take a mutable Scenario, for setting).
 template <class Get>
-Setter str_setter(Get get, std::string allowed, bool optional = false) {
-  return [get, allowed, optional](const Node& n, const std::string& key, Scenario& s) -> Status {
+auto value_of(Get get, const Scenario& s) {
+  Scenario copy = s;
+  return get(copy);
+}
+
+template <class Get>
+ValueDef str_setter(Get get, std::string allowed, bool optional = false, bool path = false, std::string keep = "") {
+  Setter set = [get, allowed, optional, path, keep](const Node& n, const std::string& key, Scenario& s) -> Status {
     if (optional && n.kind == Node::Kind::kNull) {
       get(s).clear();
       return Status::ok();
     }
-    SHARDLAB_ASSIGN_OR_RETURN(get(s), to_str(n, key, allowed));
+    SHARDLAB_ASSIGN_OR_RETURN(std::string v, to_str(n, key, allowed));
+    get(s) = path && v != keep ? anchor_path(n.pos, v) : v;
     return Status::ok();
   };
+  return {set, path ? "path" : "string", strip_allowed(allowed),
+          [get](const Scenario& s) { return yaml_string(value_of(get, s)); }};
 }
 
 template <class Get>
-Setter int_setter(Get get, std::int64_t lo, std::int64_t hi) {
-  return [get, lo, hi](const Node& n, const std::string& key, Scenario& s) -> Status {
+ValueDef int_setter(Get get, std::int64_t lo, std::int64_t hi) {
+  Setter set = [get, lo, hi](const Node& n, const std::string& key, Scenario& s) -> Status {
     SHARDLAB_ASSIGN_OR_RETURN(std::int64_t v, to_int(n, key, lo, hi));
     get(s) = static_cast<std::remove_reference_t<decltype(get(s))>>(v);
     return Status::ok();
   };
+  return {set, "integer", int_range(lo, hi),
+          [get](const Scenario& s) { return std::to_string(value_of(get, s)); }};
 }
 
 template <class Get>
-Setter double_setter(Get get, std::function<bool(double)> ok, std::string range) {
-  return [get, ok, range](const Node& n, const std::string& key, Scenario& s) -> Status {
+ValueDef double_setter(Get get, std::function<bool(double)> ok, std::string range) {
+  Setter set = [get, ok, range](const Node& n, const std::string& key, Scenario& s) -> Status {
     SHARDLAB_ASSIGN_OR_RETURN(get(s), to_double(n, key, ok, range));
     return Status::ok();
   };
+  return {set, "number", range, [get](const Scenario& s) { return yaml_number(value_of(get, s)); }};
 }
 
 // An optional number: null clears it.
 template <class Get>
-Setter opt_double_setter(Get get, std::function<bool(double)> ok, std::string range) {
-  return [get, ok, range](const Node& n, const std::string& key, Scenario& s) -> Status {
+ValueDef opt_double_setter(Get get, std::function<bool(double)> ok, std::string range) {
+  Setter set = [get, ok, range](const Node& n, const std::string& key, Scenario& s) -> Status {
     if (n.kind == Node::Kind::kNull) {
       get(s).reset();
       return Status::ok();
@@ -682,22 +770,35 @@ Setter opt_double_setter(Get get, std::function<bool(double)> ok, std::string ra
     SHARDLAB_ASSIGN_OR_RETURN(get(s), to_double(n, key, ok, range + ", or null (no check)"));
     return Status::ok();
   };
+  return {set, "number or null", range + ", or null (no check)", [get](const Scenario& s) {
+            const auto& v = value_of(get, s);
+            return v ? yaml_number(*v) : std::string("null");
+          }};
 }
 
 template <class Get>
-Setter bool_setter(Get get) {
-  return [get](const Node& n, const std::string& key, Scenario& s) -> Status {
+ValueDef bool_setter(Get get) {
+  Setter set = [get](const Node& n, const std::string& key, Scenario& s) -> Status {
     SHARDLAB_ASSIGN_OR_RETURN(get(s), to_bool(n, key));
     return Status::ok();
   };
+  return {set, "bool", "true, false",
+          [get](const Scenario& s) { return std::string(yaml_bool(value_of(get, s))); }};
+}
+
+std::string enum_allowed(const std::vector<EnumValue>& values, const std::string& note) {
+  std::vector<std::string> names;
+  for (const auto& v : values) names.push_back(v.canonical);
+  return join(names) + note;
 }
 
 template <class Get>
-Setter enum_setter(Get get, std::vector<EnumValue> values, std::string note = "") {
-  return [get, values, note](const Node& n, const std::string& key, Scenario& s) -> Status {
+ValueDef enum_setter(Get get, std::vector<EnumValue> values, std::string note = "") {
+  Setter set = [get, values, note](const Node& n, const std::string& key, Scenario& s) -> Status {
     SHARDLAB_ASSIGN_OR_RETURN(get(s), to_enum(n, key, values, note));
     return Status::ok();
   };
+  return {set, "name", enum_allowed(values, note), [get](const Scenario& s) { return value_of(get, s); }};
 }
 
 // A device or topology: a profile name, or a path (contains '/' or ends in .yaml/.json/.yml).
@@ -709,13 +810,12 @@ bool looks_like_path(const std::string& v) {
 }
 
 template <class Get>
-Setter profile_setter(Get get, std::vector<std::string> names, std::string what) {
-  return [get, names, what](const Node& n, const std::string& key, Scenario& s) -> Status {
-    const std::string allowed = "allowed: " + join(names) + ", or a path to a " + what +
-                                " profile file (.yaml/.json, relative to the scenario file)";
-    SHARDLAB_ASSIGN_OR_RETURN(std::string v, to_str(n, key, allowed));
+ValueDef profile_setter(Get get, std::vector<std::string> names, std::string what) {
+  const std::string allowed = join(names) + ", or a path to a " + what + " profile file (.json)";
+  Setter set = [get, names, what, allowed](const Node& n, const std::string& key, Scenario& s) -> Status {
+    SHARDLAB_ASSIGN_OR_RETURN(std::string v, to_str(n, key, "allowed: " + allowed));
     if (looks_like_path(v)) {
-      get(s) = v;  // existence is checked once everything is read
+      get(s) = anchor_path(n.pos, v);  // existence is checked once everything is read
       return Status::ok();
     }
     for (const auto& name : names) {
@@ -726,8 +826,9 @@ Setter profile_setter(Get get, std::vector<std::string> names, std::string what)
     }
     std::string msg = key + ": unknown " + what + " profile " + show(v);
     if (auto sug = suggest(v, names)) msg += " (did you mean '" + *sug + "'?)";
-    return bad(n.pos, msg, allowed);
+    return bad(n.pos, msg, "allowed: " + allowed);
   };
+  return {set, "name or path", allowed, [get](const Scenario& s) { return value_of(get, s); }};
 }
 
 Status set_betas(const Node& n, const std::string& key, Scenario& s) {
@@ -819,48 +920,108 @@ const std::vector<EnumValue>& fault_kinds() {
 
 std::vector<KeyDef> fault_keys() {
   auto f = [](Scenario& s) -> Scenario::Fault& { return s.faults.back(); };
+  const std::string link_allowed =
+      "\"a-b\" (the direct link of two different ranks, e.g. \"0-1\"), \"a-net\" (rank a's ports to its switch) or "
+      "\"leafK-spine\" (leaf switch K's uplinks)";
+  const std::string offset_allowed =
+      "a byte offset from 0 to 18446744073709551615, decimal or 0x-hexadecimal, a multiple of 4 (the fp32 element "
+      "size), e.g. 13835057943613014016 (the seed bug's)";
   return {
-      leaf("kind", enum_setter([f](Scenario& s) -> std::string& { return f(s).kind; }, fault_kinds())),
-      leaf("rank", int_setter([f](Scenario& s) -> int& { return f(s).rank; }, 0, kMaxWorldSize - 1)),
-      leaf("step", int_setter([f](Scenario& s) -> int& { return f(s).step; }, 1, kIntMax)),
-      leaf("time_ms", double_setter([f](Scenario& s) -> double& { return f(s).time_ms; }, [](double v) { return v >= 0; },
-                                    "a finite number of milliseconds >= 0 (virtual time from the start of the run, "
-                                    "initialization included)")),
+      leaf("kind", enum_setter([f](Scenario& s) -> std::string& { return f(s).kind; }, fault_kinds()),
+           {"what goes wrong (required); crash/hang end the run (exit 3), straggler/link_degrade slow it down, "
+            "corrupt changes a collective's payload, view_offset corrupts a parameter view (sim/faults.h)"}),
+      leaf("rank", int_setter([f](Scenario& s) -> int& { return f(s).rank; }, 0, kMaxWorldSize - 1),
+           {"the faulty rank (every kind but the link faults); -1: not given"}),
+      leaf("step", int_setter([f](Scenario& s) -> int& { return f(s).step; }, 1, kIntMax),
+           {"crash, hang, view_offset: the step it happens at (1-based, like the step table); -1: not given"}),
+      leaf("time_ms",
+           double_setter([f](Scenario& s) -> double& { return f(s).time_ms; }, [](double v) { return v >= 0; },
+                         "a finite number of milliseconds >= 0 (virtual time from the start of the run, "
+                         "initialization included)"),
+           {"crash, hang, link faults: when it happens; < 0: not given (link faults start at 0)"}),
       leaf("link",
-           [f](const Node& n, const std::string& key, Scenario& s) -> Status {
-             const std::string allowed =
-                 "allowed: \"a-b\" (the direct link of two different ranks, e.g. \"0-1\"), \"a-net\" (rank a's "
-                 "ports to its switch) or \"leafK-spine\" (leaf switch K's uplinks)";
-             SHARDLAB_ASSIGN_OR_RETURN(std::string v, to_str(n, key, allowed));
-             std::int64_t a = 0, b = 0;
-             if (!parse_link(v, a, b)) return bad(n.pos, key + ": malformed link " + show(v), allowed);
-             f(s).link = v;
-             return Status::ok();
-           }),
-      leaf("factor", double_setter([f](Scenario& s) -> double& { return f(s).factor; }, [](double v) { return v > 0; },
-                                   "a finite number > 0")),
-      leaf("collective", int_setter([f](Scenario& s) -> int& { return f(s).collective; }, 0, kIntMax)),
-      leaf("integrity_check", bool_setter([f](Scenario& s) -> bool& { return f(s).integrity_check; })),
-      leaf("unit", int_setter([f](Scenario& s) -> int& { return f(s).unit; }, 0, kIntMax)),
+           {[f, link_allowed](const Node& n, const std::string& key, Scenario& s) -> Status {
+              SHARDLAB_ASSIGN_OR_RETURN(std::string v, to_str(n, key, "allowed: " + link_allowed));
+              std::int64_t a = 0, b = 0;
+              if (!parse_link(v, a, b)) return bad(n.pos, key + ": malformed link " + show(v), "allowed: " + link_allowed);
+              f(s).link = v;
+              return Status::ok();
+            },
+            "string", link_allowed, [f](const Scenario& s) { return yaml_string(value_of(f, s).link); }},
+           {"link_down, link_degrade: which link"}),
+      leaf("factor",
+           double_setter([f](Scenario& s) -> double& { return f(s).factor; }, [](double v) { return v > 0; },
+                         "a finite number > 0"),
+           {"straggler: slowdown (>= 1); link_degrade: bandwidth factor in (0, 1]"}),
+      leaf("collective", int_setter([f](Scenario& s) -> int& { return f(s).collective; }, 0, kIntMax),
+           {"corrupt: which of the rank's collectives with a payload (0-based)"}),
+      leaf("integrity_check", bool_setter([f](Scenario& s) -> bool& { return f(s).integrity_check; }),
+           {"corrupt: a checksum detects the damage (the run ends, exit 3) instead of silent damage"}),
+      leaf("unit", int_setter([f](Scenario& s) -> int& { return f(s).unit; }, 0, kIntMax),
+           {"view_offset: the FSDP unit (0-based) whose first parameter view is corrupted"}),
       leaf("offset",
-           [f](const Node& n, const std::string& key, Scenario& s) -> Status {
-             const std::string allowed =
-                 "allowed: a byte offset from 0 to 18446744073709551615, decimal or 0x-hexadecimal, a multiple of 4 "
-                 "(the fp32 element size), e.g. 13835057943613014016 (the seed bug's)";
-             SHARDLAB_ASSIGN_OR_RETURN(std::string v, to_str(n, key, allowed));
-             const bool hex = v.size() > 2 && v[0] == '0' && (v[1] == 'x' || v[1] == 'X');
-             const char* first = v.data() + (hex ? 2 : 0);
-             const char* last = v.data() + v.size();
-             std::uint64_t x = 0;
-             const auto r = std::from_chars(first, last, x, hex ? 16 : 10);
-             if (first == last || r.ec != std::errc() || r.ptr != last || x % 4 != 0) {
-               return bad(n.pos, key + ": " + show(v) + " is not a byte offset that is a multiple of 4", allowed);
-             }
-             f(s).offset = x;
-             return Status::ok();
-           }),
+           {[f, offset_allowed](const Node& n, const std::string& key, Scenario& s) -> Status {
+              SHARDLAB_ASSIGN_OR_RETURN(std::string v, to_str(n, key, "allowed: " + offset_allowed));
+              const bool hex = v.size() > 2 && v[0] == '0' && (v[1] == 'x' || v[1] == 'X');
+              const char* first = v.data() + (hex ? 2 : 0);
+              const char* last = v.data() + v.size();
+              std::uint64_t x = 0;
+              const auto r = std::from_chars(first, last, x, hex ? 16 : 10);
+              if (first == last || r.ec != std::errc() || r.ptr != last || x % 4 != 0) {
+                return bad(n.pos, key + ": " + show(v) + " is not a byte offset that is a multiple of 4",
+                           "allowed: " + offset_allowed);
+              }
+              f(s).offset = x;
+              return Status::ok();
+            },
+            "integer", offset_allowed, [f](const Scenario& s) { return std::to_string(value_of(f, s).offset); }},
+           {"view_offset: the byte offset the view gets"}),
   };
 }
+
+// NOTE [Every error]
+// Reading a scenario does not stop at its first problem: every key is read, every check
+// runs, and each problem becomes one line `file:line:col: what is wrong; what is allowed`
+// of one INVALID_ARGUMENT (so `shardlab validate` lists them all, exit 2). A key whose
+// value is refused keeps its default and still counts as given, so the checks across keys
+// do not add "missing" errors for it. parse_scenario shows at most kMaxErrorsShown lines
+// and says how many more it left out.
+constexpr std::size_t kMaxErrorsShown = 20;
+
+class Problems {
+ public:
+  void add(const Status& s) {
+    if (s.is_ok()) return;
+    std::istringstream lines(s.message());
+    for (std::string line; std::getline(lines, line);) {
+      if (!line.empty()) lines_.push_back(line);
+    }
+  }
+  bool empty() const { return lines_.empty(); }
+  // Whether a problem was reported at `at` (a refused value: checks that build on it are skipped).
+  bool reported_at(const SourcePos& at) const {
+    if (at.line <= 0) return false;
+    const std::string prefix = at.to_string() + ":";
+    return std::any_of(lines_.begin(), lines_.end(), [&](const std::string& l) { return l.rfind(prefix, 0) == 0; });
+  }
+  // Every line (nested readers fold theirs into their caller's).
+  Status status() const {
+    if (lines_.empty()) return Status::ok();
+    return Status::invalid_argument(join(lines_, "\n"));
+  }
+  // At most kMaxErrorsShown lines, and a last line saying how many more there are.
+  Status shown() const {
+    if (lines_.size() <= kMaxErrorsShown) return status();
+    std::vector<std::string> head(lines_.begin(), lines_.begin() + kMaxErrorsShown);
+    const std::size_t more = lines_.size() - kMaxErrorsShown;
+    head.push_back("... and " + std::to_string(more) + " more error" + (more == 1 ? "" : "s") + " not shown (at most " +
+                   std::to_string(kMaxErrorsShown) + " are listed; fix these and validate again)");
+    return Status::invalid_argument(join(head, "\n"));
+  }
+
+ private:
+  std::vector<std::string> lines_;
+};
 
 Status apply_map(const std::vector<KeyDef>& defs, const std::string& prefix, const Node& map, Scenario& s);
 
@@ -873,15 +1034,19 @@ Status set_faults(const Node& n, const std::string& key, Scenario& s) {
   if (n.kind == Node::Kind::kNull) return Status::ok();
   if (n.kind != Node::Kind::kSeq) return bad(n.pos, key + ": expected a list of faults, got " + describe(n), allowed);
   static const std::vector<KeyDef> kFaultKeys = fault_keys();
+  Problems problems;
   for (std::size_t i = 0; i < n.items.size(); ++i) {
     const Node& item = n.items[i];
     const std::string name = "faults[" + std::to_string(i) + "]";
-    if (item.kind != Node::Kind::kMap) return bad(item.pos, name + ": expected a map, got " + describe(item), allowed);
+    if (item.kind != Node::Kind::kMap) {
+      problems.add(bad(item.pos, name + ": expected a map, got " + describe(item), allowed));
+      continue;
+    }
     s.faults.emplace_back();
     s.faults.back().pos = item.pos;
-    SHARDLAB_RETURN_IF_ERROR(apply_map(kFaultKeys, name, item, s));
+    problems.add(apply_map(kFaultKeys, name, item, s));
   }
-  return Status::ok();
+  return problems.status();
 }
 
 Status set_grads_match(const Node& n, const std::string& key, Scenario& s) {
@@ -917,9 +1082,16 @@ Status set_grads_match(const Node& n, const std::string& key, Scenario& s) {
   return Status::ok();
 }
 
+std::string show_grads_match(const Scenario& s) {
+  if (s.expect.oracle_off) return "false";
+  if (!s.expect.grads_match_unsharded) return "unset";
+  return "true";
+}
+
 // Keys accelerate configs carry that do not change what shardlab computes.
-Setter ignored_bool() {
-  return [](const Node& n, const std::string& key, Scenario&) -> Status { return to_bool(n, key).status(); };
+ValueDef ignored_bool() {
+  return {[](const Node& n, const std::string& key, Scenario&) -> Status { return to_bool(n, key).status(); },
+          "bool", "true, false (accepted, no effect)", [](const Scenario&) { return std::string("false"); }};
 }
 
 std::vector<EnumValue> preset_values() {
@@ -937,62 +1109,104 @@ std::vector<KeyDef> build_schema() {
   auto any = [](double) { return true; };
   const std::vector<EnumValue> dtypes = {{"fp32", {"float32"}}, {"bf16", {"bfloat16"}}, {"fp16", {"float16"}}};
   std::vector<KeyDef> top;
-  top.push_back(leaf(
-      "name", str_setter([](S& s) -> std::string& { return s.name; }, "allowed: letters, digits, '_', '.' and '-'")));
-  top.push_back(
-      leaf("description", str_setter([](S& s) -> std::string& { return s.description; }, "allowed: any text", true)));
-  top.push_back(leaf("seed", [](const Node& n, const std::string& key, S& s) -> Status {
-    SHARDLAB_ASSIGN_OR_RETURN(s.seed, to_uint64(n, key));
-    return Status::ok();
-  }));
+  top.push_back(leaf("name",
+                     str_setter([](S& s) -> std::string& { return s.name; }, "allowed: letters, digits, '_', '.' and '-'"),
+                     {"required; names the output folder (out/<name>)"}));
+  top.push_back(leaf("description",
+                     str_setter([](S& s) -> std::string& { return s.description; }, "allowed: any text", true),
+                     {"free text"}));
+  top.push_back(leaf("seed",
+                     {[](const Node& n, const std::string& key, S& s) -> Status {
+                        SHARDLAB_ASSIGN_OR_RETURN(s.seed, to_uint64(n, key));
+                        return Status::ok();
+                      },
+                      "integer", "an integer from 0 to 18446744073709551615",
+                      [](const S& s) { return std::to_string(s.seed); }},
+                     {"seed of the synthetic data, the initial parameters and dropout", "transformers set_seed / Trainer seed"}));
   top.push_back(section(
       "model",
       {
-          leaf("preset", enum_setter([](S& s) -> std::string& { return s.model.preset; }, preset_values())),
+          leaf("preset", enum_setter([](S& s) -> std::string& { return s.model.preset; }, preset_values()),
+               {"a BERT size (ignored when model.config is set), or the small MLP of the FSDP core",
+                "bert-tiny … bert-large: Hugging Face BertConfig sizes (google/bert_uncased_L-2_H-128_A-2 … bert-large-uncased)"}),
           leaf("config",
                str_setter([](S& s) -> std::string& { return s.model.config; },
-                          "allowed: a path to a Hugging Face config.json (relative to the scenario file)", true)),
-          leaf("head", enum_setter([](S& s) -> std::string& { return s.model.head; },
-                                   {{"classification", {"BertForSequenceClassification"}},
-                                    {"mlm", {"BertForMaskedLM"}},
-                                    {"qa", {"BertForQuestionAnswering"}}})),
+                          "allowed: a path to a Hugging Face config.json", true, /*path=*/true),
+               {"a Hugging Face config.json; \"\": the preset", "BertConfig.from_pretrained"}),
+          leaf("head",
+               enum_setter([](S& s) -> std::string& { return s.model.head; },
+                           {{"classification", {"BertForSequenceClassification"}},
+                            {"mlm", {"BertForMaskedLM"}},
+                            {"qa", {"BertForQuestionAnswering"}}}),
+               {"the model head", "BertForSequenceClassification | BertForMaskedLM | BertForQuestionAnswering"}),
           leaf("weights",
                str_setter([](S& s) -> std::string& { return s.model.weights; },
-                          "allowed: random, or a path to a model.safetensors (relative to the scenario file)")),
+                          "allowed: random, or a path to a model.safetensors", false, /*path=*/true, "random"),
+               {"initial parameters: seeded random, or a Hugging Face model.safetensors",
+                "from_pretrained (model.safetensors)"}),
       }));
   top.push_back(section(
       "data",
       {
-          leaf("kind",
-               enum_setter([](S& s) -> std::string& { return s.data.kind; }, {{"synthetic", {}}, {"file", {}}})),
-          leaf("path", str_setter([](S& s) -> std::string& { return s.data.path; },
-                                  "allowed: a path to a batch .safetensors (relative to the scenario file)", true)),
+          leaf("kind", enum_setter([](S& s) -> std::string& { return s.data.kind; }, {{"synthetic", {}}, {"file", {}}}),
+               {"seeded synthetic batches, or token batches read from data.path"}),
+          leaf("path",
+               str_setter([](S& s) -> std::string& { return s.data.path; },
+                          "allowed: a path to a batch .safetensors", true, /*path=*/true),
+               {"kind file: input_ids, attention_mask, labels … as safetensors; rows are cycled"}),
           leaf("batch_size_per_rank",
-               int_setter([](S& s) -> std::int64_t& { return s.data.batch_size_per_rank; }, 1, kIntMax)),
-          leaf("seq_len", int_setter([](S& s) -> std::int64_t& { return s.data.seq_len; }, 1, kIntMax)),
+               int_setter([](S& s) -> std::int64_t& { return s.data.batch_size_per_rank; }, 1, kIntMax),
+               {"samples per rank per step (global batch = this × world size)",
+                "TrainingArguments per_device_train_batch_size"}),
+          leaf("seq_len", int_setter([](S& s) -> std::int64_t& { return s.data.seq_len; }, 1, kIntMax),
+               {"tokens per sample (at most the model's max_position_embeddings)", "tokenizer max_length"}),
       }));
   top.push_back(section(
       "train",
       {
-          leaf("steps", int_setter([](S& s) -> int& { return s.train.steps; }, 1, kIntMax)),
-          leaf("grad_accumulation", int_setter([](S& s) -> int& { return s.train.grad_accumulation; }, 1, kIntMax)),
-          leaf("max_grad_norm", double_setter([](S& s) -> double& { return s.train.max_grad_norm; }, non_negative,
-                                              "a finite number >= 0 (0: no clipping)")),
-          leaf("precision", enum_setter([](S& s) -> std::string& { return s.train.precision; },
-                                        {{"fp32", {"float32"}}, {"bf16", {"bfloat16"}}})),
+          leaf("steps", int_setter([](S& s) -> int& { return s.train.steps; }, 1, kIntMax),
+               {"optimizer steps", "TrainingArguments max_steps"}),
+          leaf("grad_accumulation", int_setter([](S& s) -> int& { return s.train.grad_accumulation; }, 1, kIntMax),
+               {"micro-batches per step; all but the last under no_sync",
+                "gradient_accumulation_steps; FSDP.no_sync()"}),
+          leaf("max_grad_norm",
+               double_setter([](S& s) -> double& { return s.train.max_grad_norm; }, non_negative,
+                             "a finite number >= 0 (0: no clipping)"),
+               {"clip the global gradient norm", "FSDP.clip_grad_norm_(max_norm); TrainingArguments max_grad_norm"}),
+          leaf("precision",
+               enum_setter([](S& s) -> std::string& { return s.train.precision; },
+                           {{"fp32", {"float32"}}, {"bf16", {"bfloat16"}}}),
+               {"compute dtype of BERT; bf16 also makes an fp32 fsdp.mixed_precision.param_dtype bf16",
+                "accelerate mixed_precision (no | bf16); bf16 autocast"}),
           section("optimizer",
                   {
-                      leaf("name", enum_setter([](S& s) -> std::string& { return s.train.optimizer.name; },
-                                               {{"adamw", {}}, {"sgd", {}}})),
-                      leaf("lr", double_setter([](S& s) -> double& { return s.train.optimizer.lr; }, positive,
-                                               "a finite number > 0")),
-                      leaf("weight_decay", double_setter([](S& s) -> double& { return s.train.optimizer.weight_decay; },
-                                                         non_negative, "a finite number >= 0")),
-                      leaf("betas", set_betas),
-                      leaf("eps", double_setter([](S& s) -> double& { return s.train.optimizer.eps; }, positive,
-                                                "a finite number > 0")),
-                      leaf("momentum", double_setter([](S& s) -> double& { return s.train.optimizer.momentum; },
-                                                     below_one, "a number in [0, 1)")),
+                      leaf("name",
+                           enum_setter([](S& s) -> std::string& { return s.train.optimizer.name; },
+                                       {{"adamw", {}}, {"sgd", {}}}),
+                           {"the optimizer, elementwise on each rank's shard", "torch.optim.AdamW | torch.optim.SGD"}),
+                      leaf("lr",
+                           double_setter([](S& s) -> double& { return s.train.optimizer.lr; }, positive,
+                                         "a finite number > 0"),
+                           {"learning rate", "lr"}),
+                      leaf("weight_decay",
+                           double_setter([](S& s) -> double& { return s.train.optimizer.weight_decay; }, non_negative,
+                                         "a finite number >= 0"),
+                           {"decoupled (AdamW) or L2 (SGD) weight decay", "weight_decay"}),
+                      leaf("betas",
+                           {set_betas, "list", "two numbers in [0, 1), e.g. [0.9, 0.999]",
+                            [](const S& s) {
+                              return "[" + yaml_number(s.train.optimizer.beta1) + ", " +
+                                     yaml_number(s.train.optimizer.beta2) + "]";
+                            }},
+                           {"AdamW's moment decay rates", "betas"}),
+                      leaf("eps",
+                           double_setter([](S& s) -> double& { return s.train.optimizer.eps; }, positive,
+                                         "a finite number > 0"),
+                           {"AdamW's denominator term", "eps"}),
+                      leaf("momentum",
+                           double_setter([](S& s) -> double& { return s.train.optimizer.momentum; }, below_one,
+                                         "a number in [0, 1)"),
+                           {"SGD momentum", "momentum"}),
                   }),
       }));
   top.push_back(section(
@@ -1006,106 +1220,189 @@ std::vector<KeyDef> build_schema() {
                             {"HYBRID_SHARD", {"4"}},
                             {"_HYBRID_SHARD_ZERO2", {"5", "HYBRID_SHARD_ZERO2"}}},
                            " (or accelerate's numbers 1-5, in that order)"),
+               {"what is sharded, and across which ranks (HYBRID: inside a node, replicated across nodes)",
+                "FSDP(sharding_strategy=ShardingStrategy.X); accelerate fsdp_sharding_strategy"},
                {"fsdp_sharding_strategy"}),
           leaf("auto_wrap_policy",
                enum_setter(
                    [](S& s) -> std::string& { return s.fsdp.auto_wrap_policy; },
                    {{"transformer", {"TRANSFORMER_BASED_WRAP"}}, {"size", {"SIZE_BASED_WRAP"}}, {"none", {"NO_WRAP"}}},
                    " (accelerate: TRANSFORMER_BASED_WRAP, SIZE_BASED_WRAP, NO_WRAP)"),
+               {"how the model is split into FSDP units",
+                "transformer_auto_wrap_policy | size_based_auto_wrap_policy; accelerate fsdp_auto_wrap_policy"},
                {"fsdp_auto_wrap_policy"}),
-          leaf("transformer_layer_cls_to_wrap", set_layer_classes, {"fsdp_transformer_layer_cls_to_wrap"}),
-          leaf("min_num_params", int_setter([](S& s) -> std::int64_t& { return s.fsdp.min_num_params; }, 0, kInt64Max),
+          leaf("transformer_layer_cls_to_wrap",
+               {set_layer_classes, "list", "a list of module class names, or one comma-separated string",
+                [](const S& s) {
+                  std::string out = "[";
+                  for (std::size_t i = 0; i < s.fsdp.transformer_layer_cls_to_wrap.size(); ++i)
+                    out += (i ? ", " : "") + s.fsdp.transformer_layer_cls_to_wrap[i];
+                  return out + "]";
+                }},
+               {"auto_wrap_policy transformer: each module of these classes is a unit",
+                "transformer_auto_wrap_policy(transformer_layer_cls=…); accelerate fsdp_transformer_layer_cls_to_wrap"},
+               {"fsdp_transformer_layer_cls_to_wrap"}),
+          leaf("min_num_params",
+               int_setter([](S& s) -> std::int64_t& { return s.fsdp.min_num_params; }, 0, kInt64Max),
+               {"auto_wrap_policy size: a unit closes once it holds this many parameters",
+                "size_based_auto_wrap_policy(min_num_params=…); accelerate fsdp_min_num_params"},
                {"fsdp_min_num_params"}),
           leaf("backward_prefetch",
                enum_setter([](S& s) -> std::string& { return s.fsdp.backward_prefetch; },
                            {{"BACKWARD_PRE", {}}, {"BACKWARD_POST", {}}, {"NONE", {"NO_PREFETCH"}}},
                            " (accelerate: NO_PREFETCH for NONE)"),
+               {"when the next unit's all-gather is issued in backward",
+                "FSDP(backward_prefetch=BackwardPrefetch.X); accelerate fsdp_backward_prefetch"},
                {"fsdp_backward_prefetch", "fsdp_backward_prefetch_policy"}),
           leaf("forward_prefetch", bool_setter([](S& s) -> bool& { return s.fsdp.forward_prefetch; }),
+               {"all-gather the next unit during forward", "FSDP(forward_prefetch=…); accelerate fsdp_forward_prefetch"},
                {"fsdp_forward_prefetch"}),
-          leaf("limit_all_gathers", bool_setter([](S& s) -> bool& { return s.fsdp.limit_all_gathers; })),
+          leaf("limit_all_gathers", bool_setter([](S& s) -> bool& { return s.fsdp.limit_all_gathers; }),
+               {"at most two all-gathers in flight", "FSDP(limit_all_gathers=…)"}),
           leaf("use_orig_params", bool_setter([](S& s) -> bool& { return s.fsdp.use_orig_params; }),
+               {"pad each parameter to 16 bytes in the flat parameter, as PyTorch does in this mode",
+                "FSDP(use_orig_params=…); accelerate fsdp_use_orig_params"},
                {"fsdp_use_orig_params"}),
           leaf("sync_module_states", bool_setter([](S& s) -> bool& { return s.fsdp.sync_module_states; }),
+               {"broadcast rank 0's parameters at wrap time",
+                "FSDP(sync_module_states=…); accelerate fsdp_sync_module_states"},
                {"fsdp_sync_module_states"}),
-          leaf("device_id", str_setter([](S& s) -> std::string& { return s.fsdp.device_id; },
-                                       "hpu, hpu:N, cpu, or local_rank", /*optional=*/true)),
-          leaf("cpu_offload", bool_setter([](S& s) -> bool& { return s.fsdp.cpu_offload; }), {"fsdp_offload_params"}),
+          leaf("device_id",
+               str_setter([](S& s) -> std::string& { return s.fsdp.device_id; }, "allowed: hpu, hpu:N, cpu, or local_rank",
+                          /*optional=*/true),
+               {"the device FSDP is told to use; \"\": the compute device (NOTE [Simulated device_id])",
+                "FSDP(device_id=…)"}),
+          leaf("cpu_offload", bool_setter([](S& s) -> bool& { return s.fsdp.cpu_offload; }),
+               {"shards, gradients and optimizer state live on the host; the optimizer steps there",
+                "FSDP(cpu_offload=CPUOffload(offload_params=True)); accelerate fsdp_offload_params"},
+               {"fsdp_offload_params"}),
           leaf("activation_checkpointing", bool_setter([](S& s) -> bool& { return s.fsdp.activation_checkpointing; }),
+               {"recompute each BertLayer's forward in backward",
+                "apply_activation_checkpointing; accelerate fsdp_activation_checkpointing"},
                {"fsdp_activation_checkpointing"}),
           leaf("state_dict_type",
                enum_setter([](S& s) -> std::string& { return s.fsdp.state_dict_type; },
                            {{"FULL_STATE_DICT", {}}, {"SHARDED_STATE_DICT", {}}, {"LOCAL_STATE_DICT", {}}}),
+               {"how checkpoints are written", "FSDP.set_state_dict_type(StateDictType.X); accelerate fsdp_state_dict_type"},
                {"fsdp_state_dict_type"}),
-          section(
-              "mixed_precision",
-              {
-                  leaf("param_dtype",
-                       enum_setter([](S& s) -> std::string& { return s.fsdp.mixed_precision.param_dtype; }, dtypes)),
-                  leaf("reduce_dtype",
-                       enum_setter([](S& s) -> std::string& { return s.fsdp.mixed_precision.reduce_dtype; }, dtypes)),
-                  leaf("buffer_dtype",
-                       enum_setter([](S& s) -> std::string& { return s.fsdp.mixed_precision.buffer_dtype; }, dtypes)),
-              }),
-          // Accepted so accelerate configs paste unchanged; they only change how Hugging Face
-          // loads weights, which shardlab does not model.
-          leaf("cpu_ram_efficient_loading", ignored_bool(), {"fsdp_cpu_ram_efficient_loading"}),
+          section("mixed_precision",
+                  {
+                      leaf("param_dtype",
+                           enum_setter([](S& s) -> std::string& { return s.fsdp.mixed_precision.param_dtype; }, dtypes),
+                           {"dtype of the all-gather and of compute (fp16 is refused: no gradient scaler)",
+                            "MixedPrecision(param_dtype=…)"}),
+                      leaf("reduce_dtype",
+                           enum_setter([](S& s) -> std::string& { return s.fsdp.mixed_precision.reduce_dtype; }, dtypes),
+                           {"dtype of the gradient reduction", "MixedPrecision(reduce_dtype=…)"}),
+                      leaf("buffer_dtype",
+                           enum_setter([](S& s) -> std::string& { return s.fsdp.mixed_precision.buffer_dtype; }, dtypes),
+                           {"dtype of buffers; unset: each buffer keeps its own", "MixedPrecision(buffer_dtype=…)"}),
+                  }),
+          leaf("cpu_ram_efficient_loading", ignored_bool(),
+               {"accepted so accelerate configs paste unchanged; only changes how Hugging Face loads weights, which "
+                "shardlab does not model",
+                "accelerate fsdp_cpu_ram_efficient_loading"},
+               {"fsdp_cpu_ram_efficient_loading"}),
           leaf("fsdp_version",
-               [](const Node& n, const std::string& key, S&) -> Status {
-                 if (!to_int(n, key, 1, 1).is_ok()) {
-                   return bad(n.pos, key + ": " + describe(n) + " is not supported (only FSDP1 is modeled)",
-                              "allowed: 1");
-                 }
-                 return Status::ok();
-               }),
+               {[](const Node& n, const std::string& key, S&) -> Status {
+                  if (!to_int(n, key, 1, 1).is_ok()) {
+                    return bad(n.pos, key + ": " + describe(n) + " is not supported (only FSDP1 is modeled)",
+                               "allowed: 1");
+                  }
+                  return Status::ok();
+                },
+                "integer", "1", [](const S&) { return std::string("1"); }},
+               {"only FSDP1 (FullyShardedDataParallel) is modeled; 2 is refused", "accelerate fsdp_version"}),
       }));
   top.push_back(section(
       "world",
       {
-          leaf("backend", enum_setter([](S& s) -> std::string& { return s.world.backend; },
-                                      {{"sim", {}}, {"mpi", {}}, {"hpu", {}}})),
+          leaf("backend",
+               enum_setter([](S& s) -> std::string& { return s.world.backend; }, {{"sim", {}}, {"mpi", {}}, {"hpu", {}}}),
+               {"where ranks run: simulator threads, CPU processes under mpiexec, Gaudi cards under mpirun "
+                "(--backend overrides)",
+                "torch.distributed backend: gloo/mpi (mpi), hccl (hpu)"}),
           leaf("mode",
-               enum_setter([](S& s) -> std::string& { return s.world.mode; }, {{"numerics", {}}, {"timing", {}}})),
-          leaf("nodes", int_setter([](S& s) -> int& { return s.world.nodes; }, 1, kMaxWorldSize)),
-          leaf("devices_per_node", int_setter([](S& s) -> int& { return s.world.devices_per_node; }, 1, kMaxWorldSize)),
-          leaf("device", profile_setter([](S& s) -> std::string& { return s.world.device; },
-                                        {"cpu", "gaudi1", "gaudi2", "gaudi3"}, "device")),
-          leaf("topology", profile_setter([](S& s) -> std::string& { return s.world.topology; },
-                                          {"hls1", "hls2", "hls3", "ring", "fully_connected", "switch"}, "topology")),
-          leaf("network_model", enum_setter([](S& s) -> std::string& { return s.world.network_model; },
-                                            {{"alpha_beta", {}}, {"contention", {}}})),
+               enum_setter([](S& s) -> std::string& { return s.world.mode; }, {{"numerics", {}}, {"timing", {}}}),
+               {"numerics: real math on every rank; timing: phantom tensors, one rank's op graph replayed (sim only)"}),
+          leaf("nodes", int_setter([](S& s) -> int& { return s.world.nodes; }, 1, kMaxWorldSize),
+               {"machines; world size = nodes × devices_per_node", "accelerate num_machines; torchrun --nnodes"}),
+          leaf("devices_per_node", int_setter([](S& s) -> int& { return s.world.devices_per_node; }, 1, kMaxWorldSize),
+               {"ranks per machine (HYBRID_SHARD's shard group)",
+                "torchrun --nproc_per_node; accelerate num_processes / num_machines"}),
+          leaf("device",
+               profile_setter([](S& s) -> std::string& { return s.world.device; }, sim::device_profile_names(),
+                              "device"),
+               {"the simulated device (`shardlab devices` lists them)"}),
+          leaf("topology",
+               profile_setter([](S& s) -> std::string& { return s.world.topology; }, sim::list_topologies(),
+                              "topology"),
+               {"the simulated network (`shardlab devices` lists them)"}),
+          leaf("network_model",
+               enum_setter([](S& s) -> std::string& { return s.world.network_model; },
+                           {{"alpha_beta", {}}, {"contention", {}}}),
+               {"alpha_beta: congestion-unaware; contention: max–min fair link sharing"}),
           leaf("collective_algorithm",
                enum_setter([](S& s) -> std::string& { return s.world.collective_algorithm; },
-                           {{"auto", {}}, {"ring", {}}, {"direct", {}}, {"hierarchical", {}}, {"halving_doubling", {}}})),
-          leaf("offload_host", profile_setter([](S& s) -> std::string& { return s.world.offload_host; }, {"host"},
-                                              "device")),
+                           {{"auto", {}}, {"ring", {}}, {"direct", {}}, {"hierarchical", {}}, {"halving_doubling", {}}}),
+               {"how the simulator schedules each collective"}),
+          leaf("offload_host",
+               profile_setter([](S& s) -> std::string& { return s.world.offload_host; }, {"host"}, "device"),
+               {"fsdp.cpu_offload in the simulator: each rank's host as a device profile"}),
           leaf("collective_timeout_s",
                double_setter([](S& s) -> double& { return s.world.collective_timeout_s; },
-                             [](double v) { return v >= 1e-6 && v <= 1e6; }, "seconds from 1e-6 to 1e6")),
+                             [](double v) { return v >= 1e-6 && v <= 1e6; }, "seconds from 1e-6 to 1e6"),
+               {"how long a rank waits in a collective before it fails (exit 3); virtual time in the simulator",
+                "torch.distributed.init_process_group(timeout=…)"}),
       }));
-  top.push_back(leaf("faults", set_faults));
-  top.push_back(
-      section("checkpoint",
-              {
-                  leaf("dir", str_setter([](S& s) -> std::string& { return s.checkpoint.dir; },
-                                         "allowed: a folder path relative to the output folder", true)),
-                  leaf("every_steps", int_setter([](S& s) -> int& { return s.checkpoint.every_steps; }, 0, kIntMax)),
-                  leaf("resume", bool_setter([](S& s) -> bool& { return s.checkpoint.resume; })),
-              }));
+  {
+    KeyDef faults = leaf("faults",
+                         {set_faults, "list of maps", "a list of maps, e.g. [{kind: crash, rank: 1, step: 2}]",
+                          [](const S& s) { return s.faults.empty() ? std::string("[]") : std::string("[…]"); }},
+                         {"faults the simulator injects (sim backend); each entry's keys are below"});
+    faults.item_keys = fault_keys();
+    top.push_back(std::move(faults));
+  }
   top.push_back(section(
-      "expect", {
-                    leaf("grads_match_unsharded", set_grads_match),
-                    leaf("max_peak_memory_per_rank", set_peak_memory),
-                    leaf("min_samples_per_s",
-                         opt_double_setter([](S& s) -> std::optional<double>& { return s.expect.min_samples_per_s; },
-                                           positive, "a finite number > 0")),
-                    leaf("max_step_time_s",
-                         opt_double_setter([](S& s) -> std::optional<double>& { return s.expect.max_step_time_s; },
-                                           positive, "a finite number > 0")),
-                    leaf("final_loss_below",
-                         opt_double_setter([](S& s) -> std::optional<double>& { return s.expect.final_loss_below; },
-                                           any, "a finite number")),
-                }));
+      "checkpoint",
+      {
+          leaf("dir",
+               str_setter([](S& s) -> std::string& { return s.checkpoint.dir; }, "allowed: a folder path", true,
+                          /*path=*/true),
+               {"where checkpoints go; \"\": none", "TrainingArguments output_dir; torch.distributed.checkpoint"}),
+          leaf("every_steps", int_setter([](S& s) -> int& { return s.checkpoint.every_steps; }, 0, kIntMax),
+               {"save every N steps; 0: only at the end (when dir is set)", "TrainingArguments save_steps"}),
+          leaf("resume", bool_setter([](S& s) -> bool& { return s.checkpoint.resume; }),
+               {"start from the latest checkpoint in dir (at any world size)", "resume_from_checkpoint"}),
+      }));
+  top.push_back(section(
+      "expect",
+      {
+          leaf("grads_match_unsharded",
+               {set_grads_match, "bool or map", "true, false, or {rtol: <number >= 0>, atol: <number >= 0>}",
+                show_grads_match},
+               {"compare with unsharded training (the oracle); unset: compared but not listed; false: oracle off",
+                "torch.testing.assert_close(rtol, atol)"}),
+          leaf("max_peak_memory_per_rank",
+               {set_peak_memory, "size or null", "a number of bytes, or with a unit (B, KB … TB, KiB … TiB), e.g. \"512 MiB\"",
+                [](const S& s) {
+                  return s.expect.max_peak_memory_per_rank ? std::to_string(*s.expect.max_peak_memory_per_rank)
+                                                           : std::string("null");
+                }},
+               {"fail (exit 1) when a rank's peak device memory exceeds this"}),
+          leaf("min_samples_per_s",
+               opt_double_setter([](S& s) -> std::optional<double>& { return s.expect.min_samples_per_s; }, positive,
+                                 "a finite number > 0"),
+               {"fail (exit 1) below this throughput"}),
+          leaf("max_step_time_s",
+               opt_double_setter([](S& s) -> std::optional<double>& { return s.expect.max_step_time_s; }, positive,
+                                 "a finite number > 0"),
+               {"fail (exit 1) when the median step takes longer"}),
+          leaf("final_loss_below",
+               opt_double_setter([](S& s) -> std::optional<double>& { return s.expect.final_loss_below; }, any,
+                                 "a finite number"),
+               {"fail (exit 1) unless the last step's loss is below this"}),
+      }));
   return top;
 }
 
@@ -1165,6 +1462,7 @@ Status unknown_key(const std::vector<KeyDef>& defs, const std::string& prefix, c
                  (prefix == "fsdp" ? " (or accelerate's fsdp_* names)" : ""));
 }
 
+// Reads every key of `map` (NOTE [Every error]: a refused key does not stop the others).
 Status apply_map(const std::vector<KeyDef>& defs, const std::string& prefix, const Node& map, Scenario& s) {
   if (map.kind == Node::Kind::kNull) return Status::ok();
   if (map.kind != Node::Kind::kMap) {
@@ -1180,36 +1478,44 @@ Status apply_map(const std::vector<KeyDef>& defs, const std::string& prefix, con
     SourcePos pos;
   };
   std::map<std::string, Seen> seen;  // canonical name → first spelling
+  Problems problems;
   for (std::size_t i = 0; i < map.keys.size(); ++i) {
     const Node& k = map.keys[i];
     const Node& v = map.values[i];
     if (k.kind != Node::Kind::kScalar) {
-      return bad(k.pos,
-                 "a key " + std::string(prefix.empty() ? "at the top level" : "in " + prefix) + " is " + describe(k),
-                 "allowed: plain key names");
+      problems.add(bad(k.pos,
+                       "a key " + std::string(prefix.empty() ? "at the top level" : "in " + prefix) + " is " +
+                           describe(k),
+                       "allowed: plain key names"));
+      continue;
     }
     const KeyDef* def = find_key(defs, k.text);
-    if (!def) return unknown_key(defs, prefix, k.text, k.pos);
+    if (!def) {
+      problems.add(unknown_key(defs, prefix, k.text, k.pos));
+      continue;
+    }
     const std::string path = prefix.empty() ? def->name : prefix + "." + def->name;
     auto [it, fresh] = seen.emplace(def->name, Seen{k.text, k.pos});
     if (!fresh) {
       if (it->second.spelling == k.text) {
-        return bad(k.pos, "duplicate key " + show(k.text) + " (first at " + it->second.pos.to_string() + ")",
-                   "allowed: each key once");
+        problems.add(bad(k.pos, "duplicate key " + show(k.text) + " (first at " + it->second.pos.to_string() + ")",
+                         "allowed: each key once"));
+      } else {
+        problems.add(bad(k.pos,
+                         show(k.text) + " and " + show(it->second.spelling) + " (at " + it->second.pos.to_string() +
+                             ") both set " + path,
+                         "allowed: one spelling of each key"));
       }
-      return bad(k.pos,
-                 show(k.text) + " and " + show(it->second.spelling) + " (at " + it->second.pos.to_string() +
-                     ") both set " + path,
-                 "allowed: one spelling of each key");
+      continue;
     }
     if (def->is_section()) {
-      SHARDLAB_RETURN_IF_ERROR(apply_map(def->children, path, v, s));
+      problems.add(apply_map(def->children, path, v, s));
     } else {
-      SHARDLAB_RETURN_IF_ERROR(def->set(v, path, s));
-      s.positions[path] = v.pos;
+      problems.add(def->value.set(v, path, s));
+      s.positions[path] = v.pos;  // also when refused (NOTE [Every error])
     }
   }
-  return Status::ok();
+  return problems.status();
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1269,27 +1575,160 @@ Node json_to_node(const nlohmann::json& j, const SourcePos& pos) {
   return n;
 }
 
-Status apply_fsdp_config(const std::string& file, Scenario& s) {
-  SHARDLAB_ASSIGN_OR_RETURN(std::string text, read_bounded(file, "--fsdp-config file"));
-  SHARDLAB_ASSIGN_OR_RETURN(nlohmann::json j, parse_json(file, text, "--fsdp-config file"));
-  const SourcePos start{file, 1, 1};
-  // JSON is YAML 1.2, so yaml-cpp re-reads the validated text to recover positions.
-  Result<Node> reread = parse_yaml(text, file_mapper(file), start);
-  Node root = reread.is_ok() ? std::move(reread).value() : json_to_node(j, SourcePos{file, 0, 0});
-  if (root.kind != Node::Kind::kMap) {
-    return bad(root.pos, "--fsdp-config: expected a JSON object, got " + describe(root),
-               "allowed: {\"fsdp_sharding_strategy\": 1, ...}, possibly nested under \"fsdp_config\"");
-  }
-  // Trainer-style files nest the settings under "fsdp_config"; their other keys are
-  // training arguments, not ours, and are left alone.
+// NOTE [accelerate config files]
+// --fsdp-config takes either
+//  - a JSON object of accelerate's fsdp_* keys (optimum-habana's and the Trainer's
+//    fsdp_config), flat or nested under "fsdp_config"; the Trainer's other keys beside it
+//    are training arguments, named as ignored; or
+//  - the YAML file `accelerate config` writes (a file that does not start with '{'): its
+//    fsdp_config section as above, and its top-level keys as follows.
+// Honoured: distributed_type (must be FSDP: another value describes a run without FSDP, exit
+// 2), mixed_precision (no: fp32; bf16: train.precision bf16; fp16 and fp8 exit 2, as shardlab
+// models neither a gradient scaler nor fp8), num_machines (world.nodes) and num_processes
+// (world.devices_per_node = num_processes / num_machines; must divide). Ignored, and named
+// on stdout: the launcher's settings (where processes start and how they meet:
+// compute_environment, machine_rank, main_process_ip/port, rdzv_backend, gpu_ids, use_cpu,
+// tpu_*, dynamo …), which do not change what a step computes, and keys shardlab accepts
+// without an effect (fsdp_cpu_ram_efficient_loading), and other unknown keys (the Trainer's
+// training arguments beside its fsdp_config, keys of a newer accelerate) — but a near-miss of
+// a key it honours (mixed_precison) is refused, exit 2. Every value is checked as a scenario
+// value is, and errors point into the file (file:line:col).
+
+const std::vector<std::string>& accelerate_launcher_keys() {
+  static const std::vector<std::string> kKeys = {
+      "compute_environment", "debug", "machine_rank", "main_process_ip", "main_process_port",
+      "main_training_function", "rdzv_backend", "same_network", "tpu_env", "tpu_use_cluster", "tpu_use_sudo",
+      "tpu_name", "tpu_zone", "commands", "command_file", "enable_cpu_affinity", "gpu_ids", "downcast_bf16",
+      "dynamo_config", "dynamo_backend", "use_cpu", "ipex_config", "mpirun_config", "megatron_lm_config",
+      "deepspeed_config", "fp8_config"};
+  return kKeys;
+}
+
+bool json_text(const std::string& file, std::string_view text) {
+  if (file.size() >= 5 && lower(file.substr(file.size() - 5)) == ".json") return true;
+  const std::size_t first = text.find_first_not_of(" \t\r\n");
+  return first != std::string_view::npos && text[first] == '{';
+}
+
+// accelerate's top-level keys (NOTE [accelerate config files]); `ignored` collects the
+// launcher keys, `unknown` the names shardlab does not know (a near-miss of a key it
+// honours is refused instead: dropping it would change the run).
+Status apply_accelerate_top(const Node& root, std::size_t fsdp_index, Scenario& s, std::vector<std::string>& ignored,
+                            std::vector<std::string>& unknown) {
+  static const std::vector<std::string> kHonoured = {"distributed_type", "mixed_precision", "num_machines",
+                                                     "num_processes", "fsdp_config"};
+  Problems problems;
+  const Node* machines = nullptr;
+  const Node* processes = nullptr;
   for (std::size_t i = 0; i < root.keys.size(); ++i) {
-    if (root.keys[i].kind == Node::Kind::kScalar && root.keys[i].text == "fsdp_config") {
-      Node inner = std::move(root.values[i]);
-      root = std::move(inner);
-      break;
+    if (i == fsdp_index) continue;
+    const Node& k = root.keys[i];
+    const Node& v = root.values[i];
+    const std::string name = k.kind == Node::Kind::kScalar ? k.text : describe(k);
+    if (name == "distributed_type") {
+      auto type = to_enum(v, name, {{"FSDP", {}}},
+                          " (this file describes a run without FSDP; `accelerate config` writes FSDP when asked for "
+                          "FSDP)");
+      problems.add(type.status());
+    } else if (name == "mixed_precision") {
+      auto mp = to_enum(v, name, {{"no", {"fp32"}}, {"bf16", {}}, {"fp16", {}}, {"fp8", {}}});
+      if (!mp.is_ok()) {
+        problems.add(mp.status());
+      } else if (*mp == "fp16" || *mp == "fp8") {
+        problems.add(bad(v.pos, name + ": " + *mp + " is not modeled (fp16 needs a gradient scaler, fp8 its own kernels)",
+                         "allowed: no, bf16"));
+      } else {
+        s.train.precision = *mp == "bf16" ? "bf16" : "fp32";
+        s.positions["train.precision"] = v.pos;
+      }
+    } else if (name == "num_machines") {
+      machines = &v;
+    } else if (name == "num_processes") {
+      processes = &v;
+    } else if (std::find(accelerate_launcher_keys().begin(), accelerate_launcher_keys().end(), name) !=
+               accelerate_launcher_keys().end()) {
+      ignored.push_back(name);
+    } else if (auto near = suggest(name, kHonoured)) {
+      problems.add(bad(k.pos, "unknown accelerate key " + show(name) + " (did you mean '" + *near + "'?)",
+                       "allowed: " + join(kHonoured) + ", or accelerate's launcher keys"));
+    } else {
+      unknown.push_back(name);
     }
   }
-  return apply_map(find_key(schema(), "fsdp")->children, "fsdp", root, s);
+  std::int64_t nodes = s.world.nodes;
+  if (machines != nullptr) {
+    auto n = to_int(*machines, "num_machines", 1, kMaxWorldSize);
+    problems.add(n.status());
+    if (n.is_ok()) {
+      nodes = *n;
+      s.world.nodes = static_cast<int>(nodes);
+      s.positions["world.nodes"] = machines->pos;
+    }
+  }
+  if (processes != nullptr) {
+    auto n = to_int(*processes, "num_processes", 1, kMaxWorldSize);
+    problems.add(n.status());
+    if (n.is_ok()) {
+      if (*n % nodes != 0) {
+        problems.add(bad(processes->pos,
+                         "num_processes: " + std::to_string(*n) + " processes do not split evenly over " +
+                             std::to_string(nodes) + " machines (num_machines)",
+                         "allowed: a multiple of num_machines"));
+      } else {
+        s.world.devices_per_node = static_cast<int>(*n / nodes);
+        s.positions["world.devices_per_node"] = processes->pos;
+      }
+    }
+  }
+  return problems.status();
+}
+
+Status apply_fsdp_config(const std::string& file, Scenario& s) {
+  SHARDLAB_ASSIGN_OR_RETURN(std::string text, read_bounded(file, "--fsdp-config file"));
+  const SourcePos start{file, 1, 1};
+  Node root;
+  if (json_text(file, text)) {
+    SHARDLAB_ASSIGN_OR_RETURN(nlohmann::json j, parse_json(file, text, "--fsdp-config file"));
+    // JSON is YAML 1.2, so yaml-cpp re-reads the validated text to recover positions.
+    Result<Node> reread = parse_yaml(text, file_mapper(file), start);
+    root = reread.is_ok() ? std::move(reread).value() : json_to_node(j, SourcePos{file, 0, 0});
+  } else {
+    SHARDLAB_RETURN_IF_ERROR(screen_text(file, text, "--fsdp-config file"));
+    SHARDLAB_ASSIGN_OR_RETURN(root, parse_yaml(text, file_mapper(file), start));
+  }
+  if (root.kind != Node::Kind::kMap) {
+    return bad(root.pos, "--fsdp-config: expected a JSON object (or the YAML map `accelerate config` writes), got " +
+                             describe(root),
+               "allowed: a JSON object {\"fsdp_sharding_strategy\": 1, ...} (possibly nested under \"fsdp_config\"), "
+               "or the YAML file `accelerate config` writes");
+  }
+  Problems problems;
+  std::vector<std::string> ignored, unknown;
+  std::size_t fsdp_index = root.keys.size();
+  for (std::size_t i = 0; i < root.keys.size(); ++i) {
+    if (root.keys[i].kind == Node::Kind::kScalar && root.keys[i].text == "fsdp_config") fsdp_index = i;
+  }
+  const Node* fsdp = &root;
+  if (fsdp_index < root.keys.size()) {
+    fsdp = &root.values[fsdp_index];
+    problems.add(apply_accelerate_top(root, fsdp_index, s, ignored, unknown));
+  }
+  const KeyDef* fsdp_section = find_key(schema(), "fsdp");
+  problems.add(apply_map(fsdp_section->children, "fsdp", *fsdp, s));
+  if (fsdp->kind == Node::Kind::kMap) {
+    for (const auto& k : fsdp->keys) {
+      const KeyDef* def = k.kind == Node::Kind::kScalar ? find_key(fsdp_section->children, k.text) : nullptr;
+      if (def != nullptr && def->name == "cpu_ram_efficient_loading") ignored.push_back(k.text);
+    }
+  }
+  if (!ignored.empty()) {
+    s.notes.push_back("--fsdp-config " + file + ": ignored (no effect on what a step computes): " + join(ignored));
+  }
+  if (!unknown.empty()) {
+    s.notes.push_back("--fsdp-config " + file + ": ignored (not accelerate keys shardlab knows; check the spelling): " +
+                      join(unknown));
+  }
+  return problems.status();
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1327,9 +1766,8 @@ Status apply_set(int index, const std::string& arg, Scenario& s) {
         return bad(at(static_cast<int>(dot) + 2), path + " is a key, not a section",
                    "allowed: --set " + path + "=value");
       }
-      SHARDLAB_RETURN_IF_ERROR(def->set(value, path, s));
-      s.positions[path] = value.pos;
-      return Status::ok();
+      s.positions[path] = value.pos;  // also when refused (NOTE [Every error])
+      return def->value.set(value, path, s);
     }
     if (last) return apply_map(def->children, path, value, s);  // a whole section as a flow map
     defs = &def->children;
@@ -1338,48 +1776,6 @@ Status apply_set(int index, const std::string& arg, Scenario& s) {
   }
 }
 
-// ---------------------------------------------------------------------------------------
-// Canonical YAML.
-
-std::string yaml_string(const std::string& v) {
-  std::string out = "\"";
-  for (unsigned char c : v) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      default:
-        if (c < 0x20 || c == 0x7f) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\x%02x", static_cast<unsigned>(c));
-          out += buf;
-        } else {
-          out += static_cast<char>(c);
-        }
-    }
-  }
-  return out + "\"";
-}
-
-std::string yaml_number(double v) {
-  char buf[64];
-  auto r = std::to_chars(buf, buf + sizeof buf, v);  // shortest form that reads back exactly
-  return std::string(buf, r.ptr);
-}
-
-const char* yaml_bool(bool v) { return v ? "true" : "false"; }
 
 // ---------------------------------------------------------------------------------------
 // Checks across keys, after every override.
@@ -1398,20 +1794,22 @@ SourcePos first_given(const Scenario& s, std::initializer_list<const char*> keys
   return SourcePos{s.path, 0, 0};
 }
 
+// `value` is anchored already (NOTE [Relative paths] in cli/scenario.h).
 Status check_file(const Scenario& s, const std::string& key, const std::string& value, const std::string& allowed) {
-  const std::string resolved = resolve_scenario_path(s, value);
-  if (is_file(resolved)) return Status::ok();
-  std::string what = key + ": file " + show(value) + " not found";
-  if (resolved != value) what += " (looked for " + show(resolved) + ")";
-  return bad(s.where(key), what, allowed);
+  if (is_file(value)) return Status::ok();
+  const bool from_set = s.where(key).file == "--set";
+  return bad(s.where(key),
+             key + ": file " + show(value) + " not found (a relative path is relative to " +
+                 (from_set ? "the current directory, as given with --set)" : "the scenario file's folder)"),
+             allowed);
 }
 
 // max_position_embeddings of the model (preset or config.json).
 Result<std::int64_t> max_positions(const Scenario& s) {
   if (s.model.config.empty()) return kPresetMaxPositions;
-  const std::string allowed = "allowed: a path to a Hugging Face config.json, relative to the scenario file";
+  const std::string allowed = "allowed: a path to a Hugging Face config.json";
   SHARDLAB_RETURN_IF_ERROR(check_file(s, "model.config", s.model.config, allowed));
-  const std::string resolved = resolve_scenario_path(s, s.model.config);
+  const std::string& resolved = s.model.config;
   SHARDLAB_ASSIGN_OR_RETURN(std::string text, read_bounded(resolved, "model config"));
   SHARDLAB_ASSIGN_OR_RETURN(nlohmann::json j, parse_json(resolved, text, "model config"));
   if (!j.is_object()) return bad(SourcePos{resolved, 1, 1}, "model config is not a JSON object", allowed);
@@ -1424,92 +1822,94 @@ Result<std::int64_t> max_positions(const Scenario& s) {
   return it->get<std::int64_t>();
 }
 
-Status validate(const Scenario& s, const SourcePos& top) {
+void validate(const Scenario& s, const SourcePos& top, Problems& problems) {
   // name
   if (!s.positions.count("name")) {
-    return bad(top, "missing required key `name`",
-               "a scenario needs `name:` (letters, digits, '_', '.', '-'); it names the output folder");
+    problems.add(bad(top, "missing required key `name`",
+               "a scenario needs `name:` (letters, digits, '_', '.', '-'); it names the output folder"));
   }
   const bool name_ok =
       !s.name.empty() && s.name != "." && s.name != ".." && std::all_of(s.name.begin(), s.name.end(), [](char c) {
         return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-';
       });
-  if (!name_ok) {
-    return bad(s.where("name"), "name " + show(s.name) + " is not a valid folder name",
-               "allowed: letters, digits, '_', '.' and '-' (not '.' or '..')");
+  if (s.positions.count("name") && !name_ok && !problems.reported_at(s.where("name"))) {
+    problems.add(bad(s.where("name"), "name " + show(s.name) + " is not a valid folder name",
+               "allowed: letters, digits, '_', '.' and '-' (not '.' or '..')"));
   }
   // model
-  SHARDLAB_ASSIGN_OR_RETURN(const std::int64_t max_pos, max_positions(s));
+  const Result<std::int64_t> max_pos = max_positions(s);
+  problems.add(max_pos.status());
   if (s.model.weights != "random") {
-    SHARDLAB_RETURN_IF_ERROR(
+    problems.add(
         check_file(s, "model.weights", s.model.weights,
-                   "allowed: random, or a path to a model.safetensors relative to the scenario file"));
+                   "allowed: random, or a path to a model.safetensors"));
   }
   // data
   if (s.data.kind == "file") {
     if (s.data.path.empty()) {
-      return bad(first_given(s, {"data.kind", "data.path"}), "data.kind is file but data.path is not given",
-                 "give data.path (a batch .safetensors), or use data.kind: synthetic");
+      problems.add(bad(first_given(s, {"data.kind", "data.path"}), "data.kind is file but data.path is not given",
+                 "give data.path (a batch .safetensors), or use data.kind: synthetic"));
+    } else {
+      problems.add(check_file(s, "data.path", s.data.path, "allowed: a path to a batch .safetensors"));
     }
-    SHARDLAB_RETURN_IF_ERROR(check_file(s, "data.path", s.data.path,
-                                        "allowed: a path to a batch .safetensors relative to the scenario file"));
   } else if (!s.data.path.empty()) {
-    return bad(first_given(s, {"data.path", "data.kind"}), "data.path is given but data.kind is synthetic",
-               "set data.kind: file to read batches from data.path, or remove data.path");
+    problems.add(bad(first_given(s, {"data.path", "data.kind"}), "data.path is given but data.kind is synthetic",
+               "set data.kind: file to read batches from data.path, or remove data.path"));
   }
-  if (s.data.seq_len > max_pos) {
+  if (max_pos.is_ok() && s.data.seq_len > *max_pos) {
     const std::string source = s.model.config.empty() ? "the " + s.model.preset + " preset" : show(s.model.config);
-    return bad(first_given(s, {"data.seq_len", "model.config", "model.preset"}),
+    problems.add(bad(first_given(s, {"data.seq_len", "model.config", "model.preset"}),
                "data.seq_len = " + std::to_string(s.data.seq_len) +
-                   " exceeds max_position_embeddings = " + std::to_string(max_pos) + " of " + source,
-               "allowed: seq_len from 1 to " + std::to_string(max_pos));
+                   " exceeds max_position_embeddings = " + std::to_string(*max_pos) + " of " + source,
+               "allowed: seq_len from 1 to " + std::to_string(*max_pos)));
   }
   if (s.data.batch_size_per_rank % s.train.grad_accumulation != 0) {
-    return bad(first_given(s, {"data.batch_size_per_rank", "train.grad_accumulation"}),
+    problems.add(bad(first_given(s, {"data.batch_size_per_rank", "train.grad_accumulation"}),
                "data.batch_size_per_rank = " + std::to_string(s.data.batch_size_per_rank) +
                    " is not divisible by train.grad_accumulation = " + std::to_string(s.train.grad_accumulation),
                "allowed: a batch size that is a multiple of grad_accumulation (each micro-batch has batch / "
-               "accumulation rows)");
+               "accumulation rows)"));
   }
   // fsdp
   if (s.fsdp.auto_wrap_policy == "transformer" && s.fsdp.transformer_layer_cls_to_wrap.empty()) {
-    return bad(first_given(s, {"fsdp.transformer_layer_cls_to_wrap", "fsdp.auto_wrap_policy"}),
+    problems.add(bad(first_given(s, {"fsdp.transformer_layer_cls_to_wrap", "fsdp.auto_wrap_policy"}),
                "fsdp.auto_wrap_policy is transformer but transformer_layer_cls_to_wrap is empty",
-               "allowed: at least one layer class (e.g. BertLayer), or auto_wrap_policy size/none");
+               "allowed: at least one layer class (e.g. BertLayer), or auto_wrap_policy size/none"));
   }
   // world
   const std::int64_t world = std::int64_t{s.world.nodes} * s.world.devices_per_node;
   if (world > kMaxWorldSize) {
-    return bad(first_given(s, {"world.nodes", "world.devices_per_node"}),
+    problems.add(bad(first_given(s, {"world.nodes", "world.devices_per_node"}),
                "world size nodes x devices_per_node = " + std::to_string(s.world.nodes) + " x " +
                    std::to_string(s.world.devices_per_node) + " = " + std::to_string(world),
-               "allowed: at most " + std::to_string(kMaxWorldSize) + " ranks");
+               "allowed: at most " + std::to_string(kMaxWorldSize) + " ranks"));
   }
   if (looks_like_path(s.world.device)) {
-    SHARDLAB_RETURN_IF_ERROR(check_file(s, "world.device", s.world.device,
-                                        "allowed: cpu, gaudi1, gaudi2, gaudi3, or an existing device profile file"));
+    problems.add(check_file(s, "world.device", s.world.device,
+                            "allowed: " + join(sim::device_profile_names()) + ", or an existing device profile file"));
   }
   if (s.world.offload_host != "host") {
     if (!s.fsdp.cpu_offload) {
-      return bad(s.where("world.offload_host"), "world.offload_host is set but fsdp.cpu_offload is false",
-                 "allowed: fsdp.cpu_offload: true, or world.offload_host: host (the default)");
+      problems.add(bad(s.where("world.offload_host"), "world.offload_host is set but fsdp.cpu_offload is false",
+                 "allowed: fsdp.cpu_offload: true, or world.offload_host: host (the default)"));
     }
     if (s.world.backend != "sim") {
-      return bad(s.where("world.offload_host"),
+      problems.add(bad(s.where("world.offload_host"),
                  "world.offload_host models the host in the simulator; backend " + s.world.backend +
                      " offloads to the real host",
-                 "allowed: world.backend: sim, or world.offload_host: host (the default)");
+                 "allowed: world.backend: sim, or world.offload_host: host (the default)"));
     }
-    SHARDLAB_RETURN_IF_ERROR(check_file(s, "world.offload_host", s.world.offload_host,
-                                        "allowed: host, or an existing device profile file"));
+    problems.add(check_file(s, "world.offload_host", s.world.offload_host,
+                            "allowed: host, or an existing device profile file"));
   }
   if (looks_like_path(s.world.topology)) {
-    SHARDLAB_RETURN_IF_ERROR(
+    problems.add(
         check_file(s, "world.topology", s.world.topology,
-                   "allowed: hls1, hls2, hls3, ring, fully_connected, switch, or an existing topology profile file"));
+                   "allowed: " + join(sim::list_topologies()) + ", or an existing topology profile file"));
   }
   // faults
-  for (std::size_t i = 0; i < s.faults.size(); ++i) {
+  // One problem per fault at most: its checks build on each other.
+  const auto check_fault = [&](std::size_t i) -> Status {
     const auto& f = s.faults[i];
     const std::string name = "faults[" + std::to_string(i) + "]";
     auto at = [&](const char* key) {
@@ -1517,6 +1917,7 @@ Status validate(const Scenario& s, const SourcePos& top) {
       return it != s.positions.end() ? it->second : f.pos;
     };
     if (f.kind.empty()) {
+      if (problems.reported_at(s.where(name + ".kind"))) return Status::ok();  // refused already
       return bad(f.pos, name + " has no kind",
                  "allowed kinds: crash, hang, straggler, corrupt, link_down, link_degrade, view_offset");
     }
@@ -1607,18 +2008,20 @@ Status validate(const Scenario& s, const SourcePos& top) {
       return bad(at("factor"), name + ".factor = " + yaml_number(f.factor) + " would speed the link up",
                  "allowed: a bandwidth factor in (0, 1]");
     }
-  }
+    return Status::ok();
+  };
+  for (std::size_t i = 0; i < s.faults.size(); ++i) problems.add(check_fault(i));
   // checkpoint
   if (s.checkpoint.dir.empty() && s.checkpoint.every_steps > 0) {
-    return bad(s.where("checkpoint.every_steps"), "checkpoint.every_steps is set but checkpoint.dir is not",
-               "give checkpoint.dir to write checkpoints");
+    problems.add(bad(s.where("checkpoint.every_steps"), "checkpoint.every_steps is set but checkpoint.dir is not",
+               "give checkpoint.dir to write checkpoints"));
   }
   if (s.checkpoint.dir.empty() && s.checkpoint.resume) {
-    return bad(s.where("checkpoint.resume"), "checkpoint.resume is true but checkpoint.dir is not set",
-               "give checkpoint.dir to resume from");
+    problems.add(bad(s.where("checkpoint.resume"), "checkpoint.resume is true but checkpoint.dir is not set",
+               "give checkpoint.dir to resume from"));
   }
-  return Status::ok();
 }
+
 
 }  // namespace
 
@@ -1635,12 +2038,14 @@ Result<Scenario> parse_scenario(const std::string& path, const std::string& text
   }
   Scenario s;
   s.path = path;
-  SHARDLAB_RETURN_IF_ERROR(apply_map(schema(), "", root, s));
-  if (!overrides.fsdp_config.empty()) SHARDLAB_RETURN_IF_ERROR(apply_fsdp_config(overrides.fsdp_config, s));
+  Problems problems;  // NOTE [Every error]
+  problems.add(apply_map(schema(), "", root, s));
+  if (!overrides.fsdp_config.empty()) problems.add(apply_fsdp_config(overrides.fsdp_config, s));
   for (std::size_t i = 0; i < overrides.set.size(); ++i) {
-    SHARDLAB_RETURN_IF_ERROR(apply_set(static_cast<int>(i) + 1, overrides.set[i], s));
+    problems.add(apply_set(static_cast<int>(i) + 1, overrides.set[i], s));
   }
-  SHARDLAB_RETURN_IF_ERROR(validate(s, root.pos));
+  validate(s, root.pos, problems);
+  if (!problems.empty()) return problems.shown();
   return s;
 }
 
@@ -1763,6 +2168,120 @@ std::string to_yaml(const Scenario& s) {
   opt("min_samples_per_s", s.expect.min_samples_per_s);
   opt("max_step_time_s", s.expect.max_step_time_s);
   opt("final_loss_below", s.expect.final_loss_below);
+  return o.str();
+}
+
+// ---------------------------------------------------------------------------------------
+// The reference (NOTE [One schema]).
+
+namespace {
+
+struct RefRow {
+  std::string key, type, default_value, allowed, help, equivalent;
+  std::vector<std::string> aliases;
+};
+
+// One table per section: its own keys, then its subsections, then the keys of its lists'
+// entries (faults[]).
+void collect_rows(const std::vector<KeyDef>& defs, const std::string& prefix, const Scenario& defaults,
+                  std::vector<std::pair<std::string, std::vector<RefRow>>>& sections) {
+  const auto row = [](const KeyDef& d, const std::string& path, const Scenario& values) {
+    const std::string shown = d.value.show(values);
+    return RefRow{path,         d.value.type, shown.empty() ? "\"\"" : shown, d.value.allowed, d.doc.help,
+                  d.doc.equivalent, d.aliases};
+  };
+  const auto path_of = [&](const KeyDef& d) { return prefix.empty() ? d.name : prefix + "." + d.name; };
+  std::vector<RefRow> rows;
+  for (const auto& d : defs) {
+    if (!d.is_section()) rows.push_back(row(d, path_of(d), defaults));
+  }
+  sections.emplace_back(prefix, std::move(rows));
+  for (const auto& d : defs) {
+    if (d.is_section()) collect_rows(d.children, path_of(d), defaults, sections);
+  }
+  for (const auto& d : defs) {
+    if (d.item_keys.empty()) continue;
+    Scenario with_item = defaults;
+    with_item.faults.emplace_back();  // the only list of maps: its entries' defaults
+    std::vector<RefRow> items;
+    for (const auto& item : d.item_keys) items.push_back(row(item, path_of(d) + "[]." + item.name, with_item));
+    sections.emplace_back(path_of(d) + "[]", std::move(items));
+  }
+}
+
+std::string md_cell(const std::string& v) {
+  std::string out;
+  for (char c : v) out += c == '|' ? std::string("\\|") : std::string(1, c);
+  return out;
+}
+
+constexpr const char* kReferenceIntro =
+    "A scenario is a YAML file: what to run, where, and what must hold after (`shardlab run FILE`, `shardlab "
+    "validate FILE`). Every key has the default below, so `name: x` alone is a valid scenario; `shardlab run` "
+    "without a file runs scenarios/default.yaml, and `--set` / `--fsdp-config` without a file apply to it.\n\n"
+    "Precedence: the file, then `--fsdp-config`, then each `--set section.key=value` in order (the value is YAML: "
+    "`--set 'faults=[{kind: crash, rank: 1, step: 2}]'`). A relative path inside a scenario file is relative to "
+    "that file's folder; one given with `--set` is relative to the current directory. Every problem of a file is "
+    "reported as `file:line:col: what is wrong; what is allowed` (at most 20), exit 2.\n";
+
+constexpr const char* kAccelerateText =
+    "`--fsdp-config FILE` takes the YAML file `accelerate config` writes, or an fsdp_config JSON (optimum-habana, "
+    "the Trainer's `fsdp_config`, flat or nested under `fsdp_config`). Its `fsdp_config` keys are the `fsdp.*` keys "
+    "above under their accelerate names (column \"also\"). Its top-level keys:\n\n"
+    "| key | what shardlab does |\n|---|---|\n"
+    "| `distributed_type` | must be `FSDP`; another value describes a run without FSDP: exit 2 |\n"
+    "| `mixed_precision` | `no`: fp32; `bf16`: `train.precision: bf16`; `fp16`, `fp8`: exit 2 (no gradient scaler, "
+    "no fp8 kernels are modeled) |\n"
+    "| `num_machines` | `world.nodes` |\n"
+    "| `num_processes` | `world.devices_per_node` = num_processes / num_machines (must divide, else exit 2) |\n";
+
+}  // namespace
+
+std::string schema_reference(bool markdown) {
+  std::vector<std::pair<std::string, std::vector<RefRow>>> sections;
+  const Scenario defaults;
+  collect_rows(schema(), "", defaults, sections);
+  std::ostringstream o;
+  if (markdown) {
+    o << "# Scenario reference\n\n"
+      << "<!-- Generated by `shardlab schema --markdown > docs/scenarios.md` from the table the parser reads "
+         "(cli/scenario.cc); do not edit by hand. The ctest docs_scenarios_md_is_current fails when it is stale. "
+         "-->\n\n"
+      << kReferenceIntro << "\n";
+    for (const auto& [name, rows] : sections) {
+      if (rows.empty()) continue;
+      o << "## " << (name.empty() ? std::string("Top level") : "`" + name + "`") << "\n\n";
+      o << "| key | type | default | allowed | meaning | PyTorch / accelerate | also |\n";
+      o << "|---|---|---|---|---|---|---|\n";
+      for (const auto& r : rows) {
+        o << "| `" << r.key << "` | " << md_cell(r.type) << " | `" << md_cell(r.default_value) << "` | "
+          << md_cell(r.allowed) << " | " << md_cell(r.help) << " | " << md_cell(r.equivalent) << " | "
+          << md_cell(join(r.aliases)) << " |\n";
+      }
+      o << "\n";
+    }
+    o << "## accelerate config files (`--fsdp-config`)\n\n" << kAccelerateText << "\n"
+      << "Ignored, and named on stdout (launcher settings: where processes start and how they meet, not what a step "
+         "computes): "
+      << join(accelerate_launcher_keys())
+      << "; and `fsdp_cpu_ram_efficient_loading` (accepted, no effect). Other top-level keys (the Trainer's training "
+         "arguments beside its `fsdp_config`, keys of a newer accelerate) are named as unknown and ignored; a near-miss "
+         "of a key shardlab honours (`mixed_precison`) exits 2.\n";
+    return o.str();
+  }
+  o << "shardlab scenario keys (section.key: type, default; allowed values; meaning; PyTorch / accelerate)\n";
+  for (const auto& [name, rows] : sections) {
+    for (const auto& r : rows) {
+      o << "\n" << r.key << "  (" << r.type << ", default " << r.default_value << ")\n";
+      o << "    allowed: " << r.allowed << "\n";
+      if (!r.help.empty()) o << "    " << r.help << "\n";
+      if (!r.equivalent.empty()) o << "    PyTorch / accelerate: " << r.equivalent << "\n";
+      if (!r.aliases.empty()) o << "    also accepted as: " << join(r.aliases) << "\n";
+    }
+  }
+  o << "\n--fsdp-config: accelerate's YAML config or an fsdp_config JSON (docs/scenarios.md); top-level keys "
+       "honoured: distributed_type (FSDP), mixed_precision (no, bf16), num_machines, num_processes; ignored and named: "
+    << join(accelerate_launcher_keys()) << "\n";
   return o.str();
 }
 

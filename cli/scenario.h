@@ -1,11 +1,13 @@
 // Scenario files: the user's unit of work — what to run, where, and what must hold after.
 //
-// A scenario is YAML with the sections below (names fixed). load_scenario reads and
-// validates it completely before anything runs: syntax errors, unknown keys (with a
-// did-you-mean), wrong types, out-of-range values and inconsistencies are
-// INVALID_ARGUMENT with the message `file:line:col: what is wrong; what is allowed`
-// (exit code 2). Hostile input (alias bombs, deep nesting, huge numbers, binary junk,
-// empty or oversized files) gets the same treatment, quickly and in bounded memory.
+// A scenario is YAML with the sections below (names fixed; `shardlab schema` and
+// docs/scenarios.md list every key). load_scenario reads and validates it completely
+// before anything runs: syntax errors, unknown keys (with a did-you-mean), wrong types,
+// out-of-range values and inconsistencies are INVALID_ARGUMENT with one line
+// `file:line:col: what is wrong; what is allowed` per problem of the file (at most 20
+// shown; NOTE [Every error] in scenario.cc), exit code 2. Hostile input (alias bombs, deep
+// nesting, huge numbers, binary junk, empty or oversized files) gets the same treatment,
+// quickly and in bounded memory.
 //
 // Every key has a default (below), so `name: x` alone is a valid scenario. The `fsdp`
 // section also accepts Hugging Face accelerate's key names (fsdp_sharding_strategy as a
@@ -21,6 +23,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "runtime/core/status.h"
@@ -43,14 +46,14 @@ struct Scenario {
 
   struct Model {
     std::string preset = "bert-tiny";  // bert-tiny|mini|small|base|large, or "mlp"; ignored when `config` is set
-    std::string config;                // path to a Hugging Face config.json (relative to the scenario file)
+    std::string config;                // path to a Hugging Face config.json (NOTE [Relative paths])
     std::string head = "mlm";          // classification | mlm | qa
     std::string weights = "random";    // random | path to model.safetensors
   } model;
 
   struct Data {
     std::string kind = "synthetic";  // synthetic | file
-    std::string path;                // kind file: a batch safetensors (relative to the scenario file)
+    std::string path;                // kind file: a batch safetensors (NOTE [Relative paths])
     std::int64_t batch_size_per_rank = 2;
     std::int64_t seq_len = 64;
   } data;
@@ -129,7 +132,7 @@ struct Scenario {
   std::vector<Fault> faults;
 
   struct Checkpoint {
-    std::string dir;        // empty: no checkpoints (relative to the output folder)
+    std::string dir;        // empty: no checkpoints (NOTE [Relative paths])
     int every_steps = 0;    // 0: only at the end when dir is set
     bool resume = false;
   } checkpoint;
@@ -153,13 +156,19 @@ struct Scenario {
 
   // Where each given key was set ("world.nodes" → position), for later semantic errors.
   std::map<std::string, SourcePos> positions;
+  // What the run was given but does not honour, one line each (e.g. --fsdp-config keys with
+  // no effect; NOTE [accelerate config files] in scenario.cc). `run` and `validate` print
+  // them on stdout.
+  std::vector<std::string> notes;
   // The position of `key` if it was given, else the file itself (line 0).
   SourcePos where(const std::string& key) const;
 };
 
 struct ScenarioOverrides {
   std::vector<std::string> set;  // "section.key=value" (value parsed as a YAML scalar or flow sequence)
-  std::string fsdp_config;       // accelerate / optimum-habana fsdp_config JSON file; empty: none
+  // An accelerate config: `accelerate config`'s YAML file, or an fsdp_config JSON
+  // (NOTE [accelerate config files] in scenario.cc); empty: none.
+  std::string fsdp_config;
 };
 
 // Reads, applies overrides (file < --fsdp-config < --set), validates.
@@ -171,9 +180,22 @@ Result<Scenario> parse_scenario(const std::string& path, const std::string& text
 // The scenario as canonical YAML (every key, defaults filled in) — `shardlab validate --print`.
 std::string to_yaml(const Scenario& s);
 
-// A path from the scenario (model.config, model.weights, data.path, a profile path) as it
-// is to be opened: a relative path is relative to the scenario file's folder; absolute
-// paths and "" are returned unchanged. Validation checks files through this too.
-std::string resolve_scenario_path(const Scenario& s, const std::string& path);
+// scenarios/default.yaml as compiled in: what `shardlab run` runs without a scenario file,
+// and what --set / --fsdp-config apply to when no file is given. Messages name it
+// kDefaultScenarioName.
+std::string_view default_scenario_text();
+inline constexpr const char* kDefaultScenarioName = "scenarios/default.yaml (built in)";
+
+// NOTE [Relative paths]
+// Every path-valued key (model.config, model.weights, data.path, world.device /
+// world.topology / world.offload_host when a path, checkpoint.dir) is anchored when it is
+// read: a relative path inside a scenario file is relative to that file's folder; one given
+// with --set is relative to the current directory, as any command-line path is. The
+// Scenario then holds paths as they are to be opened; absolute paths are kept unchanged.
+
+// The scenario reference (`shardlab schema`), from the table the parser reads: every key
+// with its type, default, allowed values and PyTorch / accelerate equivalent. `markdown`:
+// as docs/scenarios.md (tables), else plain text.
+std::string schema_reference(bool markdown);
 
 }  // namespace shardlab::cli

@@ -98,14 +98,11 @@ Status scenario_to_run_args(const Scenario& s, RunArgs& a) {
     }
   }
   {
-    const auto as_path = [&](const std::string& v) {
-      return v.find('/') != std::string::npos || v.ends_with(".json") ? resolve_scenario_path(s, v) : v;
-    };
-    auto device = sim::load_device_profile(as_path(s.world.device));
+    auto device = sim::load_device_profile(s.world.device);
     if (!device.is_ok()) return Status::invalid_argument(s.where("world.device").to_string() + ": " + device.status().message());
     a.device = *device;
     if (s.world.offload_host != "host") {
-      auto host = sim::load_device_profile(as_path(s.world.offload_host));
+      auto host = sim::load_device_profile(s.world.offload_host);
       if (!host.is_ok()) {
         return Status::invalid_argument(s.where("world.offload_host").to_string() + ": " + host.status().message());
       }
@@ -113,7 +110,7 @@ Status scenario_to_run_args(const Scenario& s, RunArgs& a) {
       a.offload_host = *host;
     }
     sim::NetworkSpec net;
-    net.topology = as_path(s.world.topology);
+    net.topology = s.world.topology;
     net.nodes = s.world.nodes;
     net.devices_per_node = s.world.devices_per_node;
     SHARDLAB_ASSIGN_OR_RETURN(net.model, sim::parse_network_model(s.world.network_model));
@@ -160,7 +157,7 @@ Status scenario_to_run_args(const Scenario& s, RunArgs& a) {
     if (a.mode == "timing") SHARDLAB_RETURN_IF_ERROR(check_timing_faults(*plan));
     a.faults = std::move(plan);
   }
-  // Relative checkpoint folders live in the output folder (run_command resolves them).
+  // checkpoint.dir is anchored like every path (NOTE [Relative paths] in cli/scenario.h).
   o.checkpoint.dir = s.checkpoint.dir;
   o.checkpoint.every_steps = s.checkpoint.every_steps;
   o.checkpoint.resume = s.checkpoint.resume;
@@ -174,7 +171,7 @@ Status scenario_to_run_args(const Scenario& s, RunArgs& a) {
   // Model.
   if (!s.model.config.empty()) {
     SHARDLAB_ASSIGN_OR_RETURN(runtime::model::BertHead head, runtime::model::parse_bert_head(s.model.head));
-    auto hf = runtime::model::read_bert_config(resolve_scenario_path(s, s.model.config), head);
+    auto hf = runtime::model::read_bert_config(s.model.config, head);
     if (!hf.is_ok()) return Status::invalid_argument(s.where("model.config").to_string() + ": " + hf.status().message());
     o.model_kind = runtime::train::ModelKind::kBert;
     o.bert.config = hf->config;
@@ -202,7 +199,7 @@ Status scenario_to_run_args(const Scenario& s, RunArgs& a) {
     SHARDLAB_ASSIGN_OR_RETURN(Tensor p, host.empty({total}, DType::kF32, MemoryCategory::kParameters, "weights"));
     SHARDLAB_ASSIGN_OR_RETURN(Tensor g, host.empty({total}, DType::kF32, MemoryCategory::kOther, "scratch"));
     runtime::model::FlatParamAccess views(specs, p, g);
-    if (Status st = runtime::model::load_bert_weights(resolve_scenario_path(s, s.model.weights), specs, views.params());
+    if (Status st = runtime::model::load_bert_weights(s.model.weights, specs, views.params());
         !st.is_ok()) {
       return Status::invalid_argument(s.where("model.weights").to_string() + ": " + st.message());
     }
@@ -221,7 +218,7 @@ Status scenario_to_run_args(const Scenario& s, RunArgs& a) {
     };
     auto data = std::make_shared<FileData>();
     const runtime::model::Bert bert(o.bert);
-    auto batch = runtime::model::read_bert_batch(resolve_scenario_path(s, s.data.path), bert, data->host);
+    auto batch = runtime::model::read_bert_batch(s.data.path, bert, data->host);
     if (!batch.is_ok()) return Status::invalid_argument(s.where("data.path").to_string() + ": " + batch.status().message());
     data->batch = std::move(*batch);
     SHARDLAB_ASSIGN_OR_RETURN(Tensor ids, data->batch.get("input_ids"));

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -168,12 +169,12 @@ expect:
   EXPECT_EQ(s.description, "every key, none at its default");
   EXPECT_EQ(s.seed, 18446744073709551615ull);
   EXPECT_EQ(s.model.preset, "bert-base");
-  EXPECT_EQ(s.model.config, "hf/config.json");
-  EXPECT_EQ(resolve_scenario_path(s, s.model.config), path("hf/config.json"));
+  // Paths in a file are relative to its folder (NOTE [Relative paths]).
+  EXPECT_EQ(s.model.config, path("hf/config.json"));
   EXPECT_EQ(s.model.head, "qa");
-  EXPECT_EQ(s.model.weights, "hf/model.safetensors");
+  EXPECT_EQ(s.model.weights, path("hf/model.safetensors"));
   EXPECT_EQ(s.data.kind, "file");
-  EXPECT_EQ(s.data.path, "data/batch.safetensors");
+  EXPECT_EQ(s.data.path, path("data/batch.safetensors"));
   EXPECT_EQ(s.data.batch_size_per_rank, 12);
   EXPECT_EQ(s.data.seq_len, 1000);
   EXPECT_EQ(s.train.steps, 7);
@@ -205,8 +206,8 @@ expect:
   EXPECT_EQ(s.world.backend, "mpi");
   EXPECT_EQ(s.world.mode, "timing");
   EXPECT_EQ(s.world.world_size(), 8);
-  EXPECT_EQ(s.world.device, "profiles/dev.yaml");
-  EXPECT_EQ(s.world.topology, "profiles/topo.json");
+  EXPECT_EQ(s.world.device, path("profiles/dev.yaml"));
+  EXPECT_EQ(s.world.topology, path("profiles/topo.json"));
   ASSERT_EQ(s.faults.size(), 3u);
   EXPECT_EQ(s.faults[0].kind, "crash");
   EXPECT_EQ(s.faults[0].rank, 7);
@@ -220,7 +221,7 @@ expect:
   EXPECT_EQ(s.faults[1].factor, 0.25);
   EXPECT_EQ(s.faults[1].pos.to_string(), file + ":52:5");
   EXPECT_EQ(s.faults[2].factor, 2.0);
-  EXPECT_EQ(s.checkpoint.dir, "ckpt");
+  EXPECT_EQ(s.checkpoint.dir, path("ckpt"));
   EXPECT_EQ(s.checkpoint.every_steps, 2);
   EXPECT_TRUE(s.checkpoint.resume);
   ASSERT_TRUE(s.expect.grads_match_unsharded.has_value());
@@ -513,7 +514,7 @@ TEST(ScenarioErrors, EnumValuesListWhatIsAllowed) {
        {"unknown device profile 'gaudi4'", "cpu, gaudi1, gaudi2, gaudi3"}},
       {"world:\n  topology: mesh\n",
        "s.yaml:3:13:",
-       {"unknown topology profile 'mesh'", "hls1, hls2, hls3, ring, fully_connected, switch"}},
+       {"unknown topology profile 'mesh'", "fully_connected, hls1, hls2, hls3, ring, switch"}},
       {"faults:\n  - {kind: meteor, rank: 0, step: 1}\n",
        "s.yaml:3:12:",
        {"faults[0].kind", "'meteor'", "crash, hang"}},
@@ -543,7 +544,7 @@ TEST_F(ScenarioFiles, SeqLenBeyondConfigPositions) {
   write("config.json", "{\n  \"max_position_embeddings\": 128\n}\n");
   const std::string file = path("s.yaml");
   expect_error(parse_scenario(file, "name: a\nmodel:\n  config: config.json\ndata:\n  seq_len: 200\n"),
-               file + ":5:12:", {"exceeds max_position_embeddings = 128", "'config.json'"});
+               file + ":5:12:", {"exceeds max_position_embeddings = 128", "/config.json'"});
   // The default seq_len (64) against a smaller config: the config's position.
   write("small.json", "{\"max_position_embeddings\": 32}");
   expect_error(parse_scenario(file, "name: a\nmodel:\n  config: small.json\n"), file + ":3:11:", {"= 32"});
@@ -553,7 +554,7 @@ TEST_F(ScenarioFiles, SeqLenBeyondConfigPositions) {
 TEST_F(ScenarioFiles, ModelConfigMissingOrBroken) {
   const std::string file = path("s.yaml");
   expect_error(parse_scenario(file, "name: a\nmodel:\n  config: nope/config.json\n"),
-               file + ":3:11:", {"model.config", "'nope/config.json' not found", path("nope/config.json")});
+               file + ":3:11:", {"model.config", "'" + path("nope/config.json") + "' not found", "relative to the scenario file's folder"});
   const std::string cfg = write("bad.json", "{\n  \"max_position_embeddings\": ,\n}\n");
   expect_error(parse_scenario(file, "name: a\nmodel:\n  config: bad.json\n"),
                cfg + ":2:30:", {"invalid JSON", "model config"});
@@ -657,7 +658,7 @@ TEST(ScenarioErrors, Faults) {
 TEST_F(ScenarioFiles, ProfilePathsMustExist) {
   const std::string file = path("s.yaml");
   expect_error(parse_scenario(file, "name: a\nworld:\n  device: profiles/gaudi9.yaml\n"),
-               file + ":3:11:", {"world.device", "'profiles/gaudi9.yaml' not found", "gaudi3"});
+               file + ":3:11:", {"world.device", "'" + path("profiles/gaudi9.yaml") + "' not found", "gaudi3"});
   expect_error(parse_scenario(file, "name: a\nworld:\n  topology: my_topo.json\n"),
                file + ":3:13:", {"world.topology", "not found", "fully_connected"});
   write("profiles/gaudi9.yaml", "x: 1\n");
@@ -671,7 +672,7 @@ TEST_F(ScenarioFiles, OffloadHostProfile) {
   write("profiles/xeon.json", "{}\n");
   auto ok = parse_scenario(file, "name: a\nfsdp: {cpu_offload: true}\nworld:\n  offload_host: profiles/xeon.json\n");
   ASSERT_TRUE(ok.is_ok()) << ok.status().to_string();
-  EXPECT_EQ(ok->world.offload_host, "profiles/xeon.json");
+  EXPECT_EQ(ok->world.offload_host, path("profiles/xeon.json"));
   EXPECT_EQ(parse("name: a\n")->world.offload_host, "host");
   expect_error(parse_scenario(file, "name: a\nworld:\n  offload_host: profiles/xeon.json\n"), file + ":3:17:",
                {"world.offload_host is set but fsdp.cpu_offload is false", "fsdp.cpu_offload: true"});
@@ -679,7 +680,7 @@ TEST_F(ScenarioFiles, OffloadHostProfile) {
                                     "  offload_host: profiles/xeon.json\n"),
                file + ":5:17:", {"world.offload_host models the host in the simulator", "world.backend: sim"});
   expect_error(parse_scenario(file, "name: a\nfsdp: {cpu_offload: true}\nworld:\n  offload_host: xeon.json\n"),
-               file + ":4:17:", {"world.offload_host", "'xeon.json' not found", "allowed: host"});
+               file + ":4:17:", {"world.offload_host", "/xeon.json' not found", "allowed: host"});
   expect_error(parse_scenario(file, "name: a\nfsdp: {cpu_offload: true}\nworld:\n  offload_host: xeon\n"),
                file + ":4:17:", {"unknown device profile 'xeon'", "allowed: host, or a path"});
 }
@@ -825,7 +826,7 @@ TEST_F(ScenarioFiles, FsdpConfigJsonErrors) {
   o.fsdp_config = write("value.json", "{\"fsdp_sharding_strategy\": 9}");
   expect_error(parse("name: a\n", o), o.fsdp_config + ":1:28:", {"fsdp.sharding_strategy", "'9'"});
   o.fsdp_config = write("array.json", "[1, 2]");
-  expect_error(parse("name: a\n", o), o.fsdp_config + ":1:1:", {"expected a JSON object, got a list"});
+  expect_error(parse("name: a\n", o), o.fsdp_config + ":1:1:", {"expected a JSON object", "got a list"});
   o.fsdp_config = write("both.json", "{\"fsdp_sharding_strategy\": 1, \"sharding_strategy\": 2}");
   expect_error(parse("name: a\n", o),
                o.fsdp_config + ":1:31:", {"both set fsdp.sharding_strategy", o.fsdp_config + ":1:2"});
@@ -1012,6 +1013,225 @@ TEST_F(ScenarioFiles, LoadScenarioFileErrors) {
   auto r = load_scenario(file);
   ASSERT_TRUE(r.is_ok()) << r.status().to_string();
   EXPECT_EQ(r->name, "from-disk");
+}
+
+// ---------------------------------------------------------------------------------------
+// NOTE [Every error]: every problem of a file, one line each, at most 20.
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) out.push_back(line);
+  return out;
+}
+
+TEST(ScenarioErrors, EveryProblemOfAFileIsReported) {
+  auto r = parse("name: a\ntrain:\n  steps: many\nfsdp:\n  sharding_stratgy: FULL_SHARD\nworld:\n  nodes: 0\n"
+                 "checkpoint:\n  resume: true\n");
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  const auto lines = lines_of(r.status().message());
+  ASSERT_EQ(lines.size(), 4u) << r.status().message();
+  EXPECT_EQ(lines[0].rfind("s.yaml:3:10: train.steps: expected an integer", 0), 0u) << lines[0];
+  EXPECT_EQ(lines[1].rfind("s.yaml:5:3: unknown key 'sharding_stratgy' in fsdp", 0), 0u) << lines[1];
+  EXPECT_EQ(lines[2].rfind("s.yaml:7:10: world.nodes: 0 is out of range", 0), 0u) << lines[2];
+  EXPECT_EQ(lines[3].rfind("s.yaml:9:11: checkpoint.resume is true but checkpoint.dir is not set", 0), 0u) << lines[3];
+}
+
+TEST(ScenarioErrors, ARefusedNameIsNotAlsoMissing) {
+  auto r = parse("name: [a, b]\n");
+  ASSERT_FALSE(r.is_ok());
+  const auto lines = lines_of(r.status().message());
+  ASSERT_EQ(lines.size(), 1u) << r.status().message();
+  EXPECT_NE(lines[0].find("s.yaml:1:7: name: expected a string"), std::string::npos) << lines[0];
+}
+
+TEST(ScenarioErrors, ErrorsInFaultsAndOverridesAreEachReported) {
+  ScenarioOverrides o;
+  o.set = {"train.stepz=2", "world.nodes=x"};
+  auto r = parse("name: a\nfaults:\n  - {kind: crash, rank: 1}\n  - {kind: boom, rank: 1}\n", o);
+  ASSERT_FALSE(r.is_ok());
+  const std::string& m = r.status().message();
+  EXPECT_NE(m.find("s.yaml:4:12: faults[1].kind: unknown value 'boom'"), std::string::npos) << m;
+  EXPECT_NE(m.find("--set:1:7: unknown key 'stepz' in train"), std::string::npos) << m;
+  EXPECT_NE(m.find("--set:2:13: world.nodes: expected an integer"), std::string::npos) << m;
+  EXPECT_NE(m.find("s.yaml:3:5: faults[0] (crash) has neither step nor time_ms"), std::string::npos) << m;
+  EXPECT_EQ(m.find("faults[1] has no kind"), std::string::npos) << m;  // its refused kind says it already
+}
+
+TEST(ScenarioErrors, AtMostTwentyAreShownAndTheRestCounted) {
+  std::string text = "name: a\nfaults:\n";
+  for (int i = 0; i < 25; ++i) text += "  - {kind: crash, step: 1}\n";
+  auto r = parse(text);
+  ASSERT_FALSE(r.is_ok());
+  const auto lines = lines_of(r.status().message());
+  ASSERT_EQ(lines.size(), 21u) << r.status().message();
+  EXPECT_EQ(lines[0].rfind("s.yaml:3:5: faults[0] (crash) has no rank", 0), 0u) << lines[0];
+  EXPECT_EQ(lines[19].rfind("s.yaml:22:5: faults[19] (crash) has no rank", 0), 0u) << lines[19];
+  EXPECT_NE(lines[20].find("and 5 more errors not shown"), std::string::npos) << lines[20];
+}
+
+// ---------------------------------------------------------------------------------------
+// NOTE [Relative paths].
+
+TEST_F(ScenarioFiles, PathsInAFileAreRelativeToItsFolder) {
+  write("sub/dev.json", "{}");
+  const std::string file = write("sub/s.yaml",
+                                 "name: a\nworld: {device: dev.json}\ncheckpoint: {dir: ckpt}\nmodel: {weights: random}\n");
+  auto r = load_scenario(file);
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  EXPECT_EQ(r->world.device, path("sub/dev.json"));
+  EXPECT_EQ(r->checkpoint.dir, path("sub/ckpt"));
+  EXPECT_EQ(r->model.weights, "random");  // not a path
+  // An absolute path stays as it is.
+  const std::string abs = write("abs.yaml", "name: a\ncheckpoint: {dir: " + path("elsewhere") + "}\n");
+  auto a = load_scenario(abs);
+  ASSERT_TRUE(a.is_ok()) << a.status().to_string();
+  EXPECT_EQ(a->checkpoint.dir, path("elsewhere"));
+}
+
+TEST_F(ScenarioFiles, PathsGivenWithSetAreRelativeToTheCurrentDirectory) {
+  write("sub/dev.json", "{}");
+  const std::string file = write("sub/s.yaml", "name: a\n");
+  ScenarioOverrides o;
+  o.set = {"checkpoint.dir=run/ckpt", "world.device=sub/dev.json"};
+  const fs::path before = fs::current_path();
+  fs::current_path(dir_);  // sub/dev.json exists relative to here, not to the file's folder
+  auto r = load_scenario(file, o);
+  fs::current_path(before);
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  EXPECT_EQ(r->checkpoint.dir, "run/ckpt");
+  EXPECT_EQ(r->world.device, "sub/dev.json");
+  // Looked for from the current directory, and the error says so.
+  o.set = {"world.device=nowhere/dev.json"};
+  auto missing = load_scenario(file, o);
+  expect_error(missing, "--set:1:14:", {"world.device: file 'nowhere/dev.json' not found", "the current directory"});
+}
+
+// ---------------------------------------------------------------------------------------
+// NOTE [accelerate config files]: the YAML `accelerate config` writes.
+
+constexpr const char* kAccelerateYaml = R"(compute_environment: LOCAL_MACHINE
+debug: false
+distributed_type: FSDP
+downcast_bf16: 'no'
+fsdp_config:
+  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP
+  fsdp_backward_prefetch: BACKWARD_PRE
+  fsdp_cpu_ram_efficient_loading: true
+  fsdp_forward_prefetch: false
+  fsdp_offload_params: true
+  fsdp_sharding_strategy: HYBRID_SHARD
+  fsdp_state_dict_type: FULL_STATE_DICT
+  fsdp_sync_module_states: true
+  fsdp_transformer_layer_cls_to_wrap: BertLayer
+  fsdp_use_orig_params: false
+machine_rank: 0
+main_training_function: main
+mixed_precision: bf16
+num_machines: 2
+num_processes: 8
+rdzv_backend: static
+same_network: true
+use_cpu: false
+)";
+
+TEST_F(ScenarioFiles, AccelerateYamlConfigIsHonoured) {
+  ScenarioOverrides o;
+  o.fsdp_config = write("default_config.yaml", kAccelerateYaml);
+  auto r = parse("name: a\n", o);
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  EXPECT_EQ(r->fsdp.sharding_strategy, "HYBRID_SHARD");
+  EXPECT_TRUE(r->fsdp.cpu_offload);
+  EXPECT_FALSE(r->fsdp.use_orig_params);
+  EXPECT_TRUE(r->fsdp.sync_module_states);
+  EXPECT_EQ(r->train.precision, "bf16");
+  EXPECT_EQ(r->world.nodes, 2);
+  EXPECT_EQ(r->world.devices_per_node, 4);
+  EXPECT_EQ(r->where("world.devices_per_node").to_string(), o.fsdp_config + ":20:16");
+  EXPECT_EQ(r->where("fsdp.sharding_strategy").to_string(), o.fsdp_config + ":11:27");
+  ASSERT_EQ(r->notes.size(), 1u);
+  EXPECT_NE(r->notes[0].find("ignored (no effect on what a step computes): compute_environment, debug, downcast_bf16, "
+                             "machine_rank, main_training_function, rdzv_backend, same_network, use_cpu, "
+                             "fsdp_cpu_ram_efficient_loading"),
+            std::string::npos)
+      << r->notes[0];
+  // --set still wins.
+  o.set = {"world.devices_per_node=2"};
+  auto s = parse("name: a\n", o);
+  ASSERT_TRUE(s.is_ok()) << s.status().to_string();
+  EXPECT_EQ(s->world.devices_per_node, 2);
+}
+
+TEST_F(ScenarioFiles, AccelerateYamlConfigRefusesWhatWouldChangeTheRun) {
+  ScenarioOverrides o;
+  const std::string base = kAccelerateYaml;
+  auto edit = [](std::string t, const std::string& from, const std::string& to) {
+    t.replace(t.find(from), from.size(), to);
+    return t;
+  };
+  auto with = [&](const std::string& from, const std::string& to) { return edit(base, from, to); };
+  o.fsdp_config = write("multi_gpu.yaml", with("distributed_type: FSDP", "distributed_type: MULTI_GPU"));
+  expect_error(parse("name: a\n", o), o.fsdp_config + ":3:19:",
+               {"distributed_type: unknown value 'MULTI_GPU'", "allowed: FSDP"});
+  o.fsdp_config = write("fp16.yaml", with("mixed_precision: bf16", "mixed_precision: fp16"));
+  expect_error(parse("name: a\n", o), o.fsdp_config + ":18:18:", {"fp16 is not modeled", "allowed: no, bf16"});
+  o.fsdp_config = write("uneven.yaml", with("num_processes: 8", "num_processes: 7"));
+  expect_error(parse("name: a\n", o), o.fsdp_config + ":20:16:", {"do not split evenly over 2 machines"});
+  o.fsdp_config = write("v2.yaml", with("fsdp_config:\n", "fsdp_config:\n  fsdp_version: 2\n"));
+  expect_error(parse("name: a\n", o), o.fsdp_config + ":6:17:", {"only FSDP1 is modeled"});
+  o.fsdp_config = write("typo.yaml", with("mixed_precision: bf16", "mixed_precison: bf16"));
+  expect_error(parse("name: a\n", o), o.fsdp_config + ":18:1:", {"did you mean 'mixed_precision'?"});
+  o.fsdp_config = write("newer.yaml", with("use_cpu: false", "use_cpu: false\nsome_future_key: 3"));
+  auto newer = parse("name: a\n", o);
+  ASSERT_TRUE(newer.is_ok()) << newer.status().to_string();
+  ASSERT_EQ(newer->notes.size(), 2u);
+  EXPECT_NE(newer->notes[1].find("ignored (not accelerate keys shardlab knows; check the spelling): some_future_key"),
+            std::string::npos)
+      << newer->notes[1];
+  o.fsdp_config = write("syntax.yaml", "distributed_type: FSDP\nfsdp_config:\n  fsdp_sharding_strategy: [FULL_SHARD\n");
+  expect_error(parse("name: a\n", o), o.fsdp_config + ":", {"YAML syntax error"});
+  // Every problem of the file at once.
+  o.fsdp_config =
+      write("two.yaml", edit(with("mixed_precision: bf16", "mixed_precision: fp8"), "fsdp_use_orig_params: false",
+                             "fsdp_use_orig_params: maybe"));
+  auto two = parse("name: a\n", o);
+  ASSERT_FALSE(two.is_ok());
+  EXPECT_EQ(lines_of(two.status().message()).size(), 2u) << two.status().message();
+}
+
+// ---------------------------------------------------------------------------------------
+// NOTE [One schema]: the reference comes from the parser's table.
+
+TEST(ScenarioSchema, ReferenceListsEveryKeyWithDefaultsAndEquivalents) {
+  const std::string md = schema_reference(/*markdown=*/true);
+  EXPECT_NE(md.find("| `fsdp.sharding_strategy` | name | `FULL_SHARD` | FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, "
+                    "HYBRID_SHARD, _HYBRID_SHARD_ZERO2 (or accelerate's numbers 1-5, in that order) |"),
+            std::string::npos);
+  EXPECT_NE(md.find("FSDP(sharding_strategy=ShardingStrategy.X); accelerate fsdp_sharding_strategy | "
+                    "fsdp_sharding_strategy |"),
+            std::string::npos);
+  EXPECT_NE(md.find("| `train.steps` | integer | `5` |"), std::string::npos);
+  EXPECT_NE(md.find("| `world.device` | name or path | `cpu` | cpu, gaudi1, gaudi2, gaudi3, or a path"), std::string::npos);
+  EXPECT_NE(md.find("| `faults[].kind` | name | `\"\"` |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| `train.optimizer.betas` | list | `[0.9, 0.999]` |"), std::string::npos);
+  // Every key of the canonical YAML (what `validate --print` writes) is in the reference.
+  const Scenario d;
+  std::istringstream yaml(to_yaml(d));
+  std::vector<std::string> stack;
+  for (std::string line; std::getline(yaml, line);) {
+    const std::size_t indent = line.find_first_not_of(' ');
+    const std::size_t colon = line.find(':');
+    if (indent == std::string::npos || colon == std::string::npos || line[indent] == '#' || line[indent] == '-') continue;
+    stack.resize(indent / 2);
+    const std::string key = line.substr(indent, colon - indent);
+    std::string full;
+    for (const auto& part : stack) full += part + ".";
+    full += key;
+    stack.push_back(key);
+    const bool section = colon + 1 == line.size();
+    if (!section) EXPECT_NE(md.find("| `" + full + "` |"), std::string::npos) << "missing from the reference: " << full;
+  }
 }
 
 }  // namespace

@@ -47,6 +47,18 @@ Result<std::string> read_profile(const char* kind, const std::string& name_or_pa
 
 std::vector<std::string> list_device_profiles() { return detail::builtin_names("devices"); }
 
+namespace {
+constexpr const char* kCpuScenarioName = "cpu";  // the scenario default, an alias of cpu-sim
+constexpr const char* kCpuProfile = "cpu-sim";
+}  // namespace
+
+std::vector<std::string> device_profile_names() {
+  std::vector<std::string> names;
+  for (const auto& n : list_device_profiles()) names.push_back(n == kCpuProfile ? kCpuScenarioName : n);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
 DeviceProfile offload_host_profile() {
   DeviceProfile p;
   p.name = "host";
@@ -58,7 +70,7 @@ DeviceProfile offload_host_profile() {
 Result<DeviceProfile> load_device_profile(const std::string& name_or_path) {
   std::string origin;
   SHARDLAB_ASSIGN_OR_RETURN(std::string text,
-                            detail::read_profile("devices", name_or_path == "cpu" ? "cpu-sim" : name_or_path, &origin));
+                            detail::read_profile("devices", name_or_path == kCpuScenarioName ? kCpuProfile : name_or_path, &origin));
   return parse_device_profile(text, origin);
 }
 

@@ -16,8 +16,12 @@
 
 namespace shardlab::sim {
 
-// Built-in device profile names (sorted), for `shardlab devices`.
+// Built-in device profile names (sorted), as the files under sim/profiles/devices/ name them.
 std::vector<std::string> list_device_profiles();
+// The names world.device takes for the built-in profiles (sorted): list_device_profiles()
+// with cpu-sim under its scenario name "cpu". `shardlab devices` and the scenario parser
+// both use this list, so the names one prints are the names the other accepts.
+std::vector<std::string> device_profile_names();
 // A built-in profile by name ("cpu" is an alias of "cpu-sim", the scenario default), or
 // a JSON file by path (anything containing a '/' or ending in ".json"). Errors are
 // INVALID_ARGUMENT naming the file, the key and what is allowed.

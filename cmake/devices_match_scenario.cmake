@@ -1,0 +1,38 @@
+# cmake -DEXE=shardlab -DSCENARIO=scenarios/default.yaml -P devices_match_scenario.cmake
+# `shardlab devices` must list exactly the names world.device and world.topology accept:
+# the names under each heading of `shardlab devices` against the "allowed:" list of the
+# error for an unknown name.
+execute_process(COMMAND ${EXE} devices RESULT_VARIABLE code OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT code EQUAL 0)
+  message(FATAL_ERROR "shardlab devices exited ${code}:\n${err}")
+endif()
+string(REPLACE ";" "," out "${out}")  # a ';' would split a line in the list below
+string(REPLACE "\n" ";" lines "${out}")
+set(section "")
+set(listed_device "")
+set(listed_topology "")
+foreach(line IN LISTS lines)
+  if(line MATCHES "^simulated device profiles")
+    set(section device)
+  elseif(line MATCHES "^simulated topologies")
+    set(section topology)
+  elseif(NOT line MATCHES "^  ")
+    set(section "")
+  elseif(section AND line MATCHES "^  ([^ ]+)")
+    list(APPEND listed_${section} ${CMAKE_MATCH_1})
+  endif()
+endforeach()
+foreach(key device topology)
+  execute_process(COMMAND ${EXE} validate ${SCENARIO} --set world.${key}=no_such_${key}
+                  RESULT_VARIABLE code OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT err MATCHES "allowed: ([^\n]*), or a path")
+    message(FATAL_ERROR "no list of allowed names for world.${key} in:\n${err}")
+  endif()
+  string(REPLACE ", " ";" accepted "${CMAKE_MATCH_1}")
+  list(SORT accepted)
+  list(SORT listed_${key})
+  if(NOT "${accepted}" STREQUAL "${listed_${key}}")
+    message(FATAL_ERROR "shardlab devices lists ${key}s '${listed_${key}}' but world.${key} accepts '${accepted}'")
+  endif()
+  message(STATUS "world.${key}: ${accepted}")
+endforeach()
