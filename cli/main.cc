@@ -35,6 +35,24 @@ constexpr const char* kDescription =
     "             mpiexec -n 2 shardlab run --backend mpi\n"
     "             shardlab grads --model DIR --inputs BATCH.safetensors --out GRADS.safetensors --world-size 4\n";
 
+// NOTE [One folder per configuration]
+// A run's outputs go to out/<scenario name> only when it runs the scenario as written (or,
+// without a scenario, the built-in defaults); a run whose effective configuration
+// differs — --set, --fsdp-config, --backend, or configuration flags — gets
+// out/<name>-<8 hex digits of FNV-1a over that configuration>, so variants never
+// overwrite each other and the same variant always lands in the same folder. --out names
+// the folder outright.
+std::string config_hash(const std::string& text) {
+  std::uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : text) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%08llx", static_cast<unsigned long long>(h & 0xffffffffull));
+  return hex;
+}
+
 int main_impl(int argc, char** argv) {
   CLI::App app{kDescription, "shardlab"};
   app.require_subcommand(1);
@@ -257,8 +275,22 @@ int main_impl(int argc, char** argv) {
       const std::string dump_graph = run.dump_graph;
       const std::uint64_t perturb_seed = run.perturb_seed;
       if (shardlab::Status st = shardlab::cli::scenario_to_run_args(*spec, run); !st.is_ok()) return bad(st);
-      if (out_given) run.out_dir = out;
       if (run_cmd->count("--backend") > 0) run.backend = backend;
+      if (out_given) {
+        run.out_dir = out;
+      } else {
+        // NOTE [One folder per configuration]: the scenario as its file states it, against
+        // what this run does.
+        const auto as_written = scenario_path.empty()
+                                    ? shardlab::cli::parse_scenario(shardlab::cli::kDefaultScenarioName,
+                                                                    std::string(shardlab::cli::default_scenario_text()))
+                                    : shardlab::cli::load_scenario(scenario_path);
+        std::string effective = shardlab::cli::to_yaml(*spec);
+        if (run.backend != spec->world.backend) effective += "# --backend " + run.backend + "\n";
+        if (!as_written.is_ok() || effective != shardlab::cli::to_yaml(*as_written)) {
+          run.out_dir += "-" + config_hash(effective);
+        }
+      }
       run.dump_graph = dump_graph;
       run.perturb_seed = perturb_seed;
       if (!run.dump_graph.empty() && run.mode != "timing") {
@@ -295,6 +327,21 @@ int main_impl(int argc, char** argv) {
       return bad(shardlab::Status::invalid_argument("--strategy " + std::string(shardlab::runtime::fsdp::strategy_name(*st)) + " needs --devices-per-node"));
     }
     if (no_oracle) run.oracle_off = "--no-oracle";
+    if (run_cmd->count("--out") == 0) {
+      // NOTE [One folder per configuration]: the flags that change the run, in order.
+      std::string flags;
+      for (const auto* opt : run_cmd->get_options()) {
+        const std::string name = opt->get_name();
+        if (opt->count() == 0 || name == "--out" || name == "--no-oracle" || name == "--check-collectives" ||
+            name == "--perturb-host-schedule" || name == "--help" || (name == "--backend" && run.backend == "sim")) {
+          continue;
+        }
+        flags += name;
+        for (const auto& v : opt->results()) flags += " " + v;
+        flags += "\n";
+      }
+      if (!flags.empty()) run.out_dir += "-" + config_hash(flags);
+    }
     return shardlab::cli::run_command(run, &argc, &argv);
   }
   if (*report_cmd) {

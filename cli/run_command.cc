@@ -14,6 +14,7 @@
 #include "cli/run_outputs.h"
 #include "cli/scenario_run.h"
 #include "cli/timing_run.h"
+#include "cli/trace_backends.h"
 #include "runtime/comm/checking_communicator.h"
 #include "runtime/comm/mpi/communicator.h"
 #include "runtime/device/cpu/device.h"
@@ -87,8 +88,29 @@ void print_faults(const RunArgs& a) {
   std::printf("faults: %s\n", all.c_str());
 }
 
+}  // namespace
+
+void fill_provenance(const RunArgs& a, RunRecord& r) {
+  if (a.backend == "sim") {
+    r.stack = {{"device", a.device.name + " (simulated)"},
+               {"network", a.network ? a.network->describe() : "the default alpha-beta ring"}};
+  } else if (a.backend == "hpu") {
+    r.stack = {{"device", "hpu (Gaudi, one card per process)"}, {"network", "HCCL, bootstrapped over Open MPI"}};
+  } else {
+    r.stack = {{"device", "cpu (one process per rank)"}, {"network", "Open MPI"}};
+  }
+  r.stack["cpu_offload"] = a.cpu_offload;
+  if (a.cpu_offload) r.stack["offload_host"] = a.backend == "sim" ? a.offload_host.name + " (simulated)" : "this host";
+  r.version = std::string(shardlab_version());
+  char host[256] = {};
+  r.host = gethostname(host, sizeof host - 1) == 0 ? host : "unknown";
+}
+
+namespace {
+
 RunRecord make_record(const RunArgs& a, int world, const std::string& backend) {
   RunRecord r;
+  fill_provenance(a, r);
   r.scenario = a.scenario;
   r.backend = backend;
   r.seed = a.train.seed;
@@ -121,10 +143,13 @@ RunRecord make_record(const RunArgs& a, int world, const std::string& backend) {
 // Writes the output folder; a failure to write is reported but does not change the verdict.
 void write_outputs(const RunArgs& a, const RunRecord& r) {
   if (a.out_dir.empty()) return;
-  if (Status s = write_run_outputs(a.out_dir, r); !s.is_ok()) {
+  std::vector<std::string> written;
+  if (Status s = write_run_outputs(a.out_dir, r, &written); !s.is_ok()) {
     std::fprintf(stderr, "shardlab run: could not write outputs: %s\n", s.to_string().c_str());
   } else {
-    std::printf("outputs: %s/ (summary.txt, metrics.json, trace.json, loss.csv, memory.csv)\n", a.out_dir.c_str());
+    std::string files;
+    for (const auto& f : written) files += (files.empty() ? "" : ", ") + f;
+    std::printf("outputs: %s/ (%s)\n", a.out_dir.c_str(), files.c_str());
   }
 }
 
@@ -214,6 +239,17 @@ int apply_expectations(const RunArgs& a, RunRecord& record, int code) {
   return code;
 }
 
+// Prints a failed run's per-rank errors grouped (NOTE [Grouped failures]) on stderr and
+// returns the grouped text for the record's status.
+std::string report_failures(const std::vector<std::string>& lines, int world) {
+  std::string all;
+  for (const std::string& l : group_failures(lines, world)) {
+    std::fprintf(stderr, "shardlab run: %s\n", l.c_str());
+    all += (all.empty() ? "" : "\n") + l;
+  }
+  return all;
+}
+
 int fail(const Status& s) {
   std::fprintf(stderr, "shardlab run: %s\n", s.to_string().c_str());
   return s.exit_code();
@@ -268,9 +304,13 @@ int run_sim(const RunArgs& a) {
     sim::SimDevice host({"host", ctx.rank}, a.offload_host, &ctx.clock);
     host.set_trace(ctx.sim_device.trace());
     runtime::train::FsdpTrainOptions train = args.train;
+    // FSDP phases on the rank's trace, in virtual time like its ops.
+    FsdpTraceSink phases(&ctx.clock, 0, ctx.sim_device.trace());
+    if (ctx.sim_device.trace() != nullptr) train.fsdp.on_fsdp_event = phases.hook();
     int step = -1;
-    train.before_step = [&faulty, &step](int s) {
+    train.before_step = [&faulty, &step, &phases](int s) {
       step = s;
+      phases.set_step(s + 1);
       return faulty.before_step(s);
     };
     // A view_offset fault (NOTE [Faults] in sim/faults.h): the first parameter view of its
@@ -285,6 +325,7 @@ int run_sim(const RunArgs& a) {
       };
     }
     if (a.cpu_offload) train.fsdp.offload_device = &host;
+    train.progress_on_failure = &per_rank[static_cast<std::size_t>(ctx.rank)];
     if (ctx.rank == 0) train.on_step = progress_printer(a, "simulated");
     auto trained = runtime::train::train_fsdp(comm, ctx.device, ctx.clock, train);
     if (view_corrupted && !trained.is_ok()) {
@@ -302,6 +343,7 @@ int run_sim(const RunArgs& a) {
     return Status::ok();
   });
   RunRecord record = make_record(a, a.world_size, "sim");
+  record.stack["network"] = o.network_model->describe();  // the default one too
   record.faults = fault_lines(a);
   record.device_peak_flops = mfu_peak_flops(a.train, o.device);
   // A failed run reports every failed rank (with injected faults, the faulty rank first:
@@ -314,7 +356,6 @@ int run_sim(const RunArgs& a) {
       std::stable_partition(failed.begin(), failed.end(),
                             [&](std::size_t r) { return a.faults->has_rank_faults(static_cast<int>(r)); });
     }
-    std::string all;
     int code = 0;
     for (std::size_t r : failed) {
       const std::string rank = "rank " + std::to_string(r);
@@ -322,11 +363,14 @@ int run_sim(const RunArgs& a) {
       const Status s = raw.message().rfind(rank + ",", 0) == 0 || raw.message().rfind(rank + ":", 0) == 0
                            ? raw
                            : raw.with_context(rank);
-      std::fprintf(stderr, "shardlab run: %s\n", s.to_string().c_str());
-      all += (all.empty() ? "" : "\n") + s.to_string();
+      record.failures.push_back(s.to_string());
       code = std::max(code, s.exit_code());
     }
-    record.status = all;
+    record.status = report_failures(record.failures, a.world_size);
+    if (per_rank[0].num_units > 0) record.header = header_line(a, a.world_size, per_rank[0].num_units);
+    // What the ranks had when they stopped: steps, memory, trace (outputs keep it).
+    record.ranks = std::move(per_rank);
+    for (int r = 0; r < a.world_size; ++r) record.traces.push_back(world.trace(r));
     write_outputs(a, record);
     return code;
   }
@@ -352,10 +396,11 @@ int run_timing_mode(const RunArgs& a) {
   o.dump_graph = a.dump_graph;
   RunRecord record;
   if (Status s = run_timing(a, o, record); !s.is_ok()) {
-    write_outputs(a, record);
-    // One line per failed rank when injected faults stopped ranks, as run_sim prints them.
+    // One line per failed rank when injected faults stopped ranks, grouped as run_sim's.
     std::istringstream lines(s.to_string());
-    for (std::string line; std::getline(lines, line);) std::fprintf(stderr, "shardlab run: %s\n", line.c_str());
+    for (std::string line; std::getline(lines, line);) record.failures.push_back(line);
+    record.status = report_failures(record.failures, a.world_size);
+    write_outputs(a, record);
     return s.exit_code();
   }
   std::printf("%s\n", record.header.c_str());
@@ -390,10 +435,26 @@ int run_mpi(const RunArgs& a, int* argc, char*** argv) {
   }
   runtime::comm::Communicator& base = hpu ? gaudi->communicator() : **world;
   if (Status s = check_run_device_id(a, torch_device_of(a.backend, a.device), base.size()); !s.is_ok()) return fail(s);
-  runtime::device::Device& dev = hpu ? gaudi->device() : static_cast<runtime::device::Device&>(*cpu);
+  runtime::device::Device& raw_dev = hpu ? gaudi->device() : static_cast<runtime::device::Device&>(*cpu);
   runtime::comm::CheckingCommunicator checked(&base, a.train.fsdp.collective_timeout);
-  runtime::comm::Communicator& c = a.check_collectives ? static_cast<runtime::comm::Communicator&>(checked) : base;
-  if (Status s = runtime::train::validate(a.train, c.size()); !s.is_ok()) return fail(s);
+  runtime::comm::Communicator& unchecked = a.check_collectives ? static_cast<runtime::comm::Communicator&>(checked) : base;
+  if (Status s = runtime::train::validate(a.train, unchecked.size()); !s.is_ok()) return fail(s);
+  // Traces in wall time (NOTE [Wall-clock traces] in cli/trace_backends.h): every rank
+  // records its ops, collectives and FSDP phases from a common origin after a barrier;
+  // rank 0 gathers them for trace.json. The tracing wrappers are outermost, so the
+  // collective checker's own exchanges are not traced.
+  const bool traced = !a.out_dir.empty();
+  sim::TraceRecorder trace;
+  Nanos origin = 0;
+  if (traced) {
+    if (Status s = base.barrier()->wait(a.train.fsdp.collective_timeout); !s.is_ok()) return fail(s);
+    origin = clock.now();
+  }
+  TracingDevice traced_dev(&raw_dev, &clock, origin, &trace);
+  TracingCommunicator traced_comm(&unchecked, &clock, origin, &trace, hpu ? "hccl" : "mpi");
+  FsdpTraceSink phases(&clock, origin, traced ? &trace : nullptr);
+  runtime::device::Device& dev = traced ? static_cast<runtime::device::Device&>(traced_dev) : raw_dev;
+  runtime::comm::Communicator& c = traced ? static_cast<runtime::comm::Communicator&>(traced_comm) : unchecked;
   RunArgs args = a;
   if (hpu) {  // the runtime checks it again against the card this process opened
     const int dpn = a.train.fsdp.devices_per_node > 0 ? a.train.fsdp.devices_per_node : c.size();
@@ -401,8 +462,24 @@ int run_mpi(const RunArgs& a, int* argc, char*** argv) {
   }
   args.train.record_memory_timeline = c.rank() == 0 && !a.out_dir.empty();
   if (c.rank() == 0) args.train.on_step = progress_printer(a, "wall");
+  if (traced) {
+    args.train.fsdp.on_fsdp_event = phases.hook();
+    args.train.before_step = [&phases](int s) {
+      phases.set_step(s + 1);
+      return Status::ok();
+    };
+  }
   auto result = runtime::train::train_fsdp(c, dev, clock, args.train);
   if (!result.is_ok()) return fail(result.status().with_context("rank " + std::to_string(c.rank())));
+  std::vector<std::vector<sim::TraceEvent>> traces;
+  if (traced) {
+    // The outputs' times all count from the trace's origin (step starts, memory samples).
+    for (Nanos& t : result->step_starts) t -= origin;
+    for (auto& m : result->memory_timeline) m.time -= origin;
+    auto gathered = gather_traces(base, raw_dev, trace.events(), a.train.fsdp.collective_timeout);
+    if (!gathered.is_ok()) return fail(gathered.status().with_context("rank " + std::to_string(c.rank())));
+    traces = std::move(*gathered);
+  }
   int code = 0;
   if (c.rank() == 0) {
     print_header(a, c.size(), result->num_units);
@@ -411,14 +488,15 @@ int run_mpi(const RunArgs& a, int* argc, char*** argv) {
     record.header = header_line(a, c.size(), result->num_units);
     code = report_oracle(a, *result, c.size(), /*simulated=*/false, record);
     record.ranks.push_back(*result);
+    record.traces = std::move(traces);
     code = apply_expectations(a, record, code);
     write_outputs(a, record);
   }
   // Every rank leaves with rank 0's verdict.
-  auto verdict = dev.zeros({1}, DType::kI64, MemoryCategory::kOther, "verdict");
+  auto verdict = raw_dev.zeros({1}, DType::kI64, MemoryCategory::kOther, "verdict");
   if (!verdict.is_ok()) return fail(verdict.status());
   verdict->data<std::int64_t>()[0] = code;
-  if (Status s = c.broadcast(*verdict, 0)->wait(a.train.fsdp.collective_timeout); !s.is_ok()) return fail(s);
+  if (Status s = base.broadcast(*verdict, 0)->wait(a.train.fsdp.collective_timeout); !s.is_ok()) return fail(s);
   return static_cast<int>(verdict->data<std::int64_t>()[0]);
 }
 

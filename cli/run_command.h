@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 
+#include "cli/run_outputs.h"
 #include "cli/scenario.h"
 #include "runtime/train/fsdp_train.h"
 #include "sim/cost_model.h"
@@ -66,5 +67,14 @@ struct RunArgs {
 // Returns the process exit code: 0 ok, 1 an expectation failed (oracle mismatch),
 // 2 bad input, 3 runtime failure.
 int run_command(const RunArgs& args, int* argc, char*** argv);
+
+// NOTE [Provenance]
+// Every run's outputs say what ran it: the stack (the device — a simulated profile's name,
+// or the real cpu/hpu — the network with its topology, cost model and collective
+// algorithm, or Open MPI / HCCL on real backends, CPU offload and its host), and who
+// produced them (the shardlab version, `git describe` at build time, and the host name).
+// The stack is part of the result (goldens compare it); version and host are not (they
+// differ between builds and machines, not between runs of one build).
+void fill_provenance(const RunArgs& args, RunRecord& record);
 
 }  // namespace shardlab::cli

@@ -1,10 +1,17 @@
 #include "cli/run_outputs.h"
 
+#include <fcntl.h>
+#include <stdio.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <map>
+#include <regex>
 #include <sstream>
 
 #include "runtime/io/safetensors.h"
@@ -40,7 +47,8 @@ std::vector<double> compute_per_step(const FsdpTrainResult& res, const std::vect
   std::vector<double> out(res.step_times.size(), 0.0);
   for (const auto& e : trace) {
     if (e.stream != sim::kTraceCompute) continue;
-    for (std::size_t s = 0; s < res.step_starts.size(); ++s) {
+    // A failed run's last step may have begun without ending: only completed steps count.
+    for (std::size_t s = 0; s < std::min(res.step_starts.size(), res.step_times.size()); ++s) {
       if (e.start >= res.step_starts[s] && e.start < res.step_starts[s] + res.step_times[s]) {
         out[s] += seconds(e.duration);
         break;
@@ -60,6 +68,54 @@ const char* comm_key(int stream) {
 }
 
 }  // namespace
+
+std::string rank_ranges(const std::vector<int>& ranks) {
+  std::string out;
+  for (std::size_t i = 0; i < ranks.size();) {
+    std::size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    out += (out.empty() ? "" : ", ") + std::to_string(ranks[i]);
+    if (j > i) out += (j == i + 1 ? ", " : "-") + std::to_string(ranks[j]);
+    i = j + 1;
+  }
+  return out;
+}
+
+std::vector<std::string> group_failures(const std::vector<std::string>& lines, int world_size) {
+  static const std::regex own_rank(R"(^(\w+: )rank (\d+)([,:]))");
+  static const std::regex masks(R"( on rank \d+ of group|\d+\.\d+)");
+  struct Group {
+    std::string first;
+    std::vector<int> ranks;
+  };
+  std::vector<Group> groups;
+  std::map<std::string, std::size_t> by_key;
+  for (const std::string& line : lines) {
+    std::smatch m;
+    if (!std::regex_search(line, m, own_rank)) {  // not a rank's error: as it is
+      groups.push_back({line, {}});
+      continue;
+    }
+    const int rank = std::stoi(m[2].str());
+    const std::string key = std::regex_replace(m[1].str() + "rank *" + m[3].str() + m.suffix().str(), masks, "*");
+    auto [it, fresh] = by_key.emplace(key, groups.size());
+    if (fresh) groups.push_back({line, {}});
+    groups[it->second].ranks.push_back(rank);
+  }
+  std::vector<std::string> out;
+  for (Group& g : groups) {
+    if (g.ranks.size() <= 1) {
+      out.push_back(g.first);
+      continue;
+    }
+    const std::size_t colon = g.first.find(": ");
+    std::vector<int> sorted = g.ranks;
+    std::sort(sorted.begin(), sorted.end());
+    out.push_back(g.first.substr(0, colon) + ": " + std::to_string(g.ranks.size()) + " of " +
+                  std::to_string(world_size) + " ranks (" + rank_ranges(sorted) + ") failed the same way, e.g. " + g.first.substr(colon + 2));
+  }
+  return out;
+}
 
 double mfu_peak_flops(const runtime::train::FsdpTrainOptions& o, const sim::DeviceProfile& device) {
   const bool low = o.model_kind == runtime::train::ModelKind::kBert && o.bert.compute_dtype != DType::kF32;
@@ -104,7 +160,10 @@ Json metrics_json(const RunRecord& r) {
   j["fsdp"] = r.fsdp;
   j["global_batch"] = r.global_batch;
   j["seq_len"] = r.seq_len;
+  if (!r.stack.empty()) j["stack"] = r.stack;
+  j["provenance"] = {{"shardlab_version", r.version}, {"host", r.host}};
   j["status"] = r.status;
+  if (!r.failures.empty()) j["failures"] = r.failures;
   if (!r.faults.empty()) j["faults"] = r.faults;
   if (!r.device_id.empty()) j["device_id"] = r.device_id;
   if (r.check) {
@@ -201,7 +260,7 @@ Json metrics_json(const RunRecord& r) {
   }
   char hex[20];
   std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
-  j["final_params_fnv1a"] = hex;
+  if (!r0.final_params.empty()) j["final_params_fnv1a"] = hex;  // none when the run failed
   if (!r.oracle_loss.empty()) j["oracle_loss"] = r.oracle_loss;
   if (r.check) {
     j["grads_match_unsharded"] = {{"bitwise", r.check->bitwise},
@@ -222,6 +281,13 @@ std::string summary_text(const RunRecord& r) {
   o << (r.header.empty() ? "shardlab run: " + r.scenario : r.header) << "\n";
   o << "scenario " << r.scenario << " · backend " << r.backend << " (" << r.mode << ") · " << r.world_size
     << " rank" << (r.world_size == 1 ? "" : "s") << " · seed " << r.seed << "\n";
+  if (!r.stack.empty()) {
+    o << "stack: device " << r.stack.value("device", "?") << " · network " << r.stack.value("network", "?")
+      << " · cpu offload " << (r.stack.value("cpu_offload", false) ? "on, host " + r.stack.value("offload_host", "?") : "off")
+      << "\n";
+  }
+  o << "provenance: shardlab " << (r.version.empty() ? "unknown" : r.version) << " on "
+    << (r.host.empty() ? "unknown host" : r.host) << "\n";
   if (!r.device_id.empty()) o << "device_id: " << r.device_id << "\n";
   if (!r.faults.empty()) {
     o << "faults:";
@@ -272,13 +338,89 @@ std::string summary_text(const RunRecord& r) {
   return o.str();
 }
 
-Status write_run_outputs(const std::string& dir, const RunRecord& r) {
+namespace {
+
+// Writes the record's files into `dir`, their names into `written`.
+Status write_run_files(const std::filesystem::path& dir, const RunRecord& r, std::vector<std::string>& written);
+
+namespace fs = std::filesystem;
+
+constexpr const char* kOutputFiles[] = {"summary.txt", "metrics.json", "loss.csv", "memory.csv", "trace.json"};
+
+bool is_output_file(const std::string& name) {
+  return std::any_of(std::begin(kOutputFiles), std::end(kOutputFiles), [&](const char* f) { return name == f; });
+}
+
+// NOTE [Whole output folders]: moves the files written into `staged` to `dir`. A folder
+// that holds nothing but a run's outputs is exchanged with the staged one in one step
+// (renameat2 RENAME_EXCHANGE) and the old one removed, so a reader sees the old run or
+// the new one, never a mix; a folder that also holds other files (a checkpoint the
+// scenario put there) keeps them, and each output file is replaced on its own, the
+// previous run's files this run did not write removed.
+Status publish(const fs::path& staged, const fs::path& dir, const std::vector<std::string>& written) {
   std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) return Status::invalid_argument("cannot create output folder '" + dir + "': " + ec.message());
-  const auto path = [&](const char* f) { return (std::filesystem::path(dir) / f).string(); };
-  SHARDLAB_RETURN_IF_ERROR(runtime::io::write_file_atomic(path("summary.txt"), summary_text(r)));
-  SHARDLAB_RETURN_IF_ERROR(runtime::io::write_file_atomic(path("metrics.json"), metrics_json(r).dump(2) + "\n"));
+  const auto failed = [&](const std::string& what) {
+    fs::remove_all(staged, ec);
+    return Status::unavailable("cannot write the output folder '" + dir.string() + "': " + what);
+  };
+  if (!fs::exists(dir, ec)) {
+    if (!dir.parent_path().empty()) fs::create_directories(dir.parent_path(), ec);
+    if (::rename(staged.c_str(), dir.c_str()) != 0) return failed(std::strerror(errno));
+    return Status::ok();
+  }
+  if (!fs::is_directory(dir, ec)) return failed("it exists and is not a folder");
+  bool only_outputs = true;
+  for (const auto& e : fs::directory_iterator(dir, ec)) only_outputs = only_outputs && is_output_file(e.path().filename());
+  if (ec) return failed(ec.message());
+  if (only_outputs && ::renameat2(AT_FDCWD, staged.c_str(), AT_FDCWD, dir.c_str(), RENAME_EXCHANGE) == 0) {
+    fs::remove_all(staged, ec);  // now the previous run's folder
+    return Status::ok();
+  }
+  for (const char* f : kOutputFiles) {
+    const bool wrote = std::find(written.begin(), written.end(), f) != written.end();
+    if (wrote ? ::rename((staged / f).c_str(), (dir / f).c_str()) != 0 : (fs::remove(dir / f, ec), false)) {
+      return failed(std::string(f) + ": " + std::strerror(errno));
+    }
+  }
+  fs::remove_all(staged, ec);
+  return Status::ok();
+}
+
+}  // namespace
+
+Status write_run_outputs(const std::string& out, const RunRecord& r, std::vector<std::string>* written) {
+  std::vector<std::string> files;
+  if (written == nullptr) written = &files;
+  written->clear();
+  // Staged beside the destination (same file system, so the final renames are atomic).
+  fs::path dir = fs::path(out).lexically_normal();
+  if (!dir.has_filename()) dir = dir.parent_path();  // "out/x/" → "out/x"
+  if (dir.empty() || dir.filename() == "." || dir.filename() == "..") dir = fs::absolute(dir).lexically_normal();
+  if (!dir.has_filename()) dir = dir.parent_path();
+  const fs::path staged = dir.parent_path() / ("." + dir.filename().string() + ".staged." + std::to_string(::getpid()));
+  std::error_code ec;
+  fs::remove_all(staged, ec);
+  fs::create_directories(staged, ec);
+  if (ec) return Status::invalid_argument("cannot create output folder '" + out + "': " + ec.message());
+  Status s = write_run_files(staged, r, *written);
+  if (!s.is_ok()) {
+    fs::remove_all(staged, ec);
+    return s;
+  }
+  return publish(staged, dir, *written);
+}
+
+namespace {
+
+Status write_run_files(const std::filesystem::path& dir, const RunRecord& r, std::vector<std::string>& written_) {
+  std::vector<std::string>* written = &written_;
+  const auto write = [&](const char* f, const std::string& text) {
+    SHARDLAB_RETURN_IF_ERROR(runtime::io::write_file_atomic((dir / f).string(), text));
+    written->push_back(f);
+    return Status::ok();
+  };
+  SHARDLAB_RETURN_IF_ERROR(write("summary.txt", summary_text(r)));
+  SHARDLAB_RETURN_IF_ERROR(write("metrics.json", metrics_json(r).dump(2) + "\n"));
   if (r.ranks.empty()) return Status::ok();
   const FsdpTrainResult& r0 = r.ranks.front();
   std::string loss = "step,loss,oracle_loss\n";
@@ -288,7 +430,7 @@ Status write_run_outputs(const std::string& dir, const RunRecord& r) {
     loss += std::to_string(step + 1) + "," + (no_loss ? std::string() : exact(r0.losses[i])) + "," +
             (step < r.oracle_loss.size() ? exact(r.oracle_loss[step]) : std::string()) + "\n";
   }
-  SHARDLAB_RETURN_IF_ERROR(runtime::io::write_file_atomic(path("loss.csv"), loss));
+  SHARDLAB_RETURN_IF_ERROR(write("loss.csv", loss));
   std::string mem = "rank,step,event,time_s,parameters,gradients,optimizer_state,activations,comm_buffers,other\n";
   for (std::size_t rank = 0; rank < r.ranks.size(); ++rank) {
     for (const auto& s : r.ranks[rank].memory_timeline) {
@@ -297,30 +439,42 @@ Status write_run_outputs(const std::string& dir, const RunRecord& r) {
       mem += "\n";
     }
   }
-  SHARDLAB_RETURN_IF_ERROR(runtime::io::write_file_atomic(path("memory.csv"), mem));
+  SHARDLAB_RETURN_IF_ERROR(write("memory.csv", mem));
+  if (r.traces.empty()) return Status::ok();
   // trace.json (Chrome trace): pid = rank, tid = stream; microseconds.
   Json events = Json::array();
   for (std::size_t rank = 0; rank < r.traces.size(); ++rank) {
     events.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", rank}, {"args", {{"name", "rank " + std::to_string(rank)}}}});
-    for (int t = sim::kTraceCompute; t <= sim::kTraceOtherComm; ++t) {
+    for (int t = 0; t < sim::kNumTraceStreams; ++t) {
       events.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", rank}, {"tid", t}, {"args", {{"name", sim::trace_stream_name(t)}}}});
     }
     for (const auto& e : r.traces[rank]) {
+      const char* cat = e.stream == sim::kTraceCompute ? "compute" : e.stream == sim::kTraceFsdp ? "fsdp" : "comm";
       Json ev = {{"ph", "X"},
                  {"name", e.name},
-                 {"cat", e.stream == sim::kTraceCompute ? "compute" : "comm"},
+                 {"cat", cat},
                  {"pid", rank},
                  {"tid", e.stream},
                  {"ts", static_cast<double>(e.start) / 1e3},
                  {"dur", static_cast<double>(e.duration) / 1e3}};
-      if (e.stream != sim::kTraceCompute) ev["args"] = {{"bytes", e.bytes}, {"algorithm", e.algorithm}, {"group", e.group}};
+      if (e.stream == sim::kTraceCompute) {
+        if (!e.shapes.empty()) ev["args"] = {{"shapes", e.shapes}};
+      } else if (e.stream == sim::kTraceFsdp) {
+        ev["args"] = {{"unit", e.unit}, {"step", e.step}, {"phase", e.phase}};
+        if (!e.collective.empty()) ev["args"]["collective"] = e.collective;
+        if (e.prefetch) ev["args"]["prefetch"] = true;
+      } else {
+        ev["args"] = {{"bytes", e.bytes}, {"algorithm", e.algorithm}, {"group", e.group}};
+      }
       events.push_back(std::move(ev));
     }
   }
   const Json trace = {{"traceEvents", events},
                       {"displayTimeUnit", "ms"},
                       {"otherData", {{"scenario", r.scenario}, {"seed", r.seed}, {"backend", r.backend}}}};
-  return runtime::io::write_file_atomic(path("trace.json"), trace.dump() + "\n");
+  return write("trace.json", trace.dump() + "\n");
 }
+
+}  // namespace
 
 }  // namespace shardlab::cli

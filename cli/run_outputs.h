@@ -39,12 +39,21 @@ struct RunRecord {
   std::string oracle_not_run;
   std::vector<double> oracle_loss;
   std::vector<ExpectResult> expects;
-  std::string status = "ok";  // ok | expect_failed | the error
+  std::string status = "ok";  // ok | expect_failed | the error (grouped, NOTE [Grouped failures])
+  std::vector<std::string> failures;  // a failed run: every failed rank's error, one line each
   std::string header;          // the run's one-line description (summary.txt)
   // fsdp.device_id and what it resolved to, e.g. "hpu → hpu:0 on every rank"; empty: not given.
   std::string device_id;
   std::vector<std::string> faults;  // injected faults, described (sim::Fault::describe without origin)
+  // NOTE [Provenance] in cli/run_command.h: {"device", "network", "cpu_offload",
+  // "offload_host"?}; empty: unknown (a replayed graph).
+  nlohmann::json stack = nlohmann::json::object();
+  std::string version, host;  // shardlab's git describe; the host name
 };
+
+// The version this binary was built from (`git describe --always --dirty`, "unknown"
+// outside a checkout).
+std::string_view shardlab_version();
 
 // Analytic training FLOPs of one optimizer step (forward + backward = 3 × forward GEMMs
 // and attention; elementwise ops not counted), over the global batch.
@@ -53,11 +62,26 @@ double analytic_step_flops(const runtime::train::FsdpTrainOptions& options);
 // (bf16 for BERT with bf16 compute, fp32 otherwise) — not a sustained rate.
 double mfu_peak_flops(const runtime::train::FsdpTrainOptions& options, const sim::DeviceProfile& device);
 
+// NOTE [Grouped failures]
+// A failed world reports one error per failed rank, and in a large world most of them are
+// the same consequence (every survivor timing out in the same collective). For stdout and
+// stderr, lines (Status::to_string() form, "CODE: rank R, …") that differ only in the
+// rank's own number ("rank R", "on rank R of group") and in times ("at 30.019560 s") are
+// grouped: a group of one prints as it is; a larger one as "CODE: N of W ranks (0-1, 3)
+// failed the same way; rank 0's error: …". Groups keep the order of their first line
+// (faulty ranks first, as the caller orders them). The outputs keep every line.
+std::vector<std::string> group_failures(const std::vector<std::string>& lines, int world_size);
+// "0-3, 5, 7-9" for sorted, distinct ranks.
+std::string rank_ranges(const std::vector<int>& ranks);
+
 // metrics.json as a JSON value (exposed for tests).
 nlohmann::json metrics_json(const RunRecord& r);
 std::string summary_text(const RunRecord& r);
 
-// Writes every file into `dir` (created if missing).
-Status write_run_outputs(const std::string& dir, const RunRecord& r);
+// Writes every file the record has content for into `dir` (created if missing):
+// summary.txt and metrics.json always; loss.csv and memory.csv when the record has ranks
+// (a failed run: up to the failure); trace.json when it has traces. `written` (optional)
+// receives the names written, in that order.
+Status write_run_outputs(const std::string& dir, const RunRecord& r, std::vector<std::string>* written = nullptr);
 
 }  // namespace shardlab::cli

@@ -16,6 +16,7 @@ using runtime::train::FsdpTrainResult;
 
 // The numerics run's record fields (run_command.cc make_record), for timing mode.
 void describe_run(const RunArgs& a, RunRecord& r) {
+  fill_provenance(a, r);
   r.scenario = a.scenario;
   r.backend = "sim";
   r.mode = "timing";
@@ -73,24 +74,8 @@ Status fill_timing_record(const sim::timing::OpGraph& g, const TimingRunOptions&
   const int traced = std::clamp(options.traced_ranks, 0, g.world_size);
   for (int r = 0; r < traced; ++r) ro.traced_ranks.push_back(r);
   SHARDLAB_ASSIGN_OR_RETURN(sim::timing::ReplayResult rep, sim::timing::replay(g, ro));
-  if (!rep.errors.empty()) {
-    // As numerics mode reports a failed run: every failed rank, the faulty ones first — the
-    // first kListedErrors of them, in a large world, and how many more.
-    constexpr std::size_t kListedErrors = 16;
-    const sim::timing::RankError& first = rep.errors.front();
-    std::string all = first.status.message();
-    for (std::size_t i = 1; i < std::min(rep.errors.size(), kListedErrors); ++i) {
-      all += "\n" + rep.errors[i].status.to_string();
-    }
-    if (rep.errors.size() > kListedErrors) {  // the unlisted ones are ranks that timed out
-      const sim::timing::RankError& last = rep.errors.back();
-      all += "\n" + std::string(status_code_name(last.status.code())) + ": … and " +
-             std::to_string(rep.errors.size() - kListedErrors) + " more ranks, up to rank " + std::to_string(last.rank) +
-             ", the same way";
-    }
-    return Status(first.status.code(), all);
-  }
   record.mode = "timing";
+  if (!record.stack.empty()) record.stack["network"] = ro.network->describe();  // as replayed
   record.world_size = g.world_size;
   record.device_peak_flops = options.device.matrix_flops_per_s;
   record.ranks.assign(static_cast<std::size_t>(g.world_size), FsdpTrainResult{});
@@ -111,6 +96,16 @@ Status fill_timing_record(const sim::timing::OpGraph& g, const TimingRunOptions&
   }
   record.traces.clear();
   for (int r = 0; r < traced; ++r) record.traces.push_back(std::move(rep.traces[r]));
+  // A failed replay still fills the record: the steps each rank completed, its memory and
+  // trace up to the failure (the outputs keep what the run had).
+  if (!rep.errors.empty()) {
+    // As numerics mode reports a failed run: every failed rank, the faulty ones first, one
+    // line each (the caller groups them, NOTE [Grouped failures] in cli/run_outputs.h).
+    const sim::timing::RankError& first = rep.errors.front();
+    std::string all = first.status.message();
+    for (std::size_t i = 1; i < rep.errors.size(); ++i) all += "\n" + rep.errors[i].status.to_string();
+    return Status(first.status.code(), all);
+  }
   return Status::ok();
 }
 
@@ -143,9 +138,9 @@ Status run_timing(const RunArgs& a, const TimingRunOptions& options, RunRecord& 
     if (!g.approximation.empty()) record.header += " (approximate: " + g.approximation + ")";
     g.description = record.header;
     if (!options.dump_graph.empty()) SHARDLAB_RETURN_IF_ERROR(sim::timing::write_graph_json(g, options.dump_graph));
-    SHARDLAB_RETURN_IF_ERROR(fill_timing_record(g, with_faults, record));
+    const Status filled = fill_timing_record(g, with_faults, record);
     record.device_peak_flops = mfu_peak_flops(a.train, options.device);  // as in numerics mode
-    return Status::ok();
+    return filled;
   }();
   if (!s.is_ok()) record.status = s.to_string();
   return s;

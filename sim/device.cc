@@ -53,10 +53,21 @@ Status SimDevice::charge(const char* op, Status s, double flops, double bytes, b
   return s;
 }
 
+void SimDevice::note_shapes(std::initializer_list<const Tensor*> tensors) {
+  if (trace_ == nullptr) return;
+  op_shapes_.clear();
+  for (const Tensor* t : tensors) op_shapes_.push_back(t->defined() ? t->shape() : std::vector<std::int64_t>{});
+}
+
 void SimDevice::advance(const char* op, Nanos t) {
   t += pending_alloc_ns_;
   pending_alloc_ns_ = 0;
-  if (trace_ != nullptr) trace_->add_compute({op, kTraceCompute, clock_->now(), t, -1, {}, {}});
+  if (trace_ != nullptr) {
+    TraceEvent e{op, kTraceCompute, clock_->now(), t};
+    e.shapes = std::move(op_shapes_);
+    op_shapes_.clear();
+    trace_->add_compute(std::move(e));
+  }
   clock_->advance_by(t);
   busy_ += t;
   ++ops_;
@@ -94,15 +105,18 @@ void SimDevice::wait_event(StreamId waiter, EventId event) { inner_.wait_event(w
 void SimDevice::synchronize(StreamId stream) { inner_.synchronize(stream); }
 
 Status SimDevice::copy(const Tensor& src, const Tensor& dst, StreamId stream) {
+  note_shapes({&src, &dst});
   if (crosses_host_link(src, dst)) {
     return charge_transfer("copy", inner_.copy(src, dst, stream), static_cast<double>(src.nbytes()));
   }
   return charge("copy", inner_.copy(src, dst, stream), 0, 2.0 * static_cast<double>(src.nbytes()), false, src);
 }
 Status SimDevice::fill(const Tensor& dst, float value, StreamId stream) {
+  note_shapes({&dst});
   return charge("fill", inner_.fill(dst, value, stream), 0, static_cast<double>(dst.nbytes()), false, dst);
 }
 Status SimDevice::cast(const Tensor& src, const Tensor& dst, StreamId stream) {
+  note_shapes({&src, &dst});
   // NOTE [Emulated low precision]: the bf16 storage round trip of an activation is free.
   const auto activation = [](const Tensor& t) {
     return t.storage() && t.storage()->category() == MemoryCategory::kActivations;
@@ -124,15 +138,18 @@ Status SimDevice::cast(const Tensor& src, const Tensor& dst, StreamId stream) {
                 static_cast<double>(src.nbytes() + dst.nbytes()), false, src);
 }
 Status SimDevice::axpy(float alpha, const Tensor& x, const Tensor& y, StreamId stream) {
+  note_shapes({&x, &y});
   return charge("axpy", inner_.axpy(alpha, x, y, stream), 2.0 * static_cast<double>(x.numel()),
                 static_cast<double>(x.nbytes() + 2 * y.nbytes()), false, x);
 }
 Status SimDevice::scale(const Tensor& x, float alpha, StreamId stream) {
+  note_shapes({&x});
   return charge("scale", inner_.scale(x, alpha, stream), static_cast<double>(x.numel()), 2.0 * static_cast<double>(x.nbytes()),
                 false, x);
 }
 Status SimDevice::gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c, float alpha,
                        float beta, StreamId stream) {
+  note_shapes({&a, &b, &c});
   const double k = static_cast<double>(trans_a ? a.dim(0) : (a.ndim() == 2 ? a.dim(1) : 0));
   const double flops = 2.0 * static_cast<double>(c.numel()) * k;
   const std::int64_t min_dim =
@@ -142,6 +159,7 @@ Status SimDevice::gemm(const Tensor& a, bool trans_a, const Tensor& b, bool tran
 }
 Status SimDevice::batched_gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c,
                                float alpha, float beta, StreamId stream) {
+  note_shapes({&a, &b, &c});
   const double k = a.ndim() == 3 ? static_cast<double>(trans_a ? a.dim(1) : a.dim(2)) : 0.0;
   const double flops = 2.0 * static_cast<double>(c.numel()) * k;
   const std::int64_t min_dim =
@@ -150,19 +168,23 @@ Status SimDevice::batched_gemm(const Tensor& a, bool trans_a, const Tensor& b, b
                 matrix_bytes(a, b, c), true, a, nullptr, min_dim);
 }
 Status SimDevice::add_bias(const Tensor& x, const Tensor& bias, StreamId stream) {
+  note_shapes({&x, &bias});
   return charge("add_bias", inner_.add_bias(x, bias, stream), static_cast<double>(x.numel()), 2.0 * static_cast<double>(x.nbytes()),
                 false, x);
 }
 Status SimDevice::bias_grad(const Tensor& dy, const Tensor& dbias, bool accumulate, StreamId stream) {
+  note_shapes({&dy, &dbias});
   return charge("bias_grad", inner_.bias_grad(dy, dbias, accumulate, stream), static_cast<double>(dy.numel()),
                 static_cast<double>(dy.nbytes() + dbias.nbytes()), false, dy);
 }
 Status SimDevice::activation(Activation act, const Tensor& x, const Tensor& y, StreamId stream) {
+  note_shapes({&x, &y});
   return charge("activation", inner_.activation(act, x, y, stream), 8.0 * static_cast<double>(x.numel()),
                 static_cast<double>(x.nbytes() + y.nbytes()), false, x, activation_key(act, false));
 }
 Status SimDevice::activation_backward(Activation act, const Tensor& x, const Tensor& dy, const Tensor& dx,
                                       StreamId stream) {
+  note_shapes({&x, &dy, &dx});
   return charge("activation_backward", inner_.activation_backward(act, x, dy, dx, stream), 12.0 * static_cast<double>(x.numel()),
                 static_cast<double>(x.nbytes() + dy.nbytes() + dx.nbytes()), false, x, activation_key(act, true));
 }
@@ -170,6 +192,7 @@ Status SimDevice::activation_backward(Activation act, const Tensor& x, const Ten
 // one write of each output (read-modify-write for accumulated gradients).
 Status SimDevice::layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps, const Tensor& y,
                              const Tensor& mean, const Tensor& rstd, StreamId stream) {
+  note_shapes({&x, &gamma, &beta, &y, &mean, &rstd});
   return charge("layer_norm", inner_.layer_norm(x, gamma, beta, eps, y, mean, rstd, stream), 8.0 * static_cast<double>(x.numel()),
                 static_cast<double>(x.nbytes() + y.nbytes() + gamma.nbytes() + beta.nbytes() + mean.nbytes() +
                                     rstd.nbytes()),
@@ -178,6 +201,7 @@ Status SimDevice::layer_norm(const Tensor& x, const Tensor& gamma, const Tensor&
 Status SimDevice::layer_norm_backward(const Tensor& x, const Tensor& dy, const Tensor& mean, const Tensor& rstd,
                                       const Tensor& gamma, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,
                                       bool accumulate, StreamId stream) {
+  note_shapes({&x, &dy, &mean, &rstd, &gamma, &dx, &dgamma, &dbeta});
   return charge("layer_norm_backward", inner_.layer_norm_backward(x, dy, mean, rstd, gamma, dx, dgamma, dbeta, accumulate, stream),
                 14.0 * static_cast<double>(x.numel()),
                 static_cast<double>(x.nbytes() + dy.nbytes() + dx.nbytes() + mean.nbytes() + rstd.nbytes() +
@@ -186,23 +210,27 @@ Status SimDevice::layer_norm_backward(const Tensor& x, const Tensor& dy, const T
 }
 Status SimDevice::attention_softmax(const Tensor& scores, const Tensor& attention_mask, float scale,
                                     const Tensor& probs, StreamId stream) {
+  note_shapes({&scores, &attention_mask, &probs});
   return charge("attention_softmax", inner_.attention_softmax(scores, attention_mask, scale, probs, stream),
                 6.0 * static_cast<double>(scores.numel()),
                 static_cast<double>(scores.nbytes() + attention_mask.nbytes() + probs.nbytes()), false, scores);
 }
 Status SimDevice::attention_softmax_backward(const Tensor& probs, const Tensor& dprobs, float scale,
                                              const Tensor& dscores, StreamId stream) {
+  note_shapes({&probs, &dprobs, &dscores});
   return charge("attention_softmax_backward", inner_.attention_softmax_backward(probs, dprobs, scale, dscores, stream),
                 5.0 * static_cast<double>(probs.numel()),
                 static_cast<double>(probs.nbytes() + dprobs.nbytes() + dscores.nbytes()), false, probs);
 }
 Status SimDevice::embedding(const Tensor& table, const Tensor& ids, const Tensor& out, StreamId stream) {
+  note_shapes({&table, &ids, &out});
   // Only the gathered rows of the table are read.
   return charge("embedding", inner_.embedding(table, ids, out, stream), 0,
                 static_cast<double>(ids.nbytes() + 2 * out.nbytes()), false, out);
 }
 Status SimDevice::embedding_backward(const Tensor& dout, const Tensor& ids, const Tensor& dtable, bool accumulate,
                                      StreamId stream) {
+  note_shapes({&dout, &ids, &dtable});
   const double zeroing = accumulate ? 0.0 : static_cast<double>(dtable.nbytes());
   return charge("embedding_backward", inner_.embedding_backward(dout, ids, dtable, accumulate, stream), static_cast<double>(dout.numel()),
                 static_cast<double>(ids.nbytes() + 3 * dout.nbytes()) + zeroing, false, dout);
@@ -210,15 +238,18 @@ Status SimDevice::embedding_backward(const Tensor& dout, const Tensor& ids, cons
 Status SimDevice::softmax_cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& loss_sum,
                                         const Tensor& dlogits, float grad_scale, std::int64_t ignore_index,
                                         StreamId stream) {
+  note_shapes({&logits, &labels, &loss_sum, &dlogits});
   return charge("softmax_cross_entropy", inner_.softmax_cross_entropy(logits, labels, loss_sum, dlogits, grad_scale, ignore_index, stream),
                 6.0 * static_cast<double>(logits.numel()), static_cast<double>(logits.nbytes() + dlogits.nbytes()),
                 false, logits);
 }
 
 Status SimDevice::transpose_1_2(const Tensor& x, const Tensor& y, StreamId stream) {
+  note_shapes({&x, &y});
   return charge("transpose_1_2", inner_.transpose_1_2(x, y, stream), 0, 2.0 * static_cast<double>(x.nbytes()), false, x);
 }
 Status SimDevice::multiply(const Tensor& a, const Tensor& b, const Tensor& c, StreamId stream) {
+  note_shapes({&a, &b, &c});
   return charge("multiply", inner_.multiply(a, b, c, stream), static_cast<double>(a.numel()),
                 static_cast<double>(a.nbytes() + b.nbytes() + c.nbytes()), false, a);
 }
@@ -231,6 +262,7 @@ Status SimDevice::multiply(const Tensor& a, const Tensor& b, const Tensor& c, St
 Status SimDevice::optimizer_step(const runtime::device::OptimizerUpdate& update, const Tensor& param,
                                  const Tensor& grad, const Tensor& state0, const Tensor& state1,
                                  const std::uint8_t* mask, StreamId stream) {
+  note_shapes({&param, &grad, &state0, &state1});
   const double n = static_cast<double>(param.numel());
   const bool adamw = update.kind == runtime::device::OptimizerKind::kAdamW;
   const double state_tensors = (state0.defined() ? 1.0 : 0.0) + (state1.defined() ? 1.0 : 0.0);

@@ -167,6 +167,8 @@ class SimDevice final : public runtime::device::Device {
   // by charge_transfer at the link's rate instead of as a memory copy.
   bool crosses_host_link(const Tensor& a, const Tensor& b) const;
   Status charge_transfer(const char* op, Status s, double bytes);
+  // Keeps the shapes of the op's tensors for its trace event (traced devices only).
+  void note_shapes(std::initializer_list<const Tensor*> tensors);
   // Advances the clock by an op's time `t` (plus pending allocation time) and records it.
   void advance(const char* op, Nanos t);
 
@@ -181,6 +183,7 @@ class SimDevice final : public runtime::device::Device {
   Nanos pending_alloc_ns_ = 0;  // NOTE [Host time per allocation]: not yet charged
   DType emulated_ = DType::kF32;  // NOTE [Emulated low precision]
   TraceRecorder* trace_ = nullptr;
+  std::vector<std::vector<std::int64_t>> op_shapes_;  // of the op being charged (note_shapes)
 };
 
 }  // namespace shardlab::sim

@@ -11,6 +11,7 @@ const char* trace_stream_name(int stream) {
     case kTraceAllGather: return "all_gather";
     case kTraceReduceScatter: return "reduce_scatter";
     case kTraceAllReduce: return "all_reduce";
+    case kTraceFsdp: return "fsdp";
     default: return "other";
   }
 }

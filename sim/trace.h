@@ -1,15 +1,19 @@
 // TraceRecorder: one rank's timeline for trace.json (reports/FORMATS.md) — compute ops
-// from SimDevice and collectives from SimCommunicator, in virtual time.
+// from SimDevice and collectives from SimCommunicator, in virtual time; on the real
+// backends the same events from cli/trace_backends.h's decorators, in wall time. FSDP
+// phases (unshard, reshard, gradient reduction, optimizer step) come from the FSDP
+// runtime's on_fsdp_event hook on every backend.
 //
-// Thread safety: compute events are appended by the rank's own thread only; collective
-// events may be appended by whichever rank completes a collective, so that list is
-// guarded by its own mutex. events() merges both, ordered by (start, stream, name): the
+// Thread safety: compute and FSDP events are appended by the rank's own thread only;
+// collective events may be appended by whichever rank completes a collective, so that list
+// is guarded by its own mutex. events() merges both, ordered by (start, stream, name): the
 // order does not depend on host scheduling.
 #pragma once
 
 #include <cstdint>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "runtime/core/clock.h"
@@ -18,20 +22,35 @@ namespace shardlab::sim {
 
 // Trace streams (the trace's tid).
 enum TraceStream : int { kTraceCompute = 0, kTraceAllGather = 1, kTraceReduceScatter = 2, kTraceAllReduce = 3,
-                         kTraceOtherComm = 4 };
+                         kTraceOtherComm = 4, kTraceFsdp = 5 };
+constexpr int kNumTraceStreams = 6;
 const char* trace_stream_name(int stream);
 
 struct TraceEvent {
+  TraceEvent() = default;
+  TraceEvent(std::string name_, int stream_, Nanos start_, Nanos duration_, std::int64_t bytes_ = -1,
+             std::string group_ = {}, std::string algorithm_ = {})
+      : name(std::move(name_)), stream(stream_), start(start_), duration(duration_), bytes(bytes_),
+        group(std::move(group_)), algorithm(std::move(algorithm_)) {}
   std::string name;      // op ("gemm") or collective ("all_gather")
   int stream = kTraceCompute;
   Nanos start = 0, duration = 0;
   std::int64_t bytes = -1;  // collectives: payload bytes per rank
   std::string group;        // collectives: the group's name
   std::string algorithm;    // collectives: the network model's algorithm ("ring", …)
+  // Compute ops: the shapes of the op's tensors, in argument order (empty when unknown).
+  std::vector<std::vector<std::int64_t>> shapes;
+  // FSDP events (stream kTraceFsdp): the unit (-1: every unit, the optimizer step), the
+  // 1-based step, the phase ("forward", "backward", "optimizer") and for a gradient
+  // reduction its collective ("reduce_scatter", "all_reduce").
+  int unit = -1, step = -1;
+  std::string phase, collective;
+  bool prefetch = false;  // FSDP unshard: issued ahead of use
 };
 
 class TraceRecorder {
  public:
+  // Compute and FSDP events: the rank's own thread only.
   void add_compute(TraceEvent e) { compute_.push_back(std::move(e)); }
   void add_comm(TraceEvent e) {
     std::lock_guard<std::mutex> lock(mu_);

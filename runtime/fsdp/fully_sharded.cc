@@ -87,6 +87,36 @@ Result<std::unique_ptr<FullyShardedModel>> FullyShardedModel::create(comm::Commu
 }
 
 namespace {
+
+// Reports an FSDP phase's begin now and its end when the scope closes, on every path
+// (FsdpOptions::on_fsdp_event).
+class PhaseScope {
+ public:
+  PhaseScope(const FsdpOptions& options, FsdpEvent event) : hook_(options.on_fsdp_event), event_(event) {
+    if (hook_) hook_(event_);
+  }
+  ~PhaseScope() {
+    if (!hook_) return;
+    event_.begin = false;
+    hook_(event_);
+  }
+  PhaseScope(const PhaseScope&) = delete;
+  PhaseScope& operator=(const PhaseScope&) = delete;
+
+ private:
+  const std::function<void(const FsdpEvent&)>& hook_;
+  FsdpEvent event_;
+};
+
+const char* phase_name(TrainingState s) {
+  switch (s) {
+    case TrainingState::kForward: return "forward";
+    case TrainingState::kBackward: return "backward";
+    case TrainingState::kSummonFullParams: return "summon_full_params";
+    case TrainingState::kIdle: break;
+  }
+  return "idle";
+}
 Status validate_buffers(const std::vector<model::BufferSpec>& specs, const std::vector<Tensor>& init) {
   if (init.size() != specs.size()) {
     return Status::invalid_argument("FSDP: " + std::to_string(specs.size()) + " buffer specs but " +
@@ -330,6 +360,7 @@ Status FullyShardedModel::unshard(int unit, bool prefetch) {
     return Status::ok();
   }
   if (prefetch && options_.limit_all_gathers && unit != root_unit_ && live_non_root() >= 2) return Status::ok();
+  PhaseScope phase(options_, {"unshard", unit, phase_name(state_), "all_gather", prefetch});
   delay(DelayPoint::kBeforeAllGather);
   const int w = shard_world_size();
   const std::int64_t s = fp.layout.shard_numel();
@@ -350,6 +381,7 @@ Status FullyShardedModel::wait_unsharded(int unit) {
   FlatParameter& fp = units_[static_cast<std::size_t>(unit)];
   if (fp.state == UnitState::kSharded) SHARDLAB_RETURN_IF_ERROR(unshard(unit, false));
   if (fp.state == UnitState::kUnsharding) {
+    PhaseScope phase(options_, {"unshard_wait", unit, phase_name(state_), "all_gather"});
     Status s = fp.gather->wait(options_.collective_timeout);
     if (!s.is_ok()) return s.with_context("FSDP unshard of unit " + std::to_string(unit));
     fp.gather.reset();
@@ -379,6 +411,7 @@ Status FullyShardedModel::reshard(int unit) {
     }
     return Status::ok();
   }
+  PhaseScope phase(options_, {"reshard", unit, phase_name(state_)});
   if (fp.state == UnitState::kUnsharding) SHARDLAB_RETURN_IF_ERROR(wait_unsharded(unit));
   SHARDLAB_CHECK_EQ(fp.shard.numel(), fp.layout.shard_numel());
   fp.full = Tensor();
@@ -535,6 +568,10 @@ Status FullyShardedModel::post_backward(int layer) {
 Status FullyShardedModel::reduce_grad(int unit) {
   FlatParameter& fp = units_[static_cast<std::size_t>(unit)];
   SHARDLAB_CHECK(fp.full_grad.defined());
+  PhaseScope phase(options_, {"reduce_grad", unit, phase_name(state_),
+                              options_.strategy == ShardingStrategy::kNoShard ? "all_reduce"
+                              : is_hybrid(options_.strategy)                  ? "reduce_scatter+all_reduce"
+                                                                              : "reduce_scatter"});
   delay(DelayPoint::kBeforeReduceScatter);
   const auto [pre, post] = divide_factors(comm_.size());
   const Nanos timeout = options_.collective_timeout;
@@ -655,6 +692,7 @@ Status FullyShardedModel::optimizer_step() {
   delay(DelayPoint::kBeforeOptimizerStep);
   for (std::size_t u = 0; u < units_.size(); ++u) {
     if (!units_[u].grad_shard_valid) continue;  // no gradient: PyTorch skips the parameter
+    PhaseScope phase(options_, {"optimizer_step", static_cast<int>(u), "optimizer"});
     SHARDLAB_ASSIGN_OR_RETURN(Tensor grad, grad_fp32(units_[u]));
     SHARDLAB_RETURN_IF_ERROR(optimizers_[u].step(units_[u].shard, grad, &units_[u].trainable));
   }

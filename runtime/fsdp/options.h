@@ -34,6 +34,20 @@ Result<BackwardPrefetch> parse_prefetch(std::string_view text);
 // Points where tests inject delays (PyTorch's delay-injection tests); results must not change.
 enum class DelayPoint { kBeforeAllGather, kBeforeReduceScatter, kAfterForward, kBeforeOptimizerStep };
 
+// One FSDP phase beginning or ending on this rank (FsdpOptions::on_fsdp_event), for
+// traces. Begin and end come in pairs, properly nested, on the rank's thread; an end is
+// reported on failure too. The strings are static.
+struct FsdpEvent {
+  // "unshard" (copy-in and all-gather issue), "unshard_wait" (blocking until the all-gather
+  // is done), "reshard", "reduce_grad" (gradient reduction), "optimizer_step".
+  const char* name = "";
+  int unit = -1;
+  const char* phase = "";       // "forward", "backward", "optimizer", "idle", "summon_full_params"
+  const char* collective = "";  // reduce_grad: "reduce_scatter" or "all_reduce"; unshard: "all_gather"
+  bool prefetch = false;        // unshard: issued ahead of use
+  bool begin = true;
+};
+
 struct FsdpOptions {
   ShardingStrategy strategy = ShardingStrategy::kFullShard;
   BackwardPrefetch backward_prefetch = BackwardPrefetch::kBackwardPre;
@@ -74,6 +88,9 @@ struct FsdpOptions {
   std::function<void(int unit, Tensor& view)> on_param_view;
   // Test hook: called at each DelayPoint (e.g. to advance a simulated clock).
   std::function<void(DelayPoint)> delay_hook;
+  // Told where each FSDP phase begins and ends (FsdpEvent); empty: none. Must not call
+  // back into the model.
+  std::function<void(const FsdpEvent&)> on_fsdp_event;
 };
 
 // Checks the mixed-precision dtypes (param_dtype, reduce_dtype, buffer_dtype when set):

@@ -280,9 +280,10 @@ Status FsdpTrainer::step() {
   return Status::ok();
 }
 
-Result<FsdpTrainResult> train_fsdp(comm::Communicator& comm, device::Device& dev, const Clock& clock,
-                                   const FsdpTrainOptions& o) {
-  SHARDLAB_ASSIGN_OR_RETURN(std::unique_ptr<FsdpTrainer> t, FsdpTrainer::create(comm, dev, clock, o));
+namespace {
+
+// train_fsdp after the trainer is made: resume, the steps, checkpoints, the results.
+Result<FsdpTrainResult> train_to_end(FsdpTrainer* t, device::Device& dev, const FsdpTrainOptions& o) {
   const auto& ck = o.checkpoint;
   if (ck.resume && !ck.dir.empty() && std::filesystem::exists(std::filesystem::path(ck.dir) / "latest")) {
     SHARDLAB_ASSIGN_OR_RETURN(t->result().resumed_from, fsdp::latest_step_dir(ck.dir));
@@ -322,6 +323,19 @@ Result<FsdpTrainResult> train_fsdp(comm::Communicator& comm, device::Device& dev
     if (!p.is_deferred()) result.final_params.assign(p.data<float>(), p.data<float>() + p.numel());
   }
   return std::move(result);
+}
+
+}  // namespace
+
+Result<FsdpTrainResult> train_fsdp(comm::Communicator& comm, device::Device& dev, const Clock& clock,
+                                   const FsdpTrainOptions& o) {
+  SHARDLAB_ASSIGN_OR_RETURN(std::unique_ptr<FsdpTrainer> t, FsdpTrainer::create(comm, dev, clock, o));
+  Result<FsdpTrainResult> r = train_to_end(t.get(), dev, o);
+  if (!r.is_ok() && o.progress_on_failure != nullptr) {
+    *o.progress_on_failure = t->result();
+    o.progress_on_failure->memory = dev.memory().stats();
+  }
+  return r;
 }
 
 Result<FsdpTrainResult> train_oracle(device::Device& dev, const FsdpTrainOptions& o, int world,

@@ -120,6 +120,11 @@ struct FsdpTrainOptions {
   // Called at the top of every step (0-based, before anything of the step runs); an error
   // ends the run with it (fault injection: a rank that crashes or hangs at a step).
   std::function<Status(int step)> before_step;
+  // When train_fsdp fails after its trainer was made: receives the result up to the
+  // failure (the completed steps' losses and times, the memory timeline and the memory
+  // statistics so far), so that a failed run's outputs keep what it had. Not null: must
+  // outlive the call. Untouched on success.
+  FsdpTrainResult* progress_on_failure = nullptr;
   struct Checkpointing {
     std::string dir;  // empty: none
     int every_steps = 0;

@@ -1,0 +1,289 @@
+#include "cli/trace_backends.h"
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include <nlohmann/json.hpp>
+
+namespace shardlab::cli {
+
+namespace {
+
+using runtime::comm::OpKind;
+using runtime::comm::WorkPtr;
+using Json = nlohmann::json;
+
+int stream_of(OpKind kind) {
+  switch (kind) {
+    case OpKind::kAllGather: return sim::kTraceAllGather;
+    case OpKind::kReduceScatter: return sim::kTraceReduceScatter;
+    case OpKind::kAllReduce: return sim::kTraceAllReduce;
+    default: return sim::kTraceOtherComm;
+  }
+}
+
+// Records its operation when the first wait returns (NOTE [Wall-clock traces]).
+class TracedWork final : public runtime::comm::Work {
+ public:
+  TracedWork(WorkPtr inner, std::function<void(Nanos end)> record, const Clock* clock)
+      : inner_(std::move(inner)), record_(std::move(record)), clock_(clock) {}
+  Status wait(Nanos timeout) override {
+    Status s = inner_->wait(timeout);
+    if (record_) {
+      record_(clock_->now());
+      record_ = nullptr;
+    }
+    return s;
+  }
+  bool is_completed() override { return inner_->is_completed(); }
+
+ private:
+  WorkPtr inner_;
+  std::function<void(Nanos)> record_;
+  const Clock* clock_;
+};
+
+}  // namespace
+
+Status TracingDevice::traced(const char* name, Nanos start, Status s, std::initializer_list<const Tensor*> tensors) {
+  if (!s.is_ok()) return s;
+  sim::TraceEvent e{name, sim::kTraceCompute, start - origin_, clock_->now() - start};
+  for (const Tensor* t : tensors) e.shapes.push_back(t->defined() ? t->shape() : Shape{});
+  trace_->add_compute(std::move(e));
+  return s;
+}
+
+// Each op: the start time first, then the forwarded call, then the record.
+#define SHARDLAB_TRACED(name, call, ...)      \
+  const Nanos start = clock_->now();          \
+  return traced(name, start, inner_->call, {__VA_ARGS__})
+
+Status TracingDevice::copy(const Tensor& src, const Tensor& dst, StreamId stream) {
+  SHARDLAB_TRACED("copy", copy(src, dst, stream), &src, &dst);
+}
+Status TracingDevice::fill(const Tensor& dst, float value, StreamId stream) {
+  SHARDLAB_TRACED("fill", fill(dst, value, stream), &dst);
+}
+Status TracingDevice::cast(const Tensor& src, const Tensor& dst, StreamId stream) {
+  SHARDLAB_TRACED("cast", cast(src, dst, stream), &src, &dst);
+}
+Status TracingDevice::axpy(float alpha, const Tensor& x, const Tensor& y, StreamId stream) {
+  SHARDLAB_TRACED("axpy", axpy(alpha, x, y, stream), &x, &y);
+}
+Status TracingDevice::scale(const Tensor& x, float alpha, StreamId stream) {
+  SHARDLAB_TRACED("scale", scale(x, alpha, stream), &x);
+}
+Status TracingDevice::gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c, float alpha,
+                           float beta, StreamId stream) {
+  SHARDLAB_TRACED("gemm", gemm(a, trans_a, b, trans_b, c, alpha, beta, stream), &a, &b, &c);
+}
+Status TracingDevice::batched_gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c,
+                                   float alpha, float beta, StreamId stream) {
+  SHARDLAB_TRACED("batched_gemm", batched_gemm(a, trans_a, b, trans_b, c, alpha, beta, stream), &a, &b, &c);
+}
+Status TracingDevice::add_bias(const Tensor& x, const Tensor& bias, StreamId stream) {
+  SHARDLAB_TRACED("add_bias", add_bias(x, bias, stream), &x, &bias);
+}
+Status TracingDevice::bias_grad(const Tensor& dy, const Tensor& dbias, bool accumulate, StreamId stream) {
+  SHARDLAB_TRACED("bias_grad", bias_grad(dy, dbias, accumulate, stream), &dy, &dbias);
+}
+Status TracingDevice::activation(Activation act, const Tensor& x, const Tensor& y, StreamId stream) {
+  SHARDLAB_TRACED("activation", activation(act, x, y, stream), &x, &y);
+}
+Status TracingDevice::activation_backward(Activation act, const Tensor& x, const Tensor& dy, const Tensor& dx,
+                                          StreamId stream) {
+  SHARDLAB_TRACED("activation_backward", activation_backward(act, x, dy, dx, stream), &x, &dy, &dx);
+}
+Status TracingDevice::layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps, const Tensor& y,
+                                 const Tensor& mean, const Tensor& rstd, StreamId stream) {
+  SHARDLAB_TRACED("layer_norm", layer_norm(x, gamma, beta, eps, y, mean, rstd, stream), &x, &gamma, &beta, &y, &mean,
+                  &rstd);
+}
+Status TracingDevice::layer_norm_backward(const Tensor& x, const Tensor& dy, const Tensor& mean, const Tensor& rstd,
+                                          const Tensor& gamma, const Tensor& dx, const Tensor& dgamma,
+                                          const Tensor& dbeta, bool accumulate, StreamId stream) {
+  SHARDLAB_TRACED("layer_norm_backward",
+                  layer_norm_backward(x, dy, mean, rstd, gamma, dx, dgamma, dbeta, accumulate, stream), &x, &dy,
+                  &mean, &rstd, &gamma, &dx, &dgamma, &dbeta);
+}
+Status TracingDevice::attention_softmax(const Tensor& scores, const Tensor& attention_mask, float scale,
+                                        const Tensor& probs, StreamId stream) {
+  SHARDLAB_TRACED("attention_softmax", attention_softmax(scores, attention_mask, scale, probs, stream), &scores,
+                  &attention_mask, &probs);
+}
+Status TracingDevice::attention_softmax_backward(const Tensor& probs, const Tensor& dprobs, float scale,
+                                                 const Tensor& dscores, StreamId stream) {
+  SHARDLAB_TRACED("attention_softmax_backward", attention_softmax_backward(probs, dprobs, scale, dscores, stream),
+                  &probs, &dprobs, &dscores);
+}
+Status TracingDevice::embedding(const Tensor& table, const Tensor& ids, const Tensor& out, StreamId stream) {
+  SHARDLAB_TRACED("embedding", embedding(table, ids, out, stream), &table, &ids, &out);
+}
+Status TracingDevice::embedding_backward(const Tensor& dout, const Tensor& ids, const Tensor& dtable, bool accumulate,
+                                         StreamId stream) {
+  SHARDLAB_TRACED("embedding_backward", embedding_backward(dout, ids, dtable, accumulate, stream), &dout, &ids,
+                  &dtable);
+}
+Status TracingDevice::softmax_cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& loss_sum,
+                                            const Tensor& dlogits, float grad_scale, std::int64_t ignore_index,
+                                            StreamId stream) {
+  SHARDLAB_TRACED("softmax_cross_entropy",
+                  softmax_cross_entropy(logits, labels, loss_sum, dlogits, grad_scale, ignore_index, stream), &logits,
+                  &labels, &loss_sum, &dlogits);
+}
+Status TracingDevice::transpose_1_2(const Tensor& x, const Tensor& y, StreamId stream) {
+  SHARDLAB_TRACED("transpose_1_2", transpose_1_2(x, y, stream), &x, &y);
+}
+Status TracingDevice::multiply(const Tensor& a, const Tensor& b, const Tensor& c, StreamId stream) {
+  SHARDLAB_TRACED("multiply", multiply(a, b, c, stream), &a, &b, &c);
+}
+Status TracingDevice::optimizer_step(const runtime::device::OptimizerUpdate& update, const Tensor& param,
+                                     const Tensor& grad, const Tensor& state0, const Tensor& state1,
+                                     const std::uint8_t* mask, StreamId stream) {
+  SHARDLAB_TRACED("optimizer_step", optimizer_step(update, param, grad, state0, state1, mask, stream), &param, &grad,
+                  &state0, &state1);
+}
+#undef SHARDLAB_TRACED
+
+TracingCommunicator::TracingCommunicator(runtime::comm::Communicator* inner, const Clock* clock, Nanos origin,
+                                         sim::TraceRecorder* trace, std::string algorithm)
+    : inner_(inner), clock_(clock), origin_(origin), trace_(trace), algorithm_(std::move(algorithm)) {}
+TracingCommunicator::TracingCommunicator(std::unique_ptr<runtime::comm::Communicator> owned, const Clock* clock,
+                                         Nanos origin, sim::TraceRecorder* trace, std::string algorithm)
+    : owned_(std::move(owned)), inner_(owned_.get()), clock_(clock), origin_(origin), trace_(trace),
+      algorithm_(std::move(algorithm)) {}
+
+WorkPtr TracingCommunicator::traced(OpKind kind, std::int64_t bytes, WorkPtr work, Nanos start) {
+  auto record = [this, kind, bytes, start](Nanos end) {
+    sim::TraceEvent e{std::string(runtime::comm::op_kind_name(kind)), stream_of(kind), start - origin_, end - start,
+                      bytes, inner_->group_name(), algorithm_};
+    trace_->add_comm(std::move(e));
+  };
+  return std::make_shared<TracedWork>(std::move(work), std::move(record), clock_);
+}
+
+WorkPtr TracingCommunicator::all_gather_into(const Tensor& output, const Tensor& input) {
+  const Nanos start = clock_->now();
+  return traced(OpKind::kAllGather, input.nbytes(), inner_->all_gather_into(output, input), start);
+}
+WorkPtr TracingCommunicator::reduce_scatter(const Tensor& output, const Tensor& input, runtime::comm::ReduceOp op) {
+  const Nanos start = clock_->now();
+  return traced(OpKind::kReduceScatter, output.nbytes(), inner_->reduce_scatter(output, input, op), start);
+}
+WorkPtr TracingCommunicator::all_reduce(const Tensor& inout, runtime::comm::ReduceOp op) {
+  const Nanos start = clock_->now();
+  return traced(OpKind::kAllReduce, inout.nbytes(), inner_->all_reduce(inout, op), start);
+}
+WorkPtr TracingCommunicator::broadcast(const Tensor& inout, int root) {
+  const Nanos start = clock_->now();
+  return traced(OpKind::kBroadcast, inout.nbytes(), inner_->broadcast(inout, root), start);
+}
+WorkPtr TracingCommunicator::barrier() {
+  const Nanos start = clock_->now();
+  return traced(OpKind::kBarrier, 0, inner_->barrier(), start);
+}
+WorkPtr TracingCommunicator::send(const Tensor& input, int peer, int tag) {
+  const Nanos start = clock_->now();
+  return traced(OpKind::kSend, input.nbytes(), inner_->send(input, peer, tag), start);
+}
+WorkPtr TracingCommunicator::recv(const Tensor& output, int peer, int tag) {
+  const Nanos start = clock_->now();
+  return traced(OpKind::kRecv, output.nbytes(), inner_->recv(output, peer, tag), start);
+}
+Result<std::unique_ptr<runtime::comm::Communicator>> TracingCommunicator::split(int color, int key) {
+  SHARDLAB_ASSIGN_OR_RETURN(std::unique_ptr<runtime::comm::Communicator> group, inner_->split(color, key));
+  if (!group) return group;  // not a member of any new group
+  return std::unique_ptr<runtime::comm::Communicator>(
+      std::make_unique<TracingCommunicator>(std::move(group), clock_, origin_, trace_, algorithm_));
+}
+
+std::function<void(const runtime::fsdp::FsdpEvent&)> FsdpTraceSink::hook() {
+  return [this](const runtime::fsdp::FsdpEvent& e) { on_event(e); };
+}
+
+void FsdpTraceSink::on_event(const runtime::fsdp::FsdpEvent& e) {
+  const Nanos now = clock_->now();
+  if (e.begin) {
+    open_.push_back(now);
+    return;
+  }
+  SHARDLAB_CHECK(!open_.empty());
+  const Nanos start = open_.back();
+  open_.pop_back();
+  sim::TraceEvent ev{e.name, sim::kTraceFsdp, start - origin_, now - start};
+  ev.unit = e.unit;
+  ev.step = step_;
+  ev.phase = e.phase;
+  ev.collective = e.collective;
+  ev.prefetch = e.prefetch;
+  trace_->add_compute(std::move(ev));
+}
+
+std::string serialize_trace_events(const std::vector<sim::TraceEvent>& events) {
+  Json out = Json::array();
+  for (const auto& e : events) {
+    out.push_back({e.name, e.stream, e.start, e.duration, e.bytes, e.group, e.algorithm, e.shapes, e.unit, e.step,
+                   e.phase, e.collective, e.prefetch});
+  }
+  return out.dump();
+}
+
+Result<std::vector<sim::TraceEvent>> parse_trace_events(const std::string& text) {
+  std::vector<sim::TraceEvent> events;
+  try {
+    const Json in = Json::parse(text);
+    for (const Json& j : in) {
+      sim::TraceEvent e;
+      e.name = j.at(0).get<std::string>();
+      e.stream = j.at(1).get<int>();
+      e.start = j.at(2).get<Nanos>();
+      e.duration = j.at(3).get<Nanos>();
+      e.bytes = j.at(4).get<std::int64_t>();
+      e.group = j.at(5).get<std::string>();
+      e.algorithm = j.at(6).get<std::string>();
+      e.shapes = j.at(7).get<std::vector<std::vector<std::int64_t>>>();
+      e.unit = j.at(8).get<int>();
+      e.step = j.at(9).get<int>();
+      e.phase = j.at(10).get<std::string>();
+      e.collective = j.at(11).get<std::string>();
+      e.prefetch = j.at(12).get<bool>();
+      events.push_back(std::move(e));
+    }
+  } catch (const Json::exception& ex) {
+    return Status::data_loss(std::string("a rank's trace events do not parse: ") + ex.what());
+  }
+  return events;
+}
+
+Result<std::vector<std::vector<sim::TraceEvent>>> gather_traces(runtime::comm::Communicator& comm,
+                                                                runtime::device::Device& dev,
+                                                                const std::vector<sim::TraceEvent>& mine,
+                                                                Nanos timeout) {
+  const std::string text = serialize_trace_events(mine);
+  const int w = comm.size();
+  // Lengths first, then every rank's text padded to the longest, as int64 words (the
+  // collectives move whole elements of one count on every rank).
+  SHARDLAB_ASSIGN_OR_RETURN(Tensor my_len, dev.zeros({1}, DType::kI64, MemoryCategory::kOther, "trace_len"));
+  my_len.data<std::int64_t>()[0] = static_cast<std::int64_t>(text.size());
+  SHARDLAB_ASSIGN_OR_RETURN(Tensor lens, dev.zeros({w}, DType::kI64, MemoryCategory::kOther, "trace_lens"));
+  SHARDLAB_RETURN_IF_ERROR(comm.all_gather_into(lens, my_len)->wait(timeout).with_context("gathering traces"));
+  std::int64_t longest = 0;
+  for (int r = 0; r < w; ++r) longest = std::max(longest, lens.data<std::int64_t>()[r]);
+  const std::int64_t words = std::max<std::int64_t>(1, (longest + 7) / 8);
+  SHARDLAB_ASSIGN_OR_RETURN(Tensor my_text, dev.zeros({words}, DType::kI64, MemoryCategory::kOther, "trace_text"));
+  std::memcpy(my_text.data<std::int64_t>(), text.data(), text.size());
+  SHARDLAB_ASSIGN_OR_RETURN(Tensor all, dev.zeros({w * words}, DType::kI64, MemoryCategory::kOther, "trace_texts"));
+  SHARDLAB_RETURN_IF_ERROR(comm.all_gather_into(all, my_text)->wait(timeout).with_context("gathering traces"));
+  std::vector<std::vector<sim::TraceEvent>> out;
+  if (comm.rank() != 0) return out;
+  for (int r = 0; r < w; ++r) {
+    const char* bytes = reinterpret_cast<const char*>(all.data<std::int64_t>() + r * words);
+    SHARDLAB_ASSIGN_OR_RETURN(std::vector<sim::TraceEvent> events,
+                              parse_trace_events(std::string(bytes, static_cast<std::size_t>(lens.data<std::int64_t>()[r]))));
+    out.push_back(std::move(events));
+  }
+  return out;
+}
+
+}  // namespace shardlab::cli
