@@ -250,6 +250,21 @@ std::string report_failures(const std::vector<std::string>& lines, int world) {
   return all;
 }
 
+// The traces of the ranks the run traces (NOTE [Traced ranks] in cli/run_outputs.h):
+// args.trace_ranks, or every rank; `trace_of(r)` gives rank r's events.
+void add_traces(const RunArgs& a, int world, const std::function<std::vector<sim::TraceEvent>(int)>& trace_of,
+                RunRecord& record) {
+  std::vector<int> ranks = a.trace_ranks;
+  if (ranks.empty()) {
+    for (int r = 0; r < world; ++r) ranks.push_back(r);
+  }
+  for (int r : ranks) {
+    if (r >= world) continue;  // checked against the scenario's world; a --backend world may be smaller
+    record.traces.push_back(trace_of(r));
+    record.traced_ranks.push_back(r);
+  }
+}
+
 int fail(const Status& s) {
   std::fprintf(stderr, "shardlab run: %s\n", s.to_string().c_str());
   return s.exit_code();
@@ -370,7 +385,7 @@ int run_sim(const RunArgs& a) {
     if (per_rank[0].num_units > 0) record.header = header_line(a, a.world_size, per_rank[0].num_units);
     // What the ranks had when they stopped: steps, memory, trace (outputs keep it).
     record.ranks = std::move(per_rank);
-    for (int r = 0; r < a.world_size; ++r) record.traces.push_back(world.trace(r));
+    add_traces(a, a.world_size, [&](int r) { return world.trace(r); }, record);
     write_outputs(a, record);
     return code;
   }
@@ -381,7 +396,7 @@ int run_sim(const RunArgs& a) {
   print_steps(r0, "simulated step time");
   int code = report_oracle(a, r0, a.world_size, /*simulated=*/true, record);
   record.ranks = std::move(per_rank);
-  for (int r = 0; r < a.world_size; ++r) record.traces.push_back(world.trace(r));
+  add_traces(a, a.world_size, [&](int r) { return world.trace(r); }, record);
   code = apply_expectations(a, record, code);
   write_outputs(a, record);
   return code;
@@ -394,6 +409,7 @@ int run_timing_mode(const RunArgs& a) {
   o.device = a.device;
   o.network = a.network;
   o.dump_graph = a.dump_graph;
+  o.trace_ranks = a.trace_ranks;
   RunRecord record;
   if (Status s = run_timing(a, o, record); !s.is_ok()) {
     // One line per failed rank when injected faults stopped ranks, grouped as run_sim's.
@@ -488,7 +504,7 @@ int run_mpi(const RunArgs& a, int* argc, char*** argv) {
     record.header = header_line(a, c.size(), result->num_units);
     code = report_oracle(a, *result, c.size(), /*simulated=*/false, record);
     record.ranks.push_back(*result);
-    record.traces = std::move(traces);
+    add_traces(a, c.size(), [&](int r) { return std::move(traces[static_cast<std::size_t>(r)]); }, record);
     code = apply_expectations(a, record, code);
     write_outputs(a, record);
   }

@@ -48,6 +48,9 @@ struct RunArgs {
   // numerics (real math on every rank) or timing (phantom tensors, capture + replay; sim only).
   std::string mode = "numerics";
   std::string dump_graph;  // timing: also write the op graph here (--dump-graph)
+  // The ranks trace.json holds (scenario trace.ranks, NOTE [Traced ranks] in
+  // cli/run_outputs.h); empty: every rank (timing mode: 0-7).
+  std::vector<int> trace_ranks;
   // Test knob (--perturb-host-schedule): seeded random host yields in the simulator, which
   // must not change a single output byte (NOTE [Determinism] in sim/world.h).
   std::uint64_t perturb_seed = 0;

@@ -69,6 +69,12 @@ const char* comm_key(int stream) {
 
 }  // namespace
 
+std::vector<int> traced_ranks(const RunRecord& r) {
+  std::vector<int> out;
+  for (std::size_t i = 0; i < r.traces.size(); ++i) out.push_back(r.traced_rank(i));
+  return out;
+}
+
 std::string rank_ranges(const std::vector<int>& ranks) {
   std::string out;
   for (std::size_t i = 0; i < ranks.size();) {
@@ -164,6 +170,7 @@ Json metrics_json(const RunRecord& r) {
   j["provenance"] = {{"shardlab_version", r.version}, {"host", r.host}};
   j["status"] = r.status;
   if (!r.failures.empty()) j["failures"] = r.failures;
+  if (!r.traces.empty()) j["traced_ranks"] = traced_ranks(r);
   if (!r.faults.empty()) j["faults"] = r.faults;
   if (!r.device_id.empty()) j["device_id"] = r.device_id;
   if (r.check) {
@@ -192,12 +199,15 @@ Json metrics_json(const RunRecord& r) {
   const double tflops = med > 0 ? r.flops_per_step / med / r.world_size / 1e12 : 0.0;
   j["tflops_per_device"] = tflops;
   j["mfu"] = r.device_peak_flops > 0 ? Json(tflops * 1e12 / r.device_peak_flops) : Json(nullptr);
-  // Breakdown (rank 0, median over steps): compute from the trace; on the simulator every
-  // other advance of a rank's clock inside a step is a wait on communication.
+  // Breakdown (the first traced rank, rank 0 unless trace.ranks chose others; median over
+  // steps): compute from the trace; on the simulator every other advance of a rank's clock
+  // inside a step is a wait on communication.
   if (!r.traces.empty() && !r.traces.front().empty()) {
-    const std::vector<double> compute = compute_per_step(r0, r.traces.front());
+    const std::size_t k0 = static_cast<std::size_t>(r.traced_rank(0));
+    const FsdpTrainResult& rt = k0 < r.ranks.size() ? r.ranks[k0] : r0;
+    const std::vector<double> compute = compute_per_step(rt, r.traces.front());
     std::vector<double> exposed;
-    for (std::size_t s = 0; s < compute.size(); ++s) exposed.push_back(std::max(0.0, seconds(r0.step_times[s]) - compute[s]));
+    for (std::size_t s = 0; s < compute.size(); ++s) exposed.push_back(std::max(0.0, seconds(rt.step_times[s]) - compute[s]));
     j["step_breakdown_s"] = {{"compute", median(compute)}, {"exposed_comm", median(exposed)}, {"idle", 0.0}};
     j["exposed_comm_s"] = median(exposed);
     // Every rank's breakdown when every rank was traced (the simulator): a straggler shows
@@ -281,6 +291,9 @@ std::string summary_text(const RunRecord& r) {
   o << (r.header.empty() ? "shardlab run: " + r.scenario : r.header) << "\n";
   o << "scenario " << r.scenario << " · backend " << r.backend << " (" << r.mode << ") · " << r.world_size
     << " rank" << (r.world_size == 1 ? "" : "s") << " · seed " << r.seed << "\n";
+  if (!r.traces.empty() && r.traces.size() < static_cast<std::size_t>(r.world_size)) {
+    o << "trace: ranks " << rank_ranges(traced_ranks(r)) << " of " << r.world_size << " (trace.ranks chooses)\n";
+  }
   if (!r.stack.empty()) {
     o << "stack: device " << r.stack.value("device", "?") << " · network " << r.stack.value("network", "?")
       << " · cpu offload " << (r.stack.value("cpu_offload", false) ? "on, host " + r.stack.value("offload_host", "?") : "off")
@@ -443,12 +456,13 @@ Status write_run_files(const std::filesystem::path& dir, const RunRecord& r, std
   if (r.traces.empty()) return Status::ok();
   // trace.json (Chrome trace): pid = rank, tid = stream; microseconds.
   Json events = Json::array();
-  for (std::size_t rank = 0; rank < r.traces.size(); ++rank) {
+  for (std::size_t i = 0; i < r.traces.size(); ++i) {
+    const int rank = r.traced_rank(i);
     events.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", rank}, {"args", {{"name", "rank " + std::to_string(rank)}}}});
     for (int t = 0; t < sim::kNumTraceStreams; ++t) {
       events.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", rank}, {"tid", t}, {"args", {{"name", sim::trace_stream_name(t)}}}});
     }
-    for (const auto& e : r.traces[rank]) {
+    for (const auto& e : r.traces[i]) {
       const char* cat = e.stream == sim::kTraceCompute ? "compute" : e.stream == sim::kTraceFsdp ? "fsdp" : "comm";
       Json ev = {{"ph", "X"},
                  {"name", e.name},
@@ -471,7 +485,12 @@ Status write_run_files(const std::filesystem::path& dir, const RunRecord& r, std
   }
   const Json trace = {{"traceEvents", events},
                       {"displayTimeUnit", "ms"},
-                      {"otherData", {{"scenario", r.scenario}, {"seed", r.seed}, {"backend", r.backend}}}};
+                      {"otherData",
+                       {{"scenario", r.scenario},
+                        {"seed", r.seed},
+                        {"backend", r.backend},
+                        {"world_size", r.world_size},
+                        {"traced_ranks", rank_ranges(traced_ranks(r))}}}};
   return write("trace.json", trace.dump() + "\n");
 }
 

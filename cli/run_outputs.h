@@ -32,7 +32,13 @@ struct RunRecord {
   double flops_per_step = 0;          // analytic model FLOPs of one step over all ranks
   double device_peak_flops = 0;       // per device; 0: unknown (mfu null)
   std::vector<runtime::train::FsdpTrainResult> ranks;  // per rank (sim) or rank 0 only (mpi)
-  std::vector<std::vector<sim::TraceEvent>> traces;    // per rank; empty when not traced
+  // NOTE [Traced ranks]: trace.json holds the ranks `traced_ranks` names (the scenario's
+  // trace.ranks; by default every rank, in timing mode 0-7), traces[i] being rank
+  // traced_ranks[i]'s; empty traced_ranks: traces[i] is rank i's. trace.json (pid, and
+  // otherData.traced_ranks), metrics.json (traced_ranks) and summary.txt say which.
+  std::vector<std::vector<sim::TraceEvent>> traces;    // empty when not traced
+  std::vector<int> traced_ranks;
+  int traced_rank(std::size_t i) const { return traced_ranks.empty() ? static_cast<int>(i) : traced_ranks[i]; }
   std::optional<runtime::train::Comparison> check;
   // Why the oracle did not run (NOTE [The oracle by default] in cli/run_command.h), e.g.
   // "turned off by --no-oracle"; empty when it ran or the run ended before it.
@@ -73,6 +79,8 @@ double mfu_peak_flops(const runtime::train::FsdpTrainOptions& options, const sim
 std::vector<std::string> group_failures(const std::vector<std::string>& lines, int world_size);
 // "0-3, 5, 7-9" for sorted, distinct ranks.
 std::string rank_ranges(const std::vector<int>& ranks);
+// The rank of each of the record's traces (NOTE [Traced ranks]).
+std::vector<int> traced_ranks(const RunRecord& r);
 
 // metrics.json as a JSON value (exposed for tests).
 nlohmann::json metrics_json(const RunRecord& r);

@@ -881,6 +881,64 @@ Status set_layer_classes(const Node& n, const std::string& key, Scenario& s) {
   return Status::ok();
 }
 
+// trace.ranks: a list of ranks, or one string of ranks and ranges ("0-7, 4095").
+Status set_trace_ranks(const Node& n, const std::string& key, Scenario& s) {
+  const std::string allowed = "allowed: a list of ranks (e.g. [0, 1, 4095]) or a string of ranks and ranges (e.g. "
+                              "\"0-7, 4095\"), each a rank of the world";
+  std::vector<int> ranks;
+  const auto add = [&](std::string_view part, const SourcePos& pos) -> Status {
+    while (!part.empty() && part.front() == ' ') part.remove_prefix(1);
+    while (!part.empty() && part.back() == ' ') part.remove_suffix(1);
+    const std::size_t dash = part.find('-', 1);
+    const auto number = [&](std::string_view t, int& out) {
+      if (t.empty() || t.size() > 9 || !std::all_of(t.begin(), t.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+        return false;
+      }
+      out = std::stoi(std::string(t));
+      return true;
+    };
+    int lo = 0, hi = 0;
+    const bool ok = dash == std::string_view::npos ? number(part, lo) && number(part, hi)
+                                                   : number(part.substr(0, dash), lo) && number(part.substr(dash + 1), hi);
+    if (!ok || hi < lo) return bad(pos, key + ": " + show(std::string(part)) + " is not a rank or a range lo-hi", allowed);
+    if (hi - lo >= 1 << 20) return bad(pos, key + ": the range " + std::string(part) + " is too long", allowed);
+    for (int r = lo; r <= hi; ++r) ranks.push_back(r);
+    return Status::ok();
+  };
+  if (n.kind == Node::Kind::kScalar) {
+    std::string_view t = n.text;
+    while (true) {
+      const std::size_t comma = t.find(',');
+      SHARDLAB_RETURN_IF_ERROR(add(t.substr(0, comma), n.pos));
+      if (comma == std::string_view::npos) break;
+      t.remove_prefix(comma + 1);
+    }
+  } else if (n.kind == Node::Kind::kSeq && !n.items.empty()) {
+    for (const auto& item : n.items) {
+      if (item.kind != Node::Kind::kScalar) return bad(item.pos, key + ": expected a rank, got " + describe(item), allowed);
+      SHARDLAB_RETURN_IF_ERROR(add(item.text, item.pos));
+    }
+  } else {
+    return bad(n.pos, key + ": expected ranks, got " + describe(n), allowed);
+  }
+  std::sort(ranks.begin(), ranks.end());
+  ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
+  s.trace.ranks = std::move(ranks);
+  return Status::ok();
+}
+
+// "0-7, 4095" (cli/run_outputs.h rank_ranges, without that dependency here).
+std::string show_ranks(const std::vector<int>& ranks) {
+  std::string out;
+  for (std::size_t i = 0; i < ranks.size();) {
+    std::size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    out += (out.empty() ? "" : ", ") + std::to_string(ranks[i]) + (j > i ? "-" + std::to_string(ranks[j]) : "");
+    i = j + 1;
+  }
+  return out;
+}
+
 Status set_peak_memory(const Node& n, const std::string& key, Scenario& s) {
   if (n.kind == Node::Kind::kNull) {
     s.expect.max_peak_memory_per_rank.reset();
@@ -1364,6 +1422,18 @@ std::vector<KeyDef> build_schema() {
     top.push_back(std::move(faults));
   }
   top.push_back(section(
+      "trace",
+      {
+          leaf("ranks",
+               {set_trace_ranks, "list or string", "a list of ranks, or a string of ranks and ranges, e.g. \"0-7, 4095\"",
+                [](const S& s) {
+                  return s.trace.ranks.empty() ? std::string("every rank (timing mode: 0-7)")
+                                               : "\"" + show_ranks(s.trace.ranks) + "\"";
+                }},
+               {"which ranks trace.json holds (a big world's trace of every rank would be huge); trace.json and "
+                "metrics.json name them"}),
+      }));
+  top.push_back(section(
       "checkpoint",
       {
           leaf("dir",
@@ -1836,6 +1906,13 @@ void validate(const Scenario& s, const SourcePos& top, Problems& problems) {
     problems.add(bad(s.where("name"), "name " + show(s.name) + " is not a valid folder name",
                "allowed: letters, digits, '_', '.' and '-' (not '.' or '..')"));
   }
+  // trace
+  if (!s.trace.ranks.empty() && s.trace.ranks.back() >= s.world.world_size()) {
+    problems.add(bad(s.where("trace.ranks"),
+                     "trace.ranks names rank " + std::to_string(s.trace.ranks.back()) +
+                         ", not a rank of the world (size " + std::to_string(s.world.world_size()) + ")",
+                     "allowed: ranks 0 to " + std::to_string(s.world.world_size() - 1)));
+  }
   // model
   const Result<std::int64_t> max_pos = max_positions(s);
   problems.add(max_pos.status());
@@ -2131,6 +2208,7 @@ std::string to_yaml(const Scenario& s) {
       o << "}\n";
     }
   }
+  if (!s.trace.ranks.empty()) o << "trace:\n  ranks: \"" << show_ranks(s.trace.ranks) << "\"\n";
   o << "checkpoint:\n";
   o << "  dir: " << yaml_string(s.checkpoint.dir) << "\n";
   o << "  every_steps: " << s.checkpoint.every_steps << "\n";

@@ -131,6 +131,12 @@ struct Scenario {
   };
   std::vector<Fault> faults;
 
+  // Which ranks trace.json holds (NOTE [Traced ranks] in cli/run_outputs.h); empty: the
+  // default (every rank in numerics mode, ranks 0-7 in timing mode). Sorted, distinct.
+  struct Trace {
+    std::vector<int> ranks;
+  } trace;
+
   struct Checkpoint {
     std::string dir;        // empty: no checkpoints (NOTE [Relative paths])
     int every_steps = 0;    // 0: only at the end when dir is set

@@ -167,6 +167,7 @@ Status scenario_to_run_args(const Scenario& s, RunArgs& a) {
     o.checkpoint.type = *type;
   }
   a.world_size = s.world.world_size();
+  a.trace_ranks = s.trace.ranks;
   o.seed = s.seed;
   // Model.
   if (!s.model.config.empty()) {

@@ -288,6 +288,28 @@ TEST(Scenario, ToYamlKeepsOnlyTheStatedTolerance) {
   }
 }
 
+// NOTE [Traced ranks]: trace.ranks as a list or a string of ranks and ranges, sorted and
+// deduplicated, kept by to_yaml; anything else, or a rank outside the world, exit 2 at
+// its position.
+TEST(Scenario, TraceRanksChooseWhichRanksTheTraceHolds) {
+  auto list = parse("name: a\nworld: {nodes: 512}\ntrace:\n  ranks: [4095, 0, 1, 1]\n");
+  ASSERT_TRUE(list.is_ok()) << list.status().to_string();
+  EXPECT_EQ(list->trace.ranks, (std::vector<int>{0, 1, 4095}));
+  auto ranges = parse("name: a\nworld: {nodes: 512}\ntrace:\n  ranks: \"0-3, 8, 4094-4095\"\n");
+  ASSERT_TRUE(ranges.is_ok()) << ranges.status().to_string();
+  EXPECT_EQ(ranges->trace.ranks, (std::vector<int>{0, 1, 2, 3, 8, 4094, 4095}));
+  auto back = parse(to_yaml(*ranges));
+  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  EXPECT_EQ(back->trace.ranks, ranges->trace.ranks);
+  EXPECT_TRUE(parse("name: a\n")->trace.ranks.empty());  // default: every rank (timing: 0-7)
+  expect_error(parse("name: a\ntrace:\n  ranks: [0, 8]\n"), "s.yaml:3:10:", {"rank 8", "world (size 8)", "0 to 7"});
+  expect_error(parse("name: a\ntrace:\n  ranks: \"5-2\"\n"), "s.yaml:3:10:", {"'5-2'", "not a rank or a range"});
+  expect_error(parse("name: a\ntrace:\n  ranks: [a]\n"), "s.yaml:3:11:", {"'a'", "allowed: a list of ranks"});
+  expect_error(parse("name: a\ntrace:\n  ranks: [-1]\n"), "s.yaml:3:11:", {"'-1'"});
+  expect_error(parse("name: a\ntrace:\n  ranks: []\n"), "s.yaml:3:10:", {"expected ranks"});
+  expect_error(parse("name: a\ntrace:\n  ranks: {a: 1}\n"), "s.yaml:3:10:", {"expected ranks"});
+}
+
 TEST(Scenario, AccelerateNamesAndNumbers) {
   const char* names[] = {"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", "_HYBRID_SHARD_ZERO2"};
   for (int i = 1; i <= 5; ++i) {

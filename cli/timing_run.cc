@@ -71,8 +71,17 @@ Status fill_timing_record(const sim::timing::OpGraph& g, const TimingRunOptions&
   ro.network = network_of(options);
   ro.faults = options.faults;
   ro.collective_timeout = options.collective_timeout;
-  const int traced = std::clamp(options.traced_ranks, 0, g.world_size);
-  for (int r = 0; r < traced; ++r) ro.traced_ranks.push_back(r);
+  if (options.trace_ranks.empty()) {
+    for (int r = 0; r < std::clamp(options.traced_ranks, 0, g.world_size); ++r) ro.traced_ranks.push_back(r);
+  } else {
+    for (int r : options.trace_ranks) {
+      if (r < 0 || r >= g.world_size) {
+        return Status::invalid_argument("trace rank " + std::to_string(r) + " is not a rank of the world (size " +
+                                        std::to_string(g.world_size) + ")");
+      }
+      ro.traced_ranks.push_back(r);
+    }
+  }
   SHARDLAB_ASSIGN_OR_RETURN(sim::timing::ReplayResult rep, sim::timing::replay(g, ro));
   record.mode = "timing";
   if (!record.stack.empty()) record.stack["network"] = ro.network->describe();  // as replayed
@@ -95,7 +104,8 @@ Status fill_timing_record(const sim::timing::OpGraph& g, const TimingRunOptions&
     if (auto it = rep.memory_timelines.find(r); it != rep.memory_timelines.end()) out.memory_timeline = std::move(it->second);
   }
   record.traces.clear();
-  for (int r = 0; r < traced; ++r) record.traces.push_back(std::move(rep.traces[r]));
+  record.traced_ranks = ro.traced_ranks;
+  for (int r : ro.traced_ranks) record.traces.push_back(std::move(rep.traces[r]));
   // A failed replay still fills the record: the steps each rank completed, its memory and
   // trace up to the failure (the outputs keep what the run had).
   if (!rep.errors.empty()) {

@@ -28,8 +28,10 @@ struct TimingRunOptions {
   std::shared_ptr<const sim::NetworkCostModel> network;
   sim::NetworkModel net;
   sim::DeviceProfile device;  // the simulated device (costs, capacity)
-  // Ranks 0 … traced_ranks-1 get trace.json events and memory.csv samples.
+  // Ranks 0 … traced_ranks-1 get trace.json events and memory.csv samples — or, when
+  // trace_ranks is not empty, the ranks it names (sorted, distinct, each < the world).
   int traced_ranks = 8;
+  std::vector<int> trace_ranks;
   // Non-empty: the op graph is also written here as JSON (--dump-graph FILE).
   std::string dump_graph;
   // For the replay (NOTE [Faults in timing mode] in sim/timing/replay.h); run_timing sets

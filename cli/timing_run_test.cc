@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -46,6 +47,31 @@ std::string slurp(const std::string& path) {
   std::stringstream ss;
   ss << f.rdbuf();
   return ss.str();
+}
+
+// NOTE [Traced ranks]: a chosen set of ranks is traced, and trace.json says which.
+TEST(TimingRun, TracesTheChosenRanksAndSaysWhich) {
+  TimingRunOptions opts;
+  opts.trace_ranks = {1, 3};
+  RunRecord record;
+  ASSERT_TRUE(run_timing(tiny_args(4), opts, record).is_ok()) << record.status;
+  EXPECT_EQ(record.traced_ranks, (std::vector<int>{1, 3}));
+  ASSERT_EQ(record.traces.size(), 2u);
+  EXPECT_FALSE(record.traces[1].empty());
+  const std::string dir = temp_path("chosen");
+  std::filesystem::remove_all(dir);
+  ASSERT_TRUE(write_run_outputs(dir, record).is_ok());
+  const auto trace = nlohmann::json::parse(slurp(dir + "/trace.json"));
+  std::set<int> pids;
+  for (const auto& e : trace["traceEvents"]) pids.insert(e["pid"].get<int>());
+  EXPECT_EQ(pids, (std::set<int>{1, 3}));
+  EXPECT_EQ(trace["otherData"]["traced_ranks"], "1, 3");
+  EXPECT_EQ(trace["otherData"]["world_size"], 4);
+  EXPECT_NE(slurp(dir + "/summary.txt").find("trace: ranks 1, 3 of 4"), std::string::npos);
+  std::filesystem::remove_all(dir);
+  opts.trace_ranks = {4};
+  RunRecord outside;
+  EXPECT_EQ(run_timing(tiny_args(4), opts, outside).code(), StatusCode::kInvalidArgument);
 }
 
 TEST(TimingRun, FillsARecordThatWritesTheUsualOutputFolder) {
