@@ -212,6 +212,19 @@ int main_impl(int argc, char** argv) {
                 "accelerate equivalent (docs/scenarios.md is `shardlab schema --markdown`).");
   schema_cmd->add_flag("--markdown", schema_markdown, "As Markdown tables (docs/scenarios.md)");
 
+  shardlab::cli::ReplayArgs replay;
+  auto* replay_cmd = app.add_subcommand(
+      "replay",
+      "Time an op graph again (written by `shardlab run --dump-graph GRAPH.json` in timing mode) without the\n"
+      "model: on the network it was captured with, or on another (--topology, --network-model,\n"
+      "--collective-algorithm). Writes the usual output folder (reports/FORMATS.md).");
+  replay_cmd->add_option("graph", replay.graph, "The op graph (JSON, reports/FORMATS.md)")->required();
+  replay_cmd->add_option("--out", replay.out_dir, "Output folder (default out/replay-<graph name>)");
+  replay_cmd->add_option("--topology", replay.topology, "Replay on this topology profile instead (`shardlab devices`)");
+  replay_cmd->add_option("--network-model", replay.network_model, "alpha_beta or contention instead of the recorded one");
+  replay_cmd->add_option("--collective-algorithm", replay.collective_algorithm,
+                         "auto, ring, direct, hierarchical or halving_doubling instead of the recorded one");
+
   auto* devices_cmd = app.add_subcommand(
       "devices", "List the device and topology profiles the simulator knows, and any accelerators found.");
 
@@ -344,6 +357,7 @@ int main_impl(int argc, char** argv) {
     }
     return shardlab::cli::run_command(run, &argc, &argv);
   }
+  if (*replay_cmd) return shardlab::cli::replay_command(replay);
   if (*report_cmd) {
     // The script ships with the sources; SHARDLAB_REPORT_SCRIPT overrides where it is.
     const char* env = std::getenv("SHARDLAB_REPORT_SCRIPT");

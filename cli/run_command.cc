@@ -21,6 +21,7 @@
 #include "runtime/device/hpu/hpu_runtime.h"
 #include "sim/network.h"
 #include "sim/profiles.h"
+#include "sim/timing/op_graph.h"
 #include "sim/world.h"
 
 namespace shardlab::cli {
@@ -90,6 +91,15 @@ void print_faults(const RunArgs& a) {
 
 }  // namespace
 
+namespace {
+
+std::string this_host() {
+  char host[256] = {};
+  return gethostname(host, sizeof host - 1) == 0 ? host : "unknown";
+}
+
+}  // namespace
+
 void fill_provenance(const RunArgs& a, RunRecord& r) {
   if (a.backend == "sim") {
     r.stack = {{"device", a.device.name + " (simulated)"},
@@ -102,8 +112,7 @@ void fill_provenance(const RunArgs& a, RunRecord& r) {
   r.stack["cpu_offload"] = a.cpu_offload;
   if (a.cpu_offload) r.stack["offload_host"] = a.backend == "sim" ? a.offload_host.name + " (simulated)" : "this host";
   r.version = std::string(shardlab_version());
-  char host[256] = {};
-  r.host = gethostname(host, sizeof host - 1) == 0 ? host : "unknown";
+  r.host = this_host();
 }
 
 namespace {
@@ -517,6 +526,71 @@ int run_mpi(const RunArgs& a, int* argc, char*** argv) {
 }
 
 }  // namespace
+
+int replay_command(const ReplayArgs& r) {
+  const auto bad = [](const Status& s) {
+    std::fprintf(stderr, "shardlab replay: %s\n", s.to_string().c_str());
+    return s.exit_code();
+  };
+  auto graph = sim::timing::read_graph_json(r.graph);
+  if (!graph.is_ok()) return bad(graph.status());
+  // The network: as the graph recorded it, with the flags' overrides.
+  sim::NetworkSpec spec;
+  if (graph->network) {
+    spec.topology = graph->network->topology;
+    spec.nodes = graph->network->nodes;
+    spec.devices_per_node = graph->network->devices_per_node;
+  } else {
+    spec.nodes = 1;
+    spec.devices_per_node = graph->world_size;
+  }
+  const auto choose = [](const std::string& given, const std::string& recorded) { return given.empty() ? recorded : given; };
+  const std::string model = choose(r.network_model, graph->network ? graph->network->model : "alpha_beta");
+  const std::string algorithm = choose(r.collective_algorithm, graph->network ? graph->network->algorithm : "auto");
+  if (!r.topology.empty()) spec.topology = r.topology;
+  auto parsed_model = sim::parse_network_model(model);
+  if (!parsed_model.is_ok()) return bad(parsed_model.status().with_context(r.network_model.empty() ? r.graph + ": network.model" : "--network-model"));
+  spec.model = *parsed_model;
+  auto parsed_algorithm = sim::parse_algorithm(algorithm);
+  if (!parsed_algorithm.is_ok()) {
+    return bad(parsed_algorithm.status().with_context(r.collective_algorithm.empty() ? r.graph + ": network.algorithm"
+                                                                                     : "--collective-algorithm"));
+  }
+  spec.algorithm = *parsed_algorithm;
+  auto network = sim::make_network(spec);
+  if (!network.is_ok()) {
+    return bad(network.status().with_context(r.topology.empty() ? r.graph + ": network.topology" : "--topology"));
+  }
+  TimingRunOptions o;
+  o.network = *network;
+  if (!graph->device.empty()) {
+    auto device = sim::load_device_profile(graph->device);
+    if (device.is_ok()) o.device = *device;  // only for MFU; an unknown profile leaves it unknown
+  }
+  RunRecord record;
+  record.stack = {{"device", graph->device.empty() ? std::string("unknown (not recorded in the graph)")
+                                                   : graph->device + " (simulated)"},
+                  {"network", (*network)->describe()},
+                  {"cpu_offload", false}};
+  record.version = std::string(shardlab_version());
+  record.host = this_host();
+  RunArgs out;
+  out.out_dir = r.out_dir.empty() ? "out/replay-" + std::filesystem::path(r.graph).stem().string() : r.out_dir;
+  Status s = replay_graph_file(r.graph, o, record);
+  if (!s.is_ok()) {
+    std::istringstream lines(s.to_string());
+    for (std::string line; std::getline(lines, line);) record.failures.push_back(line);
+    record.status = report_failures(record.failures, graph->world_size);
+    write_outputs(out, record);
+    return s.exit_code();
+  }
+  std::printf("%s\n", record.header.c_str());
+  std::printf("network: %s\n", (*network)->describe().c_str());
+  if (!record.ranks.empty()) print_steps(record.ranks[0], "simulated step time (replayed)", /*timing=*/true);
+  record.oracle_not_run = "a replayed graph has no values, only time: nothing to compare";
+  write_outputs(out, record);
+  return 0;
+}
 
 int run_command(const RunArgs& in, int* argc, char*** argv) {
   RunArgs args = in;

@@ -51,6 +51,9 @@ struct RunArgs {
   // The ranks trace.json holds (scenario trace.ranks, NOTE [Traced ranks] in
   // cli/run_outputs.h); empty: every rank (timing mode: 0-7).
   std::vector<int> trace_ranks;
+  // The scenario's network as specified (recorded in --dump-graph's graph); none without a
+  // scenario.
+  std::optional<sim::NetworkSpec> network_spec;
   // Test knob (--perturb-host-schedule): seeded random host yields in the simulator, which
   // must not change a single output byte (NOTE [Determinism] in sim/world.h).
   std::uint64_t perturb_seed = 0;
@@ -70,6 +73,16 @@ struct RunArgs {
 // Returns the process exit code: 0 ok, 1 an expectation failed (oracle mismatch),
 // 2 bad input, 3 runtime failure.
 int run_command(const RunArgs& args, int* argc, char*** argv);
+
+// `shardlab replay GRAPH.json` (NOTE [Replaying a graph] in sim/timing/op_graph.h).
+struct ReplayArgs {
+  std::string graph;
+  std::string out_dir;  // "": out/replay-<graph file stem>
+  // Overrides of the graph's recorded network; "": as recorded.
+  std::string topology, network_model, collective_algorithm;
+};
+// Exit code: 0, 2 for a bad graph or option (naming the field), 3 for a failed replay.
+int replay_command(const ReplayArgs& args);
 
 // NOTE [Provenance]
 // Every run's outputs say what ran it: the stack (the device — a simulated profile's name,

@@ -123,6 +123,7 @@ Status scenario_to_run_args(const Scenario& s, RunArgs& a) {
       lf.factor = f.kind == "link_down" ? 0.0 : f.factor;
       net.link_faults.push_back(lf);
     }
+    a.network_spec = net;
     auto network = sim::make_network(net);
     if (!network.is_ok()) {
       // A bad link name is the fault's problem, anything else the topology's.

@@ -147,6 +147,14 @@ Status run_timing(const RunArgs& a, const TimingRunOptions& options, RunRecord& 
     record.header = line;
     if (!g.approximation.empty()) record.header += " (approximate: " + g.approximation + ")";
     g.description = record.header;
+    // NOTE [Replaying a graph]: what it was captured for.
+    g.device = options.device.name;
+    if (a.network_spec) {
+      g.network = sim::timing::CapturedNetwork{a.network_spec->topology, a.network_spec->nodes,
+                                               a.network_spec->devices_per_node,
+                                               std::string(sim::network_model_name(a.network_spec->model)),
+                                               std::string(sim::algorithm_name(a.network_spec->algorithm))};
+    }
     if (!options.dump_graph.empty()) SHARDLAB_RETURN_IF_ERROR(sim::timing::write_graph_json(g, options.dump_graph));
     const Status filled = fill_timing_record(g, with_faults, record);
     record.device_peak_flops = mfu_peak_flops(a.train, options.device);  // as in numerics mode

@@ -1,5 +1,6 @@
 #include "sim/timing/op_graph.h"
 
+#include <filesystem>
 #include <map>
 
 #include <nlohmann/json.hpp>
@@ -58,6 +59,7 @@ Json stats_json(const MemoryStats& m) {
   Json j;
   j["capacity"] = m.capacity;
   j["peak"] = m.peak;
+  j["at_peak"] = m.at_peak;
   j["current"] = m.current;
   j["peak_total"] = m.peak_total;
   j["current_total"] = m.current_total;
@@ -164,6 +166,9 @@ Result<MemoryStats> read_stats(const Reader& r, const Json& j, const std::string
   SHARDLAB_ASSIGN_OR_RETURN(m.capacity, r.num_at<std::int64_t>(j, "capacity", f));
   SHARDLAB_ASSIGN_OR_RETURN(const Json* peak, r.get(j, "peak", f));
   SHARDLAB_ASSIGN_OR_RETURN(m.peak, r.categories(*peak, f + "peak"));
+  if (j.contains("at_peak")) {  // what the peak was made of (graphs of earlier builds lack it)
+    SHARDLAB_ASSIGN_OR_RETURN(m.at_peak, r.categories(j["at_peak"], f + "at_peak"));
+  }
   SHARDLAB_ASSIGN_OR_RETURN(const Json* cur, r.get(j, "current", f));
   SHARDLAB_ASSIGN_OR_RETURN(m.current, r.categories(*cur, f + "current"));
   SHARDLAB_ASSIGN_OR_RETURN(m.peak_total, r.num_at<std::int64_t>(j, "peak_total", f));
@@ -404,6 +409,16 @@ std::string graph_to_json_string(const OpGraph& g) {
   j["approximation"] = g.approximation;
   j["world_size"] = g.world_size;
   j["steps"] = g.steps;
+  j["device"] = g.device;
+  if (g.network) {
+    j["network"] = {{"topology", g.network->topology},
+                    {"nodes", g.network->nodes},
+                    {"devices_per_node", g.network->devices_per_node},
+                    {"model", g.network->model},
+                    {"algorithm", g.network->algorithm}};
+  } else {
+    j["network"] = nullptr;
+  }
   Json programs = Json::array();
   for (const RankProgram& p : g.programs) programs.push_back(program_json(p));
   j["programs"] = std::move(programs);
@@ -424,6 +439,29 @@ Result<OpGraph> graph_from_json_string(const std::string& text, const std::strin
   SHARDLAB_ASSIGN_OR_RETURN(g.approximation, r.str_at(j, "approximation", ""));
   SHARDLAB_ASSIGN_OR_RETURN(g.world_size, r.num_at<int>(j, "world_size", ""));
   SHARDLAB_ASSIGN_OR_RETURN(g.steps, r.num_at<int>(j, "steps", ""));
+  if (g.world_size < 1 || g.world_size > kMaxGraphWorldSize) {
+    return r.fail("world_size", std::to_string(g.world_size) + " is outside 1.." + std::to_string(kMaxGraphWorldSize));
+  }
+  if (g.steps < 0) return r.fail("steps", "negative");
+  // Written by this build from version 1 on; a graph without them replays on the default network.
+  if (j.contains("device")) {
+    SHARDLAB_ASSIGN_OR_RETURN(g.device, r.str_at(j, "device", ""));
+  }
+  if (j.contains("network") && !j["network"].is_null()) {
+    const Json& n = j["network"];
+    CapturedNetwork net;
+    SHARDLAB_ASSIGN_OR_RETURN(net.topology, r.str_at(n, "topology", "network."));
+    SHARDLAB_ASSIGN_OR_RETURN(net.nodes, r.num_at<int>(n, "nodes", "network."));
+    SHARDLAB_ASSIGN_OR_RETURN(net.devices_per_node, r.num_at<int>(n, "devices_per_node", "network."));
+    SHARDLAB_ASSIGN_OR_RETURN(net.model, r.str_at(n, "model", "network."));
+    SHARDLAB_ASSIGN_OR_RETURN(net.algorithm, r.str_at(n, "algorithm", "network."));
+    if (net.nodes < 1 || net.devices_per_node < 1 ||
+        static_cast<std::int64_t>(net.nodes) * net.devices_per_node != g.world_size) {
+      return r.fail("network.nodes", std::to_string(net.nodes) + " nodes x " + std::to_string(net.devices_per_node) +
+                                         " devices is not the graph's world of " + std::to_string(g.world_size));
+    }
+    g.network = std::move(net);
+  }
   SHARDLAB_ASSIGN_OR_RETURN(const Json* programs, r.array_at(j, "programs", ""));
   for (std::size_t i = 0; i < programs->size(); ++i) {
     SHARDLAB_ASSIGN_OR_RETURN(RankProgram p, read_program(r, (*programs)[i], "programs[" + std::to_string(i) + "]."));
@@ -439,6 +477,10 @@ Result<OpGraph> graph_from_json_string(const std::string& text, const std::strin
 }
 
 Status write_graph_json(const OpGraph& graph, const std::string& path) {
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  std::error_code ec;
+  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+  if (ec) return Status::invalid_argument(path + ": cannot create its folder (" + ec.message() + ")");
   return runtime::io::write_file_atomic(path, graph_to_json_string(graph));
 }
 

@@ -49,6 +49,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -160,7 +161,29 @@ struct RankProgram {
   std::int64_t num_collectives() const { return static_cast<std::int64_t>(collectives.size()); }
 };
 
+// NOTE [Replaying a graph]
+// `shardlab run --dump-graph FILE` (timing mode) writes the graph with what it was
+// captured for: the device profile's name and the scenario's network (topology, nodes,
+// devices per node, cost model, collective algorithm). `shardlab replay FILE` times it
+// again without the model code — on that network, or on another one it is told
+// (--topology, --network-model, --collective-algorithm): what would this run take on that
+// fabric? Faults are not part of the graph (a straggler's slower program is), so a replay
+// has none. A graph of another build's format version is refused, as is any field out of
+// range, naming the field (INVALID_ARGUMENT, exit 2).
+struct CapturedNetwork {
+  std::string topology = "switch";  // a built-in topology profile or a path to one
+  int nodes = 1, devices_per_node = 1;
+  std::string model = "alpha_beta";  // sim::network_model_name
+  std::string algorithm = "auto";    // sim::algorithm_name
+  friend bool operator==(const CapturedNetwork&, const CapturedNetwork&) = default;
+};
+
+// The largest world a graph may describe (as a scenario's world).
+inline constexpr int kMaxGraphWorldSize = 65536;
+
 struct OpGraph {
+  std::string device;                      // the device profile captured on; "": not recorded
+  std::optional<CapturedNetwork> network;  // the network of the run; none: not recorded
   int world_size = 1;
   int steps = 0;
   std::vector<RankProgram> programs;   // the distinct programs
