@@ -268,6 +268,10 @@ METRICS_SCHEMA: dict[str, Checker] = {
     "expect": _list_of(_object({"name": _str, "ok": _bool, "detail": _nullable(_str)},
                                required=("name", "ok"))),
     "status": _str,
+    "failures": _list_of(_str),
+    "traced_ranks": _list_of(_nonneg_int),
+    "stack": _object({"device": _str, "network": _str, "cpu_offload": _bool, "offload_host": _str}),
+    "provenance": _object({"shardlab_version": _str, "host": _str}),
 }
 
 
@@ -511,6 +515,15 @@ class Run:
     @property
     def strategy(self) -> str | None:
         return (self.metrics.get("fsdp") or {}).get("sharding_strategy")
+
+    @property
+    def model(self) -> str | None:
+        model = self.metrics.get("model") or {}
+        return " ".join(str(model[k]) for k in ("name", "head") if model.get(k) is not None) or None
+
+    @property
+    def device(self) -> str | None:
+        return (self.metrics.get("stack") or {}).get("device")
 
 
 def find_runs(root: str) -> tuple[list[Run], bool]:
@@ -1039,6 +1052,15 @@ def run_summary(m: dict) -> list[tuple[str, str]]:
         if model.get("parameters") is not None:
             desc += f" ({model['parameters']:,} parameters)"
         add("model", desc)
+    stack = m.get("stack")
+    if stack:
+        add("device", stack.get("device"))
+        add("network", stack.get("network"))
+        if "cpu_offload" in stack:
+            add("CPU offload", f"on, host {stack.get('offload_host', '–')}" if stack["cpu_offload"] else "off")
+    prov = m.get("provenance")
+    if prov:
+        add("produced by", f"shardlab {prov.get('shardlab_version') or 'unknown'} on {prov.get('host') or 'unknown host'}")
     fsdp = m.get("fsdp")
     if fsdp:
         add("FSDP", ", ".join(f"{k}={fsdp[k] if isinstance(fsdp[k], str) else json.dumps(fsdp[k])}"
@@ -1148,7 +1170,7 @@ def write_run_index(run: Run, report: Report, outdir: str, parent_link: bool) ->
 
 def write_sweep_index(runs: list[Run], report: Report, outdir: str) -> None:
     body = [f"<h1>shardlab sweep: {len(runs)} runs</h1>",
-            "<table><tr><th>run</th><th>status</th><th>world size</th><th>strategy</th>"
+            "<table><tr><th>run</th><th>status</th><th>model</th><th>device</th><th>world size</th><th>strategy</th>"
             "<th>median step time</th><th>samples/s</th><th>peak memory</th></tr>"]
     for r in runs:
         m = r.metrics
@@ -1157,7 +1179,8 @@ def write_sweep_index(runs: list[Run], report: Report, outdir: str) -> None:
         pm = m.get("peak_memory_bytes")
         body.append(
             f'<tr><td><a href="{html.escape(r.folder)}/index.html">{html.escape(r.label)}</a></td>'
-            f'<td class="{cls}">{html.escape(status)}</td><td>{r.world_size if r.world_size is not None else "–"}</td>'
+            f'<td class="{cls}">{html.escape(status)}</td><td>{html.escape(r.model or "–")}</td>'
+            f'<td>{html.escape(r.device or "–")}</td><td>{r.world_size if r.world_size is not None else "–"}</td>'
             f"<td>{html.escape(r.strategy or '–')}</td>"
             f"<td>{fmt_seconds((m.get('step_time_s') or {}).get('median'))}</td>"
             f"<td>{fmt_num(m.get('samples_per_s'))}</td><td>{fmt_bytes(max(pm) if pm else None)}</td></tr>")

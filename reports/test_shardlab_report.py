@@ -104,7 +104,9 @@ class SingleRunTest(TempDirTest):
         self.assertEqual(run_main(RUN_FSDP, "--out", out)[0], 0)
         page = self.read("out", "index.html")
         for text in ("bert_tiny_fsdp_w3", "FULL_SHARD", "1.027 ms", "40.79 MiB", "bitwise equal",
-                     "peak_memory_bytes &lt; 64 MiB", "<h2>summary.txt</h2>", "simulated step time"):
+                     "peak_memory_bytes &lt; 64 MiB", "<h2>summary.txt</h2>", "simulated step time",
+                     "<th>device</th><td>gaudi2 (simulated)</td>", "alpha_beta model, auto collectives",
+                     "<th>produced by</th><td>shardlab v0-fixture on fixture-host</td>"):
             self.assertIn(text, page)
         self.assertNotIn(self.tmp, page, "index.html must not hold absolute paths")
 
@@ -195,6 +197,9 @@ class SweepTest(TempDirTest):
             self.assert_picture(os.path.join(out, run, "loss.png"))
             self.assertFalse(os.path.exists(os.path.join(out, run, "timeline.png")), "no trace.json there")
         self.assertIn("world sizes 2, 4 and strategies FULL_SHARD, SHARD_GRAD_OP", page)
+        # The table says what each run was: model, device, world size, strategy.
+        self.assertIn("<th>model</th><th>device</th><th>world size</th><th>strategy</th>", page)
+        self.assertIn("<td>bert-tiny mlm</td><td>gaudi2 (simulated)</td><td>2</td><td>FULL_SHARD</td>", page)
         # Runs are ordered by world size, then strategy.
         self.assertLess(page.index("bert_tiny_fsdp_w2"), page.index("bert_tiny_fsdp_w4"))
         self.assertLess(page.index("bert_tiny_fsdp_w4"), page.index("bert_tiny_shard_grad_op_w4"))
