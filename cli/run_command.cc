@@ -67,6 +67,13 @@ std::function<void(const FsdpTrainResult&)> progress_printer(const RunArgs& a, c
 
 void print_header(const RunArgs& a, int world, int units) { std::printf("%s\n", header_line(a, world, units).c_str()); }
 
+// NOTE [Resume]: a resumed run says what it resumed, on stdout and in the outputs.
+void note_resume(const FsdpTrainResult& r, RunRecord& record) {
+  if (r.resumed_from.empty()) return;
+  record.resumed = r.resumed_from + " (" + r.resumed_what + ")";
+  std::printf("resumed from %s\n", record.resumed.c_str());
+}
+
 // The injected faults as summary.txt lists them; without their origin, since the scenario's
 // path would make summaries machine-specific.
 std::vector<std::string> fault_lines(const RunArgs& a) {
@@ -402,6 +409,7 @@ int run_sim(const RunArgs& a) {
   record.header = header_line(a, a.world_size, r0.num_units);
   print_header(a, a.world_size, r0.num_units);
   print_faults(a);
+  note_resume(r0, record);
   print_steps(r0, "simulated step time");
   int code = report_oracle(a, r0, a.world_size, /*simulated=*/true, record);
   record.ranks = std::move(per_rank);
@@ -508,8 +516,9 @@ int run_mpi(const RunArgs& a, int* argc, char*** argv) {
   int code = 0;
   if (c.rank() == 0) {
     print_header(a, c.size(), result->num_units);
-    print_steps(*result, "wall step time");
     RunRecord record = make_record(a, c.size(), a.backend);
+    note_resume(*result, record);
+    print_steps(*result, "wall step time");
     record.header = header_line(a, c.size(), result->num_units);
     code = report_oracle(a, *result, c.size(), /*simulated=*/false, record);
     record.ranks.push_back(*result);

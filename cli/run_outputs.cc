@@ -170,6 +170,7 @@ Json metrics_json(const RunRecord& r) {
   j["provenance"] = {{"shardlab_version", r.version}, {"host", r.host}};
   j["status"] = r.status;
   if (!r.failures.empty()) j["failures"] = r.failures;
+  if (!r.resumed.empty()) j["resumed_from"] = r.resumed;
   if (!r.traces.empty()) j["traced_ranks"] = traced_ranks(r);
   if (!r.faults.empty()) j["faults"] = r.faults;
   if (!r.device_id.empty()) j["device_id"] = r.device_id;
@@ -302,6 +303,7 @@ std::string summary_text(const RunRecord& r) {
   o << "provenance: shardlab " << (r.version.empty() ? "unknown" : r.version) << " on "
     << (r.host.empty() ? "unknown host" : r.host) << "\n";
   if (!r.device_id.empty()) o << "device_id: " << r.device_id << "\n";
+  if (!r.resumed.empty()) o << "resumed from " << r.resumed << "\n";
   if (!r.faults.empty()) {
     o << "faults:";
     for (std::size_t i = 0; i < r.faults.size(); ++i) o << (i == 0 ? " " : "; ") << r.faults[i];

@@ -55,6 +55,7 @@ struct RunRecord {
   // "offload_host"?}; empty: unknown (a replayed graph).
   nlohmann::json stack = nlohmann::json::object();
   std::string version, host;  // shardlab's git describe; the host name
+  std::string resumed;        // a resumed run: "DIR/step-N (step N, TYPE saved at world size W by {…})"
 };
 
 // The version this binary was built from (`git describe --always --dirty`, "unknown"

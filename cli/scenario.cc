@@ -1442,8 +1442,29 @@ std::vector<KeyDef> build_schema() {
                {"where checkpoints go; \"\": none", "TrainingArguments output_dir; torch.distributed.checkpoint"}),
           leaf("every_steps", int_setter([](S& s) -> int& { return s.checkpoint.every_steps; }, 0, kIntMax),
                {"save every N steps; 0: only at the end (when dir is set)", "TrainingArguments save_steps"}),
-          leaf("resume", bool_setter([](S& s) -> bool& { return s.checkpoint.resume; }),
-               {"start from the latest checkpoint in dir (at any world size)", "resume_from_checkpoint"}),
+          leaf("resume",
+               {[](const Node& n, const std::string& key, Scenario& s) -> Status {
+                  // NOTE [Resume]: true needs a checkpoint; if_present starts from step 1 without one.
+                  if (n.kind == Node::Kind::kScalar && n.text == "if_present") {
+                    s.checkpoint.resume = s.checkpoint.resume_if_present = true;
+                    return Status::ok();
+                  }
+                  s.checkpoint.resume_if_present = false;
+                  auto b = to_bool(n, key);
+                  if (!b.is_ok()) {
+                    return Status::invalid_argument(b.status().message() + " (or if_present: resume when dir holds a "
+                                                                           "checkpoint, else start from step 1)");
+                  }
+                  s.checkpoint.resume = *b;
+                  return Status::ok();
+                },
+                "bool or if_present", "true, false, if_present",
+                [](const S& s) {
+                  return std::string(s.checkpoint.resume_if_present ? "if_present" : yaml_bool(s.checkpoint.resume));
+                }},
+               {"true: start from the latest checkpoint in dir (at any world size), and fail (exit 2) when dir "
+                "holds none; if_present: resume when there is one, else start from step 1",
+                "resume_from_checkpoint"}),
       }));
   top.push_back(section(
       "expect",
@@ -2212,7 +2233,7 @@ std::string to_yaml(const Scenario& s) {
   o << "checkpoint:\n";
   o << "  dir: " << yaml_string(s.checkpoint.dir) << "\n";
   o << "  every_steps: " << s.checkpoint.every_steps << "\n";
-  o << "  resume: " << yaml_bool(s.checkpoint.resume) << "\n";
+  o << "  resume: " << (s.checkpoint.resume_if_present ? "if_present" : yaml_bool(s.checkpoint.resume)) << "\n";
   o << "expect:\n";
   // Only the keys the file states: an unstated one takes the dtypes' default on replay too.
   const bool rtol_stated = s.positions.count("expect.grads_match_unsharded.rtol") != 0;

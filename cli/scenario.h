@@ -141,6 +141,7 @@ struct Scenario {
     std::string dir;        // empty: no checkpoints (NOTE [Relative paths])
     int every_steps = 0;    // 0: only at the end when dir is set
     bool resume = false;
+    bool resume_if_present = false;  // resume: if_present (NOTE [Resume] in runtime/train/fsdp_train.h)
   } checkpoint;
 
   struct Tolerance {

@@ -7,6 +7,7 @@
 #include "cli/timing_run.h"
 #include "runtime/device/cpu/device.h"
 #include "runtime/fsdp/options.h"
+#include "runtime/io/sha256.h"
 #include "runtime/model/bert_io.h"
 #include "sim/network.h"
 #include "sim/profiles.h"
@@ -162,6 +163,8 @@ Status scenario_to_run_args(const Scenario& s, RunArgs& a) {
   o.checkpoint.dir = s.checkpoint.dir;
   o.checkpoint.every_steps = s.checkpoint.every_steps;
   o.checkpoint.resume = s.checkpoint.resume;
+  o.checkpoint.resume_if_present = s.checkpoint.resume_if_present;
+  o.checkpoint.run = nlohmann::json{{"scenario", s.name}, {"config_sha256", runtime::io::sha256_hex(to_yaml(s))}}.dump();
   {
     auto type = runtime::fsdp::parse_state_dict_type(s.fsdp.state_dict_type);
     if (!type.is_ok()) return refuse(s, "fsdp.state_dict_type", type.status().message());

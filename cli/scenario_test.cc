@@ -310,6 +310,21 @@ TEST(Scenario, TraceRanksChooseWhichRanksTheTraceHolds) {
   expect_error(parse("name: a\ntrace:\n  ranks: {a: 1}\n"), "s.yaml:3:10:", {"expected ranks"});
 }
 
+// NOTE [Resume]: resume takes true, false or if_present; to_yaml keeps it.
+TEST(Scenario, ResumeIfPresent) {
+  auto s = parse("name: a\ncheckpoint:\n  dir: c\n  resume: if_present\n");
+  ASSERT_TRUE(s.is_ok()) << s.status().to_string();
+  EXPECT_TRUE(s->checkpoint.resume);
+  EXPECT_TRUE(s->checkpoint.resume_if_present);
+  auto back = parse(to_yaml(*s));
+  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  EXPECT_TRUE(back->checkpoint.resume_if_present);
+  auto plain = parse("name: a\ncheckpoint:\n  dir: c\n  resume: true\n");
+  ASSERT_TRUE(plain.is_ok());
+  EXPECT_FALSE(plain->checkpoint.resume_if_present);
+  expect_error(parse("name: a\ncheckpoint:\n  dir: c\n  resume: maybe\n"), "s.yaml:4:11:", {"if_present"});
+}
+
 TEST(Scenario, AccelerateNamesAndNumbers) {
   const char* names[] = {"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", "_HYBRID_SHARD_ZERO2"};
   for (int i = 1; i <= 5; ++i) {

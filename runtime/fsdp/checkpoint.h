@@ -27,7 +27,12 @@
 //
 // A save is committed only when every rank wrote its files: the ranks agree through an
 // all-reduce, then rank 0 writes index.json and moves `latest`. An interrupted or
-// failed save leaves `latest` at the previous checkpoint.
+// failed save leaves `latest` at the previous checkpoint. NOTE [Checkpoint writers] (a
+// step is written under a temporary name and renamed into place whole; one run per
+// directory, by lock) and NOTE [Checkpoint integrity] (every file's SHA-256 and size in
+// the index, the index's own checksum, pieces that tile their tensors, names confined to
+// the checkpoint's directories — all checked before a byte of data is used; any
+// violation is INVALID_ARGUMENT naming the file) are in checkpoint.cc.
 #pragma once
 
 #include <functional>
@@ -46,6 +51,9 @@ struct CheckpointOptions {
   // Test hook: called before each file this rank writes; a non-ok status aborts the save
   // on this rank as if the process had died there.
   std::function<Status(const std::string& path)> before_write;
+  // The run that saves, as a JSON object (e.g. {"scenario": …, "seed": …}), recorded in the
+  // index as "run" so that a resume can say what it resumes; empty: not recorded.
+  std::string run;
 };
 
 // Collective over the model's world.
@@ -53,6 +61,14 @@ Status save_checkpoint(FullyShardedModel& model, const std::string& dir, std::in
                        const CheckpointOptions& options = {});
 // Collective. Loads the checkpoint `latest` names; returns its step.
 Result<std::int64_t> load_checkpoint(FullyShardedModel& model, const std::string& dir);
+
+// Recomputes the checksum of step_dir/index.json after a deliberate edit (tests of the
+// index validation; hand repairs). Bad input when the file is not a readable index.
+Status reseal_index(const std::string& step_dir);
+
+// One line on a checkpoint step directory for people ("step 2, SHARDED_STATE_DICT saved
+// at world size 8 by {"scenario": …, "seed": 0, …}"), after the same checks a load makes.
+Result<std::string> describe_checkpoint(const std::string& step_dir);
 
 // The step directory `dir/latest` names ("DIR/step-NNNNNNNN"; bad input otherwise).
 Result<std::string> latest_step_dir(const std::string& dir);

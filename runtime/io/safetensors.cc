@@ -1,6 +1,7 @@
 #include "runtime/io/safetensors.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -37,12 +38,57 @@ const StoredTensor* SafetensorsFile::find(const std::string& name) const {
   return nullptr;
 }
 
-Result<std::string> read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::invalid_argument(path + ": cannot open (" + std::strerror(errno) + ")");
-  std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) return Status::invalid_argument(path + ": read error");
+namespace {
+
+const char* file_kind(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISLNK(mode)) return "a symbolic link";
+  return "not a regular file";
+}
+
+}  // namespace
+
+Result<std::string> read_file(const std::string& path, std::uint64_t max_bytes) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return Status::invalid_argument(path + ": cannot open (" + std::strerror(errno) + ")");
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    const std::string kind = file_kind(st.st_mode);
+    ::close(fd);
+    return Status::invalid_argument(path + ": is " + kind + "; give a regular file");
+  }
+  const auto size = static_cast<std::uint64_t>(st.st_size);
+  if (size > max_bytes) {
+    ::close(fd);
+    return Status::invalid_argument(path + ": is " + std::to_string(size) + " bytes; allowed: at most " +
+                                    std::to_string(max_bytes));
+  }
+  std::string s(static_cast<std::size_t>(size), '\0');
+  std::size_t done = 0;
+  while (done < s.size()) {
+    const ssize_t n = ::read(fd, s.data() + done, s.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const std::string why = n < 0 ? std::strerror(errno) : "it shrank while being read";
+      ::close(fd);
+      return Status::invalid_argument(path + ": read error (" + why + ")");
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  ::close(fd);
   return s;
+}
+
+Status check_replaceable(const std::string& path) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) return Status::ok();  // nothing there (or nothing we may see): create it
+  if (S_ISREG(st.st_mode)) return Status::ok();
+  return Status::invalid_argument(path + ": is " + std::string(file_kind(st.st_mode)) +
+                                  "; shardlab writes only new or regular files and never replaces anything else");
 }
 
 Result<SafetensorsFile> read_safetensors(const std::string& path) {
@@ -165,6 +211,7 @@ Result<SafetensorsFile> parse_safetensors(const std::string& path, const std::ve
 }
 
 Status write_file_atomic(const std::string& path, const std::string& bytes) {
+  SHARDLAB_RETURN_IF_ERROR(check_replaceable(path));
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (fd < 0) return Status::unavailable(tmp + ": cannot create (" + std::strerror(errno) + ")");
@@ -193,6 +240,10 @@ Status write_file_atomic(const std::string& path, const std::string& bytes) {
 }
 
 Status write_safetensors(const std::string& path, const SafetensorsFile& file) {
+  return write_file_atomic(path, serialize_safetensors(file));
+}
+
+std::string serialize_safetensors(const SafetensorsFile& file) {
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!file.metadata.empty()) header["__metadata__"] = file.metadata;
   std::uint64_t offset = 0;
@@ -208,7 +259,7 @@ Status write_safetensors(const std::string& path, const SafetensorsFile& file) {
   for (int i = 0; i < 8; ++i) out[static_cast<std::size_t>(i)] = static_cast<char>((len >> (8 * i)) & 0xff);
   out += h;
   for (const auto& t : file.tensors) out.append(reinterpret_cast<const char*>(t.data.data()), t.data.size());
-  return write_file_atomic(path, out);
+  return out;
 }
 
 }  // namespace shardlab::runtime::io

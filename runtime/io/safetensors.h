@@ -39,13 +39,27 @@ struct SafetensorsFile {
   const StoredTensor* find(const std::string& name) const;
 };
 
+// NOTE [Safe file input]: every file shardlab reads (models, batches, configs,
+// checkpoints, graphs, profiles) is read by read_file: a regular file only — a FIFO, a
+// device, a socket or a directory is refused (INVALID_ARGUMENT naming the path and what
+// it is) without blocking on it (opened O_NONBLOCK, then checked with fstat) — and at
+// most `max_bytes`, checked before reading.
+inline constexpr std::uint64_t kMaxInputFileBytes = std::uint64_t{64} << 30;  // 64 GiB: a large model's weights
+Result<std::string> read_file(const std::string& path, std::uint64_t max_bytes = kMaxInputFileBytes);
+
 Result<SafetensorsFile> read_safetensors(const std::string& path);
 // Parses an in-memory image (the whole file); `path` is only used in messages.
 Result<SafetensorsFile> parse_safetensors(const std::string& path, const std::vector<std::byte>& bytes);
 Status write_safetensors(const std::string& path, const SafetensorsFile& file);
+// The file's bytes, as write_safetensors writes them.
+std::string serialize_safetensors(const SafetensorsFile& file);
 
-// Writes `bytes` to path atomically (temporary file + fsync + rename).
+// Writes `bytes` to path atomically (temporary file + fsync + rename). NOTE [Safe file
+// output]: only a regular file is ever replaced — a path that names a device, a FIFO, a
+// directory or a symbolic link is refused (INVALID_ARGUMENT), so `--dump-graph /dev/null`
+// cannot turn /dev/null into a file.
 Status write_file_atomic(const std::string& path, const std::string& bytes);
-Result<std::string> read_file(const std::string& path);
+// INVALID_ARGUMENT unless `path` does not exist or is a regular file (not a link).
+Status check_replaceable(const std::string& path);
 
 }  // namespace shardlab::runtime::io

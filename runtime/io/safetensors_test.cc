@@ -2,10 +2,15 @@
 // read outside the file; the writer must round-trip.
 #include "runtime/io/safetensors.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <filesystem>
+
+#include "runtime/io/sha256.h"
 
 namespace shardlab::runtime::io {
 namespace {
@@ -126,6 +131,46 @@ TEST(Safetensors, AMissingFileNamesThePath) {
   auto r = read_safetensors("/nonexistent/dir/model.safetensors");
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(r.status().message().find("/nonexistent/dir/model.safetensors: cannot open"), std::string::npos);
+}
+
+// FIPS 180-4 test vectors.
+TEST(Sha256, KnownDigests) {
+  EXPECT_EQ(sha256_hex(""), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  EXPECT_EQ(sha256_hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  EXPECT_EQ(sha256_hex("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq"),
+            "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+}
+
+// NOTE [Safe file input] / [Safe file output].
+TEST(SafeFiles, SpecialFilesAreRefusedWithoutBlockingOrReplacing) {
+  const std::string dir = (std::filesystem::temp_directory_path() / ("shardlab_safe_files_" + std::to_string(::getpid()))).string();
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string fifo = dir + "/fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
+  auto r = read_file(fifo);  // a plain open() would block here forever
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_NE(r.status().message().find("is a FIFO"), std::string::npos) << r.status().message();
+  auto d = read_file(dir);
+  ASSERT_FALSE(d.is_ok());
+  EXPECT_NE(d.status().message().find("is a directory"), std::string::npos) << d.status().message();
+  auto z = read_file("/dev/zero");
+  ASSERT_FALSE(z.is_ok());
+  EXPECT_NE(z.status().message().find("is a character device"), std::string::npos) << z.status().message();
+  ASSERT_TRUE(write_file_atomic(dir + "/small", "12345").is_ok());
+  auto big = read_file(dir + "/small", 4);
+  ASSERT_FALSE(big.is_ok());
+  EXPECT_NE(big.status().message().find("is 5 bytes; allowed: at most 4"), std::string::npos) << big.status().message();
+  EXPECT_EQ(*read_file(dir + "/small", 5), "12345");
+  // Writing never replaces a FIFO, a device or a link.
+  EXPECT_EQ(write_file_atomic(fifo, "x").code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(write_file_atomic("/dev/null", "x").code(), StatusCode::kInvalidArgument);
+  std::filesystem::create_symlink(dir + "/small", dir + "/link");
+  EXPECT_EQ(write_file_atomic(dir + "/link", "x").code(), StatusCode::kInvalidArgument);
+  struct stat st {};
+  ASSERT_EQ(::stat("/dev/null", &st), 0);
+  EXPECT_TRUE(S_ISCHR(st.st_mode));
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

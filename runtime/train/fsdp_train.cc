@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 
 #include "runtime/device/cpu/device.h"
 
@@ -285,8 +286,17 @@ namespace {
 // train_fsdp after the trainer is made: resume, the steps, checkpoints, the results.
 Result<FsdpTrainResult> train_to_end(FsdpTrainer* t, device::Device& dev, const FsdpTrainOptions& o) {
   const auto& ck = o.checkpoint;
-  if (ck.resume && !ck.dir.empty() && std::filesystem::exists(std::filesystem::path(ck.dir) / "latest")) {
+  std::error_code ec;
+  const bool has_checkpoint =
+      !ck.dir.empty() && std::filesystem::exists(std::filesystem::symlink_status(std::filesystem::path(ck.dir) / "latest", ec));
+  if (ck.resume && !has_checkpoint && !ck.resume_if_present) {
+    return Status::invalid_argument("checkpoint.resume is true but '" + ck.dir + "' holds no checkpoint (no " + ck.dir +
+                                    "/latest); check checkpoint.dir, or use checkpoint.resume: if_present to start "
+                                    "from step 1 when there is none");
+  }
+  if (ck.resume && has_checkpoint) {
     SHARDLAB_ASSIGN_OR_RETURN(t->result().resumed_from, fsdp::latest_step_dir(ck.dir));
+    SHARDLAB_ASSIGN_OR_RETURN(t->result().resumed_what, fsdp::describe_checkpoint(t->result().resumed_from));
     SHARDLAB_ASSIGN_OR_RETURN(std::int64_t done, fsdp::load_checkpoint(t->model(), ck.dir));
     if (done < 0 || done > o.steps) {
       return Status::invalid_argument("checkpoint in '" + ck.dir + "' is at step " + std::to_string(done) +
@@ -302,6 +312,10 @@ Result<FsdpTrainResult> train_to_end(FsdpTrainer* t, device::Device& dev, const 
     if (!ck.dir.empty() && ((ck.every_steps > 0 && done % ck.every_steps == 0) || done == o.steps)) {
       fsdp::CheckpointOptions co;
       co.type = ck.type;
+      nlohmann::json run = ck.run.empty() ? nlohmann::json::object() : nlohmann::json::parse(ck.run);
+      run["seed"] = o.seed;
+      run["world_size"] = t->model().world().size();
+      co.run = run.dump();
       SHARDLAB_RETURN_IF_ERROR(fsdp::save_checkpoint(t->model(), ck.dir, done, co));
     }
   }

@@ -129,6 +129,13 @@ struct FsdpTrainOptions {
     std::string dir;  // empty: none
     int every_steps = 0;
     bool resume = false;
+    // NOTE [Resume]: `resume` needs a checkpoint in `dir` (INVALID_ARGUMENT otherwise, so a
+    // typo in dir never silently restarts training); with `resume_if_present` a run
+    // without one starts from step 1.
+    bool resume_if_present = false;
+    // What the run records about itself in each checkpoint (a JSON object; train_fsdp adds
+    // the seed and the world size).
+    std::string run;
     fsdp::StateDictType type = fsdp::StateDictType::kFull;
   } checkpoint;
 };
@@ -146,6 +153,7 @@ struct FsdpTrainResult {
   std::vector<Nanos> step_starts;      // the rank's clock when each step began
   int first_step = 0;                  // > 0 when resumed from a checkpoint (losses start there)
   std::string resumed_from;            // the step directory a resumed run loaded; empty: none
+  std::string resumed_what;            // what it was: step, state dict type, the run that saved it
   std::vector<float> final_params;     // full, unpadded, spec order (when gather_results)
   std::vector<float> last_grads;       // full gradients of the last step, after clipping (when gather_results)
   std::vector<double> grad_norms;      // per step, when clipping
