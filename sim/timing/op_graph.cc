@@ -1,6 +1,7 @@
 #include "sim/timing/op_graph.h"
 
 #include <filesystem>
+#include <limits>
 #include <map>
 
 #include <nlohmann/json.hpp>
@@ -126,9 +127,16 @@ class Reader {
     if (!j.is_object() || !j.contains(key)) return fail(field + key, "missing");
     return &j[key];
   }
+  // An integer that fits T exactly (a value out of T's range is an error, not a wrap).
   template <typename T>
   Result<T> num(const Json& j, const std::string& field) const {
     if (!j.is_number_integer()) return fail(field, "expected an integer, got " + std::string(j.type_name()));
+    const bool fits = j.is_number_unsigned()
+                          ? j.get<std::uint64_t>() <= static_cast<std::uint64_t>(std::numeric_limits<T>::max())
+                          : j.get<std::int64_t>() >= static_cast<std::int64_t>(std::numeric_limits<T>::min()) &&
+                                j.get<std::int64_t>() <= static_cast<std::int64_t>(std::numeric_limits<T>::max());
+    if (!fits) return fail(field, j.dump() + " is out of range (" + std::to_string(std::numeric_limits<T>::min()) + " to " +
+                                      std::to_string(std::numeric_limits<T>::max()) + ")");
     return j.get<T>();
   }
   template <typename T>
@@ -350,6 +358,10 @@ Status OpGraph::validate() const {
         case NodeKind::kIssue:
           // Collectives are issued in sequence order (their index is their sequence number).
           if (n.index != next_issue) return bad(nw + ": issues collective " + std::to_string(n.index) + ", expected " + std::to_string(next_issue));
+          if (n.index >= static_cast<int>(p.collectives.size())) {
+            return bad(nw + ": issues collective " + std::to_string(n.index) + " of only " +
+                       std::to_string(p.collectives.size()));
+          }
           ++next_issue;
           issued[static_cast<std::size_t>(n.index)] = 1;
           break;

@@ -3,6 +3,8 @@
 // numerics and timing mode give the same timeline for the same scenario.
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -777,6 +779,17 @@ TEST(TimingMode, GraphReaderRejectsBrokenFilesNamingTheField) {
   EXPECT_EQ(graph_from_json_string("{", "g.json").status().code(), StatusCode::kInvalidArgument);
   expect_graph_rejected(text, "\"world_size\":2", "\"world_size\":0", "world_size");
   expect_graph_rejected(text, "\"kind\":\"all_gather\"", "\"kind\":\"all_gatherX\"", "].kind: 'all_gatherX'");
+  // Numbers beyond their type are an error, not a wrap (2^40 ranks once read as 0).
+  expect_graph_rejected(text, "\"world_size\":2", "\"world_size\":1099511627776", "world_size: 1099511627776 is out of range");
+  {
+    // A program whose last collective was removed still issues it: refused, no heap
+    // corruption.
+    auto j = nlohmann::json::parse(text);
+    j["programs"][0]["collectives"].erase(j["programs"][0]["collectives"].size() - 1);
+    auto broken = graph_from_json_string(j.dump(), "g.json");
+    ASSERT_FALSE(broken.is_ok());
+    EXPECT_NE(broken.status().message().find("issues collective"), std::string::npos) << broken.status().message();
+  }
 
   // Group layouts (NOTE [Groups in timing mode]), in HYBRID_SHARD on 2 nodes of 2: the
   // replica groups' desc ends "stride":2}, the node groups' "split":1,"stride":1}.
