@@ -156,17 +156,21 @@ RunRecord make_record(const RunArgs& a, int world, const std::string& backend) {
   return r;
 }
 
-// Writes the output folder; a failure to write is reported but does not change the verdict.
-void write_outputs(const RunArgs& a, const RunRecord& r) {
-  if (a.out_dir.empty()) return;
+// Writes the output folder and returns `code`, or 3 when the outputs could not be written
+// (the folder was checked before the run, NOTE [Output folder check]; a later failure is
+// a runtime failure, never a silent exit 0).
+int write_outputs(const RunArgs& a, const RunRecord& r, int code) {
+  if (a.out_dir.empty()) return code;
   std::vector<std::string> written;
   if (Status s = write_run_outputs(a.out_dir, r, &written); !s.is_ok()) {
     std::fprintf(stderr, "shardlab run: could not write outputs: %s\n", s.to_string().c_str());
+    return std::max(code, 3);
   } else {
     std::string files;
     for (const auto& f : written) files += (files.empty() ? "" : ", ") + f;
     std::printf("outputs: %s/ (%s)\n", a.out_dir.c_str(), files.c_str());
   }
+  return code;
 }
 
 std::string header_line(const RunArgs& a, int world, int units) {
@@ -402,8 +406,7 @@ int run_sim(const RunArgs& a) {
     // What the ranks had when they stopped: steps, memory, trace (outputs keep it).
     record.ranks = std::move(per_rank);
     add_traces(a, a.world_size, [&](int r) { return world.trace(r); }, record);
-    write_outputs(a, record);
-    return code;
+    return write_outputs(a, record, code);
   }
   const FsdpTrainResult& r0 = per_rank[0];
   record.header = header_line(a, a.world_size, r0.num_units);
@@ -415,8 +418,7 @@ int run_sim(const RunArgs& a) {
   record.ranks = std::move(per_rank);
   add_traces(a, a.world_size, [&](int r) { return world.trace(r); }, record);
   code = apply_expectations(a, record, code);
-  write_outputs(a, record);
-  return code;
+  return write_outputs(a, record, code);
 }
 
 // Timing mode (cli/timing_run.h): no values, so no oracle check (said on stdout and in the
@@ -433,8 +435,7 @@ int run_timing_mode(const RunArgs& a) {
     std::istringstream lines(s.to_string());
     for (std::string line; std::getline(lines, line);) record.failures.push_back(line);
     record.status = report_failures(record.failures, a.world_size);
-    write_outputs(a, record);
-    return s.exit_code();
+    return write_outputs(a, record, s.exit_code());
   }
   std::printf("%s\n", record.header.c_str());
   print_faults(a);
@@ -442,9 +443,7 @@ int run_timing_mode(const RunArgs& a) {
   if (!a.dump_graph.empty()) std::printf("op graph: %s\n", a.dump_graph.c_str());
   record.oracle_not_run = "timing mode computes no values, only time: nothing to compare";
   std::printf("unsharded oracle: not run (%s)\n", record.oracle_not_run.c_str());
-  const int code = apply_expectations(a, record, 0);
-  write_outputs(a, record);
-  return code;
+  return write_outputs(a, record, apply_expectations(a, record, 0));
 }
 
 // Real processes under mpiexec/mpirun: `mpi` computes on the CPU and reduces with Open MPI;
@@ -469,9 +468,31 @@ int run_mpi(const RunArgs& a, int* argc, char*** argv) {
   runtime::comm::Communicator& base = hpu ? gaudi->communicator() : **world;
   if (Status s = check_run_device_id(a, torch_device_of(a.backend, a.device), base.size()); !s.is_ok()) return fail(s);
   runtime::device::Device& raw_dev = hpu ? gaudi->device() : static_cast<runtime::device::Device&>(*cpu);
+  // NOTE [Ending a failed job] (runtime/comm/mpi/communicator.h): once ranks may be inside
+  // collectives, a runtime failure (exit 3) ends the whole job rather than waiting in
+  // MPI_Finalize for ranks that never arrive; bad input (exit 2), seen alike by every rank,
+  // ends normally.
+  const auto fail_job = [](const Status& s) {
+    const int code = fail(s);
+    if (code == 3) runtime::comm::mpi::MpiEnvironment::abort_job(code);
+    return code;
+  };
+  {
+    // NOTE [Output folder check]: rank 0 writes the outputs, so rank 0 checks the folder
+    // and every rank leaves with its verdict before training starts.
+    Status out_ok = base.rank() == 0 ? check_output_folder(a.out_dir).with_context("--out") : Status::ok();
+    auto flag = raw_dev.zeros({1}, DType::kI64, MemoryCategory::kOther, "out_ok");
+    if (!flag.is_ok()) return fail_job(flag.status());
+    flag->data<std::int64_t>()[0] = out_ok.is_ok() ? 1 : 0;
+    if (Status s = base.broadcast(*flag, 0)->wait(a.train.fsdp.collective_timeout); !s.is_ok()) return fail_job(s);
+    if (!out_ok.is_ok()) return fail(out_ok);
+    if (flag->data<std::int64_t>()[0] != 1) {
+      return fail(Status::invalid_argument("--out: rank 0 cannot write the output folder '" + a.out_dir + "' (its error says why)"));
+    }
+  }
   runtime::comm::CheckingCommunicator checked(&base, a.train.fsdp.collective_timeout);
   runtime::comm::Communicator& unchecked = a.check_collectives ? static_cast<runtime::comm::Communicator&>(checked) : base;
-  if (Status s = runtime::train::validate(a.train, unchecked.size()); !s.is_ok()) return fail(s);
+  if (Status s = runtime::train::validate(a.train, unchecked.size()); !s.is_ok()) return fail_job(s);
   // Traces in wall time (NOTE [Wall-clock traces] in cli/trace_backends.h): every rank
   // records its ops, collectives and FSDP phases from a common origin after a barrier;
   // rank 0 gathers them for trace.json. The tracing wrappers are outermost, so the
@@ -480,7 +501,7 @@ int run_mpi(const RunArgs& a, int* argc, char*** argv) {
   sim::TraceRecorder trace;
   Nanos origin = 0;
   if (traced) {
-    if (Status s = base.barrier()->wait(a.train.fsdp.collective_timeout); !s.is_ok()) return fail(s);
+    if (Status s = base.barrier()->wait(a.train.fsdp.collective_timeout); !s.is_ok()) return fail_job(s);
     origin = clock.now();
   }
   TracingDevice traced_dev(&raw_dev, &clock, origin, &trace);
@@ -503,14 +524,14 @@ int run_mpi(const RunArgs& a, int* argc, char*** argv) {
     };
   }
   auto result = runtime::train::train_fsdp(c, dev, clock, args.train);
-  if (!result.is_ok()) return fail(result.status().with_context("rank " + std::to_string(c.rank())));
+  if (!result.is_ok()) return fail_job(result.status().with_context("rank " + std::to_string(c.rank())));
   std::vector<std::vector<sim::TraceEvent>> traces;
   if (traced) {
     // The outputs' times all count from the trace's origin (step starts, memory samples).
     for (Nanos& t : result->step_starts) t -= origin;
     for (auto& m : result->memory_timeline) m.time -= origin;
     auto gathered = gather_traces(base, raw_dev, trace.events(), a.train.fsdp.collective_timeout);
-    if (!gathered.is_ok()) return fail(gathered.status().with_context("rank " + std::to_string(c.rank())));
+    if (!gathered.is_ok()) return fail_job(gathered.status().with_context("rank " + std::to_string(c.rank())));
     traces = std::move(*gathered);
   }
   int code = 0;
@@ -524,13 +545,13 @@ int run_mpi(const RunArgs& a, int* argc, char*** argv) {
     record.ranks.push_back(*result);
     add_traces(a, c.size(), [&](int r) { return std::move(traces[static_cast<std::size_t>(r)]); }, record);
     code = apply_expectations(a, record, code);
-    write_outputs(a, record);
+    code = write_outputs(a, record, code);
   }
   // Every rank leaves with rank 0's verdict.
   auto verdict = raw_dev.zeros({1}, DType::kI64, MemoryCategory::kOther, "verdict");
-  if (!verdict.is_ok()) return fail(verdict.status());
+  if (!verdict.is_ok()) return fail_job(verdict.status());
   verdict->data<std::int64_t>()[0] = code;
-  if (Status s = base.broadcast(*verdict, 0)->wait(a.train.fsdp.collective_timeout); !s.is_ok()) return fail(s);
+  if (Status s = base.broadcast(*verdict, 0)->wait(a.train.fsdp.collective_timeout); !s.is_ok()) return fail_job(s);
   return static_cast<int>(verdict->data<std::int64_t>()[0]);
 }
 
@@ -543,6 +564,8 @@ int replay_command(const ReplayArgs& r) {
   };
   auto graph = sim::timing::read_graph_json(r.graph);
   if (!graph.is_ok()) return bad(graph.status());
+  const std::string out_dir = r.out_dir.empty() ? "out/replay-" + std::filesystem::path(r.graph).stem().string() : r.out_dir;
+  if (Status s = check_output_folder(out_dir); !s.is_ok()) return bad(s.with_context("--out"));
   // The network: as the graph recorded it, with the flags' overrides.
   sim::NetworkSpec spec;
   if (graph->network) {
@@ -584,26 +607,26 @@ int replay_command(const ReplayArgs& r) {
   record.version = std::string(shardlab_version());
   record.host = this_host();
   RunArgs out;
-  out.out_dir = r.out_dir.empty() ? "out/replay-" + std::filesystem::path(r.graph).stem().string() : r.out_dir;
+  out.out_dir = out_dir;
   Status s = replay_graph_file(r.graph, o, record);
   if (!s.is_ok()) {
     std::istringstream lines(s.to_string());
     for (std::string line; std::getline(lines, line);) record.failures.push_back(line);
     record.status = report_failures(record.failures, graph->world_size);
-    write_outputs(out, record);
-    return s.exit_code();
+    return write_outputs(out, record, s.exit_code());
   }
   std::printf("%s\n", record.header.c_str());
   std::printf("network: %s\n", (*network)->describe().c_str());
   if (!record.ranks.empty()) print_steps(record.ranks[0], "simulated step time (replayed)", /*timing=*/true);
   record.oracle_not_run = "a replayed graph has no values, only time: nothing to compare";
-  write_outputs(out, record);
-  return 0;
+  return write_outputs(out, record, 0);
 }
 
 int run_command(const RunArgs& in, int* argc, char*** argv) {
   RunArgs args = in;
   if (args.backend == "sim") {
+    // NOTE [Output folder check]; under MPI rank 0 checks it (run_mpi).
+    if (Status s = check_output_folder(args.out_dir); !s.is_ok()) return fail(s.with_context("--out"));
     if (Status s = check_run_device_id(args, torch_device_of("sim", args.device), args.world_size); !s.is_ok()) {
       return fail(s);
     }

@@ -403,16 +403,52 @@ Status publish(const fs::path& staged, const fs::path& dir, const std::vector<st
 
 }  // namespace
 
-Status write_run_outputs(const std::string& out, const RunRecord& r, std::vector<std::string>* written) {
-  std::vector<std::string> files;
-  if (written == nullptr) written = &files;
-  written->clear();
-  // Staged beside the destination (same file system, so the final renames are atomic).
+namespace {
+
+// The output folder as a normalized path with a file name, and where it is staged.
+std::pair<fs::path, fs::path> output_paths(const std::string& out) {
   fs::path dir = fs::path(out).lexically_normal();
   if (!dir.has_filename()) dir = dir.parent_path();  // "out/x/" → "out/x"
   if (dir.empty() || dir.filename() == "." || dir.filename() == "..") dir = fs::absolute(dir).lexically_normal();
   if (!dir.has_filename()) dir = dir.parent_path();
+  // Staged beside the destination (same file system, so the final renames are atomic).
   const fs::path staged = dir.parent_path() / ("." + dir.filename().string() + ".staged." + std::to_string(::getpid()));
+  return {dir, staged};
+}
+
+}  // namespace
+
+Status check_output_folder(const std::string& out) {
+  if (out.empty()) return Status::ok();
+  const auto bad = [&](const std::string& why) {
+    return Status::invalid_argument("output folder '" + out.substr(0, 200) + (out.size() > 200 ? "…" : "") + "': " + why);
+  };
+  for (const auto& part : fs::path(out)) {
+    if (part.native().size() > 255) return bad("a path component is longer than 255 bytes");
+  }
+  if (out.size() > 4000) return bad("the path is longer than 4000 bytes");
+  const auto [dir, staged] = output_paths(out);
+  std::error_code ec;
+  const auto st = fs::status(dir, ec);
+  if (fs::exists(st) && !fs::is_directory(st)) return bad("exists and is not a folder; give a folder path");
+  if (!dir.parent_path().empty()) {
+    fs::create_directories(dir.parent_path(), ec);
+    if (ec) return bad("cannot create " + dir.parent_path().string() + " (" + ec.message() + ")");
+  }
+  fs::remove_all(staged, ec);
+  if (!fs::create_directory(staged, ec) || ec) {
+    return bad("cannot write in " + (dir.parent_path().empty() ? std::string(".") : dir.parent_path().string()) + " (" +
+               (ec ? ec.message() : std::string("cannot create a folder there")) + ")");
+  }
+  fs::remove(staged, ec);
+  return Status::ok();
+}
+
+Status write_run_outputs(const std::string& out, const RunRecord& r, std::vector<std::string>* written) {
+  std::vector<std::string> files;
+  if (written == nullptr) written = &files;
+  written->clear();
+  const auto [dir, staged] = output_paths(out);
   std::error_code ec;
   fs::remove_all(staged, ec);
   fs::create_directories(staged, ec);

@@ -87,6 +87,13 @@ std::vector<int> traced_ranks(const RunRecord& r);
 nlohmann::json metrics_json(const RunRecord& r);
 std::string summary_text(const RunRecord& r);
 
+// NOTE [Output folder check]: before a run starts, its output folder must be usable:
+// every path component at most 255 bytes, the folder a directory if it exists, and its
+// parent creatable and writable — proven by creating (and removing) the staging folder
+// write_run_outputs will use. INVALID_ARGUMENT (exit 2) naming the problem otherwise, so
+// that a bad --out never costs a run; "" (no outputs) passes.
+Status check_output_folder(const std::string& out);
+
 // Writes every file the record has content for into `dir` (created if missing):
 // summary.txt and metrics.json always; loss.csv and memory.csv when the record has ranks
 // (a failed run: up to the failure); trace.json when it has traces. `written` (optional)

@@ -1,6 +1,8 @@
 #include "runtime/comm/mpi/communicator.h"
 
 #include <climits>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <limits>
@@ -521,6 +523,13 @@ Result<std::unique_ptr<MpiEnvironment>> MpiEnvironment::initialize(int* argc, ch
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   return std::unique_ptr<MpiEnvironment>(new MpiEnvironment(ours, rank, size));
+}
+
+void MpiEnvironment::abort_job(int code) {
+  std::fflush(stdout);
+  std::fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, code);
+  std::_Exit(code);  // MPI_Abort does not return; should an implementation return, end anyway
 }
 
 MpiEnvironment::~MpiEnvironment() {

@@ -106,6 +106,11 @@ class MpiEnvironment {
   MpiEnvironment(const MpiEnvironment&) = delete;
   MpiEnvironment& operator=(const MpiEnvironment&) = delete;
 
+  // NOTE [Ending a failed job]: after a runtime failure (a timed-out collective, a peer
+  // that died) MPI_Finalize would wait for ranks that never come; the job ends with
+  // MPI_Abort instead, which mpirun turns into the job's exit code. Flushes stdio first.
+  [[noreturn]] static void abort_job(int code);
+
   int world_rank() const { return world_rank_; }
   int world_size() const { return world_size_; }
   bool initialized_mpi() const { return initialized_mpi_; }
