@@ -391,6 +391,11 @@ int run_sim(const RunArgs& a) {
       std::stable_partition(failed.begin(), failed.end(),
                             [&](std::size_t r) { return a.faults->has_rank_faults(static_cast<int>(r)); });
     }
+    // NOTE [Agreeing on bad input] (runtime/train/fsdp_train.cc): the rank that found the
+    // problem first, the ranks that only learned of it after.
+    std::stable_partition(failed.begin(), failed.end(), [&](std::size_t r) {
+      return results[r].status.message().find("(its error says why)") == std::string::npos;
+    });
     int code = 0;
     for (std::size_t r : failed) {
       const std::string rank = "rank " + std::to_string(r);

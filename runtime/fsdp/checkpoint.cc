@@ -527,9 +527,11 @@ class Loader {
     const auto size = listed_[name]["bytes"].get<std::uint64_t>();
     SHARDLAB_ASSIGN_OR_RETURN(std::string bytes, io::read_file(path, size));
     if (bytes.size() != size || io::sha256_hex(bytes) != listed_[name]["sha256"].get<std::string>()) {
-      return Status::invalid_argument(path + ": checksum mismatch (" + std::to_string(bytes.size()) +
-                                      " bytes; index.json says " + std::to_string(size) +
-                                      " and another SHA-256): the file changed after the checkpoint was saved");
+      const std::string how = bytes.size() != size ? std::to_string(bytes.size()) + " bytes where index.json says " +
+                                                         std::to_string(size)
+                                                   : "its SHA-256 is not the one index.json records";
+      return Status::invalid_argument(path + ": checksum mismatch (" + how +
+                                      "): the file changed after the checkpoint was saved");
     }
     std::vector<std::byte> raw_bytes(bytes.size());
     if (!bytes.empty()) std::memcpy(raw_bytes.data(), bytes.data(), bytes.size());

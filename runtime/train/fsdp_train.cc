@@ -295,14 +295,35 @@ Result<FsdpTrainResult> train_to_end(FsdpTrainer* t, device::Device& dev, const 
                                     "from step 1 when there is none");
   }
   if (ck.resume && has_checkpoint) {
-    SHARDLAB_ASSIGN_OR_RETURN(t->result().resumed_from, fsdp::latest_step_dir(ck.dir));
-    SHARDLAB_ASSIGN_OR_RETURN(t->result().resumed_what, fsdp::describe_checkpoint(t->result().resumed_from));
-    SHARDLAB_ASSIGN_OR_RETURN(std::int64_t done, fsdp::load_checkpoint(t->model(), ck.dir));
-    if (done < 0 || done > o.steps) {
-      return Status::invalid_argument("checkpoint in '" + ck.dir + "' is at step " + std::to_string(done) +
-                                      ", beyond this run's " + std::to_string(o.steps) + " steps");
+    // Each rank reads its own pieces, so one rank may find a problem the others do not;
+    // NOTE [Agreeing on bad input]: the ranks agree before training on, so that every rank
+    // ends with the same exit code (2) instead of the others timing out behind it.
+    Result<std::int64_t> loaded = [&]() -> Result<std::int64_t> {
+      SHARDLAB_ASSIGN_OR_RETURN(t->result().resumed_from, fsdp::latest_step_dir(ck.dir));
+      SHARDLAB_ASSIGN_OR_RETURN(t->result().resumed_what, fsdp::describe_checkpoint(t->result().resumed_from));
+      SHARDLAB_ASSIGN_OR_RETURN(std::int64_t done, fsdp::load_checkpoint(t->model(), ck.dir));
+      if (done < 0 || done > o.steps) {
+        return Status::invalid_argument("checkpoint in '" + ck.dir + "' is at step " + std::to_string(done) +
+                                        ", beyond this run's " + std::to_string(o.steps) + " steps");
+      }
+      return done;
+    }();
+    comm::Communicator& world = t->model().world();
+    SHARDLAB_ASSIGN_OR_RETURN(Tensor flag, dev.empty({1}, DType::kI64, MemoryCategory::kOther, "resume_ok"));
+    if (!flag.is_deferred()) {
+      flag.data<std::int64_t>()[0] = loaded.is_ok() ? world.size() : world.rank();  // min: the first failing rank
+      SHARDLAB_RETURN_IF_ERROR(
+          world.all_reduce(flag, comm::ReduceOp::kMin)->wait(o.fsdp.collective_timeout).with_context("resume"));
+      if (!loaded.is_ok()) return loaded.status();
+      const std::int64_t failed = flag.data<std::int64_t>()[0];
+      if (failed < world.size()) {
+        return Status::invalid_argument("rank " + std::to_string(failed) + " could not load the checkpoint in '" + ck.dir +
+                                        "' (its error says why)");
+      }
+    } else if (!loaded.is_ok()) {
+      return loaded.status();
     }
-    t->skip_to(static_cast<int>(done));
+    t->skip_to(static_cast<int>(*loaded));
   }
   const int first = t->steps_done();
   while (t->steps_done() < o.steps) {
