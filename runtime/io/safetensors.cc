@@ -52,7 +52,11 @@ const char* file_kind(mode_t mode) {
 
 }  // namespace
 
-Result<std::string> read_file(const std::string& path, std::uint64_t max_bytes) {
+namespace {
+
+// read_file's rule (NOTE [Safe file input]) into any byte container.
+template <class Bytes>
+Result<Bytes> read_regular_file(const std::string& path, std::uint64_t max_bytes) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) return Status::invalid_argument(path + ": cannot open (" + std::strerror(errno) + ")");
   struct stat st {};
@@ -67,10 +71,10 @@ Result<std::string> read_file(const std::string& path, std::uint64_t max_bytes) 
     return Status::invalid_argument(path + ": is " + std::to_string(size) + " bytes; allowed: at most " +
                                     std::to_string(max_bytes));
   }
-  std::string s(static_cast<std::size_t>(size), '\0');
+  Bytes s(static_cast<std::size_t>(size), typename Bytes::value_type{});
   std::size_t done = 0;
   while (done < s.size()) {
-    const ssize_t n = ::read(fd, s.data() + done, s.size() - done);
+    const ssize_t n = ::read(fd, reinterpret_cast<char*>(s.data()) + done, s.size() - done);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
       const std::string why = n < 0 ? std::strerror(errno) : "it shrank while being read";
@@ -83,6 +87,12 @@ Result<std::string> read_file(const std::string& path, std::uint64_t max_bytes) 
   return s;
 }
 
+}  // namespace
+
+Result<std::string> read_file(const std::string& path, std::uint64_t max_bytes) {
+  return read_regular_file<std::string>(path, max_bytes);
+}
+
 Status check_replaceable(const std::string& path) {
   struct stat st {};
   if (::lstat(path.c_str(), &st) != 0) return Status::ok();  // nothing there (or nothing we may see): create it
@@ -92,9 +102,9 @@ Status check_replaceable(const std::string& path) {
 }
 
 Result<SafetensorsFile> read_safetensors(const std::string& path) {
-  SHARDLAB_ASSIGN_OR_RETURN(std::string s, read_file(path));
-  std::vector<std::byte> bytes(s.size());
-  std::memcpy(bytes.data(), s.data(), s.size());
+  // Read straight into the buffer the parser takes: the file's size once, plus the
+  // tensors parsed out of it (not three copies).
+  SHARDLAB_ASSIGN_OR_RETURN(std::vector<std::byte> bytes, read_regular_file<std::vector<std::byte>>(path, kMaxInputFileBytes));
   return parse_safetensors(path, bytes);
 }
 
