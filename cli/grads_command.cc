@@ -42,6 +42,7 @@ int grads_command(const GradsArgs& a) {
     o.bert.compute_dtype = DType::kBF16;
     o.fsdp.param_dtype = DType::kBF16;
   }
+  if (Status s = train::check_numerics_host_memory(o, train::host_memory_bytes()); !s.is_ok()) return fail(s);
   // The batch, read once on the host; each rank copies its rows.
   device::cpu::CpuDevice host;
   model::Bert probe(o.bert);

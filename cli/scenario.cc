@@ -24,6 +24,7 @@
 #include <utility>
 
 #include "runtime/model/bert.h"
+#include "runtime/model/bert_io.h"
 #include "sim/profiles.h"
 #include "sim/topology.h"
 
@@ -1884,12 +1885,19 @@ Result<std::int64_t> max_positions(const Scenario& s) {
   SHARDLAB_ASSIGN_OR_RETURN(nlohmann::json j, parse_json(resolved, text, "model config"));
   if (!j.is_object()) return bad(SourcePos{resolved, 1, 1}, "model config is not a JSON object", allowed);
   auto it = j.find("max_position_embeddings");
-  if (it == j.end()) return kPresetMaxPositions;  // Hugging Face's BertConfig default
-  if (!it->is_number_integer() || it->get<std::int64_t>() < 1) {
+  if (it != j.end() && (!it->is_number_integer() || it->get<std::int64_t>() < 1)) {
     return bad(s.where("model.config"), "max_position_embeddings in " + show(resolved) + " is " + show(it->dump()),
                "allowed: an integer >= 1");
   }
-  return it->get<std::int64_t>();
+  // Every other key as `run` reads it, so that `validate` refuses what `run` would
+  // (NOTE [BERT size limits] in runtime/model/bert.h).
+  const Result<runtime::model::BertHead> head = runtime::model::parse_bert_head(s.model.head);
+  const auto config = runtime::model::parse_bert_config(
+      resolved, text, head.is_ok() ? *head : runtime::model::BertHead::kSequenceClassification);
+  if (!config.is_ok()) {
+    return Status::invalid_argument(s.where("model.config").to_string() + ": model.config: " + config.status().message());
+  }
+  return config->config.max_position_embeddings;  // absent: Hugging Face's BertConfig default, 512
 }
 
 void validate(const Scenario& s, const SourcePos& top, Problems& problems) {

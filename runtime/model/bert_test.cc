@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <memory>
 
 #include "runtime/device/cpu/device.h"
@@ -265,6 +266,57 @@ TEST(Bert, SpecsFollowHuggingFaceNamesAndLayers) {
   EXPECT_EQ(specs.back().name, "cls.predictions.bias");
   EXPECT_EQ(specs.back().layer, 13);
   EXPECT_FALSE(bert_preset("bert-huge").is_ok());
+}
+
+// bert_param_count is bert_param_specs' total, without building the specs.
+TEST(Bert, ParamCountMatchesTheSpecsForEveryPresetAndHead) {
+  for (const std::string& name : bert_preset_names()) {
+    for (BertHead head : {BertHead::kSequenceClassification, BertHead::kMaskedLM, BertHead::kQuestionAnswering}) {
+      BertConfig c = *bert_preset(name);
+      c.num_labels = 7;
+      const auto n = bert_param_count(c, head);
+      ASSERT_TRUE(n.is_ok()) << n.status().to_string();
+      EXPECT_EQ(*n, total_numel(bert_param_specs(c, head))) << name << " " << bert_head_name(head);
+    }
+  }
+  EXPECT_EQ(*bert_param_count(*bert_preset("bert-base"), BertHead::kMaskedLM), 109514298);
+}
+
+// NOTE [BERT size limits]: validate() refuses each size past its limit, and a parameter
+// count past its own, naming the number and the limit; the count never overflows.
+TEST(Bert, ValidateBoundsEverySizeAndTheParameterCount) {
+  EXPECT_TRUE(bert_preset("bert-large")->validate().is_ok());
+  struct Case {
+    std::function<void(BertConfig&)> set;
+    std::string words;
+  };
+  const std::int64_t huge = std::int64_t{1} << 62;
+  const Case cases[] = {
+      {[&](BertConfig& c) { c.vocab_size = huge; }, "vocab_size = 4611686018427387904 is above the limit of 4,194,304"},
+      {[&](BertConfig& c) { c.hidden_size = std::int64_t{1} << 40; }, "hidden_size = 1099511627776 is above the limit of 65,536"},
+      {[&](BertConfig& c) { c.intermediate_size = huge; }, "intermediate_size = 4611686018427387904 is above the limit of 262,144"},
+      {[&](BertConfig& c) { c.num_hidden_layers = 1000000; }, "num_hidden_layers = 1000000 is above the limit of 1,000"},
+      {[&](BertConfig& c) { c.max_position_embeddings = huge; }, "max_position_embeddings = 4611686018427387904"},
+      {[&](BertConfig& c) { c.type_vocab_size = huge; }, "type_vocab_size = 4611686018427387904"},
+      {[&](BertConfig& c) { c.num_labels = huge; }, "num_labels = 4611686018427387904"},
+      {[&](BertConfig& c) {
+         c.hidden_size = 65536;
+         c.num_attention_heads = 16;
+         c.num_hidden_layers = 10;
+       },
+       "above the limit of 4,000,000,000"},
+  };
+  for (const Case& k : cases) {
+    BertConfig c;
+    k.set(c);
+    const Status s = c.validate();
+    ASSERT_FALSE(s.is_ok()) << k.words;
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(s.message().find(k.words), std::string::npos) << s.message();
+  }
+  BertConfig overflow;
+  overflow.vocab_size = overflow.hidden_size = huge;
+  EXPECT_FALSE(bert_param_count(overflow, BertHead::kMaskedLM).is_ok());
 }
 
 }  // namespace

@@ -144,6 +144,24 @@ TEST(BertFsdp, ARankWithoutMaskedTargetsContributesZerosNotNaN) {
 // Regression: BACKWARD_POST prefetch once followed "the next unit by layer", so after the
 // root unit (embeddings + head, first in forward order) finished its backward it
 // re-unsharded a BertLayer and the iteration ended with that unit unsharded.
+// NOTE [Host memory plan]: a numerics run whose parameters alone (16 bytes each at least)
+// pass the host's memory is refused before anything is allocated, naming both numbers.
+TEST(BertFsdp, NumericsRunsThatCannotFitTheHostAreRefusedBeforeAllocating) {
+  FsdpTrainOptions o = bert_run(BertHead::kMaskedLM);
+  o.bert.config = *model::bert_preset("bert-large");
+  const std::int64_t params = *model::bert_param_count(o.bert.config, o.bert.head);  // 335 M
+  const std::int64_t gib = std::int64_t{1} << 30;
+  const Status s = check_numerics_host_memory(o, 4 * gib);
+  ASSERT_FALSE(s.is_ok());
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find(std::to_string(params) + " parameters"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("more than the host's 4.0 GiB"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("world.mode: timing"), std::string::npos) << s.message();
+  EXPECT_TRUE(check_numerics_host_memory(o, params * kNumericsBytesPerParameter).is_ok());
+  EXPECT_TRUE(check_numerics_host_memory(o, 0).is_ok());  // unknown: no check
+  EXPECT_GT(host_memory_bytes(), 0);
+}
+
 TEST(BertFsdp, BackwardPostPrefetchWithARootSpanningEmbeddingsAndHead) {
   for (auto prefetch : {fsdp::BackwardPrefetch::kBackwardPost, fsdp::BackwardPrefetch::kBackwardPre}) {
     FsdpTrainOptions o = bert_run(BertHead::kMaskedLM);

@@ -6,6 +6,8 @@
 #include <cstring>
 #include <filesystem>
 
+#include <unistd.h>
+
 #include "runtime/device/cpu/device.h"
 
 namespace shardlab::runtime::train {
@@ -174,6 +176,43 @@ Status validate(const FsdpTrainOptions& o, int world) {
   if (fsdp::is_hybrid(o.fsdp.strategy) && (o.fsdp.devices_per_node < 1 || world % o.fsdp.devices_per_node != 0)) {
     return Status::invalid_argument(std::string(fsdp::strategy_name(o.fsdp.strategy)) +
                                     " needs devices_per_node dividing the world size " + std::to_string(world));
+  }
+  return Status::ok();
+}
+
+std::int64_t host_memory_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  if (pages <= 0 || page <= 0) return 0;
+  std::int64_t bytes = 0;
+  if (__builtin_mul_overflow(static_cast<std::int64_t>(pages), static_cast<std::int64_t>(page), &bytes)) return INT64_MAX;
+  return bytes;
+}
+
+Status check_numerics_host_memory(const FsdpTrainOptions& o, std::int64_t host_bytes) {
+  if (host_bytes <= 0) return Status::ok();
+  std::int64_t params = 0;
+  if (o.model_kind == ModelKind::kBert) {
+    SHARDLAB_ASSIGN_OR_RETURN(params, model::bert_param_count(o.bert.config, o.bert.head));
+  } else {
+    for (const auto& spec : make_model(o)->params()) {
+      SHARDLAB_ASSIGN_OR_RETURN(const std::int64_t n, checked_numel(spec.shape));
+      if (__builtin_add_overflow(params, n, &params)) return Status::invalid_argument("the parameter count passes 2^63");
+    }
+  }
+  std::int64_t planned = 0;
+  if (__builtin_mul_overflow(params, kNumericsBytesPerParameter, &planned) || planned > host_bytes) {
+    const auto gib = [](double b) {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%.1f GiB", b / static_cast<double>(std::int64_t{1} << 30));
+      return std::string(buf);
+    };
+    return Status::invalid_argument(
+        "the model has " + std::to_string(params) + " parameters; a numerics run holds at least " +
+        std::to_string(kNumericsBytesPerParameter) + " bytes of each in this host's memory (NOTE [Host memory plan]): " +
+        gib(static_cast<double>(params) * kNumericsBytesPerParameter) + ", more than the host's " +
+        gib(static_cast<double>(host_bytes)) + "; allowed: a model of at most " +
+        std::to_string(host_bytes / kNumericsBytesPerParameter) +
+        " parameters here, or world.mode: timing (phantom tensors, no values)");
   }
   return Status::ok();
 }

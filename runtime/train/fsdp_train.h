@@ -159,6 +159,22 @@ struct FsdpTrainResult {
 
 Status validate(const FsdpTrainOptions& options, int world_size);
 std::unique_ptr<model::Model> make_model(const FsdpTrainOptions& options);
+
+// NOTE [Host memory plan]
+// A numerics run on the simulator keeps real values in this host's memory: every rank's
+// shard of the parameters, their gradients and the optimizer state, the host-built model
+// the ranks start from, and the gathered results (and the oracle's unsharded copy). That
+// is at least kNumericsBytesPerParameter bytes a parameter whatever the world size (fp32
+// parameters and gradients over all shards, the host-built model, the gathered gradients),
+// so a model whose plan passes the host's physical memory cannot run here: it is refused
+// before anything is allocated (INVALID_ARGUMENT naming the parameter count, the planned
+// bytes and the host's), where it would otherwise end in bad_alloc or the OOM killer.
+// Timing mode holds no values (phantom tensors) and needs no such plan.
+inline constexpr std::int64_t kNumericsBytesPerParameter = 16;
+// This machine's physical memory in bytes (0 when the system does not say).
+std::int64_t host_memory_bytes();
+// Checks the plan of `options` (validated) against `host_bytes` (0: unknown, no check).
+Status check_numerics_host_memory(const FsdpTrainOptions& options, std::int64_t host_bytes);
 fsdp::WrapPlan wrap_plan(const FsdpTrainOptions& options, const model::Model& model);
 
 // One rank's FSDP training loop, step by step (train_fsdp runs it to the end).
