@@ -8,6 +8,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "runtime/device/cpu/device.h"
@@ -160,6 +161,20 @@ TEST(BertFsdp, NumericsRunsThatCannotFitTheHostAreRefusedBeforeAllocating) {
   EXPECT_TRUE(check_numerics_host_memory(o, params * kNumericsBytesPerParameter).is_ok());
   EXPECT_TRUE(check_numerics_host_memory(o, 0).is_ok());  // unknown: no check
   EXPECT_GT(host_memory_bytes(), 0);
+}
+
+// A NaN max_grad_norm would turn clipping off without a word (every `norm > max` is false).
+TEST(BertFsdp, MaxGradNormMustBeFiniteAndNonNegative) {
+  FsdpTrainOptions o = bert_run(BertHead::kMaskedLM);
+  for (double bad : {std::nan(""), std::numeric_limits<double>::infinity(), -1.0}) {
+    o.max_grad_norm = bad;
+    const Status s = validate(o, 2);
+    ASSERT_FALSE(s.is_ok()) << bad;
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(s.message().find("finite number >= 0"), std::string::npos) << s.message();
+  }
+  o.max_grad_norm = 0.0;
+  EXPECT_TRUE(validate(o, 2).is_ok());
 }
 
 TEST(BertFsdp, BackwardPostPrefetchWithARootSpanningEmbeddingsAndHead) {

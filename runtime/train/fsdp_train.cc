@@ -166,6 +166,11 @@ Status validate(const FsdpTrainOptions& o, int world) {
   if (!(o.optimizer.lr > 0.0f) || !std::isfinite(o.optimizer.lr)) {
     return Status::invalid_argument("lr must be a positive finite number");
   }
+  // NaN would silently turn clipping off (every `norm > max` test is false).
+  if (!(o.max_grad_norm >= 0.0) || !std::isfinite(o.max_grad_norm)) {
+    return Status::invalid_argument("max_grad_norm " + std::to_string(o.max_grad_norm) +
+                                    " must be a finite number >= 0 (0: no clipping)");
+  }
   if (o.grad_accumulation < 1 || o.global_batch < 1 ||
       o.global_batch % (static_cast<std::int64_t>(world) * o.grad_accumulation) != 0) {
     return Status::invalid_argument("global batch " + std::to_string(o.global_batch) + " does not split evenly into " +
