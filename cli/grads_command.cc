@@ -26,6 +26,12 @@ int grads_command(const GradsArgs& a) {
   if (a.dtype != "fp32" && a.dtype != "bf16") {
     return fail(Status::invalid_argument("--dtype must be fp32 or bf16, got '" + a.dtype + "'"));
   }
+  if (a.world_size > sim::kMaxNumericsRanks) {
+    return fail(Status::invalid_argument("--world-size " + std::to_string(a.world_size) + " is above the limit of " +
+                                         std::to_string(sim::kMaxNumericsRanks) +
+                                         " simulated ranks (each is a host thread holding real tensors); allowed: 1 "
+                                         "to " + std::to_string(sim::kMaxNumericsRanks)));
+  }
   auto hf = model::read_bert_config(a.model_dir + "/config.json");
   if (!hf.is_ok()) return fail(hf.status());
   if (a.dropout) {

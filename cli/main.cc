@@ -254,7 +254,7 @@ int main_impl(int argc, char** argv) {
       "Print PyTorch FSDP's flat-parameter layout as JSON: parameter offsets (with alignment padding), the\n"
       "shard size S = ceil(total / W) and, per rank, which slice of which parameter it owns.");
   layout_cmd->add_option("--shapes", layout_shapes, "Parameter shapes in order, e.g. 7x3,5x7,5x5")->required();
-  layout_cmd->add_option("--world-size", layout_world, "Number of ranks W")->required();
+  layout_cmd->add_option("--world-size", layout_world, "Number of ranks W (1 to 65536)")->required();
   layout_cmd->add_option("--dtype", layout_dtype, "Element type: fp32, bf16, fp16, int64")->capture_default_str();
   layout_cmd->add_option("--align-bytes", layout_align,
                          "Start every parameter after the first at a multiple of this many bytes (0 or 16 in PyTorch)")

@@ -1,6 +1,9 @@
 #include "sim/world.h"
 
+#include <condition_variable>
 #include <exception>
+#include <mutex>
+#include <system_error>
 #include <thread>
 
 #include "sim/communicator.h"
@@ -79,12 +82,27 @@ std::vector<RankResult> World::run(const std::function<Status(RankContext&)>& bo
     shared_->stream_tails.assign(static_cast<std::size_t>(n), {});
   }
   std::vector<RankResult> results(static_cast<std::size_t>(n));
+  // The start gate: bodies wait until every thread exists, or learn that one could not be
+  // created (then none runs: a partial world would wait for ranks that never come).
+  enum class Gate { kWaiting, kGo, kAbort };
+  std::mutex gate_mu;
+  std::condition_variable gate_cv;
+  Gate gate = Gate::kWaiting;
+  Status not_started;
   std::vector<std::thread> threads;
   threads.reserve(static_cast<std::size_t>(n));
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r]() {
+  const auto body_of = [&](int r) {
+    return [&, r]() {
       const auto ur = static_cast<std::size_t>(r);
       RankResult& out = results[ur];
+      {
+        std::unique_lock<std::mutex> lock(gate_mu);
+        gate_cv.wait(lock, [&] { return gate != Gate::kWaiting; });
+        if (gate == Gate::kAbort) {
+          out.status = not_started;
+          return;
+        }
+      }
       {
         SimCommunicator comm(shared_, group, r, clocks[ur].get(), options_.perturb_seed);
         RankContext ctx{r, n, *clocks[ur], comm, *devices[ur], *devices[ur]};
@@ -99,9 +117,28 @@ std::vector<RankResult> World::run(const std::function<Status(RankContext&)>& bo
       --shared_->live;
       shared_->maybe_resolve();
       shared_->cv.notify_all();
-    });
+    };
+  };
+  for (int r = 0; r < n && gate == Gate::kWaiting; ++r) {
+    try {
+      threads.emplace_back(body_of(r));
+    } catch (const std::system_error& e) {
+      std::lock_guard<std::mutex> lock(gate_mu);
+      not_started = Status::unavailable(
+          "the host could not start a thread for simulated rank " + std::to_string(r) + " of " + std::to_string(n) +
+          " (" + e.what() + "), so no rank ran; run fewer ranks, or world.mode: timing (no threads per rank)");
+      gate = Gate::kAbort;
+    }
   }
+  {
+    std::lock_guard<std::mutex> lock(gate_mu);
+    if (gate == Gate::kWaiting) gate = Gate::kGo;
+  }
+  gate_cv.notify_all();
   for (auto& t : threads) t.join();
+  if (gate == Gate::kAbort) {
+    for (std::size_t r = threads.size(); r < results.size(); ++r) results[r].status = not_started;
+  }
   {
     std::lock_guard<std::mutex> lock(shared_->mu);
     shared_->sends.clear();

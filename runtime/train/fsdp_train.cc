@@ -199,7 +199,8 @@ Status check_numerics_host_memory(const FsdpTrainOptions& o, std::int64_t host_b
   if (o.model_kind == ModelKind::kBert) {
     SHARDLAB_ASSIGN_OR_RETURN(params, model::bert_param_count(o.bert.config, o.bert.head));
   } else {
-    for (const auto& spec : make_model(o)->params()) {
+    const std::unique_ptr<model::Model> m = make_model(o);
+    for (const auto& spec : m->params()) {
       SHARDLAB_ASSIGN_OR_RETURN(const std::int64_t n, checked_numel(spec.shape));
       if (__builtin_add_overflow(params, n, &params)) return Status::invalid_argument("the parameter count passes 2^63");
     }
