@@ -200,5 +200,42 @@ TEST(GradsCommandErrors, TokenOutsideTheVocabularyAndTooLongSequences) {
   EXPECT_NE(err.find("max_position_embeddings"), std::string::npos) << err;
 }
 
+// NaN and ±Inf weights compute (as in PyTorch), and the non-finite result is a failure,
+// exit 3, saying how many gradients are not finite, where, and that the weights are why —
+// never "max |grad| 0" and exit 0.
+TEST(GradsCommandErrors, NonFiniteWeightsGiveExitThreeNamingCountsAndTensors) {
+  Files files(BertHead::kSequenceClassification, "nonfinite");
+  const std::string model = (files.dir / "model.safetensors").string();
+  io::SafetensorsFile f = *io::read_safetensors(model);
+  for (auto& t : f.tensors) {
+    auto* v = reinterpret_cast<float*>(t.data.data());
+    if (t.name == "bert.embeddings.LayerNorm.weight") v[3] = std::nanf("");
+    if (t.name == "bert.encoder.layer.1.output.dense.bias") v[0] = INFINITY;
+  }
+  ASSERT_TRUE(io::write_safetensors(model, f).is_ok());
+  GradsArgs a = files.args(2, "g.safetensors");
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(grads_command(a), 3);
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("non-finite result"), std::string::npos) << err;
+  EXPECT_NE(err.find("  loss: nan"), std::string::npos) << err;
+  EXPECT_NE(err.find("  gradients: "), std::string::npos) << err;
+  EXPECT_NE(err.find(" NaN, "), std::string::npos) << err;
+  EXPECT_NE(err.find("bert.embeddings.word_embeddings.weight ("), std::string::npos) << err;
+  EXPECT_NE(err.find("cause: the weights in " + files.dir.string() +
+                     "/model.safetensors are not finite: 2 of "),
+            std::string::npos)
+      << err;
+  EXPECT_NE(err.find("(1 NaN, 1 ±Inf) in 2 of "), std::string::npos) << err;
+  EXPECT_NE(err.find("bert.embeddings.LayerNorm.weight (1 of 32, first at [3])"), std::string::npos) << err;
+  EXPECT_NE(err.find("bert.encoder.layer.1.output.dense.bias (1 of 32, first at [0])"), std::string::npos) << err;
+  EXPECT_TRUE(fs::exists(files.dir / "g.safetensors"));  // written, for inspection
+  // Finite weights: exit 0, nothing said about non-finite values.
+  Files fine(BertHead::kSequenceClassification, "finite");
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(grads_command(fine.args(2, "g.safetensors")), 0);
+  EXPECT_EQ(testing::internal::GetCapturedStderr().find("non-finite"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace shardlab::cli
