@@ -118,9 +118,9 @@ Status BertConfig::validate() const {
     return bad("attention_probs_dropout_prob must be in [0, 1)");
   }
   SHARDLAB_RETURN_IF_ERROR(size("num_labels", num_labels, 1, kMaxBertLabels));
-  if (pad_token_id < 0 || pad_token_id >= vocab_size) {
+  if (pad_token_id < -1 || pad_token_id >= vocab_size) {
     return bad("pad_token_id " + std::to_string(pad_token_id) + " is outside the vocabulary [0, " +
-               std::to_string(vocab_size) + ")");
+               std::to_string(vocab_size) + ") and is not -1 (no padding row)");
   }
   if (!(initializer_range >= 0.0f) || !std::isfinite(initializer_range)) return bad("initializer_range must be >= 0");
   for (BertHead head : {BertHead::kSequenceClassification, BertHead::kMaskedLM, BertHead::kQuestionAnswering}) {

@@ -69,7 +69,10 @@ struct BertConfig {
   float hidden_dropout_prob = 0.1f;
   float attention_probs_dropout_prob = 0.1f;
   std::int64_t num_labels = 2;
-  std::int64_t pad_token_id = 0;  // nn.Embedding(padding_idx): zero at init, no gradient from the lookup
+  // nn.Embedding(padding_idx): the row is zero at init and gets no gradient from the
+  // lookup (the tied MLM decoder still reaches it, as in PyTorch); -1: no padding row
+  // (config.json's null). Synthetic batches pad with it.
+  std::int64_t pad_token_id = 0;
   float initializer_range = 0.02f;
   // Checks the invariants (positive sizes within NOTE [BERT size limits], heads dividing
   // hidden, probabilities in [0, 1), the parameter count of every head within the limit).

@@ -334,6 +334,16 @@ Result<HfBertConfig> parse_bert_config(const std::string& path, const std::strin
       read_int(path, j, "max_position_embeddings", 1, kMaxBertPositions, c.max_position_embeddings));
   SHARDLAB_RETURN_IF_ERROR(read_int(path, j, "type_vocab_size", 1, kMaxBertTypeVocabSize, c.type_vocab_size));
 
+  // nn.Embedding(padding_idx=config.pad_token_id): a word id inside the vocabulary, or
+  // null (no padding row, -1 here). transformers' default is 0.
+  c.pad_token_id = 0;
+  const auto pad = j.find("pad_token_id");
+  if (pad != j.end() && pad->is_null()) {
+    c.pad_token_id = -1;
+  } else {
+    SHARDLAB_RETURN_IF_ERROR(read_int(path, j, "pad_token_id", 0, c.vocab_size - 1, c.pad_token_id));
+  }
+
   const auto id2label = j.find("id2label");
   if (id2label != j.end() && !id2label->is_null()) {
     if (!id2label->is_object()) {

@@ -197,6 +197,21 @@ TEST(BertConfigJson, HugeSizesAreRefusedWithTheNumberAndTheLimit) {
                   .is_ok());
 }
 
+// nn.Embedding(padding_idx=config.pad_token_id): read, not assumed 0; null means no
+// padding row.
+TEST(BertConfigJson, PadTokenIdIsReadAndNullMeansNoPaddingRow) {
+  EXPECT_EQ(parse_bert_config("c", "{}")->config.pad_token_id, 0);
+  EXPECT_EQ(parse_bert_config("c", R"({"pad_token_id": 7})")->config.pad_token_id, 7);
+  EXPECT_EQ(parse_bert_config("c", R"({"pad_token_id": null})")->config.pad_token_id, -1);
+  EXPECT_EQ(parse_bert_config("c", R"({"vocab_size": 50, "pad_token_id": 49})")->config.pad_token_id, 49);
+  for (const char* bad : {R"({"vocab_size": 50, "pad_token_id": 50})", R"({"pad_token_id": -1})",
+                          R"({"pad_token_id": "0"})"}) {
+    const std::string m = config_error(bad);
+    EXPECT_NE(m.find("'pad_token_id'"), std::string::npos) << bad << " → " << m;
+    EXPECT_NE(m.find("allowed: an integer in [0, "), std::string::npos) << bad << " → " << m;
+  }
+}
+
 TEST(BertConfigJson, NumLabelsFromId2Label) {
   auto r = parse_bert_config("c", R"({"id2label": {"0": "NEG", "1": "NEU", "2": "POS"}})");
   ASSERT_TRUE(r.is_ok()) << r.status().to_string();

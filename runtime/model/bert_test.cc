@@ -180,6 +180,47 @@ TEST(Bert, PaddingRowOfTheWordEmbeddingsGetsNoGradientFromTheLookup) {
   EXPECT_GT(other, 0.0);
 }
 
+// The config's pad_token_id is the padding row: zero at init (Hugging Face's _init_weights),
+// no gradient from the lookup, and what synthetic batches pad with. The QA head reads every
+// position, padding included, so only padding_idx keeps that row's gradient at zero.
+TEST(Bert, PadTokenIdPicksThePaddingRow) {
+  BertOptions o = small(BertHead::kQuestionAnswering);
+  o.config.pad_token_id = 5;
+  Fixture f(o);
+  const float* p = f.params.data<float>();
+  for (std::int64_t h = 0; h < 16; ++h) {
+    EXPECT_EQ(p[5 * 16 + h], 0.0f) << h;   // the padding row
+  }
+  double row0 = 0;
+  for (std::int64_t h = 0; h < 16; ++h) row0 += std::fabs(p[h]);
+  EXPECT_GT(row0, 0.0);  // id 0 is an ordinary row now
+  const Tensor ids = *f.batch.get("input_ids");
+  const Tensor mask = *f.batch.get("attention_mask");
+  bool padded = false;
+  for (std::int64_t i = 0; i < ids.numel(); ++i) {
+    if (mask.data<float>()[i] == 0.0f) {
+      EXPECT_EQ(ids.data<std::int64_t>()[i], 5) << i;
+      padded = true;
+    }
+  }
+  ASSERT_TRUE(padded);
+  f.run({1.0f, 1.0f});
+  const float* g = f.grads.data<float>();
+  for (std::int64_t h = 0; h < 16; ++h) EXPECT_EQ(g[5 * 16 + h], 0.0f) << h;
+  // The same batch with padding_idx 0 (ids unchanged): the padding positions' QA logits now
+  // reach row 5 through the lookup.
+  BertOptions unpadded = o;
+  unpadded.config.pad_token_id = 0;
+  Fixture u(unpadded);
+  for (const auto& [name, t] : f.batch.tensors) {
+    std::memcpy(u.batch.tensors.at(name).bytes(), t.bytes(), static_cast<std::size_t>(t.nbytes()));
+  }
+  u.run({1.0f, 1.0f});
+  double reached = 0;
+  for (std::int64_t h = 0; h < 16; ++h) reached += std::fabs(u.grads.data<float>()[5 * 16 + h]);
+  EXPECT_GT(reached, 0.0);
+}
+
 TEST(Bert, MaskedLmWithoutTargetsContributesNothingAndNoNaN) {
   Fixture f(small(BertHead::kMaskedLM));
   Tensor labels = *f.batch.get("labels");

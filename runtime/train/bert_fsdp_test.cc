@@ -142,6 +142,40 @@ TEST(BertFsdp, ARankWithoutMaskedTargetsContributesZerosNotNaN) {
   EXPECT_TRUE(compare(*sharded, *single, 1e-4, 1e-6).within_tolerance) << compare(*sharded, *single, 1e-4, 1e-6).describe();
 }
 
+// NOTE [Loss without targets]: a step whose global batch has no target (every label -100)
+// has loss NaN, as PyTorch's mean cross-entropy, and zero gradients; the oracle agrees
+// (bitwise, NaN losses compare equal), and the next step with targets is finite again.
+TEST(BertFsdp, AStepWithoutAnyTargetHasLossNaNAndZeroGradientsLikePyTorch) {
+  FsdpTrainOptions o = bert_run(BertHead::kMaskedLM);
+  o.optimizer.kind = optim::OptimizerConfig::Kind::kSgd;  // zero gradients leave SGD's parameters as they are
+  const model::Bert bert(o.bert);
+  o.data = [&](device::Device& dev, std::int64_t step, std::int64_t first, std::int64_t rows) -> Result<model::Batch> {
+    SHARDLAB_ASSIGN_OR_RETURN(model::Batch b, bert.synthetic_batch(dev, o.seed, step, first, rows));
+    if (step == 0) {
+      Tensor labels = *b.get("labels");
+      for (std::int64_t i = 0; i < labels.numel(); ++i) labels.data<std::int64_t>()[i] = -100;
+    }
+    return b;
+  };
+  o.steps = 1;
+  auto sharded = run_sim(o, 4);
+  ASSERT_TRUE(sharded.is_ok()) << sharded.status().to_string();
+  ASSERT_EQ(sharded->losses.size(), 1u);
+  EXPECT_TRUE(std::isnan(sharded->losses[0])) << sharded->losses[0];
+  for (float g : sharded->last_grads) ASSERT_EQ(g, 0.0f);
+  device::cpu::CpuDevice dev;
+  auto oracle = train_oracle(dev, o, 4);
+  ASSERT_TRUE(oracle.is_ok());
+  EXPECT_TRUE(std::isnan(oracle->losses[0]));
+  EXPECT_TRUE(compare(*sharded, *oracle).bitwise) << compare(*sharded, *oracle).describe();
+  EXPECT_TRUE(compare(*sharded, *oracle).within_tolerance);
+  o.steps = 2;
+  sharded = run_sim(o, 4);
+  ASSERT_TRUE(sharded.is_ok());
+  EXPECT_TRUE(std::isnan(sharded->losses[0]));
+  EXPECT_TRUE(std::isfinite(sharded->losses[1])) << sharded->losses[1];
+}
+
 // Regression: BACKWARD_POST prefetch once followed "the next unit by layer", so after the
 // root unit (embeddings + head, first in forward order) finished its backward it
 // re-unsharded a BertLayer and the iteration ended with that unit unsharded.

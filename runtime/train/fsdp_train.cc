@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 
 #include <unistd.h>
 
@@ -60,12 +61,15 @@ std::vector<float> term_scales(const model::Model& m, const std::vector<std::int
   return scale;
 }
 
-// The micro-batch's share of the step's mean loss.
+// The micro-batch's share of the step's mean loss. NOTE [Loss without targets]: a term
+// whose global target count is 0 is a mean over nothing, NaN — PyTorch's mean
+// cross-entropy with every label ignored — while its gradients stay 0 (term_scales).
 float loss_share(const model::Model& m, const std::vector<double>& sums, const std::vector<std::int64_t>& global_counts) {
   const std::vector<double> w = m.loss_term_weights();
   float share = 0.0f;
   for (std::size_t t = 0; t < w.size(); ++t) {
-    if (global_counts[t] > 0) share += static_cast<float>(w[t] * sums[t] / static_cast<double>(global_counts[t]));
+    share += global_counts[t] > 0 ? static_cast<float>(w[t] * sums[t] / static_cast<double>(global_counts[t]))
+                                  : std::numeric_limits<float>::quiet_NaN();
   }
   return share;
 }
@@ -561,12 +565,16 @@ Comparison compare(const FsdpTrainResult& a, const FsdpTrainResult& b, double rt
     b_losses.erase(b_losses.begin(), b_losses.begin() + a.first_step);
   }
   if (a.losses.size() != b_losses.size()) c.within_tolerance = false;
+  bool same_losses = a.losses.size() == b_losses.size();
   for (std::size_t i = 0; i < std::min(a.losses.size(), b_losses.size()); ++i) {
+    // NOTE [Loss without targets]: a step without targets is NaN on both sides, and equal.
+    if (std::isnan(a.losses[i]) && std::isnan(b_losses[i])) continue;
+    same_losses = same_losses && a.losses[i] == b_losses[i];
     const double d = std::fabs(a.losses[i] - b_losses[i]);
     c.max_loss_diff = std::max(c.max_loss_diff, d);
     if (!(d <= atol + rtol * std::fabs(b_losses[i]))) c.within_tolerance = false;
   }
-  c.bitwise = same_bits(a.last_grads, b.last_grads) && same_bits(a.final_params, b.final_params) && a.losses == b_losses;
+  c.bitwise = same_bits(a.last_grads, b.last_grads) && same_bits(a.final_params, b.final_params) && same_losses;
   return c;
 }
 

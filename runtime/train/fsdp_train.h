@@ -9,6 +9,14 @@
 // target contributes zeros, not NaN. Then optional global grad-norm clipping and a
 // sharded optimizer step.
 //
+// NOTE [Loss without targets]
+// When a loss term has no valid target in the whole step (every label -100 on every rank
+// and micro-batch), its mean is over nothing: the step's loss is NaN, as PyTorch's mean
+// cross-entropy (and transformers' loss / num_items_in_batch) gives, and the term's
+// gradients are 0, as PyTorch's backward gives. Only the global count decides: a rank or
+// micro-batch without targets while others have some is finite (docs/troubleshooting.md).
+// compare() treats NaN losses on both sides as equal.
+//
 // train_oracle: one process, no sharding, the same concatenated global batch. It computes
 // each rank's chunk gradient separately and combines them exactly as the collectives do
 // on the sim backend (pre-divide, sum in rank order — per node then across nodes for
