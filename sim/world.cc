@@ -3,6 +3,7 @@
 #include <condition_variable>
 #include <exception>
 #include <mutex>
+#include <new>
 #include <system_error>
 #include <thread>
 
@@ -88,7 +89,10 @@ std::vector<RankResult> World::run(const std::function<Status(RankContext&)>& bo
   std::mutex gate_mu;
   std::condition_variable gate_cv;
   Gate gate = Gate::kWaiting;
-  Status not_started;
+  // When a thread cannot be created: which rank, and why (no allocation until every
+  // started thread is joined: the host is short of memory then).
+  int failed_rank = -1;
+  const char* why = "";
   std::vector<std::thread> threads;
   threads.reserve(static_cast<std::size_t>(n));
   const auto body_of = [&](int r) {
@@ -98,10 +102,7 @@ std::vector<RankResult> World::run(const std::function<Status(RankContext&)>& bo
       {
         std::unique_lock<std::mutex> lock(gate_mu);
         gate_cv.wait(lock, [&] { return gate != Gate::kWaiting; });
-        if (gate == Gate::kAbort) {
-          out.status = not_started;
-          return;
-        }
+        if (gate == Gate::kAbort) return;  // World::run fills in its status
       }
       {
         SimCommunicator comm(shared_, group, r, clocks[ur].get(), options_.perturb_seed);
@@ -119,25 +120,30 @@ std::vector<RankResult> World::run(const std::function<Status(RankContext&)>& bo
       shared_->cv.notify_all();
     };
   };
-  for (int r = 0; r < n && gate == Gate::kWaiting; ++r) {
+  for (int r = 0; r < n && failed_rank < 0; ++r) {
     try {
       threads.emplace_back(body_of(r));
-    } catch (const std::system_error& e) {
-      std::lock_guard<std::mutex> lock(gate_mu);
-      not_started = Status::unavailable(
-          "the host could not start a thread for simulated rank " + std::to_string(r) + " of " + std::to_string(n) +
-          " (" + e.what() + "), so no rank ran; run fewer ranks, or world.mode: timing (no threads per rank)");
-      gate = Gate::kAbort;
+    } catch (const std::system_error&) {  // pthread_create failed (EAGAIN: no stack, no thread slot)
+      failed_rank = r;
+      why = "Resource temporarily unavailable";
+    } catch (const std::bad_alloc&) {  // the thread's state could not be allocated
+      failed_rank = r;
+      why = "out of memory";
     }
   }
   {
     std::lock_guard<std::mutex> lock(gate_mu);
-    if (gate == Gate::kWaiting) gate = Gate::kGo;
+    gate = failed_rank < 0 ? Gate::kGo : Gate::kAbort;
   }
   gate_cv.notify_all();
   for (auto& t : threads) t.join();
-  if (gate == Gate::kAbort) {
-    for (std::size_t r = threads.size(); r < results.size(); ++r) results[r].status = not_started;
+  if (failed_rank >= 0) {
+    threads.clear();
+    threads.shrink_to_fit();
+    const Status not_started = Status::unavailable(
+        "the host could not start a thread for simulated rank " + std::to_string(failed_rank) + " of " +
+        std::to_string(n) + " (" + why + "), so no rank ran; run fewer ranks, or world.mode: timing (no threads per rank)");
+    for (auto& r : results) r.status = not_started;
   }
   {
     std::lock_guard<std::mutex> lock(shared_->mu);
