@@ -373,7 +373,7 @@ void ring_fast(const std::vector<int>& g, int S, const Nanos* m, std::vector<Nan
   const auto member = [&](int e) { return (((e - (S - 1)) % q) + q) % q; };
   // 128-bit sums: q + S terms of at most kTimeLimit each cannot overflow them, so the
   // recurrence stays exact, and F is clamped to kTimeLimit (NOTE [Virtual time limit]).
-  using Wide = __int128;
+  __extension__ typedef __int128 Wide;  // a GCC/Clang extension; __extension__ keeps -Wpedantic quiet
   std::vector<Wide> P(static_cast<std::size_t>(len) + 1, 0), C(static_cast<std::size_t>(len));
   for (int e = 0; e < len; ++e) {
     const int k = member(e);
