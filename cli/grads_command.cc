@@ -1,5 +1,6 @@
 #include "cli/grads_command.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <memory>
@@ -19,12 +20,70 @@ int fail(const Status& s) {
   return s.exit_code();
 }
 
+// Where a flat fp32 buffer over `specs` (spec order) holds NaN or ±Inf: how many, in which
+// tensors, and the first element of each.
+struct NonFinite {
+  std::int64_t nan = 0, inf = 0, tensors = 0;
+  std::vector<std::string> where;  // "name (k of n, first at [i, j])", at most kListed
+  static constexpr std::size_t kListed = 5;
+  std::int64_t total() const { return nan + inf; }
+};
+
+std::string index_text(std::int64_t flat, const Shape& shape) {
+  std::string out;
+  for (std::size_t d = shape.size(); d-- > 0;) {
+    const std::int64_t i = shape[d] > 0 ? flat % shape[d] : 0;
+    flat = shape[d] > 0 ? flat / shape[d] : 0;
+    out = std::to_string(i) + (out.empty() ? "" : ", ") + out;
+  }
+  return "[" + out + "]";
+}
+
+NonFinite find_non_finite(const std::vector<runtime::model::ParamSpec>& specs, const float* values) {
+  NonFinite r;
+  std::int64_t offset = 0;
+  for (const auto& spec : specs) {
+    const std::int64_t n = *checked_numel(spec.shape);  // the specs of a validated config
+    std::int64_t bad = 0, first = -1;
+    for (std::int64_t i = 0; i < n; ++i) {
+      const float v = values[offset + i];
+      if (std::isfinite(v)) continue;
+      (std::isnan(v) ? r.nan : r.inf) += 1;
+      if (bad++ == 0) first = i;
+    }
+    if (bad > 0) {
+      ++r.tensors;
+      if (r.where.size() < NonFinite::kListed) {
+        r.where.push_back(spec.name + " (" + std::to_string(bad) + " of " + std::to_string(n) + ", first at " +
+                          index_text(first, spec.shape) + ")");
+      }
+    }
+    offset += n;
+  }
+  return r;
+}
+
+std::string describe(const NonFinite& f, std::int64_t of, std::size_t tensors) {
+  std::string list;
+  for (const auto& w : f.where) list += (list.empty() ? "" : ", ") + w;
+  if (static_cast<std::int64_t>(f.where.size()) < f.tensors) list += ", ...";
+  return std::to_string(f.total()) + " of " + std::to_string(of) + " values (" + std::to_string(f.nan) + " NaN, " +
+         std::to_string(f.inf) + " ±Inf) in " + std::to_string(f.tensors) + " of " + std::to_string(tensors) +
+         " tensors: " + list;
+}
+
 }  // namespace
 
 int grads_command(const GradsArgs& a) {
   using namespace runtime;
   if (a.dtype != "fp32" && a.dtype != "bf16") {
     return fail(Status::invalid_argument("--dtype must be fp32 or bf16, got '" + a.dtype + "'"));
+  }
+  if (a.world_size > sim::kMaxNumericsRanks) {
+    return fail(Status::invalid_argument("--world-size " + std::to_string(a.world_size) + " is above the limit of " +
+                                         std::to_string(sim::kMaxNumericsRanks) +
+                                         " simulated ranks (each is a host thread holding real tensors); allowed: 1 "
+                                         "to " + std::to_string(sim::kMaxNumericsRanks)));
   }
   auto hf = model::read_bert_config(a.model_dir + "/config.json");
   if (!hf.is_ok()) return fail(hf.status());
@@ -42,6 +101,7 @@ int grads_command(const GradsArgs& a) {
     o.bert.compute_dtype = DType::kBF16;
     o.fsdp.param_dtype = DType::kBF16;
   }
+  if (Status s = train::check_numerics_host_memory(o, train::host_memory_bytes()); !s.is_ok()) return fail(s);
   // The batch, read once on the host; each rank copies its rows.
   device::cpu::CpuDevice host;
   model::Bert probe(o.bert);
@@ -65,6 +125,8 @@ int grads_command(const GradsArgs& a) {
   if (Status s = model::load_bert_weights(a.model_dir + "/model.safetensors", specs, views.params()); !s.is_ok()) {
     return fail(s);
   }
+  // Weights with NaN or ±Inf compute (as in PyTorch) but explain a non-finite result below.
+  const NonFinite bad_weights = find_non_finite(specs, params->data<float>());
   o.initial_params = std::make_shared<const std::vector<float>>(params->data<float>(), params->data<float>() + total);
   o.global_batch = B;
   o.steps = 1;
@@ -102,6 +164,28 @@ int grads_command(const GradsArgs& a) {
   char loss[64];
   std::snprintf(loss, sizeof loss, "%.9g", result.losses.at(0));
   if (Status s = model::save_bert_tensors(a.out, specs, out_views.params(), {{"loss", loss}}); !s.is_ok()) return fail(s);
+  // A non-finite loss or gradient is a failed result (exit 3), said with how many and where;
+  // the file is still written, for inspection.
+  const NonFinite bad_grads = find_non_finite(specs, result.last_grads.data());
+  const double loss_value = result.losses.at(0);
+  if (bad_grads.total() > 0 || !std::isfinite(loss_value)) {
+    std::fprintf(stderr, "shardlab grads: non-finite result (gradients written to %s for inspection):\n", a.out.c_str());
+    if (!std::isfinite(loss_value)) std::fprintf(stderr, "  loss: %s\n", loss);
+    if (bad_grads.total() > 0) {
+      std::fprintf(stderr, "  gradients: %s\n", describe(bad_grads, total, specs.size()).c_str());
+    }
+    if (bad_weights.total() > 0) {
+      std::fprintf(stderr, "  cause: the weights in %s/model.safetensors are not finite: %s\n", a.model_dir.c_str(),
+                   describe(bad_weights, total, specs.size()).c_str());
+    }
+    std::vector<std::int64_t> targets(probe.loss_term_weights().size(), 0);
+    if (auto counted = probe.count_targets(*batch); counted.is_ok()) targets = *counted;
+    if (std::any_of(targets.begin(), targets.end(), [](std::int64_t n) { return n == 0; })) {
+      std::fprintf(stderr, "  cause: the batch in %s has no targets (every label ignored, e.g. -100): the mean "
+                           "cross-entropy over no targets is NaN, as in PyTorch\n", a.inputs.c_str());
+    }
+    return 3;
+  }
   if (!a.quiet) {
     double max_abs = 0;
     for (float g : result.last_grads) max_abs = std::max(max_abs, static_cast<double>(std::fabs(g)));

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 
 #include "runtime/device/cpu/device.h"
 #include "runtime/io/safetensors.h"
@@ -198,6 +199,114 @@ TEST(GradsCommandErrors, TokenOutsideTheVocabularyAndTooLongSequences) {
   const std::string err = testing::internal::GetCapturedStderr();
   EXPECT_NE(err.find("input_ids[0, 5] = 200"), std::string::npos) << err;
   EXPECT_NE(err.find("max_position_embeddings"), std::string::npos) << err;
+}
+
+// config.json's pad_token_id is nn.Embedding's padding_idx: with it set to 7 and the batch
+// padded with 7, row 7 of the word embeddings gets no gradient — though the QA head reads
+// the padding positions' logits, which reach row 7 when the config's padding row is 0.
+TEST(GradsCommandPadding, ConfigPadTokenIdIsThePaddingRow) {
+  Files files(BertHead::kQuestionAnswering, "pad");
+  io::SafetensorsFile batch = *io::read_safetensors((files.dir / "batch.safetensors").string());
+  const io::StoredTensor* mask = batch.find("attention_mask");
+  ASSERT_NE(mask, nullptr);
+  std::vector<std::int64_t> m(mask->data.size() / 8);
+  std::memcpy(m.data(), mask->data.data(), mask->data.size());
+  int padded = 0;
+  for (auto& t : batch.tensors) {
+    if (t.name != "input_ids") continue;
+    auto* ids = reinterpret_cast<std::int64_t*>(t.data.data());
+    for (std::size_t i = 0; i < m.size(); ++i) {
+      if (m[i] == 0) {
+        ids[i] = 7;
+        ++padded;
+      }
+    }
+  }
+  ASSERT_GT(padded, 0);
+  ASSERT_TRUE(io::write_safetensors((files.dir / "batch.safetensors").string(), batch).is_ok());
+  const auto row7 = [&](const std::string& out) {
+    auto g = io::read_safetensors((files.dir / out).string());
+    EXPECT_TRUE(g.is_ok());
+    const io::StoredTensor* w = g->find("bert.embeddings.word_embeddings.weight");
+    EXPECT_NE(w, nullptr);
+    double sum = 0;
+    for (int h = 0; h < 32; ++h) sum += std::fabs(reinterpret_cast<const float*>(w->data.data())[7 * 32 + h]);
+    return sum;
+  };
+  ASSERT_EQ(grads_command(files.args(2, "pad0.safetensors")), 0);  // the config's default padding row, 0
+  EXPECT_GT(row7("pad0.safetensors"), 0.0);
+  std::string config;
+  {
+    std::ifstream in(files.dir / "config.json");
+    config.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  config.insert(config.rfind('}'), ", \"pad_token_id\": 7");
+  std::ofstream(files.dir / "config.json") << config;
+  ASSERT_EQ(grads_command(files.args(2, "pad7.safetensors")), 0);
+  EXPECT_EQ(row7("pad7.safetensors"), 0.0);
+}
+
+// NaN and ±Inf weights compute (as in PyTorch), and the non-finite result is a failure,
+// exit 3, saying how many gradients are not finite, where, and that the weights are why —
+// never "max |grad| 0" and exit 0.
+TEST(GradsCommandErrors, NonFiniteWeightsGiveExitThreeNamingCountsAndTensors) {
+  Files files(BertHead::kSequenceClassification, "nonfinite");
+  const std::string model = (files.dir / "model.safetensors").string();
+  io::SafetensorsFile f = *io::read_safetensors(model);
+  for (auto& t : f.tensors) {
+    auto* v = reinterpret_cast<float*>(t.data.data());
+    if (t.name == "bert.embeddings.LayerNorm.weight") v[3] = std::nanf("");
+    if (t.name == "bert.encoder.layer.1.output.dense.bias") v[0] = INFINITY;
+  }
+  ASSERT_TRUE(io::write_safetensors(model, f).is_ok());
+  GradsArgs a = files.args(2, "g.safetensors");
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(grads_command(a), 3);
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("non-finite result"), std::string::npos) << err;
+  EXPECT_NE(err.find("  loss: nan"), std::string::npos) << err;
+  EXPECT_NE(err.find("  gradients: "), std::string::npos) << err;
+  EXPECT_NE(err.find(" NaN, "), std::string::npos) << err;
+  EXPECT_NE(err.find("bert.embeddings.word_embeddings.weight ("), std::string::npos) << err;
+  EXPECT_NE(err.find("cause: the weights in " + files.dir.string() +
+                     "/model.safetensors are not finite: 2 of "),
+            std::string::npos)
+      << err;
+  EXPECT_NE(err.find("(1 NaN, 1 ±Inf) in 2 of "), std::string::npos) << err;
+  EXPECT_NE(err.find("bert.embeddings.LayerNorm.weight (1 of 32, first at [3])"), std::string::npos) << err;
+  EXPECT_NE(err.find("bert.encoder.layer.1.output.dense.bias (1 of 32, first at [0])"), std::string::npos) << err;
+  EXPECT_TRUE(fs::exists(files.dir / "g.safetensors"));  // written, for inspection
+  // Finite weights: exit 0, nothing said about non-finite values.
+  Files fine(BertHead::kSequenceClassification, "finite");
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(grads_command(fine.args(2, "g.safetensors")), 0);
+  EXPECT_EQ(testing::internal::GetCapturedStderr().find("non-finite"), std::string::npos);
+}
+
+// NOTE [Loss without targets]: a batch whose labels are all -100 has loss NaN, as PyTorch's
+// mean cross-entropy; grads says so (exit 3) and why. Its gradients are zero, not NaN.
+TEST(GradsCommandErrors, ABatchWithoutTargetsIsANaNLossSaidWithItsCause) {
+  Files files(BertHead::kSequenceClassification, "no_targets");
+  io::SafetensorsFile batch = *io::read_safetensors((files.dir / "batch.safetensors").string());
+  for (auto& t : batch.tensors) {
+    if (t.name != "labels") continue;
+    auto* v = reinterpret_cast<std::int64_t*>(t.data.data());
+    for (std::size_t i = 0; i < t.data.size() / 8; ++i) v[i] = -100;
+  }
+  ASSERT_TRUE(io::write_safetensors((files.dir / "batch.safetensors").string(), batch).is_ok());
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(grads_command(files.args(2, "g.safetensors")), 3);
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("  loss: nan"), std::string::npos) << err;
+  EXPECT_EQ(err.find("  gradients: "), std::string::npos) << err;  // all zero, all finite
+  EXPECT_NE(err.find("has no targets (every label ignored, e.g. -100)"), std::string::npos) << err;
+  auto g = io::read_safetensors((files.dir / "g.safetensors").string());
+  ASSERT_TRUE(g.is_ok());
+  EXPECT_EQ(g->metadata.at("loss"), "nan");
+  for (const auto& t : g->tensors) {
+    const auto* v = reinterpret_cast<const float*>(t.data.data());
+    for (std::size_t i = 0; i < t.data.size() / 4; ++i) ASSERT_EQ(v[i], 0.0f) << t.name;
+  }
 }
 
 }  // namespace

@@ -53,6 +53,20 @@ std::string config_hash(const std::string& text) {
   return hex;
 }
 
+// A CLI11 check of a flag's text by the rule the scenario key of the same meaning follows
+// (cli/scenario.h: parse_seed, parse_max_grad_norm), so the flag and --set refuse alike.
+template <typename Parse>
+CLI::Validator same_rule_as_the_scenario(Parse parse, const std::string& flag) {
+  return CLI::Validator(
+      [parse, flag](std::string& text) -> std::string {
+        const auto r = parse(text, flag);
+        if (r.is_ok()) return "";
+        const std::string m = r.status().message(), prefix = flag + ": ";
+        return m.rfind(prefix, 0) == 0 ? m.substr(prefix.size()) : m;  // CLI11 names the flag itself
+      },
+      "");
+}
+
 int main_impl(int argc, char** argv) {
   CLI::App app{kDescription, "shardlab"};
   app.require_subcommand(1);
@@ -120,7 +134,7 @@ int main_impl(int argc, char** argv) {
       ->check(CLI::Range(1, 4096))
       ->capture_default_str();
   run_cmd->add_option("--max-grad-norm", run.train.max_grad_norm, "Clip the global gradient norm (0: off)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(same_rule_as_the_scenario(shardlab::cli::parse_max_grad_norm, "--max-grad-norm"))
       ->capture_default_str();
   run_cmd->add_option("--hidden", run.train.model.hidden_dim, "Hidden width of the MLP (--model mlp)")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 16))
@@ -132,7 +146,9 @@ int main_impl(int argc, char** argv) {
   run_cmd->add_option("--optimizer", optimizer, "adamw or sgd")->check(CLI::IsMember({"adamw", "sgd"}))->capture_default_str();
   auto* lr_opt = run_cmd->add_option("--lr", run.train.optimizer.lr, "Learning rate (default 1e-3; 1e-2 for the MLP)")
                      ->check(CLI::PositiveNumber);
-  run_cmd->add_option("--seed", run.train.seed, "Seed of data and initial parameters")->capture_default_str();
+  run_cmd->add_option("--seed", run.train.seed, "Seed of data and initial parameters (0 to 2^64 - 1)")
+      ->check(same_rule_as_the_scenario(shardlab::cli::parse_seed, "--seed"))
+      ->capture_default_str();
   bool no_oracle = false;
   run_cmd->add_flag("--no-oracle", no_oracle,
                     "Skip the comparison with the unsharded oracle (it runs on every numerics run otherwise; the run "
@@ -170,7 +186,9 @@ int main_impl(int argc, char** argv) {
       ->capture_default_str();
   grads_cmd->add_option("--dropout", grads_dropout, "Override the config's dropout (0 to compare with another framework)")
       ->check(CLI::Range(0.0f, 0.999f));
-  grads_cmd->add_option("--seed", grads.seed, "Seed of the dropout masks")->capture_default_str();
+  grads_cmd->add_option("--seed", grads.seed, "Seed of the dropout masks (0 to 2^64 - 1)")
+      ->check(same_rule_as_the_scenario(shardlab::cli::parse_seed, "--seed"))
+      ->capture_default_str();
 
   std::vector<std::string> validate_files;
   shardlab::cli::ScenarioOverrides validate_overrides;
@@ -236,7 +254,7 @@ int main_impl(int argc, char** argv) {
       "Print PyTorch FSDP's flat-parameter layout as JSON: parameter offsets (with alignment padding), the\n"
       "shard size S = ceil(total / W) and, per rank, which slice of which parameter it owns.");
   layout_cmd->add_option("--shapes", layout_shapes, "Parameter shapes in order, e.g. 7x3,5x7,5x5")->required();
-  layout_cmd->add_option("--world-size", layout_world, "Number of ranks W")->required();
+  layout_cmd->add_option("--world-size", layout_world, "Number of ranks W (1 to 65536)")->required();
   layout_cmd->add_option("--dtype", layout_dtype, "Element type: fp32, bf16, fp16, int64")->capture_default_str();
   layout_cmd->add_option("--align-bytes", layout_align,
                          "Start every parameter after the first at a multiple of this many bytes (0 or 16 in PyTorch)")

@@ -298,7 +298,11 @@ Status check_run_device_id(const RunArgs& a, const std::string& torch_device, in
 }
 
 int run_sim(const RunArgs& a) {
+  if (a.world_size > sim::kMaxNumericsRanks) return fail(numerics_world_too_big(a.world_size));
   if (Status s = runtime::train::validate(a.train, a.world_size); !s.is_ok()) return fail(s);
+  if (Status s = runtime::train::check_numerics_host_memory(a.train, runtime::train::host_memory_bytes()); !s.is_ok()) {
+    return fail(s);
+  }
   sim::WorldOptions o;
   o.world_size = a.world_size;
   o.trace = !a.out_dir.empty();

@@ -24,6 +24,7 @@
 #include <utility>
 
 #include "runtime/model/bert.h"
+#include "runtime/model/bert_io.h"
 #include "sim/profiles.h"
 #include "sim/topology.h"
 
@@ -532,22 +533,38 @@ Result<std::int64_t> to_int(const Node& n, const std::string& key, std::int64_t 
   return v;
 }
 
-Result<std::uint64_t> to_uint64(const Node& n, const std::string& key) {
-  const std::string allowed = "allowed: an integer from 0 to 18446744073709551615";
-  if (n.kind != Node::Kind::kScalar) return bad(n.pos, key + ": expected an integer, got " + describe(n), allowed);
-  std::string_view t = n.text;
+// An unsigned 64-bit decimal (optional '+'); `why` says what is wrong when it is not one.
+bool parse_uint64_text(std::string_view text, std::uint64_t& out, std::string& why) {
+  std::string_view t = text;
   if (!t.empty() && t[0] == '+') t.remove_prefix(1);
   std::int64_t probe = 0;
-  const NumParse signed_parse = parse_int64(n.text, probe);
-  if (signed_parse == NumParse::kNotNumber)
-    return bad(n.pos, key + ": expected an integer, got " + show(n.text), allowed);
-  if (signed_parse == NumParse::kOk && probe < 0)
-    return bad(n.pos, key + ": " + show(n.text) + " is negative", allowed);
-  std::uint64_t v = 0;
-  auto r = std::from_chars(t.data(), t.data() + t.size(), v);
-  if (r.ec != std::errc() || r.ptr != t.data() + t.size()) {
-    return bad(n.pos, key + ": " + show(n.text) + " is too large (integer overflow)", allowed);
+  const NumParse signed_parse = parse_int64(text, probe);
+  if (signed_parse == NumParse::kNotNumber) {
+    why = "expected an integer, got " + show(text);
+    return false;
   }
+  if (signed_parse == NumParse::kOverflow && !t.empty() && t[0] == '-') {
+    why = show(text) + " is negative";
+    return false;
+  }
+  if (signed_parse == NumParse::kOk && probe < 0) {
+    why = show(text) + " is negative";
+    return false;
+  }
+  auto r = std::from_chars(t.data(), t.data() + t.size(), out);
+  if (r.ec != std::errc() || r.ptr != t.data() + t.size()) {
+    why = show(text) + " is too large (integer overflow)";
+    return false;
+  }
+  return true;
+}
+
+Result<std::uint64_t> to_uint64(const Node& n, const std::string& key) {
+  const std::string allowed = kSeedAllowed;
+  if (n.kind != Node::Kind::kScalar) return bad(n.pos, key + ": expected an integer, got " + describe(n), allowed);
+  std::uint64_t v = 0;
+  std::string why;
+  if (!parse_uint64_text(n.text, v, why)) return bad(n.pos, key + ": " + why, allowed);
   return v;
 }
 
@@ -1228,8 +1245,7 @@ std::vector<KeyDef> build_schema() {
                {"micro-batches per step; all but the last under no_sync",
                 "gradient_accumulation_steps; FSDP.no_sync()"}),
           leaf("max_grad_norm",
-               double_setter([](S& s) -> double& { return s.train.max_grad_norm; }, non_negative,
-                             "a finite number >= 0 (0: no clipping)"),
+               double_setter([](S& s) -> double& { return s.train.max_grad_norm; }, non_negative, kMaxGradNormAllowed),
                {"clip the global gradient norm", "FSDP.clip_grad_norm_(max_norm); TrainingArguments max_grad_norm"}),
           leaf("precision",
                enum_setter([](S& s) -> std::string& { return s.train.precision; },
@@ -1905,12 +1921,19 @@ Result<std::int64_t> max_positions(const Scenario& s) {
   SHARDLAB_ASSIGN_OR_RETURN(nlohmann::json j, parse_json(resolved, text, "model config"));
   if (!j.is_object()) return bad(SourcePos{resolved, 1, 1}, "model config is not a JSON object", allowed);
   auto it = j.find("max_position_embeddings");
-  if (it == j.end()) return kPresetMaxPositions;  // Hugging Face's BertConfig default
-  if (!it->is_number_integer() || it->get<std::int64_t>() < 1) {
+  if (it != j.end() && (!it->is_number_integer() || it->get<std::int64_t>() < 1)) {
     return bad(s.where("model.config"), "max_position_embeddings in " + show(resolved) + " is " + show(it->dump()),
                "allowed: an integer >= 1");
   }
-  return it->get<std::int64_t>();
+  // Every other key as `run` reads it, so that `validate` refuses what `run` would
+  // (NOTE [BERT size limits] in runtime/model/bert.h).
+  const Result<runtime::model::BertHead> head = runtime::model::parse_bert_head(s.model.head);
+  const auto config = runtime::model::parse_bert_config(
+      resolved, text, head.is_ok() ? *head : runtime::model::BertHead::kSequenceClassification);
+  if (!config.is_ok()) {
+    return Status::invalid_argument(s.where("model.config").to_string() + ": model.config: " + config.status().message());
+  }
+  return config->config.max_position_embeddings;  // absent: Hugging Face's BertConfig default, 512
 }
 
 void validate(const Scenario& s, const SourcePos& top, Problems& problems) {
@@ -2122,6 +2145,28 @@ void validate(const Scenario& s, const SourcePos& top, Problems& problems) {
 
 
 }  // namespace
+
+Result<std::uint64_t> parse_seed(std::string_view text, const std::string& what) {
+  std::uint64_t v = 0;
+  std::string why;
+  if (!parse_uint64_text(text, v, why)) return Status::invalid_argument(what + ": " + why + "; " + kSeedAllowed);
+  return v;
+}
+
+Result<double> parse_max_grad_norm(std::string_view text, const std::string& what) {
+  const auto refuse = [&](const std::string& why) {
+    return Status::invalid_argument(what + ": " + why + "; allowed: " + kMaxGradNormAllowed);
+  };
+  double v = 0;
+  switch (parse_double(text, v)) {
+    case NumParse::kNotNumber: return refuse("expected a number, got " + show(text));
+    case NumParse::kOverflow: return refuse(show(text) + " does not fit a double");
+    case NumParse::kOk: break;
+  }
+  if (!std::isfinite(v)) return refuse(show(text) + " is not finite");
+  if (v < 0) return refuse(show(text) + " is negative");
+  return v;
+}
 
 Result<Scenario> parse_scenario(const std::string& path, const std::string& text, const ScenarioOverrides& overrides) {
   SHARDLAB_RETURN_IF_ERROR(screen_text(path, text, "scenario file"));

@@ -184,6 +184,17 @@ Result<Scenario> load_scenario(const std::string& path, const ScenarioOverrides&
 Result<Scenario> parse_scenario(const std::string& path, const std::string& text,
                                 const ScenarioOverrides& overrides = {});
 
+// The one rule for a seed, wherever it is given (a scenario's `seed:`, --set seed=N, the
+// --seed flags of run and grads): a decimal integer from 0 to 18446744073709551615, an
+// optional leading '+'. A negative number or one past 2^64 − 1 is refused, never wrapped or
+// clamped. The error message starts with `what` ("--seed: '-1' is negative; allowed: …").
+Result<std::uint64_t> parse_seed(std::string_view text, const std::string& what);
+// The same for a maximum gradient norm (train.max_grad_norm, --max-grad-norm): a finite
+// number >= 0, 0 turning clipping off; NaN, infinities and negatives are refused.
+Result<double> parse_max_grad_norm(std::string_view text, const std::string& what);
+inline constexpr const char* kSeedAllowed = "allowed: an integer from 0 to 18446744073709551615";
+inline constexpr const char* kMaxGradNormAllowed = "a finite number >= 0 (0: no clipping)";
+
 // The scenario as canonical YAML (every key, defaults filled in) — `shardlab validate --print`.
 std::string to_yaml(const Scenario& s);
 

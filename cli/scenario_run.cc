@@ -11,6 +11,7 @@
 #include "runtime/model/bert_io.h"
 #include "sim/network.h"
 #include "sim/profiles.h"
+#include "sim/world.h"
 
 namespace shardlab::cli {
 
@@ -35,6 +36,14 @@ Result<DType> dtype_of(const Scenario& s, const std::string& key, const std::str
 }
 
 }  // namespace
+
+Status numerics_world_too_big(int world_size) {
+  return Status::invalid_argument(
+      "a numerics world of " + std::to_string(world_size) + " simulated ranks is above the limit of " +
+      std::to_string(sim::kMaxNumericsRanks) +
+      " (each rank is a host thread holding real tensors; NOTE [Numerics world size] in sim/world.h); allowed: 1 to " +
+      std::to_string(sim::kMaxNumericsRanks) + " ranks, or world.mode: timing (up to 65536 ranks, no values)");
+}
 
 std::string torch_device_of(const std::string& backend, const sim::DeviceProfile& device) {
   return backend == "hpu" ? "hpu" : backend == "mpi" ? "cpu" : device.torch_device;
@@ -171,6 +180,10 @@ Status scenario_to_run_args(const Scenario& s, RunArgs& a) {
     o.checkpoint.type = *type;
   }
   a.world_size = s.world.world_size();
+  if (a.mode == "numerics" && a.backend == "sim" && a.world_size > sim::kMaxNumericsRanks) {
+    const std::string key = s.positions.count("world.nodes") != 0 ? "world.nodes" : "world.devices_per_node";
+    return refuse(s, key, numerics_world_too_big(a.world_size).message());
+  }
   a.trace_ranks = s.trace.ranks;
   o.seed = s.seed;
   // Model.

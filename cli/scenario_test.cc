@@ -88,7 +88,8 @@ TEST(Scenario, NameAloneGivesEveryDefault) {
 }
 
 TEST_F(ScenarioFiles, FullScenarioWithEveryKey) {
-  write("hf/config.json", R"({"model_type": "bert", "max_position_embeddings": 1024, "hidden_size": 128})");
+  write("hf/config.json", R"({"model_type": "bert", "max_position_embeddings": 1024, "hidden_size": 128,
+                            "num_attention_heads": 2})");
   write("hf/model.safetensors", "x");
   write("data/batch.safetensors", "x");
   write("profiles/dev.yaml", "name: dev\n");

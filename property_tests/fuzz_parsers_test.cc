@@ -19,8 +19,10 @@
 #include "runtime/io/safetensors.h"
 #include "runtime/model/bert_io.h"
 #include "runtime/train/fsdp_train.h"
+#include "sim/profiles.h"
 #include "sim/timing/capture.h"
 #include "sim/timing/op_graph.h"
+#include "sim/topology.h"
 #include "sim/world.h"
 
 namespace shardlab::property {
@@ -149,6 +151,16 @@ RC_GTEST_PROP(Fuzz, SafetensorsFile, ()) {
   std::vector<std::byte> bytes(text.size());
   std::memcpy(bytes.data(), text.data(), text.size());
   assert_bad_input_at_most(runtime::io::parse_safetensors("x.safetensors", bytes).status());
+}
+
+RC_GTEST_PROP(Fuzz, DeviceProfiles, ()) {
+  static const auto seeds = files_in(kSource / "sim/profiles/devices", ".json");
+  assert_bad_input_at_most(sim::load_device_profile(temp_file("device.json", mutated(seeds))).status());
+}
+
+RC_GTEST_PROP(Fuzz, TopologyProfiles, ()) {
+  static const auto seeds = files_in(kSource / "sim/profiles/topologies", ".json");
+  assert_bad_input_at_most(sim::parse_topology(mutated(seeds), "topology.json").status());
 }
 
 runtime::train::FsdpTrainOptions tiny_mlp() {

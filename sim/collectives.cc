@@ -6,6 +6,7 @@
 #include <map>
 
 #include "runtime/core/check.h"
+#include "sim/cost_model.h"
 #include "sim/engine.h"
 
 namespace shardlab::sim {
@@ -43,7 +44,7 @@ int Phase::rounds() const {
 
 Nanos Priced::cost(std::int64_t nbytes) const {
   if (nbytes == 0 || bytes_per_s <= 0) return latency_ns;
-  return latency_ns + static_cast<Nanos>(std::llround(static_cast<double>(nbytes) * 1e9 / bytes_per_s));
+  return add_time(latency_ns, to_nanos(static_cast<double>(nbytes) * 1e9 / bytes_per_s));
 }
 
 // ---- planning -----------------------------------------------------------------------------
@@ -370,7 +371,10 @@ void ring_fast(const std::vector<int>& g, int S, const Nanos* m, std::vector<Nan
   const auto r = [&](int k) { return t[static_cast<std::size_t>(g[static_cast<std::size_t>(k)])]; };
   const int len = q + S - 1;
   const auto member = [&](int e) { return (((e - (S - 1)) % q) + q) % q; };
-  std::vector<Nanos> P(static_cast<std::size_t>(len) + 1, 0), C(static_cast<std::size_t>(len));
+  // 128-bit sums: q + S terms of at most kTimeLimit each cannot overflow them, so the
+  // recurrence stays exact, and F is clamped to kTimeLimit (NOTE [Virtual time limit]).
+  __extension__ typedef __int128 Wide;  // a GCC/Clang extension; __extension__ keeps -Wpedantic quiet
+  std::vector<Wide> P(static_cast<std::size_t>(len) + 1, 0), C(static_cast<std::size_t>(len));
   for (int e = 0; e < len; ++e) {
     const int k = member(e);
     const Nanos b = std::max(r(k), r((k + 1) % q));
@@ -383,7 +387,10 @@ void ring_fast(const std::vector<int>& g, int S, const Nanos* m, std::vector<Nan
     while (!window.empty() && C[static_cast<std::size_t>(window.back())] <= C[static_cast<std::size_t>(e)]) window.pop_back();
     window.push_back(e);
     if (window.front() <= e - S) window.pop_front();
-    if (e >= S - 1) F[static_cast<std::size_t>(member(e))] = P[static_cast<std::size_t>(e) + 1] + C[static_cast<std::size_t>(window.front())];
+    if (e >= S - 1) {
+      const Wide f = P[static_cast<std::size_t>(e) + 1] + C[static_cast<std::size_t>(window.front())];
+      F[static_cast<std::size_t>(member(e))] = f >= kTimeLimit ? kTimeLimit : static_cast<Nanos>(f);
+    }
   }
   std::vector<Nanos> done(static_cast<std::size_t>(q));
   for (int k = 0; k < q; ++k) {
@@ -421,7 +428,7 @@ std::vector<Nanos> evaluate_schedule(const Schedule& s, std::span<const int> wor
       std::vector<Nanos> next = t;
       for (std::size_t i = 0; i < r.size(); ++i) {
         const auto a = static_cast<std::size_t>(r.src[i]), b = static_cast<std::size_t>(r.dst[i]);
-        const Nanos fin = std::max(t[a], t[b]) + r.priced[i].cost(r.bytes[i]);
+        const Nanos fin = add_time(std::max(t[a], t[b]), r.priced[i].cost(r.bytes[i]));
         next[a] = std::max(next[a], fin);
         next[b] = std::max(next[b], fin);
       }
@@ -502,7 +509,7 @@ std::vector<Nanos> simulate_schedule(const Schedule& s, std::span<const int> wor
       const Nanos at = std::max(gate, m.ready);
       const Transfer wm{world_ranks[static_cast<std::size_t>(m.src)], world_ranks[static_cast<std::size_t>(m.dst)],
                        m.bytes};
-      const Nanos fin = finish ? finish(wm, m.priced, at) : at + m.priced.cost(m.bytes);
+      const Nanos fin = finish ? finish(wm, m.priced, at) : add_time(at, m.priced.cost(m.bytes));
       if (fin == kNever) {
         if (blocked != nullptr) *blocked = wm;
         return;

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <limits>
 
 #include "runtime/core/check.h"
 #include "sim/engine.h"
@@ -10,16 +12,30 @@ namespace shardlab::sim {
 
 using runtime::comm::OpKind;
 
+Nanos to_nanos(double ns) {
+  if (!(ns < static_cast<double>(kTimeLimit))) return kTimeLimit;  // NaN too
+  if (!(ns > 0.0)) return 0;
+  return static_cast<Nanos>(std::llround(ns));
+}
+
+Nanos add_time(Nanos a, Nanos b) {
+  constexpr Nanos kNeverTime = std::numeric_limits<Nanos>::max();
+  if (a == kNeverTime || b == kNeverTime) return kNeverTime;
+  Nanos sum = 0;
+  if (__builtin_add_overflow(a, b, &sum)) return b > 0 ? kTimeLimit : std::numeric_limits<Nanos>::min();
+  return std::min(sum, kTimeLimit);
+}
+
 Nanos NetworkModel::message_time(std::int64_t bytes) const {
-  return latency_ns + static_cast<Nanos>(std::llround(static_cast<double>(bytes) * 1e9 / bandwidth_bytes_per_s));
+  return add_time(latency_ns, to_nanos(static_cast<double>(bytes) * 1e9 / bandwidth_bytes_per_s));
 }
 
 DeviceProfile DeviceProfile::slowed_by(double factor) const {
   SHARDLAB_CHECK_GE(factor, 1.0);
   DeviceProfile p = *this;
-  p.launch_ns = static_cast<Nanos>(std::llround(static_cast<double>(launch_ns) * factor));
-  p.alloc_ns = static_cast<Nanos>(std::llround(static_cast<double>(alloc_ns) * factor));
-  p.op_host_ns = static_cast<Nanos>(std::llround(static_cast<double>(op_host_ns) * factor));
+  p.launch_ns = to_nanos(static_cast<double>(launch_ns) * factor);
+  p.alloc_ns = to_nanos(static_cast<double>(alloc_ns) * factor);
+  p.op_host_ns = to_nanos(static_cast<double>(op_host_ns) * factor);
   p.matrix_efficiency /= factor;
   p.vector_efficiency /= factor;
   p.memory_efficiency /= factor;
@@ -90,11 +106,31 @@ Nanos DeviceProfile::op_time(std::string_view factor_key, double flops, double b
   const double memory_s = bytes / memory_rate() * memory_factor(factor_key);
   // NOTE [Matrix ops on a CPU]: staging operands does not overlap the multiply there.
   const double t = matrix && !matrix_memory_overlap ? compute_s + memory_s : std::max(compute_s, memory_s);
-  return launch_ns + op_host_ns + static_cast<Nanos>(std::llround(t * 1e9));
+  return add_time(add_time(launch_ns, op_host_ns), to_nanos(t * 1e9));
 }
 
 Nanos DeviceProfile::host_transfer_time(double bytes) const {
-  return launch_ns + op_host_ns + static_cast<Nanos>(std::llround(bytes / host_link_bytes_per_s * 1e9));
+  return add_time(add_time(launch_ns, op_host_ns), to_nanos(bytes / host_link_bytes_per_s * 1e9));
+}
+
+std::string DeviceProfile::keys_of(std::string_view factor_key, ComputeUnit unit, DType dtype, bool transfer) const {
+  char buf[512];
+  if (transfer) {
+    std::snprintf(buf, sizeof buf, "host_link_bytes_per_s = %.4g", host_link_bytes_per_s);
+    return buf;
+  }
+  const bool matrix = unit == ComputeUnit::kMatrix, half = is_16bit_float(dtype);
+  const char* prefix = matrix ? "matrix" : "vector";
+  const double peak = matrix ? (half ? matrix_bf16_flops_per_s : matrix_flops_per_s)
+                             : (half ? vector_bf16_flops_per_s : vector_flops_per_s);
+  std::snprintf(buf, sizeof buf,
+                "%s_flops_per_s.%s = %.4g, efficiency.%s = %.4g, compute_factors.%.*s = %.4g, memory_bytes_per_s = %.4g, "
+                "efficiency.memory = %.4g, memory_factors.%.*s = %.4g%s",
+                prefix, half ? "bf16" : "fp32", peak, prefix, matrix ? matrix_efficiency : vector_efficiency,
+                static_cast<int>(factor_key.size()), factor_key.data(), compute_factor(factor_key), memory_bytes_per_s,
+                memory_efficiency, static_cast<int>(factor_key.size()), factor_key.data(), memory_factor(factor_key),
+                matrix && !small_dim_factors.empty() ? ", small_dim_factors" : "");
+  return buf;
 }
 
 Nanos DeviceProfile::op_time(double flops, double bytes, bool matrix) const {
@@ -128,7 +164,7 @@ std::vector<Nanos> ring_times(const std::vector<Nanos>& arrivals, int steps, std
     const int to = (i + 1) % p;
     const Nanos start = std::max({arrivals[ui], s == 0 ? arrivals[ui] : last_recv[ui], arrivals[static_cast<std::size_t>(to)]});
     ++sent[ui];
-    engine.schedule_at(std::max(start, engine.now()) + msg, [&, i, to]() {
+    engine.schedule_at(add_time(std::max(start, engine.now()), msg), [&, i, to]() {
       const auto ut = static_cast<std::size_t>(to);
       ++received[ut];
       last_recv[ut] = engine.now();
@@ -155,12 +191,14 @@ std::vector<Nanos> collective_completion_times(OpKind kind, const std::vector<Na
     case OpKind::kReduceScatter: return ring_times(arrivals, p - 1, bytes, net);
     case OpKind::kAllReduce: return ring_times(arrivals, 2 * (p - 1), (bytes + p - 1) / p, net);
     case OpKind::kBroadcast:
-      return std::vector<Nanos>(static_cast<std::size_t>(p), latest + ceil_log2(p) * net.message_time(bytes));
+      return std::vector<Nanos>(static_cast<std::size_t>(p),
+                                add_time(latest, to_nanos(ceil_log2(p) * static_cast<double>(net.message_time(bytes)))));
     case OpKind::kBarrier:
     case OpKind::kSplit:
-      return std::vector<Nanos>(static_cast<std::size_t>(p), latest + ceil_log2(p) * net.latency_ns);
+      return std::vector<Nanos>(static_cast<std::size_t>(p),
+                                add_time(latest, to_nanos(ceil_log2(p) * static_cast<double>(net.latency_ns))));
     case OpKind::kSend:
-    case OpKind::kRecv: return std::vector<Nanos>(static_cast<std::size_t>(p), latest + net.message_time(bytes));
+    case OpKind::kRecv: return std::vector<Nanos>(static_cast<std::size_t>(p), add_time(latest, net.message_time(bytes)));
   }
   return std::vector<Nanos>(static_cast<std::size_t>(p), latest);
 }

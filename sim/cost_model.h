@@ -19,6 +19,23 @@
 
 namespace shardlab::sim {
 
+// NOTE [Virtual time limit]
+// Virtual time is int64 nanoseconds. Every duration computed from a profile (an op, a
+// message, a host transfer, a reduction) goes through to_nanos, and sums of times through
+// add_time, which never overflow: a duration that is NaN or past kTimeLimit (2^62 ns, about
+// 146 years) becomes kTimeLimit, and a sum stops there (kNever, "never", stays kNever). A
+// rate too slow for a run therefore shows as a time at the limit — never as a negative or
+// wrapped time, which used to predict a faster step — and the simulator refuses the run
+// there: SimDevice fails the op and a topology network fails the collective
+// (INVALID_ARGUMENT naming the profile and its keys; exit 2). Profiles are also bounded
+// when loaded (sim/profiles.h), so such a run needs a huge model on the slowest rates.
+inline constexpr Nanos kTimeLimit = Nanos{1} << 62;
+// `ns` rounded to the nearest nanosecond in [0, kTimeLimit]; NaN and values past the limit
+// give kTimeLimit, negative values 0.
+Nanos to_nanos(double ns);
+// a + b saturating at kTimeLimit; INT64_MAX ("never") absorbs.
+Nanos add_time(Nanos a, Nanos b);
+
 // α–β model: a message of n bytes takes latency_ns + n / bandwidth.
 struct NetworkModel {
   Nanos latency_ns = 5 * kNanosPerMicro;          // α, per message
@@ -143,6 +160,10 @@ struct DeviceProfile {
   Nanos host_transfer_time(double bytes) const;
   double compute_factor(std::string_view factor_key) const;
   double memory_factor(std::string_view factor_key) const;
+  // The profile keys and values an op's time comes from ("matrix_flops_per_s.bf16 = 4.32e+14,
+  // efficiency.matrix = 0.5, …"), for messages about a time past kTimeLimit; `transfer`:
+  // a host-link copy.
+  std::string keys_of(std::string_view factor_key, ComputeUnit unit, DType dtype, bool transfer = false) const;
   // The same device `factor` (≥ 1) times slower at everything (a straggler, sim/faults.h):
   // launch overhead × factor and every efficiency ÷ factor.
   DeviceProfile slowed_by(double factor) const;

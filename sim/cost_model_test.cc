@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
 #include <string_view>
 
 namespace shardlab::sim {
@@ -193,6 +195,46 @@ TEST(CostModel, SlowedByScalesAllocTimeAndKeepsTheNewFields) {
   EXPECT_EQ(s.compute_factors, d.compute_factors);
   EXPECT_FALSE(s.matrix_memory_overlap);
   EXPECT_EQ(s.small_dim_factors, d.small_dim_factors);
+}
+
+// NOTE [Virtual time limit]: conversions and sums of times saturate at kTimeLimit; NaN
+// and infinities too. They never wrap to a negative (or small) time.
+TEST(CostModel, TimesSaturateAtTheLimitInsteadOfWrapping) {
+  EXPECT_EQ(to_nanos(1.4), 1);
+  EXPECT_EQ(to_nanos(-5.0), 0);
+  EXPECT_EQ(to_nanos(1e30), kTimeLimit);
+  EXPECT_EQ(to_nanos(std::nan("")), kTimeLimit);
+  EXPECT_EQ(to_nanos(INFINITY), kTimeLimit);
+  EXPECT_EQ(add_time(kTimeLimit, kTimeLimit), kTimeLimit);
+  EXPECT_EQ(add_time(kTimeLimit - 1, 5), kTimeLimit);
+  EXPECT_EQ(add_time(3, 4), 7);
+  constexpr Nanos never = std::numeric_limits<Nanos>::max();
+  EXPECT_EQ(add_time(never, 1), never);
+  EXPECT_EQ(add_time(1, never), never);
+  NetworkModel slow;
+  slow.bandwidth_bytes_per_s = 1e-20;
+  EXPECT_EQ(slow.message_time(1 << 20), kTimeLimit);
+}
+
+// A profile slower than anything the loader accepts (built directly): every op takes at
+// least as long as on a faster one — never less, as a wrapped 64-bit time once did.
+TEST(CostModel, ASlowerDeviceIsNeverFaster) {
+  DeviceProfile fast, slow;
+  slow.matrix_flops_per_s = slow.matrix_bf16_flops_per_s = 1e-3;
+  slow.memory_bytes_per_s = 1e-6;
+  slow.matrix_efficiency = 1e-300;
+  slow.host_link_bytes_per_s = 1e-300;
+  for (double flops : {1.0, 1e9, 1e15}) {
+    const Nanos t = slow.op_time(flops, 4096, ComputeUnit::kMatrix, DType::kF32);
+    EXPECT_GE(t, fast.op_time(flops, 4096, ComputeUnit::kMatrix, DType::kF32)) << flops;
+    EXPECT_EQ(t, kTimeLimit) << flops;
+  }
+  EXPECT_EQ(slow.host_transfer_time(1e6), kTimeLimit);
+  const std::string keys = slow.keys_of("gemm", ComputeUnit::kMatrix, DType::kF32);
+  EXPECT_NE(keys.find("matrix_flops_per_s.fp32 = 0.001"), std::string::npos) << keys;
+  EXPECT_NE(keys.find("efficiency.matrix = 1e-300"), std::string::npos) << keys;
+  EXPECT_NE(slow.keys_of("", ComputeUnit::kVector, DType::kF32, true).find("host_link_bytes_per_s = 1e-300"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "sim/device.h"
 
 #include <algorithm>
+#include <cstdio>
 
 namespace shardlab::sim {
 
@@ -46,11 +47,11 @@ Status SimDevice::charge(const char* op, Status s, double flops, double bytes, b
     dtype = DType::kBF16;
     bytes *= 0.5;
   }
-  if (s.is_ok()) {
-    advance(op, profile_.op_time(factor_key != nullptr ? factor_key : op, flops, bytes,
-                                 matrix ? ComputeUnit::kMatrix : ComputeUnit::kVector, dtype, min_dim));
-  }
-  return s;
+  if (!s.is_ok()) return s;
+  const char* key = factor_key != nullptr ? factor_key : op;
+  const ComputeUnit unit = matrix ? ComputeUnit::kMatrix : ComputeUnit::kVector;
+  const Nanos t = profile_.op_time(key, flops, bytes, unit, dtype, min_dim);
+  return advance(op, t, t >= kTimeLimit || clock_->now() >= kTimeLimit - t ? profile_.keys_of(key, unit, dtype) : "");
 }
 
 void SimDevice::note_shapes(std::initializer_list<const Tensor*> tensors) {
@@ -59,9 +60,19 @@ void SimDevice::note_shapes(std::initializer_list<const Tensor*> tensors) {
   for (const Tensor* t : tensors) op_shapes_.push_back(t->defined() ? t->shape() : std::vector<std::int64_t>{});
 }
 
-void SimDevice::advance(const char* op, Nanos t) {
-  t += pending_alloc_ns_;
+Status SimDevice::advance(const char* op, Nanos t, const std::string& keys) {
+  t = add_time(t, pending_alloc_ns_);
   pending_alloc_ns_ = 0;
+  if (add_time(clock_->now(), t) >= kTimeLimit) {
+    char when[64];
+    std::snprintf(when, sizeof when, "%.4g s", static_cast<double>(t) / 1e9);
+    return Status::invalid_argument(
+        "device profile '" + profile_.name + "': " + op + " on " + id_name_ + " takes " +
+        (t >= kTimeLimit ? std::string("past 2^62 ns") : std::string(when)) + " and would end past the simulator's " +
+        "virtual time limit of 2^62 ns, about 146 years (NOTE [Virtual time limit] in sim/cost_model.h): the " +
+        "profile's rates are too slow for this run (" + (keys.empty() ? "launch_ns, alloc_ns, op_host_ns" : keys) +
+        "); allowed: rates that keep the run within the limit");
+  }
   if (trace_ != nullptr) {
     TraceEvent e{op, kTraceCompute, clock_->now(), t};
     e.shapes = std::move(op_shapes_);
@@ -71,6 +82,7 @@ void SimDevice::advance(const char* op, Nanos t) {
   clock_->advance_by(t);
   busy_ += t;
   ++ops_;
+  return Status::ok();
 }
 
 bool SimDevice::crosses_host_link(const Tensor& a, const Tensor& b) const {
@@ -82,8 +94,12 @@ bool SimDevice::crosses_host_link(const Tensor& a, const Tensor& b) const {
 }
 
 Status SimDevice::charge_transfer(const char* op, Status s, double bytes) {
-  if (s.is_ok()) advance(op, profile_.host_transfer_time(bytes));
-  return s;
+  if (!s.is_ok()) return s;
+  const Nanos t = profile_.host_transfer_time(bytes);
+  return advance(op, t,
+                 t >= kTimeLimit || clock_->now() >= kTimeLimit - t
+                     ? profile_.keys_of("", ComputeUnit::kVector, DType::kF32, /*transfer=*/true)
+                     : "");
 }
 
 Result<std::shared_ptr<Storage>> SimDevice::allocate(std::int64_t nbytes, MemoryCategory category,

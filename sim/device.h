@@ -170,7 +170,9 @@ class SimDevice final : public runtime::device::Device {
   // Keeps the shapes of the op's tensors for its trace event (traced devices only).
   void note_shapes(std::initializer_list<const Tensor*> tensors);
   // Advances the clock by an op's time `t` (plus pending allocation time) and records it.
-  void advance(const char* op, Nanos t);
+  // NOTE [Virtual time limit] in sim/cost_model.h: INVALID_ARGUMENT when the clock would
+  // reach kTimeLimit, naming the op and `keys` (the profile keys its time comes from).
+  Status advance(const char* op, Nanos t, const std::string& keys);
 
   double matrix_bytes(const Tensor& a, const Tensor& b, const Tensor& c) const;
 

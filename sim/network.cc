@@ -24,7 +24,9 @@ class AlphaBetaRing final : public NetworkCostModel {
             ring ? "ring" : (q.kind == runtime::comm::OpKind::kBroadcast ? "binomial_tree" : "dissemination")};
   }
 
-  Nanos message(int, int, std::int64_t bytes, Nanos start) const override { return start + net_.message_time(bytes); }
+  Nanos message(int, int, std::int64_t bytes, Nanos start) const override {
+    return add_time(start, net_.message_time(bytes));
+  }
 
   std::string describe() const override {
     char buf[128];
@@ -97,6 +99,7 @@ class TopologyNetwork final : public NetworkCostModel {
     if (!faults_after(earliest)) {
       t.done = evaluate_schedule(s, q.world_ranks, q.arrivals, pricer);
       add_host_costs(q, t.done);
+      check_time_limit(q, t);
       return t;
     }
     Transfer blocked{-1, -1, 0};
@@ -109,6 +112,7 @@ class TopologyNetwork final : public NetworkCostModel {
                                      ") cannot complete: " + down_reason(blocked));
     } else {
       add_host_costs(q, t.done);
+      check_time_limit(q, t);
     }
     return t;
   }
@@ -117,7 +121,7 @@ class TopologyNetwork final : public NetworkCostModel {
     SHARDLAB_CHECK(src >= 0 && src < topo_.devices() && dst >= 0 && dst < topo_.devices());
     Priced p;
     topo_.route_cost(src, dst, &p.latency_ns, &p.bytes_per_s);
-    if (!faults_after(start)) return start + p.cost(bytes);
+    if (!faults_after(start)) return add_time(start, p.cost(bytes));
     return finish_time({src, dst, bytes}, p, start);
   }
 
@@ -131,19 +135,37 @@ class TopologyNetwork final : public NetworkCostModel {
  private:
   bool faults_after(Nanos t) const { return !windows_.empty() && last_end_ > t; }
 
+  // NOTE [Virtual time limit]: a collective that would end there fails on every member,
+  // naming the topology's rate keys.
+  void check_time_limit(const CollectiveQuery& q, CollectiveTiming& t) const {
+    if (std::none_of(t.done.begin(), t.done.end(), [](Nanos d) { return d >= kTimeLimit && d != kNever; })) return;
+    const TopologySpec& spec = topo_.spec();
+    char rates[256];
+    std::snprintf(rates, sizeof rates, "%s%.4g, efficiency = %.4g, reduce_gbyte_per_s = %.4g%s",
+                  spec.kind == TopologyKind::kSwitch ? "port.gbit_per_s = " : "peer.gbit_per_s = ",
+                  spec.kind == TopologyKind::kSwitch ? spec.port.gbit_per_s : spec.peer.gbit_per_s, spec.efficiency,
+                  spec.reduce_bytes_per_s / 1e9, spec.kind == TopologyKind::kHls ? ", port.gbit_per_s, oversubscription" : "");
+    t.status = Status::invalid_argument(
+        "topology profile '" + spec.name + "': " + std::string(runtime::comm::op_kind_name(q.kind)) + " of " +
+        std::to_string(q.world_ranks.size()) + " ranks (" + t.algorithm + ", " + std::to_string(q.bytes) +
+        " bytes) would end past the simulator's virtual time limit of 2^62 ns, about 146 years (NOTE [Virtual time "
+        "limit] in sim/cost_model.h): its rates are too slow for this run (" + rates +
+        "); allowed: link rates that keep the run within the limit");
+  }
+
   // NOTE [Reduction cost] in sim/topology.h: each member reduces (p-1) chunks of its result.
   // Also NOTE [Collective overhead]: every member, every kind, any group size.
   void add_host_costs(const CollectiveQuery& q, std::vector<Nanos>& done) const {
     if (const Nanos o = topo_.spec().collective_overhead_ns; o > 0) {
-      for (Nanos& d : done) d += o;
+      for (Nanos& d : done) d = add_time(d, o);
     }
     const double rate = topo_.spec().reduce_bytes_per_s;
     if (!(rate > 0)) return;
     const std::int64_t reduced =
         reduced_bytes(q.kind, static_cast<std::int64_t>(q.world_ranks.size()), q.bytes);
     if (reduced == 0) return;
-    const Nanos t = static_cast<Nanos>(std::llround(static_cast<double>(reduced) * 1e9 / rate));
-    for (Nanos& d : done) d += t;
+    const Nanos t = to_nanos(static_cast<double>(reduced) * 1e9 / rate);
+    for (Nanos& d : done) d = add_time(d, t);
   }
 
   // The windows on a route's links.
@@ -159,9 +181,9 @@ class TopologyNetwork final : public NetworkCostModel {
 
   // NOTE [Link faults]: stream the bytes piecewise between window edges; round once.
   Nanos finish_time(const Transfer& m, const Priced& p, Nanos start) const {
-    if (m.bytes == 0 || m.src == m.dst) return start + p.cost(m.bytes);
+    if (m.bytes == 0 || m.src == m.dst) return add_time(start, p.cost(m.bytes));
     const auto ws = windows_on(topo_.route(m.src, m.dst));
-    if (ws.empty()) return start + p.cost(m.bytes);
+    if (ws.empty()) return add_time(start, p.cost(m.bytes));
     std::vector<Nanos> edges;
     for (const Window* w : ws) {
       if (w->start > start) edges.push_back(w->start);
@@ -191,7 +213,7 @@ class TopologyNetwork final : public NetworkCostModel {
       elapsed_ns += static_cast<double>(next - at);
       at = next;
     }
-    return start + p.latency_ns + static_cast<Nanos>(std::llround(elapsed_ns));
+    return add_time(add_time(start, p.latency_ns), to_nanos(elapsed_ns));
   }
 
   std::string down_reason(const Transfer& m) const {

@@ -505,5 +505,41 @@ TEST(Topology, HlsRoutesFollowTheReferenceWiring) {
   EXPECT_EQ(ring->route(1, 8).links.size(), 3u);  // the short way round
 }
 
+// NOTE [Virtual time limit]: a port far slower than the loader accepts (built directly)
+// saturates at the limit and the collective fails naming the topology's keys — it used to
+// wrap to a negative duration and predict a faster step than the default switch.
+TEST(Factory, ALinkTooSlowForTheRunFailsTheCollectiveAndIsNeverFaster) {
+  TopologySpec fast;
+  fast.name = "switch";
+  fast.kind = TopologyKind::kSwitch;
+  fast.port = {200, 2500};
+  TopologySpec slow = fast;
+  slow.name = "tiny-port";
+  slow.port.gbit_per_s = 1e-20;
+  for (Algorithm a : {Algorithm::kRing, Algorithm::kDirect, Algorithm::kHalvingDoubling}) {
+    for (NetworkModelKind m : {NetworkModelKind::kAlphaBeta, NetworkModelKind::kContention}) {
+      const std::vector<int> ranks = {0, 1, 2, 3, 4, 5, 6, 7};
+      const std::vector<Nanos> arrivals(8, 1000);
+      CollectiveQuery q;
+      q.kind = OpKind::kAllGather;
+      q.world_ranks = ranks;
+      q.arrivals = arrivals;
+      q.bytes = 1 << 20;
+      const CollectiveTiming f = model(fast, 1, 8, a, m)->collective(q);
+      const CollectiveTiming t = model(slow, 1, 8, a, m)->collective(q);
+      ASSERT_TRUE(f.status.is_ok());
+      ASSERT_FALSE(t.status.is_ok()) << algorithm_name(a);
+      EXPECT_EQ(t.status.code(), StatusCode::kInvalidArgument);
+      EXPECT_NE(t.status.message().find("topology profile 'tiny-port'"), std::string::npos) << t.status.message();
+      EXPECT_NE(t.status.message().find("port.gbit_per_s = 1e-20"), std::string::npos) << t.status.message();
+      for (std::size_t r = 0; r < 8; ++r) {
+        EXPECT_GE(t.done[r], f.done[r]);
+        EXPECT_EQ(t.done[r], kTimeLimit);
+      }
+      EXPECT_GE(model(slow, 1, 8, a, m)->message(0, 1, 1 << 20, 0), kTimeLimit);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace shardlab::sim

@@ -19,12 +19,27 @@ class JsonObject {
       : j_(j), origin_(std::move(origin)), path_(std::move(path)) {}
 
   static Result<nlohmann::json> parse(const std::string& text, const std::string& origin) {
+    std::vector<std::string> keys;  // the key path being read, for errors past the syntax (1e400)
+    std::string last_key;
     try {
-      nlohmann::json j = nlohmann::json::parse(text);
+      nlohmann::json::parser_callback_t remember = [&](int depth, nlohmann::json::parse_event_t event,
+                                                       nlohmann::json& parsed) {
+        if (event == nlohmann::json::parse_event_t::key && parsed.is_string() && depth >= 1) {
+          keys.resize(static_cast<std::size_t>(depth));
+          keys.back() = parsed.get<std::string>();
+          last_key.clear();
+          for (const auto& k : keys) last_key += (last_key.empty() ? "" : ".") + k;
+        }
+        return true;
+      };
+      nlohmann::json j = nlohmann::json::parse(text, remember);
       if (!j.is_object()) return Status::invalid_argument(origin + ": a profile must be a JSON object");
       return j;
     } catch (const nlohmann::json::parse_error& e) {
       return Status::invalid_argument(origin + ": not valid JSON: " + e.what());
+    } catch (const nlohmann::json::exception& e) {  // e.g. a number past the double range: out_of_range.406
+      return Status::invalid_argument(origin + ": " + (last_key.empty() ? "" : "key '" + last_key + "': ") +
+                                      e.what() + "; allowed: a finite number within its key's range");
     }
   }
 

@@ -76,15 +76,25 @@ Result<DeviceProfile> load_device_profile(const std::string& name_or_path) {
 
 namespace {
 
-constexpr double kMaxRate = 1e20;  // a sanity bound: far above any device
+// NOTE [Profile bounds]
+// Every rate and factor of a profile lies in a range that holds any real device with a
+// wide margin, so that a typo (1e-3 for 1e13) is refused at load time naming the key, the
+// value and the range, instead of turning into times past the simulator's limit (NOTE
+// [Virtual time limit] in sim/cost_model.h) or into nonsense: rates from 10^6 (1 MFLOP/s,
+// 1 MB/s) to 10^20, efficiencies and per-op factors from 0.001, a capacity of at least
+// 1 MiB (one that rounds to 0 bytes would read as "unlimited").
+constexpr double kMinRate = 1e6;
+constexpr double kMaxRate = 1e20;
+constexpr double kMinFactor = 1e-3;
+constexpr double kMinCapacityGib = 1.0 / 1024;  // 1 MiB
 
 // {"fp32": x, "bf16": y}
 Status read_rates(const detail::JsonObject& root, const std::string& key, double* fp32, double* bf16) {
   SHARDLAB_ASSIGN_OR_RETURN(detail::JsonObject o, root.object(key));
   SHARDLAB_RETURN_IF_ERROR(o.only({"fp32", "bf16"}));
-  const std::string allowed = "a number of FLOP/s > 0, e.g. 4.32e14";
-  SHARDLAB_ASSIGN_OR_RETURN(*fp32, o.number("fp32", 0, kMaxRate, true, allowed));
-  SHARDLAB_ASSIGN_OR_RETURN(*bf16, o.number("bf16", 0, kMaxRate, true, allowed));
+  const std::string allowed = "a number of FLOP/s in [1e6, 1e20], e.g. 4.32e14";
+  SHARDLAB_ASSIGN_OR_RETURN(*fp32, o.number("fp32", kMinRate, kMaxRate, false, allowed));
+  SHARDLAB_ASSIGN_OR_RETURN(*bf16, o.number("bf16", kMinRate, kMaxRate, false, allowed));
   return Status::ok();
 }
 
@@ -108,13 +118,19 @@ Result<DeviceProfile> parse_device_profile(const std::string& json_text, const s
   }
   SHARDLAB_RETURN_IF_ERROR(read_rates(root, "matrix_flops_per_s", &p.matrix_flops_per_s, &p.matrix_bf16_flops_per_s));
   SHARDLAB_RETURN_IF_ERROR(read_rates(root, "vector_flops_per_s", &p.vector_flops_per_s, &p.vector_bf16_flops_per_s));
-  SHARDLAB_ASSIGN_OR_RETURN(p.memory_bytes_per_s,
-                            root.number("memory_bytes_per_s", 0, kMaxRate, true, "bytes/s > 0, e.g. 2.45e12"));
+  SHARDLAB_ASSIGN_OR_RETURN(p.memory_bytes_per_s, root.number("memory_bytes_per_s", kMinRate, kMaxRate, false,
+                                                               "bytes/s in [1e6, 1e20], e.g. 2.45e12"));
   // NOTE [Host link]: 0 (absent) when the host's memory is the device's.
+  const std::string link_allowed =
+      "bytes/s >= 0 one way between host and device memory: 0 (the host's memory is the device's) or in [1e6, "
+      "1e20], e.g. 2.52e10";
   SHARDLAB_ASSIGN_OR_RETURN(p.host_link_bytes_per_s,
-                            root.number_or("host_link_bytes_per_s", 0, 0, kMaxRate, false,
-                                           "bytes/s >= 0 one way between host and device memory, e.g. 2.52e10 "
-                                           "(0: the host's memory is the device's)"));
+                            root.number_or("host_link_bytes_per_s", 0, 0, kMaxRate, false, link_allowed));
+  if (p.host_link_bytes_per_s != 0 && p.host_link_bytes_per_s < kMinRate) {
+    char v[32];
+    std::snprintf(v, sizeof v, "%.17g", p.host_link_bytes_per_s);
+    return root.bad("host_link_bytes_per_s", std::string("value ") + v + " out of range; allowed: " + link_allowed);
+  }
   SHARDLAB_ASSIGN_OR_RETURN(const double launch,
                             root.number("launch_ns", 0, 1e9, false, "an integer number of ns in [0, 1e9]"));
   if (launch != std::floor(launch)) return root.bad("launch_ns", "must be an integer number of ns");
@@ -127,16 +143,19 @@ Result<DeviceProfile> parse_device_profile(const std::string& json_text, const s
                             root.number_or("op_host_ns", 0, 0, 1e9, false, "an integer number of ns in [0, 1e9]"));
   if (op_host != std::floor(op_host)) return root.bad("op_host_ns", "must be an integer number of ns");
   p.op_host_ns = static_cast<Nanos>(op_host);
-  SHARDLAB_ASSIGN_OR_RETURN(const double gib,
-                            root.number("capacity_gib", 0, 1 << 20, true, "GiB (2^30 bytes) > 0, e.g. 94.6"));
+  // A capacity below 1 MiB (one that rounds to 0 bytes included) is refused: 0 bytes would
+  // read as the offload host's "unlimited".
+  SHARDLAB_ASSIGN_OR_RETURN(const double gib, root.number("capacity_gib", kMinCapacityGib, 1 << 20, false,
+                                                          "GiB (2^30 bytes) in [0.0009765625 (1 MiB), 1048576], "
+                                                          "e.g. 94.6"));
   p.capacity_bytes = static_cast<std::int64_t>(std::llround(gib * static_cast<double>(std::int64_t{1} << 30)));
   if (root.has("efficiency")) {
     SHARDLAB_ASSIGN_OR_RETURN(detail::JsonObject e, root.object("efficiency"));
     SHARDLAB_RETURN_IF_ERROR(e.only({"matrix", "vector", "memory"}));
-    const std::string allowed = "a fraction of the peak in (0, 1]";
-    SHARDLAB_ASSIGN_OR_RETURN(p.matrix_efficiency, e.number_or("matrix", 1.0, 0, 1, true, allowed));
-    SHARDLAB_ASSIGN_OR_RETURN(p.vector_efficiency, e.number_or("vector", 1.0, 0, 1, true, allowed));
-    SHARDLAB_ASSIGN_OR_RETURN(p.memory_efficiency, e.number_or("memory", 1.0, 0, 1, true, allowed));
+    const std::string allowed = "a fraction of the peak in [0.001, 1]";
+    SHARDLAB_ASSIGN_OR_RETURN(p.matrix_efficiency, e.number_or("matrix", 1.0, kMinFactor, 1, false, allowed));
+    SHARDLAB_ASSIGN_OR_RETURN(p.vector_efficiency, e.number_or("vector", 1.0, kMinFactor, 1, false, allowed));
+    SHARDLAB_ASSIGN_OR_RETURN(p.memory_efficiency, e.number_or("memory", 1.0, kMinFactor, 1, false, allowed));
   }
   // NOTE [Per-op compute factors], NOTE [Per-op memory factors]: {op key: factor}.
   const auto read_factors = [&root](const char* name, double max, const char* allowed,
@@ -146,15 +165,15 @@ Result<DeviceProfile> parse_device_profile(const std::string& json_text, const s
     SHARDLAB_RETURN_IF_ERROR(f.only(compute_factor_keys()));
     for (const std::string& key : compute_factor_keys()) {
       if (!f.has(key)) continue;
-      SHARDLAB_ASSIGN_OR_RETURN(const double v, f.number(key, 0, max, true, allowed));
+      SHARDLAB_ASSIGN_OR_RETURN(const double v, f.number(key, kMinFactor, max, false, allowed));
       out->emplace(key, v);
     }
     return Status::ok();
   };
   SHARDLAB_RETURN_IF_ERROR(
-      read_factors("compute_factors", 1000, "a factor on the op's compute time in (0, 1000]", &p.compute_factors));
+      read_factors("compute_factors", 1000, "a factor on the op's compute time in [0.001, 1000]", &p.compute_factors));
   SHARDLAB_RETURN_IF_ERROR(
-      read_factors("memory_factors", 1, "a factor on the op's memory time in (0, 1]", &p.memory_factors));
+      read_factors("memory_factors", 1, "a factor on the op's memory time in [0.001, 1]", &p.memory_factors));
   // NOTE [Matrix ops on a CPU]
   SHARDLAB_ASSIGN_OR_RETURN(p.matrix_memory_overlap, root.boolean_or("matrix_memory_overlap", true));
   SHARDLAB_ASSIGN_OR_RETURN(p.matrix_operand_passes,
@@ -169,7 +188,7 @@ Result<DeviceProfile> parse_device_profile(const std::string& json_text, const s
         return f.bad(key, "not a dimension; allowed: keys are integers in [1, 2^30], e.g. \"16\"");
       }
       SHARDLAB_ASSIGN_OR_RETURN(const double v,
-                                f.number(key, 0, 1000, true, "a factor on the compute time in (0, 1000]"));
+                                f.number(key, kMinFactor, 1000, false, "a factor on the compute time in [0.001, 1000]"));
       p.small_dim_factors.emplace_back(dim, v);
     }
     std::sort(p.small_dim_factors.begin(), p.small_dim_factors.end());

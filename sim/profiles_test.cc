@@ -200,13 +200,13 @@ TEST(DeviceProfiles, BadFilesAreInvalidArgumentNamingFileKeyAndAllowed) {
       {"wrong type", R"({"name": "x", "matrix_flops_per_s": {"fp32": "fast", "bf16": 1}, )" + good_rest + "}",
        "matrix_flops_per_s.fp32", "must be a number"},
       {"negative", R"({"name": "x", "matrix_flops_per_s": {"fp32": -1, "bf16": 1}, )" + good_rest + "}",
-       "matrix_flops_per_s.fp32", "FLOP/s > 0"},
+       "matrix_flops_per_s.fp32", "FLOP/s in [1e6, 1e20]"},
       {"bad dtype", R"({"name": "x", "matrix_flops_per_s": {"fp32": 1, "fp8": 1}, )" + good_rest + "}",
        "matrix_flops_per_s.fp8", "allowed: fp32, bf16"},
       {"efficiency > 1",
-       R"({"name": "x", "matrix_flops_per_s": {"fp32": 1, "bf16": 1}, "efficiency": {"matrix": 1.5}, )" + good_rest + "}",
-       "efficiency.matrix", "(0, 1]"},
-      {"fractional launch", R"({"name": "x", "matrix_flops_per_s": {"fp32": 1, "bf16": 1}, )" +
+       R"({"name": "x", "matrix_flops_per_s": {"fp32": 1e12, "bf16": 1e12}, "efficiency": {"matrix": 1.5}, )" + good_rest + "}",
+       "efficiency.matrix", "[0.001, 1]"},
+      {"fractional launch", R"({"name": "x", "matrix_flops_per_s": {"fp32": 1e12, "bf16": 1e12}, )" +
                                 std::string(R"("vector_flops_per_s": {"fp32": 1e10, "bf16": 1e10}, "memory_bytes_per_s": 1e10, "launch_ns": 1.5, "capacity_gib": 1})"),
        "launch_ns", "integer"},
   };
@@ -239,9 +239,9 @@ TEST(TopologyProfiles, BadFilesAreInvalidArgumentNamingFileKeyAndAllowed) {
         "port": {"gbit_per_s": 1, "latency_ns": 1}})", "max_devices_per_node", "an integer >= 1"},
       {"oversubscription < 1", R"({"name": "t", "kind": "hls", "max_devices_per_node": 8, "oversubscription": 0.5,
         "peer": {"gbit_per_s": 1, "latency_ns": 1}, "port": {"gbit_per_s": 1, "latency_ns": 1}})",
-       "oversubscription", ">= 1"},
+       "oversubscription", "in [1, 1000]"},
       {"zero bandwidth", R"({"name": "t", "kind": "switch", "port": {"gbit_per_s": 0, "latency_ns": 1}})",
-       "port.gbit_per_s", "Gbit/s > 0"},
+       "port.gbit_per_s", "Gbit/s in [0.001, 1e9]"},
       {"leaf on a switch", R"({"name": "t", "kind": "switch", "nodes_per_leaf": 2,
         "port": {"gbit_per_s": 1, "latency_ns": 1}})", "nodes_per_leaf", "only 'hls'"},
   };
@@ -634,7 +634,7 @@ TEST(DeviceProfiles, NewKeysAcceptTheirRanges) {
 }
 
 TEST(DeviceProfiles, BadNewKeysAreInvalidArgumentNamingTheKey) {
-  const std::string factor_range = "(0, 1000]";
+  const std::string factor_range = "[0.001, 1000]";
   const std::vector<BadCase> cases = {
       {"unknown compute factor", R"("compute_factors": {"activation_swish": 2})", "compute_factors.activation_swish",
        "unknown key; allowed: activation_backward_gelu, activation_backward_gelu_tanh"},
@@ -651,9 +651,9 @@ TEST(DeviceProfiles, BadNewKeysAreInvalidArgumentNamingTheKey) {
        "out of range; allowed: bytes/s >= 0 one way between host and device memory"},
       {"host link a string", R"("host_link_bytes_per_s": "pcie")", "host_link_bytes_per_s", "must be a number"},
       {"memory factor 0", R"("memory_factors": {"optimizer_step": 0})", "memory_factors.optimizer_step",
-       "(0, 1]"},
+       "[0.001, 1]"},
       {"memory factor > 1", R"("memory_factors": {"optimizer_step": 1.5})", "memory_factors.optimizer_step",
-       "a factor on the op's memory time in (0, 1]"},
+       "a factor on the op's memory time in [0.001, 1]"},
       {"unknown memory factor", R"("memory_factors": {"memcpy": 0.5})", "memory_factors.memcpy", "unknown key"},
       {"memory factor a string", R"("memory_factors": {"axpy": "0.5"})", "memory_factors.axpy", "must be a number"},
       {"memory_factors not an object", R"("memory_factors": 0.5)", "memory_factors", "must be an object"},
@@ -709,6 +709,76 @@ TEST(DeviceProfiles, BuiltInsHaveNoFactorsAllocTimeOrSmallDimTable) {
         << name;
   }
   EXPECT_EQ(list_device_profiles().size(), 4u);  // cpu-sim, gaudi1, gaudi2, gaudi3
+}
+
+// NOTE [Profile bounds]: tiny positive rates and factors, numbers past the double range and
+// a capacity that rounds to 0 bytes are refused when loaded, naming the key, the value and
+// the allowed range (they used to pass and end in a CHECK failure, exit 70, or in an
+// uncaught JSON exception).
+TEST(DeviceProfiles, RatesOutsideTheirBoundsAreRefusedWithKeyValueAndRange) {
+  const std::string rest = R"("memory_bytes_per_s": 2e10, "launch_ns": 2000, "capacity_gib": 16)";
+  const std::string rates = R"("matrix_flops_per_s": {"fp32": 1e11, "bf16": 1e11}, "vector_flops_per_s": {"fp32": 2e10, "bf16": 2e10})";
+  struct Case {
+    std::string json, key, value, allowed;
+  };
+  const std::vector<Case> cases = {
+      {R"({"name": "x", "matrix_flops_per_s": {"fp32": 1e-3, "bf16": 1e11}, "vector_flops_per_s": {"fp32": 2e10, "bf16": 2e10}, )" + rest + "}",
+       "matrix_flops_per_s.fp32", "value 0.001 out of range", "FLOP/s in [1e6, 1e20]"},
+      {R"({"name": "x", )" + rates + R"(, "memory_bytes_per_s": 1e-6, "launch_ns": 2000, "capacity_gib": 16})",
+       "memory_bytes_per_s", "value 1e-06 out of range", "bytes/s in [1e6, 1e20]"},
+      {R"({"name": "x", )" + rates + ", " + rest + R"(, "efficiency": {"matrix": 1e-300}})", "efficiency.matrix",
+       "value 1e-300 out of range", "[0.001, 1]"},
+      {R"({"name": "x", )" + rates + ", " + rest + R"(, "host_link_bytes_per_s": 1e-300})", "host_link_bytes_per_s",
+       "value 1e-300 out of range", "or in [1e6, 1e20]"},
+      {R"({"name": "x", )" + rates + R"(, "memory_bytes_per_s": 2e10, "launch_ns": 2000, "capacity_gib": 1e-12})",
+       "capacity_gib", "value 1e-12 out of range", "[0.0009765625 (1 MiB), 1048576]"},
+      {R"({"name": "x", "matrix_flops_per_s": {"fp32": 1e11, "bf16": 1e11}, "vector_flops_per_s": {"fp32": 1e400, "bf16": 2e10}, )" + rest + "}",
+       "vector_flops_per_s.fp32", "number overflow parsing '1e400'", "allowed: a finite number"},
+      {R"({"name": "x", )" + rates + ", " + rest + R"(, "compute_factors": {"gemm": 1e-9}})", "compute_factors.gemm",
+       "value 1e-09 out of range", "[0.001, 1000]"},
+  };
+  for (const Case& c : cases) {
+    auto r = parse_device_profile(c.json, "odd.json");
+    ASSERT_FALSE(r.is_ok()) << c.json;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    const std::string& m = r.status().message();
+    EXPECT_NE(m.find("odd.json: key '" + c.key + "'"), std::string::npos) << m;
+    EXPECT_NE(m.find(c.value), std::string::npos) << m;
+    EXPECT_NE(m.find(c.allowed), std::string::npos) << m;
+  }
+  // The lower bounds themselves are accepted.
+  auto lowest = parse_device_profile(
+      R"({"name": "x", "matrix_flops_per_s": {"fp32": 1e6, "bf16": 1e6}, "vector_flops_per_s": {"fp32": 1e6, "bf16": 1e6},
+          "memory_bytes_per_s": 1e6, "host_link_bytes_per_s": 1e6, "launch_ns": 0, "capacity_gib": 0.0009765625,
+          "efficiency": {"matrix": 0.001, "vector": 0.001, "memory": 0.001}})",
+      "lowest.json");
+  ASSERT_TRUE(lowest.is_ok()) << lowest.status().to_string();
+  EXPECT_EQ(lowest->capacity_bytes, 1 << 20);
+}
+
+TEST(TopologyProfiles, LinkRatesOutsideTheirBoundsAreRefusedWithKeyValueAndRange) {
+  struct Case {
+    std::string json, key, value, allowed;
+  };
+  const std::vector<Case> cases = {
+      {R"({"name": "t", "kind": "switch", "port": {"gbit_per_s": 1e-20, "latency_ns": 2500}})", "port.gbit_per_s",
+       "value 1e-20 out of range", "Gbit/s in [0.001, 1e9]"},
+      {R"({"name": "t", "kind": "ring", "peer": {"gbit_per_s": 100, "latency_ns": 1}, "efficiency": 1e-300})",
+       "efficiency", "value 1e-300 out of range", "[0.001, 1]"},
+      {R"({"name": "t", "kind": "ring", "peer": {"gbit_per_s": 100, "latency_ns": 1}, "reduce_gbyte_per_s": 1e-9})",
+       "reduce_gbyte_per_s", "value 1e-09 out of range", "[0.001, 1e9]"},
+      {R"({"name": "t", "kind": "ring", "peer": {"gbit_per_s": 1e400, "latency_ns": 1}})", "peer.gbit_per_s",
+       "number overflow parsing '1e400'", "allowed: a finite number"},
+  };
+  for (const Case& c : cases) {
+    auto r = parse_topology(c.json, "odd.json");
+    ASSERT_FALSE(r.is_ok()) << c.json;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    const std::string& m = r.status().message();
+    EXPECT_NE(m.find("odd.json: key '" + c.key + "'"), std::string::npos) << m;
+    EXPECT_NE(m.find(c.value), std::string::npos) << m;
+    EXPECT_NE(m.find(c.allowed), std::string::npos) << m;
+  }
 }
 
 }  // namespace

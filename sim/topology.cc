@@ -271,7 +271,9 @@ Result<LinkSpec> read_link(const detail::JsonObject& root, const std::string& ke
   SHARDLAB_ASSIGN_OR_RETURN(detail::JsonObject o, root.object(key));
   SHARDLAB_RETURN_IF_ERROR(o.only({"gbit_per_s", "latency_ns"}));
   LinkSpec l;
-  SHARDLAB_ASSIGN_OR_RETURN(l.gbit_per_s, o.number("gbit_per_s", 0, 1e9, true, "line rate in Gbit/s > 0, e.g. 300"));
+  // NOTE [Profile bounds] in sim/profiles.cc: from 1 Mbit/s, far below any real link.
+  SHARDLAB_ASSIGN_OR_RETURN(l.gbit_per_s,
+                            o.number("gbit_per_s", 1e-3, 1e9, false, "line rate in Gbit/s in [0.001, 1e9], e.g. 300"));
   SHARDLAB_ASSIGN_OR_RETURN(const double lat, o.number("latency_ns", 0, 1e9, false, "an integer number of ns in [0, 1e9]"));
   if (lat != std::floor(lat)) return o.bad("latency_ns", "must be an integer number of ns");
   l.latency_ns = static_cast<Nanos>(lat);
@@ -325,18 +327,20 @@ Result<TopologySpec> parse_topology(const std::string& json_text, const std::str
     if (npl != std::floor(npl)) return root.bad("nodes_per_leaf", "must be an integer");
     t.max_devices_per_node = static_cast<int>(dpn);
     t.nodes_per_leaf = static_cast<int>(npl);
-    SHARDLAB_ASSIGN_OR_RETURN(t.oversubscription, root.number_or("oversubscription", 1.0, 1, 1e6, false,
-                                                                 "downlink / uplink capacity >= 1 (1: non-blocking)"));
+    SHARDLAB_ASSIGN_OR_RETURN(t.oversubscription, root.number_or("oversubscription", 1.0, 1, 1000, false,
+                                                                 "downlink / uplink capacity in [1, 1000] (1: "
+                                                                 "non-blocking)"));
     SHARDLAB_ASSIGN_OR_RETURN(const double sl, root.number_or("spine_latency_ns", 0, 0, 1e9, false,
                                                               "an integer number of ns in [0, 1e9]"));
     if (sl != std::floor(sl)) return root.bad("spine_latency_ns", "must be an integer number of ns");
     t.spine_latency_ns = static_cast<Nanos>(sl);
   }
-  SHARDLAB_ASSIGN_OR_RETURN(t.efficiency,
-                            root.number_or("efficiency", 1.0, 0, 1, true, "payload fraction of the line rate in (0, 1]"));
+  SHARDLAB_ASSIGN_OR_RETURN(t.efficiency, root.number_or("efficiency", 1.0, 1e-3, 1, false,
+                                                         "payload fraction of the line rate in [0.001, 1]"));
   if (root.has("reduce_gbyte_per_s")) {  // NOTE [Reduction cost]
-    SHARDLAB_ASSIGN_OR_RETURN(const double gbs, root.number("reduce_gbyte_per_s", 0, 1e9, true,
-                                                            "10^9 bytes/s > 0 (leave it out: reductions are free)"));
+    SHARDLAB_ASSIGN_OR_RETURN(const double gbs, root.number("reduce_gbyte_per_s", 1e-3, 1e9, false,
+                                                            "10^9 bytes/s in [0.001, 1e9] (leave it out: reductions "
+                                                            "are free)"));
     t.reduce_bytes_per_s = gbs * 1e9;
   }
   SHARDLAB_ASSIGN_OR_RETURN(const double overhead, root.number_or("collective_overhead_ns", 0, 0, 1e9, false,

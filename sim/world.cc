@@ -1,6 +1,10 @@
 #include "sim/world.h"
 
+#include <condition_variable>
 #include <exception>
+#include <mutex>
+#include <new>
+#include <system_error>
 #include <thread>
 
 #include "sim/communicator.h"
@@ -79,12 +83,27 @@ std::vector<RankResult> World::run(const std::function<Status(RankContext&)>& bo
     shared_->stream_tails.assign(static_cast<std::size_t>(n), {});
   }
   std::vector<RankResult> results(static_cast<std::size_t>(n));
+  // The start gate: bodies wait until every thread exists, or learn that one could not be
+  // created (then none runs: a partial world would wait for ranks that never come).
+  enum class Gate { kWaiting, kGo, kAbort };
+  std::mutex gate_mu;
+  std::condition_variable gate_cv;
+  Gate gate = Gate::kWaiting;
+  // When a thread cannot be created: which rank, and why (no allocation until every
+  // started thread is joined: the host is short of memory then).
+  int failed_rank = -1;
+  const char* why = "";
   std::vector<std::thread> threads;
   threads.reserve(static_cast<std::size_t>(n));
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r]() {
+  const auto body_of = [&](int r) {
+    return [&, r]() {
       const auto ur = static_cast<std::size_t>(r);
       RankResult& out = results[ur];
+      {
+        std::unique_lock<std::mutex> lock(gate_mu);
+        gate_cv.wait(lock, [&] { return gate != Gate::kWaiting; });
+        if (gate == Gate::kAbort) return;  // World::run fills in its status
+      }
       {
         SimCommunicator comm(shared_, group, r, clocks[ur].get(), options_.perturb_seed);
         RankContext ctx{r, n, *clocks[ur], comm, *devices[ur], *devices[ur]};
@@ -99,9 +118,33 @@ std::vector<RankResult> World::run(const std::function<Status(RankContext&)>& bo
       --shared_->live;
       shared_->maybe_resolve();
       shared_->cv.notify_all();
-    });
+    };
+  };
+  for (int r = 0; r < n && failed_rank < 0; ++r) {
+    try {
+      threads.emplace_back(body_of(r));
+    } catch (const std::system_error&) {  // pthread_create failed (EAGAIN: no stack, no thread slot)
+      failed_rank = r;
+      why = "Resource temporarily unavailable";
+    } catch (const std::bad_alloc&) {  // the thread's state could not be allocated
+      failed_rank = r;
+      why = "out of memory";
+    }
   }
+  {
+    std::lock_guard<std::mutex> lock(gate_mu);
+    gate = failed_rank < 0 ? Gate::kGo : Gate::kAbort;
+  }
+  gate_cv.notify_all();
   for (auto& t : threads) t.join();
+  if (failed_rank >= 0) {
+    threads.clear();
+    threads.shrink_to_fit();
+    const Status not_started = Status::unavailable(
+        "the host could not start a thread for simulated rank " + std::to_string(failed_rank) + " of " +
+        std::to_string(n) + " (" + why + "), so no rank ran; run fewer ranks, or world.mode: timing (no threads per rank)");
+    for (auto& r : results) r.status = not_started;
+  }
   {
     std::lock_guard<std::mutex> lock(shared_->mu);
     shared_->sends.clear();

@@ -36,6 +36,15 @@
 
 namespace shardlab::sim {
 
+// NOTE [Numerics world size]
+// A numerics world runs every rank as a host thread holding real tensors (its shards, its
+// activations, its stacks), so how many ranks fit is a property of the host, not of the
+// model: kMaxNumericsRanks at most. Callers refuse a larger world before starting it
+// (INVALID_ARGUMENT pointing to timing mode, which captures one rank's program and replays
+// it on up to 65,536 ranks without threads or values). Should the host still refuse a
+// thread, World::run starts no rank body, and every rank reports UNAVAILABLE (exit 3).
+inline constexpr int kMaxNumericsRanks = 1024;
+
 struct WorldOptions {
   int world_size = 1;
   // Per rank (index = rank; missing entries 1): how many times slower than `device` the
@@ -79,7 +88,10 @@ class World {
   World& operator=(const World&) = delete;
 
   // Runs body on every rank (one host thread each) and returns when all are done.
-  // A body that throws (e.g. a CheckFailure) yields an INTERNAL status for its rank.
+  // A body that throws (e.g. a CheckFailure) yields an INTERNAL status for its rank. The
+  // bodies start only once every thread exists: when the host cannot create one (NOTE
+  // [Numerics world size]), no body runs and every rank's status is UNAVAILABLE
+  // naming the rank whose thread failed.
   std::vector<RankResult> run(const std::function<Status(RankContext&)>& body);
 
   const WorldOptions& options() const { return options_; }

@@ -2,6 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "runtime/core/rng.h"
@@ -149,6 +155,46 @@ TEST(World, ARankThatThrowsIsReportedAndTheOthersDoNotHang) {
   EXPECT_NE(results[2].status.message().find("ctx.rank == 0 (2 vs 0)"), std::string::npos) << results[2].status.message();
   EXPECT_EQ(results[0].status.code(), StatusCode::kTimeout);
   EXPECT_EQ(results[1].status.code(), StatusCode::kTimeout);
+}
+
+// Runs a kMaxNumericsRanks world under an address-space limit that fits ~15 thread stacks
+// and exits 3 when no body ran and every rank reports UNAVAILABLE naming the failed thread.
+[[noreturn]] void run_world_with_few_threads() {
+  long pages = 0;
+  if (FILE* f = std::fopen("/proc/self/statm", "r")) {
+    if (std::fscanf(f, "%ld", &pages) != 1) pages = 0;
+    std::fclose(f);
+  }
+  const rlim_t cap = static_cast<rlim_t>(pages) * static_cast<rlim_t>(sysconf(_SC_PAGE_SIZE)) + (rlim_t{128} << 20);
+  rlimit limit;
+  limit.rlim_cur = limit.rlim_max = cap;
+  if (pages == 0 || setrlimit(RLIMIT_AS, &limit) != 0) std::_Exit(10);
+  WorldOptions o;
+  o.world_size = kMaxNumericsRanks;
+  World world(o);
+  std::atomic<int> bodies{0};
+  const auto results = world.run([&](RankContext&) {
+    ++bodies;
+    return Status::ok();
+  });
+  int unavailable = 0;
+  for (const auto& r : results) {
+    unavailable += r.status.code() == StatusCode::kUnavailable &&
+                   r.status.message().find("could not start a thread for simulated rank") != std::string::npos;
+  }
+  std::_Exit(bodies == 0 && unavailable == kMaxNumericsRanks ? 3 : 1);
+}
+
+// NOTE [Numerics world size]: when the host refuses a thread, no rank body runs — a
+// partial world would wait forever for the missing ranks — and every rank reports
+// UNAVAILABLE naming the rank whose thread failed, instead of std::terminate from the
+// joinable threads left behind.
+TEST(World, AThreadTheHostRefusesIsUnavailableOnEveryRankAndNoBodyRuns) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "an address-space limit breaks the sanitizers' shadow memory";
+#else
+  EXPECT_EXIT(run_world_with_few_threads(), ::testing::ExitedWithCode(3), "");
+#endif
 }
 
 TEST(World, OutOfMemoryNamesTheSimDeviceAndTheBreakdown) {

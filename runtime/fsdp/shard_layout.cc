@@ -15,8 +15,9 @@ Status overflow(const std::string& what) {
 
 Result<ShardLayout> ShardLayout::make(const std::vector<Shape>& shapes, int world_size, DType dtype,
                                       std::int64_t align_bytes) {
-  if (world_size < 1) {
-    return Status::invalid_argument("world size " + std::to_string(world_size) + " must be >= 1");
+  if (world_size < 1 || world_size > kMaxLayoutWorldSize) {
+    return Status::invalid_argument("world size " + std::to_string(world_size) + " is out of range; allowed: 1 to " +
+                                    std::to_string(kMaxLayoutWorldSize) + " ranks");
   }
   const auto es = static_cast<std::int64_t>(element_size(dtype));
   if (align_bytes < 0 || (align_bytes != 0 && align_bytes % es != 0)) {

@@ -51,9 +51,15 @@ struct RankShard {
   std::vector<ShardPiece> pieces;
 };
 
+// The largest world a layout is made for: the simulator's (timing mode, 65,536 ranks). A
+// layout holds one RankShard per rank, so a larger W is refused (INVALID_ARGUMENT) rather
+// than allocated.
+inline constexpr int kMaxLayoutWorldSize = 65536;
+
 class ShardLayout {
  public:
-  // align_bytes: 0 (none) or a positive multiple of the element size.
+  // align_bytes: 0 (none) or a positive multiple of the element size; world_size in
+  // [1, kMaxLayoutWorldSize].
   static Result<ShardLayout> make(const std::vector<Shape>& shapes, int world_size, DType dtype,
                                   std::int64_t align_bytes);
 

@@ -38,29 +38,99 @@ Result<BertHead> parse_bert_head(std::string_view name) {
                                   "BertForMaskedLM, BertForQuestionAnswering)");
 }
 
+namespace {
+
+// Checked int64 arithmetic: once an operation overflows, `ok` stays false.
+struct Checked {
+  bool ok = true;
+  std::int64_t add(std::int64_t a, std::int64_t b) {
+    std::int64_t r = 0;
+    ok = ok && !__builtin_add_overflow(a, b, &r);
+    return r;
+  }
+  std::int64_t mul(std::int64_t a, std::int64_t b) {
+    std::int64_t r = 0;
+    ok = ok && !__builtin_mul_overflow(a, b, &r);
+    return r;
+  }
+};
+
+std::string with_commas(std::int64_t v) {
+  std::string digits = std::to_string(v), out;
+  for (std::size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0 && digits[i - 1] != '-') out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<std::int64_t> bert_param_count(const BertConfig& c, BertHead head) {
+  const std::int64_t H = c.hidden_size, I = c.intermediate_size, V = c.vocab_size;
+  if (H < 1 || I < 1 || V < 1 || c.max_position_embeddings < 1 || c.type_vocab_size < 1 || c.num_labels < 1 ||
+      c.num_hidden_layers < 0) {
+    return Status::invalid_argument("BERT parameter count: every size must be positive");
+  }
+  // bert_param_specs, term by term: the embeddings (V + P + TV rows of H, LayerNorm 2H),
+  // each layer (q, k, v, attention output: H·H + H each; two LayerNorms: 2H each;
+  // intermediate I·H + I; output H·I + H), and the head.
+  Checked k;
+  const std::int64_t hh = k.add(k.mul(H, H), H);  // a square Linear
+  const std::int64_t emb = k.add(k.mul(k.add(k.add(V, c.max_position_embeddings), c.type_vocab_size), H), k.mul(2, H));
+  const std::int64_t layer =
+      k.add(k.add(k.mul(4, hh), k.mul(4, H)), k.add(k.add(k.mul(I, H), I), k.add(k.mul(H, I), H)));
+  std::int64_t head_n = 0;
+  switch (head) {
+    case BertHead::kSequenceClassification: head_n = k.add(hh, k.add(k.mul(c.num_labels, H), c.num_labels)); break;
+    case BertHead::kMaskedLM: head_n = k.add(k.add(hh, k.mul(2, H)), V); break;
+    case BertHead::kQuestionAnswering: head_n = k.add(k.mul(2, H), 2); break;
+  }
+  const std::int64_t total = k.add(k.add(emb, k.mul(layer, c.num_hidden_layers)), head_n);
+  if (!k.ok) return Status::invalid_argument("BERT parameter count: passes 2^63 (the sizes are too large)");
+  return total;
+}
+
 Status BertConfig::validate() const {
   auto bad = [](const std::string& what) { return Status::invalid_argument("BERT config: " + what); };
-  if (vocab_size < 1) return bad("vocab_size must be >= 1, got " + std::to_string(vocab_size));
-  if (hidden_size < 1) return bad("hidden_size must be >= 1, got " + std::to_string(hidden_size));
-  if (num_hidden_layers < 0) return bad("num_hidden_layers must be >= 0, got " + std::to_string(num_hidden_layers));
+  // A size in [lo, limit] (NOTE [BERT size limits]).
+  auto size = [&](const char* key, std::int64_t v, std::int64_t lo, std::int64_t limit) -> Status {
+    if (v < lo) return bad(std::string(key) + " must be >= " + std::to_string(lo) + ", got " + std::to_string(v));
+    if (v > limit) {
+      return bad(std::string(key) + " = " + std::to_string(v) + " is above the limit of " + with_commas(limit) +
+                 " (allowed: " + std::to_string(lo) + " to " + std::to_string(limit) + ")");
+    }
+    return Status::ok();
+  };
+  SHARDLAB_RETURN_IF_ERROR(size("vocab_size", vocab_size, 1, kMaxBertVocabSize));
+  SHARDLAB_RETURN_IF_ERROR(size("hidden_size", hidden_size, 1, kMaxBertHiddenSize));
+  SHARDLAB_RETURN_IF_ERROR(size("num_hidden_layers", num_hidden_layers, 0, kMaxBertLayers));
   if (num_attention_heads < 1 || hidden_size % num_attention_heads != 0) {
     return bad("num_attention_heads (" + std::to_string(num_attention_heads) + ") must be >= 1 and divide hidden_size (" +
                std::to_string(hidden_size) + ")");
   }
-  if (intermediate_size < 1) return bad("intermediate_size must be >= 1, got " + std::to_string(intermediate_size));
-  if (max_position_embeddings < 1) return bad("max_position_embeddings must be >= 1");
-  if (type_vocab_size < 1) return bad("type_vocab_size must be >= 1");
+  SHARDLAB_RETURN_IF_ERROR(size("intermediate_size", intermediate_size, 1, kMaxBertIntermediateSize));
+  SHARDLAB_RETURN_IF_ERROR(size("max_position_embeddings", max_position_embeddings, 1, kMaxBertPositions));
+  SHARDLAB_RETURN_IF_ERROR(size("type_vocab_size", type_vocab_size, 1, kMaxBertTypeVocabSize));
   if (!(layer_norm_eps > 0.0f) || !std::isfinite(layer_norm_eps)) return bad("layer_norm_eps must be a positive number");
   if (!(hidden_dropout_prob >= 0.0f && hidden_dropout_prob < 1.0f)) return bad("hidden_dropout_prob must be in [0, 1)");
   if (!(attention_probs_dropout_prob >= 0.0f && attention_probs_dropout_prob < 1.0f)) {
     return bad("attention_probs_dropout_prob must be in [0, 1)");
   }
-  if (num_labels < 1) return bad("num_labels must be >= 1, got " + std::to_string(num_labels));
-  if (pad_token_id < 0 || pad_token_id >= vocab_size) {
+  SHARDLAB_RETURN_IF_ERROR(size("num_labels", num_labels, 1, kMaxBertLabels));
+  if (pad_token_id < -1 || pad_token_id >= vocab_size) {
     return bad("pad_token_id " + std::to_string(pad_token_id) + " is outside the vocabulary [0, " +
-               std::to_string(vocab_size) + ")");
+               std::to_string(vocab_size) + ") and is not -1 (no padding row)");
   }
   if (!(initializer_range >= 0.0f) || !std::isfinite(initializer_range)) return bad("initializer_range must be >= 0");
+  for (BertHead head : {BertHead::kSequenceClassification, BertHead::kMaskedLM, BertHead::kQuestionAnswering}) {
+    SHARDLAB_ASSIGN_OR_RETURN(const std::int64_t n, bert_param_count(*this, head));
+    if (n > kMaxBertParameters) {
+      return bad("the model has " + with_commas(n) + " parameters with the " + std::string(bert_head_name(head)) +
+                 " head, above the limit of " + with_commas(kMaxBertParameters) + " (16 GB in fp32); allowed: sizes " +
+                 "whose parameters number at most " + with_commas(kMaxBertParameters));
+    }
+  }
   return Status::ok();
 }
 

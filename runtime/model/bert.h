@@ -40,6 +40,22 @@ std::string_view bert_architecture_name(BertHead head);    // "BertForSequenceCl
 // Accepts the short names and the Hugging Face architecture names.
 Result<BertHead> parse_bert_head(std::string_view name);
 
+// NOTE [BERT size limits]
+// Every dimension of a BertConfig and its parameter count are bounded, and checked (in
+// overflow-safe arithmetic) before anything is sized or allocated from them: a config.json
+// with vocab_size 2^62 or a million layers is INVALID_ARGUMENT naming the number and the
+// limit, not an abort or an allocation of gigabytes. The limits sit far above any BERT in
+// use (bert-large: V 30522, H 1024, I 4096, L 24, 335 M parameters; multilingual
+// vocabularies ~250 k): a transformer this harness can train is well inside them.
+inline constexpr std::int64_t kMaxBertVocabSize = std::int64_t{1} << 22;      // 4,194,304 word ids
+inline constexpr std::int64_t kMaxBertHiddenSize = 65536;
+inline constexpr std::int64_t kMaxBertIntermediateSize = 262144;              // 4 × the largest hidden size
+inline constexpr int kMaxBertLayers = 1000;
+inline constexpr std::int64_t kMaxBertPositions = std::int64_t{1} << 20;      // 1,048,576 (--seq-len's limit)
+inline constexpr std::int64_t kMaxBertTypeVocabSize = 65536;
+inline constexpr std::int64_t kMaxBertLabels = std::int64_t{1} << 20;
+inline constexpr std::int64_t kMaxBertParameters = 4'000'000'000;            // 16 GB in fp32
+
 struct BertConfig {
   std::int64_t vocab_size = 30522;
   std::int64_t hidden_size = 128;
@@ -53,11 +69,20 @@ struct BertConfig {
   float hidden_dropout_prob = 0.1f;
   float attention_probs_dropout_prob = 0.1f;
   std::int64_t num_labels = 2;
-  std::int64_t pad_token_id = 0;  // nn.Embedding(padding_idx): zero at init, no gradient from the lookup
+  // nn.Embedding(padding_idx): the row is zero at init and gets no gradient from the
+  // lookup (the tied MLM decoder still reaches it, as in PyTorch); -1: no padding row
+  // (config.json's null). Synthetic batches pad with it.
+  std::int64_t pad_token_id = 0;
   float initializer_range = 0.02f;
-  // Checks the invariants (positive sizes, heads dividing hidden, probabilities in [0, 1)).
+  // Checks the invariants (positive sizes within NOTE [BERT size limits], heads dividing
+  // hidden, probabilities in [0, 1), the parameter count of every head within the limit).
   Status validate() const;
 };
+
+// The number of parameters bert_param_specs(config, head) holds, computed without building
+// them and without overflow: INVALID_ARGUMENT when a size is not positive or the count
+// passes INT64_MAX. Does not apply the limits (validate() does).
+Result<std::int64_t> bert_param_count(const BertConfig& config, BertHead head);
 
 // bert-tiny, bert-mini, bert-small, bert-base, bert-large (bert.md); anything else is
 // INVALID_ARGUMENT listing the presets.

@@ -51,7 +51,10 @@ Result<Batch> synthetic_bert_batch(device::Device& dev, const BertConfig& config
   const std::int64_t first_normal_id = specials ? kBertMaskId + 1 : std::min<std::int64_t>(1, V - 1);
   const std::int64_t min_len = std::min<std::int64_t>(std::max<std::int64_t>(2, T / 2), T);
 
-  std::vector<std::int64_t> ids(static_cast<std::size_t>(B * T), kBertPadId), types(ids.size(), 0);
+  // Padding as a tokenizer pads: with the config's pad_token_id (the vocabulary's [PAD]
+  // when the config has no padding row).
+  const std::int64_t pad_id = config.pad_token_id >= 0 ? config.pad_token_id : kBertPadId;
+  std::vector<std::int64_t> ids(static_cast<std::size_t>(B * T), pad_id), types(ids.size(), 0);
   std::vector<float> mask(ids.size(), 0.0f);
   std::vector<std::int64_t> labels, starts, ends;
   if (head == BertHead::kMaskedLM) labels.assign(ids.size(), -100);

@@ -100,9 +100,9 @@ Status read_int(const std::string& path, const json& j, const char* key, std::in
   return fail("");
 }
 
-Status read_int(const std::string& path, const json& j, const char* key, std::int64_t lo, int& out) {
+Status read_int(const std::string& path, const json& j, const char* key, std::int64_t lo, int hi, int& out) {
   std::int64_t v = out;
-  SHARDLAB_RETURN_IF_ERROR(read_int(path, j, key, lo, INT_MAX, v));
+  SHARDLAB_RETURN_IF_ERROR(read_int(path, j, key, lo, hi, v));
   out = static_cast<int>(v);
   return Status::ok();
 }
@@ -323,14 +323,26 @@ Result<HfBertConfig> parse_bert_config(const std::string& path, const std::strin
   c.initializer_range = 0.02f;
   c.num_labels = 2;
 
-  constexpr std::int64_t kMax = INT64_MAX;
-  SHARDLAB_RETURN_IF_ERROR(read_int(path, j, "vocab_size", 1, kMax, c.vocab_size));
-  SHARDLAB_RETURN_IF_ERROR(read_int(path, j, "hidden_size", 1, kMax, c.hidden_size));
-  SHARDLAB_RETURN_IF_ERROR(read_int(path, j, "num_hidden_layers", 0, c.num_hidden_layers));
-  SHARDLAB_RETURN_IF_ERROR(read_int(path, j, "num_attention_heads", 1, c.num_attention_heads));
-  SHARDLAB_RETURN_IF_ERROR(read_int(path, j, "intermediate_size", 1, kMax, c.intermediate_size));
-  SHARDLAB_RETURN_IF_ERROR(read_int(path, j, "max_position_embeddings", 1, kMax, c.max_position_embeddings));
-  SHARDLAB_RETURN_IF_ERROR(read_int(path, j, "type_vocab_size", 1, kMax, c.type_vocab_size));
+  // NOTE [BERT size limits] in bert.h: every size within its limit before anything uses it.
+  SHARDLAB_RETURN_IF_ERROR(read_int(path, j, "vocab_size", 1, kMaxBertVocabSize, c.vocab_size));
+  SHARDLAB_RETURN_IF_ERROR(read_int(path, j, "hidden_size", 1, kMaxBertHiddenSize, c.hidden_size));
+  SHARDLAB_RETURN_IF_ERROR(read_int(path, j, "num_hidden_layers", 0, kMaxBertLayers, c.num_hidden_layers));
+  SHARDLAB_RETURN_IF_ERROR(
+      read_int(path, j, "num_attention_heads", 1, static_cast<int>(kMaxBertHiddenSize), c.num_attention_heads));
+  SHARDLAB_RETURN_IF_ERROR(read_int(path, j, "intermediate_size", 1, kMaxBertIntermediateSize, c.intermediate_size));
+  SHARDLAB_RETURN_IF_ERROR(
+      read_int(path, j, "max_position_embeddings", 1, kMaxBertPositions, c.max_position_embeddings));
+  SHARDLAB_RETURN_IF_ERROR(read_int(path, j, "type_vocab_size", 1, kMaxBertTypeVocabSize, c.type_vocab_size));
+
+  // nn.Embedding(padding_idx=config.pad_token_id): a word id inside the vocabulary, or
+  // null (no padding row, -1 here). transformers' default is 0.
+  c.pad_token_id = 0;
+  const auto pad = j.find("pad_token_id");
+  if (pad != j.end() && pad->is_null()) {
+    c.pad_token_id = -1;
+  } else {
+    SHARDLAB_RETURN_IF_ERROR(read_int(path, j, "pad_token_id", 0, c.vocab_size - 1, c.pad_token_id));
+  }
 
   const auto id2label = j.find("id2label");
   if (id2label != j.end() && !id2label->is_null()) {
@@ -340,7 +352,7 @@ Result<HfBertConfig> parse_bert_config(const std::string& path, const std::strin
     c.num_labels = static_cast<std::int64_t>(id2label->size());
   }
   const std::int64_t from_id2label = c.num_labels;
-  SHARDLAB_RETURN_IF_ERROR(read_int(path, j, "num_labels", 1, kMax, c.num_labels));
+  SHARDLAB_RETURN_IF_ERROR(read_int(path, j, "num_labels", 1, kMaxBertLabels, c.num_labels));
   if (id2label != j.end() && !id2label->is_null() && c.num_labels != from_id2label) {
     return bad(path, "config key 'num_labels' is " + std::to_string(c.num_labels) + " but 'id2label' has " +
                          std::to_string(from_id2label) + " entries; they must agree");

@@ -138,13 +138,13 @@ TEST(BertConfigJson, WrongTypesAndRangesNameKeyFoundAndAllowed) {
       {R"({"hidden_size": true})", "hidden_size", "true (a boolean)", "an integer"},
       {R"({"hidden_size": null})", "hidden_size", "null", "an integer"},
       {R"({"hidden_size": [768]})", "hidden_size", "(an array)", "an integer"},
-      {R"({"vocab_size": 99999999999999999999})", "vocab_size", "out of range", "9223372036854775807]"},
-      {R"({"vocab_size": 18446744073709551615})", "vocab_size", "out of range", "9223372036854775807]"},
+      {R"({"vocab_size": 99999999999999999999})", "vocab_size", "out of range", "an integer in [1, 4194304]"},
+      {R"({"vocab_size": 18446744073709551615})", "vocab_size", "out of range", "an integer in [1, 4194304]"},
       {R"({"vocab_size": 1e30})", "vocab_size", "out of range", "an integer in [1, "},
       {R"({"vocab_size": 1e400})", "vocab_size", "overflow", "a finite number"},
-      {R"({"num_hidden_layers": 3000000000})", "num_hidden_layers", "out of range", "[0, 2147483647]"},
-      {R"({"num_hidden_layers": -1})", "num_hidden_layers", "-1", "[0, 2147483647]"},
-      {R"({"num_attention_heads": 0})", "num_attention_heads", "0 (an integer), out of range", "[1, 2147483647]"},
+      {R"({"num_hidden_layers": 3000000000})", "num_hidden_layers", "out of range", "[0, 1000]"},
+      {R"({"num_hidden_layers": -1})", "num_hidden_layers", "-1", "[0, 1000]"},
+      {R"({"num_attention_heads": 0})", "num_attention_heads", "0 (an integer), out of range", "[1, 65536]"},
       {R"({"num_labels": 0})", "num_labels", "out of range", "an integer in [1, "},
       {R"({"layer_norm_eps": "1e-12"})", "layer_norm_eps", "(a string)", "a number > 0"},
       {R"({"layer_norm_eps": 0})", "layer_norm_eps", "out of range", "a number > 0"},
@@ -161,6 +161,54 @@ TEST(BertConfigJson, WrongTypesAndRangesNameKeyFoundAndAllowed) {
     EXPECT_NE(m.find(std::string("'") + c.key + "'"), std::string::npos) << c.text << " → " << m;
     EXPECT_NE(m.find(c.found), std::string::npos) << c.text << " → " << m;
     EXPECT_NE(m.find(c.allowed), std::string::npos) << c.text << " → " << m;
+  }
+}
+
+// NOTE [BERT size limits]: sizes that would overflow or exhaust memory are refused with the
+// number and the limit, before anything is sized from them (they used to abort the process).
+TEST(BertConfigJson, HugeSizesAreRefusedWithTheNumberAndTheLimit) {
+  const BadValue cases[] = {
+      {R"({"vocab_size": 4611686018427387904})", "vocab_size", "4611686018427387904 (an integer), out of range",
+       "an integer in [1, 4194304]"},
+      {R"({"hidden_size": 1099511627776, "num_attention_heads": 16})", "hidden_size", "1099511627776",
+       "an integer in [1, 65536]"},
+      {R"({"intermediate_size": 4611686018427387904})", "intermediate_size", "4611686018427387904",
+       "an integer in [1, 262144]"},
+      {R"({"num_hidden_layers": 1000000})", "num_hidden_layers", "1000000", "an integer in [0, 1000]"},
+      {R"({"max_position_embeddings": 4611686018427387904})", "max_position_embeddings", "4611686018427387904",
+       "an integer in [1, 1048576]"},
+      {R"({"type_vocab_size": 4611686018427387904})", "type_vocab_size", "4611686018427387904",
+       "an integer in [1, 65536]"},
+      {R"({"num_labels": 4611686018427387904})", "num_labels", "4611686018427387904", "an integer in [1, 1048576]"},
+  };
+  for (const BadValue& c : cases) {
+    const std::string m = config_error(c.text);
+    EXPECT_NE(m.find(std::string("'") + c.key + "'"), std::string::npos) << c.text << " → " << m;
+    EXPECT_NE(m.find(c.found), std::string::npos) << c.text << " → " << m;
+    EXPECT_NE(m.find(c.allowed), std::string::npos) << c.text << " → " << m;
+  }
+  // Every size within its limit, the parameter count beyond its own: 4,194,304 × 4096 word embeddings.
+  const std::string m = config_error(R"({"vocab_size": 4194304, "hidden_size": 4096, "num_attention_heads": 16})");
+  EXPECT_NE(m.find("parameters"), std::string::npos) << m;
+  EXPECT_NE(m.find("above the limit of 4,000,000,000"), std::string::npos) << m;
+  // At the limits of the sizes that stay within the parameter count: accepted.
+  EXPECT_TRUE(parse_bert_config("c", R"({"num_hidden_layers": 1000, "hidden_size": 256, "num_attention_heads": 4,
+                                          "intermediate_size": 1024})")
+                  .is_ok());
+}
+
+// nn.Embedding(padding_idx=config.pad_token_id): read, not assumed 0; null means no
+// padding row.
+TEST(BertConfigJson, PadTokenIdIsReadAndNullMeansNoPaddingRow) {
+  EXPECT_EQ(parse_bert_config("c", "{}")->config.pad_token_id, 0);
+  EXPECT_EQ(parse_bert_config("c", R"({"pad_token_id": 7})")->config.pad_token_id, 7);
+  EXPECT_EQ(parse_bert_config("c", R"({"pad_token_id": null})")->config.pad_token_id, -1);
+  EXPECT_EQ(parse_bert_config("c", R"({"vocab_size": 50, "pad_token_id": 49})")->config.pad_token_id, 49);
+  for (const char* bad : {R"({"vocab_size": 50, "pad_token_id": 50})", R"({"pad_token_id": -1})",
+                          R"({"pad_token_id": "0"})"}) {
+    const std::string m = config_error(bad);
+    EXPECT_NE(m.find("'pad_token_id'"), std::string::npos) << bad << " → " << m;
+    EXPECT_NE(m.find("allowed: an integer in [0, "), std::string::npos) << bad << " → " << m;
   }
 }
 

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <memory>
 
 #include "runtime/device/cpu/device.h"
@@ -179,6 +180,47 @@ TEST(Bert, PaddingRowOfTheWordEmbeddingsGetsNoGradientFromTheLookup) {
   EXPECT_GT(other, 0.0);
 }
 
+// The config's pad_token_id is the padding row: zero at init (Hugging Face's _init_weights),
+// no gradient from the lookup, and what synthetic batches pad with. The QA head reads every
+// position, padding included, so only padding_idx keeps that row's gradient at zero.
+TEST(Bert, PadTokenIdPicksThePaddingRow) {
+  BertOptions o = small(BertHead::kQuestionAnswering);
+  o.config.pad_token_id = 5;
+  Fixture f(o);
+  const float* p = f.params.data<float>();
+  for (std::int64_t h = 0; h < 16; ++h) {
+    EXPECT_EQ(p[5 * 16 + h], 0.0f) << h;   // the padding row
+  }
+  double row0 = 0;
+  for (std::int64_t h = 0; h < 16; ++h) row0 += std::fabs(p[h]);
+  EXPECT_GT(row0, 0.0);  // id 0 is an ordinary row now
+  const Tensor ids = *f.batch.get("input_ids");
+  const Tensor mask = *f.batch.get("attention_mask");
+  bool padded = false;
+  for (std::int64_t i = 0; i < ids.numel(); ++i) {
+    if (mask.data<float>()[i] == 0.0f) {
+      EXPECT_EQ(ids.data<std::int64_t>()[i], 5) << i;
+      padded = true;
+    }
+  }
+  ASSERT_TRUE(padded);
+  f.run({1.0f, 1.0f});
+  const float* g = f.grads.data<float>();
+  for (std::int64_t h = 0; h < 16; ++h) EXPECT_EQ(g[5 * 16 + h], 0.0f) << h;
+  // The same batch with padding_idx 0 (ids unchanged): the padding positions' QA logits now
+  // reach row 5 through the lookup.
+  BertOptions unpadded = o;
+  unpadded.config.pad_token_id = 0;
+  Fixture u(unpadded);
+  for (const auto& [name, t] : f.batch.tensors) {
+    std::memcpy(u.batch.tensors.at(name).bytes(), t.bytes(), static_cast<std::size_t>(t.nbytes()));
+  }
+  u.run({1.0f, 1.0f});
+  double reached = 0;
+  for (std::int64_t h = 0; h < 16; ++h) reached += std::fabs(u.grads.data<float>()[5 * 16 + h]);
+  EXPECT_GT(reached, 0.0);
+}
+
 TEST(Bert, MaskedLmWithoutTargetsContributesNothingAndNoNaN) {
   Fixture f(small(BertHead::kMaskedLM));
   Tensor labels = *f.batch.get("labels");
@@ -265,6 +307,57 @@ TEST(Bert, SpecsFollowHuggingFaceNamesAndLayers) {
   EXPECT_EQ(specs.back().name, "cls.predictions.bias");
   EXPECT_EQ(specs.back().layer, 13);
   EXPECT_FALSE(bert_preset("bert-huge").is_ok());
+}
+
+// bert_param_count is bert_param_specs' total, without building the specs.
+TEST(Bert, ParamCountMatchesTheSpecsForEveryPresetAndHead) {
+  for (const std::string& name : bert_preset_names()) {
+    for (BertHead head : {BertHead::kSequenceClassification, BertHead::kMaskedLM, BertHead::kQuestionAnswering}) {
+      BertConfig c = *bert_preset(name);
+      c.num_labels = 7;
+      const auto n = bert_param_count(c, head);
+      ASSERT_TRUE(n.is_ok()) << n.status().to_string();
+      EXPECT_EQ(*n, total_numel(bert_param_specs(c, head))) << name << " " << bert_head_name(head);
+    }
+  }
+  EXPECT_EQ(*bert_param_count(*bert_preset("bert-base"), BertHead::kMaskedLM), 109514298);
+}
+
+// NOTE [BERT size limits]: validate() refuses each size past its limit, and a parameter
+// count past its own, naming the number and the limit; the count never overflows.
+TEST(Bert, ValidateBoundsEverySizeAndTheParameterCount) {
+  EXPECT_TRUE(bert_preset("bert-large")->validate().is_ok());
+  struct Case {
+    std::function<void(BertConfig&)> set;
+    std::string words;
+  };
+  const std::int64_t huge = std::int64_t{1} << 62;
+  const Case cases[] = {
+      {[&](BertConfig& c) { c.vocab_size = huge; }, "vocab_size = 4611686018427387904 is above the limit of 4,194,304"},
+      {[&](BertConfig& c) { c.hidden_size = std::int64_t{1} << 40; }, "hidden_size = 1099511627776 is above the limit of 65,536"},
+      {[&](BertConfig& c) { c.intermediate_size = huge; }, "intermediate_size = 4611686018427387904 is above the limit of 262,144"},
+      {[&](BertConfig& c) { c.num_hidden_layers = 1000000; }, "num_hidden_layers = 1000000 is above the limit of 1,000"},
+      {[&](BertConfig& c) { c.max_position_embeddings = huge; }, "max_position_embeddings = 4611686018427387904"},
+      {[&](BertConfig& c) { c.type_vocab_size = huge; }, "type_vocab_size = 4611686018427387904"},
+      {[&](BertConfig& c) { c.num_labels = huge; }, "num_labels = 4611686018427387904"},
+      {[&](BertConfig& c) {
+         c.hidden_size = 65536;
+         c.num_attention_heads = 16;
+         c.num_hidden_layers = 10;
+       },
+       "above the limit of 4,000,000,000"},
+  };
+  for (const Case& k : cases) {
+    BertConfig c;
+    k.set(c);
+    const Status s = c.validate();
+    ASSERT_FALSE(s.is_ok()) << k.words;
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(s.message().find(k.words), std::string::npos) << s.message();
+  }
+  BertConfig overflow;
+  overflow.vocab_size = overflow.hidden_size = huge;
+  EXPECT_FALSE(bert_param_count(overflow, BertHead::kMaskedLM).is_ok());
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "runtime/device/cpu/device.h"
@@ -141,9 +142,75 @@ TEST(BertFsdp, ARankWithoutMaskedTargetsContributesZerosNotNaN) {
   EXPECT_TRUE(compare(*sharded, *single, 1e-4, 1e-6).within_tolerance) << compare(*sharded, *single, 1e-4, 1e-6).describe();
 }
 
+// NOTE [Loss without targets]: a step whose global batch has no target (every label -100)
+// has loss NaN, as PyTorch's mean cross-entropy, and zero gradients; the oracle agrees
+// (bitwise, NaN losses compare equal), and the next step with targets is finite again.
+TEST(BertFsdp, AStepWithoutAnyTargetHasLossNaNAndZeroGradientsLikePyTorch) {
+  FsdpTrainOptions o = bert_run(BertHead::kMaskedLM);
+  o.optimizer.kind = optim::OptimizerConfig::Kind::kSgd;  // zero gradients leave SGD's parameters as they are
+  const model::Bert bert(o.bert);
+  o.data = [&](device::Device& dev, std::int64_t step, std::int64_t first, std::int64_t rows) -> Result<model::Batch> {
+    SHARDLAB_ASSIGN_OR_RETURN(model::Batch b, bert.synthetic_batch(dev, o.seed, step, first, rows));
+    if (step == 0) {
+      Tensor labels = *b.get("labels");
+      for (std::int64_t i = 0; i < labels.numel(); ++i) labels.data<std::int64_t>()[i] = -100;
+    }
+    return b;
+  };
+  o.steps = 1;
+  auto sharded = run_sim(o, 4);
+  ASSERT_TRUE(sharded.is_ok()) << sharded.status().to_string();
+  ASSERT_EQ(sharded->losses.size(), 1u);
+  EXPECT_TRUE(std::isnan(sharded->losses[0])) << sharded->losses[0];
+  for (float g : sharded->last_grads) ASSERT_EQ(g, 0.0f);
+  device::cpu::CpuDevice dev;
+  auto oracle = train_oracle(dev, o, 4);
+  ASSERT_TRUE(oracle.is_ok());
+  EXPECT_TRUE(std::isnan(oracle->losses[0]));
+  EXPECT_TRUE(compare(*sharded, *oracle).bitwise) << compare(*sharded, *oracle).describe();
+  EXPECT_TRUE(compare(*sharded, *oracle).within_tolerance);
+  o.steps = 2;
+  sharded = run_sim(o, 4);
+  ASSERT_TRUE(sharded.is_ok());
+  EXPECT_TRUE(std::isnan(sharded->losses[0]));
+  EXPECT_TRUE(std::isfinite(sharded->losses[1])) << sharded->losses[1];
+}
+
 // Regression: BACKWARD_POST prefetch once followed "the next unit by layer", so after the
 // root unit (embeddings + head, first in forward order) finished its backward it
 // re-unsharded a BertLayer and the iteration ended with that unit unsharded.
+// NOTE [Host memory plan]: a numerics run whose parameters alone (16 bytes each at least)
+// pass the host's memory is refused before anything is allocated, naming both numbers.
+TEST(BertFsdp, NumericsRunsThatCannotFitTheHostAreRefusedBeforeAllocating) {
+  FsdpTrainOptions o = bert_run(BertHead::kMaskedLM);
+  o.bert.config = *model::bert_preset("bert-large");
+  const std::int64_t params = *model::bert_param_count(o.bert.config, o.bert.head);  // 335 M
+  const std::int64_t gib = std::int64_t{1} << 30;
+  const Status s = check_numerics_host_memory(o, 4 * gib);
+  ASSERT_FALSE(s.is_ok());
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find(std::to_string(params) + " parameters"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("more than the host's 4.0 GiB"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("world.mode: timing"), std::string::npos) << s.message();
+  EXPECT_TRUE(check_numerics_host_memory(o, params * kNumericsBytesPerParameter).is_ok());
+  EXPECT_TRUE(check_numerics_host_memory(o, 0).is_ok());  // unknown: no check
+  EXPECT_GT(host_memory_bytes(), 0);
+}
+
+// A NaN max_grad_norm would turn clipping off without a word (every `norm > max` is false).
+TEST(BertFsdp, MaxGradNormMustBeFiniteAndNonNegative) {
+  FsdpTrainOptions o = bert_run(BertHead::kMaskedLM);
+  for (double bad : {std::nan(""), std::numeric_limits<double>::infinity(), -1.0}) {
+    o.max_grad_norm = bad;
+    const Status s = validate(o, 2);
+    ASSERT_FALSE(s.is_ok()) << bad;
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(s.message().find("finite number >= 0"), std::string::npos) << s.message();
+  }
+  o.max_grad_norm = 0.0;
+  EXPECT_TRUE(validate(o, 2).is_ok());
+}
+
 TEST(BertFsdp, BackwardPostPrefetchWithARootSpanningEmbeddingsAndHead) {
   for (auto prefetch : {fsdp::BackwardPrefetch::kBackwardPost, fsdp::BackwardPrefetch::kBackwardPre}) {
     FsdpTrainOptions o = bert_run(BertHead::kMaskedLM);

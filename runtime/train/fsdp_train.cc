@@ -1,10 +1,13 @@
 #include "runtime/train/fsdp_train.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "runtime/device/cpu/device.h"
@@ -59,12 +62,15 @@ std::vector<float> term_scales(const model::Model& m, const std::vector<std::int
   return scale;
 }
 
-// The micro-batch's share of the step's mean loss.
+// The micro-batch's share of the step's mean loss. NOTE [Loss without targets]: a term
+// whose global target count is 0 is a mean over nothing, NaN — PyTorch's mean
+// cross-entropy with every label ignored — while its gradients stay 0 (term_scales).
 float loss_share(const model::Model& m, const std::vector<double>& sums, const std::vector<std::int64_t>& global_counts) {
   const std::vector<double> w = m.loss_term_weights();
   float share = 0.0f;
   for (std::size_t t = 0; t < w.size(); ++t) {
-    if (global_counts[t] > 0) share += static_cast<float>(w[t] * sums[t] / static_cast<double>(global_counts[t]));
+    share += global_counts[t] > 0 ? static_cast<float>(w[t] * sums[t] / static_cast<double>(global_counts[t]))
+                                  : std::numeric_limits<float>::quiet_NaN();
   }
   return share;
 }
@@ -165,6 +171,11 @@ Status validate(const FsdpTrainOptions& o, int world) {
   if (!(o.optimizer.lr > 0.0f) || !std::isfinite(o.optimizer.lr)) {
     return Status::invalid_argument("lr must be a positive finite number");
   }
+  // NaN would silently turn clipping off (every `norm > max` test is false).
+  if (!(o.max_grad_norm >= 0.0) || !std::isfinite(o.max_grad_norm)) {
+    return Status::invalid_argument("max_grad_norm " + std::to_string(o.max_grad_norm) +
+                                    " must be a finite number >= 0 (0: no clipping)");
+  }
   if (o.grad_accumulation < 1 || o.global_batch < 1 ||
       o.global_batch % (static_cast<std::int64_t>(world) * o.grad_accumulation) != 0) {
     return Status::invalid_argument("global batch " + std::to_string(o.global_batch) + " does not split evenly into " +
@@ -175,6 +186,44 @@ Status validate(const FsdpTrainOptions& o, int world) {
   if (fsdp::is_hybrid(o.fsdp.strategy) && (o.fsdp.devices_per_node < 1 || world % o.fsdp.devices_per_node != 0)) {
     return Status::invalid_argument(std::string(fsdp::strategy_name(o.fsdp.strategy)) +
                                     " needs devices_per_node dividing the world size " + std::to_string(world));
+  }
+  return Status::ok();
+}
+
+std::int64_t host_memory_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  if (pages <= 0 || page <= 0) return 0;
+  std::int64_t bytes = 0;
+  if (__builtin_mul_overflow(static_cast<std::int64_t>(pages), static_cast<std::int64_t>(page), &bytes)) return INT64_MAX;
+  return bytes;
+}
+
+Status check_numerics_host_memory(const FsdpTrainOptions& o, std::int64_t host_bytes) {
+  if (host_bytes <= 0) return Status::ok();
+  std::int64_t params = 0;
+  if (o.model_kind == ModelKind::kBert) {
+    SHARDLAB_ASSIGN_OR_RETURN(params, model::bert_param_count(o.bert.config, o.bert.head));
+  } else {
+    const std::unique_ptr<model::Model> m = make_model(o);
+    for (const auto& spec : m->params()) {
+      SHARDLAB_ASSIGN_OR_RETURN(const std::int64_t n, checked_numel(spec.shape));
+      if (__builtin_add_overflow(params, n, &params)) return Status::invalid_argument("the parameter count passes 2^63");
+    }
+  }
+  std::int64_t planned = 0;
+  if (__builtin_mul_overflow(params, kNumericsBytesPerParameter, &planned) || planned > host_bytes) {
+    const auto gib = [](double b) {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%.1f GiB", b / static_cast<double>(std::int64_t{1} << 30));
+      return std::string(buf);
+    };
+    return Status::invalid_argument(
+        "the model has " + std::to_string(params) + " parameters; a numerics run holds at least " +
+        std::to_string(kNumericsBytesPerParameter) + " bytes of each in this host's memory (NOTE [Host memory plan]): " +
+        gib(static_cast<double>(params) * kNumericsBytesPerParameter) + ", more than the host's " +
+        gib(static_cast<double>(host_bytes)) + "; allowed: a model of at most " +
+        std::to_string(host_bytes / kNumericsBytesPerParameter) +
+        " parameters here, or world.mode: timing (phantom tensors, no values)");
   }
   return Status::ok();
 }
@@ -551,12 +600,16 @@ Comparison compare(const FsdpTrainResult& a, const FsdpTrainResult& b, double rt
     b_losses.erase(b_losses.begin(), b_losses.begin() + a.first_step);
   }
   if (a.losses.size() != b_losses.size()) c.within_tolerance = false;
+  bool same_losses = a.losses.size() == b_losses.size();
   for (std::size_t i = 0; i < std::min(a.losses.size(), b_losses.size()); ++i) {
+    // NOTE [Loss without targets]: a step without targets is NaN on both sides, and equal.
+    if (std::isnan(a.losses[i]) && std::isnan(b_losses[i])) continue;
+    same_losses = same_losses && a.losses[i] == b_losses[i];
     const double d = std::fabs(a.losses[i] - b_losses[i]);
     c.max_loss_diff = std::max(c.max_loss_diff, d);
     if (!(d <= atol + rtol * std::fabs(b_losses[i]))) c.within_tolerance = false;
   }
-  c.bitwise = same_bits(a.last_grads, b.last_grads) && same_bits(a.final_params, b.final_params) && a.losses == b_losses;
+  c.bitwise = same_bits(a.last_grads, b.last_grads) && same_bits(a.final_params, b.final_params) && same_losses;
   return c;
 }
 

@@ -9,6 +9,14 @@
 // target contributes zeros, not NaN. Then optional global grad-norm clipping and a
 // sharded optimizer step.
 //
+// NOTE [Loss without targets]
+// When a loss term has no valid target in the whole step (every label -100 on every rank
+// and micro-batch), its mean is over nothing: the step's loss is NaN, as PyTorch's mean
+// cross-entropy (and transformers' loss / num_items_in_batch) gives, and the term's
+// gradients are 0, as PyTorch's backward gives. Only the global count decides: a rank or
+// micro-batch without targets while others have some is finite (docs/troubleshooting.md).
+// compare() treats NaN losses on both sides as equal.
+//
 // train_oracle: one process, no sharding, the same concatenated global batch. It computes
 // each rank's chunk gradient separately and combines them exactly as the collectives do
 // on the sim backend (pre-divide, sum in rank order — per node then across nodes for
@@ -167,6 +175,22 @@ struct FsdpTrainResult {
 
 Status validate(const FsdpTrainOptions& options, int world_size);
 std::unique_ptr<model::Model> make_model(const FsdpTrainOptions& options);
+
+// NOTE [Host memory plan]
+// A numerics run on the simulator keeps real values in this host's memory: every rank's
+// shard of the parameters, their gradients and the optimizer state, the host-built model
+// the ranks start from, and the gathered results (and the oracle's unsharded copy). That
+// is at least kNumericsBytesPerParameter bytes a parameter whatever the world size (fp32
+// parameters and gradients over all shards, the host-built model, the gathered gradients),
+// so a model whose plan passes the host's physical memory cannot run here: it is refused
+// before anything is allocated (INVALID_ARGUMENT naming the parameter count, the planned
+// bytes and the host's), where it would otherwise end in bad_alloc or the OOM killer.
+// Timing mode holds no values (phantom tensors) and needs no such plan.
+inline constexpr std::int64_t kNumericsBytesPerParameter = 16;
+// This machine's physical memory in bytes (0 when the system does not say).
+std::int64_t host_memory_bytes();
+// Checks the plan of `options` (validated) against `host_bytes` (0: unknown, no check).
+Status check_numerics_host_memory(const FsdpTrainOptions& options, std::int64_t host_bytes);
 fsdp::WrapPlan wrap_plan(const FsdpTrainOptions& options, const model::Model& model);
 
 // One rank's FSDP training loop, step by step (train_fsdp runs it to the end).

@@ -412,10 +412,10 @@ class Replayer {
             for (int k = 0; k < n.count; ++k) {
               const ComputeOp& op = p.ops[static_cast<std::size_t>(n.index + k)];
               rec.add_compute({op.name, kTraceCompute, at, op.duration, -1, {}, {}});
-              at += op.duration;
+              at = add_time(at, op.duration);
             }
           }
-          s.t += n.duration;
+          s.t = add_time(s.t, n.duration);  // NOTE [Virtual time limit] in sim/cost_model.h
           break;
         case NodeKind::kIssue: {
           const CollectiveDesc& desc = p.collectives[static_cast<std::size_t>(n.index)];
