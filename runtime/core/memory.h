@@ -3,7 +3,7 @@
 // Every Storage a Device hands out is reserved here first and released when the
 // Storage dies, so peaks are exact. An allocation that would exceed the capacity fails
 // with an OUT_OF_MEMORY Status naming the device, the request, its label and category,
-// and the breakdown by category at that moment (DESIGN.md "Errors").
+// and the breakdown by category at that moment (CONTRIBUTING.md, "Errors and exit codes").
 //
 // Thread safety: all methods are thread-safe (one mutex).
 #pragma once

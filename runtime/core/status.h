@@ -4,7 +4,7 @@
 // Status). Both are [[nodiscard]]. Broken invariants are not Statuses: they use
 // SHARDLAB_CHECK (check.h). Messages name the thing, the value and what was expected.
 //
-// Codes map onto the CLI's exit codes (DESIGN.md "Errors"): bad input (kInvalidArgument)
+// Codes map onto the CLI's exit codes (CONTRIBUTING.md, "Errors and exit codes"): bad input (kInvalidArgument)
 // is exit 2, every runtime failure (OOM, timeout, peer loss, corruption) is exit 3.
 //
 // Thread safety: values; safe to copy between threads.

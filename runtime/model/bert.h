@@ -1,4 +1,4 @@
-// BERT as Hugging Face transformers defines it (../shared/reference/bert.md): the same
+// BERT as Hugging Face transformers defines it (modeling_bert.py): the same
 // function and parameter names as BertForSequenceClassification, BertForMaskedLM and
 // BertForQuestionAnswering, written against the Device op set.
 //
