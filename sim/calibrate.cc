@@ -247,7 +247,7 @@ Result<OpFactors> measure_op_factors(runtime::device::Device& device, const Cloc
     const Nanos memory_before = memory_clock.now();
     SHARDLAB_RETURN_IF_ERROR(op(memory_sim));
     const Nanos memory_charged = memory_clock.now() - memory_before;
-    SHARDLAB_ASSIGN_OR_RETURN(const Nanos t, best_time(device, clock, quick, co, [&] { return op(device); }));
+    SHARDLAB_ASSIGN_OR_RETURN(const Nanos t, best_time(device, clock, quick, co, [&, &op = op] { return op(device); }));
     if (charged <= 0) continue;  // no compute term at this size: nothing to scale
     const double work = static_cast<double>(std::max<Nanos>(t - measured.launch_ns, 1));
     factors.compute.emplace(key, std::clamp(work / static_cast<double>(charged), 1e-3, 1000.0));
