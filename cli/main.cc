@@ -507,6 +507,11 @@ int main_impl(int argc, char** argv) {
         code = 2;
         continue;
       }
+      if (shardlab::Status st = shardlab::cli::check_run_plan(probe); !st.is_ok()) {
+        std::fprintf(stderr, "%s: %s\n", f.c_str(), st.message().c_str());
+        code = 2;
+        continue;
+      }
       for (const auto& note : spec->notes) std::printf("%s: note: %s\n", f.c_str(), note.c_str());
       if (validate_print) {
         std::printf("%s", shardlab::cli::to_yaml(*spec).c_str());

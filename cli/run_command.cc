@@ -290,6 +290,9 @@ int fail(const Status& s) {
   return s.exit_code();
 }
 
+// How long a failed MPI rank waits for the others to answer its roll call.
+constexpr Nanos kRollCallGrace = 2 * kNanosPerSecond;
+
 // NOTE [Simulated device_id] (cli/scenario_run.h): refused before any rank starts.
 Status check_run_device_id(const RunArgs& a, const std::string& torch_device, int world) {
   const int dpn = a.train.fsdp.devices_per_node > 0 ? a.train.fsdp.devices_per_node : world;
@@ -298,11 +301,7 @@ Status check_run_device_id(const RunArgs& a, const std::string& torch_device, in
 }
 
 int run_sim(const RunArgs& a) {
-  if (a.world_size > sim::kMaxNumericsRanks) return fail(numerics_world_too_big(a.world_size));
-  if (Status s = runtime::train::validate(a.train, a.world_size); !s.is_ok()) return fail(s);
-  if (Status s = runtime::train::check_numerics_host_memory(a.train, runtime::train::host_memory_bytes()); !s.is_ok()) {
-    return fail(s);
-  }
+  if (Status s = check_run_plan(a); !s.is_ok()) return fail(s);
   sim::WorldOptions o;
   o.world_size = a.world_size;
   o.trace = !a.out_dir.empty();
@@ -463,6 +462,7 @@ int run_mpi(const RunArgs& a, int* argc, char*** argv) {
   SteadyClock clock;
   auto world = runtime::comm::mpi::MpiEnvironment::create_world(clock);
   if (!world.is_ok()) return fail(world.status());
+  runtime::comm::mpi::MpiCommunicator* roll = world->get();  // owned by `world`, or by `gaudi` below
   const bool hpu = a.backend == "hpu";
   std::unique_ptr<runtime::device::hpu::HpuContext> gaudi;
   std::unique_ptr<runtime::device::cpu::CpuDevice> cpu;
@@ -481,9 +481,17 @@ int run_mpi(const RunArgs& a, int* argc, char*** argv) {
   // collectives, a runtime failure (exit 3) ends the whole job rather than waiting in
   // MPI_Finalize for ranks that never arrive; bad input (exit 2), seen alike by every rank,
   // ends normally.
-  const auto fail_job = [](const Status& s) {
+  // Before it ends the job, a failed rank holds a roll call (NOTE [Roll call],
+  // runtime/comm/mpi/communicator.h) so that its report names the ranks that are hung or
+  // dead, as the simulator names the ranks that never arrived.
+  const auto fail_job = [roll](const Status& s) {
     const int code = fail(s);
-    if (code == 3) runtime::comm::mpi::MpiEnvironment::abort_job(code);
+    if (code == 3) {
+      std::string why = s.to_string();
+      why = why.substr(0, why.find('\n'));
+      std::fprintf(stderr, "shardlab run: rank %d: %s\n", roll->rank(), roll->roll_call(why, kRollCallGrace).c_str());
+      runtime::comm::mpi::MpiEnvironment::abort_job(code);
+    }
     return code;
   };
   {
@@ -629,6 +637,14 @@ int replay_command(const ReplayArgs& r) {
   if (!record.ranks.empty()) print_steps(record.ranks[0], "simulated step time (replayed)", /*timing=*/true);
   record.oracle_not_run = "a replayed graph has no values, only time: nothing to compare";
   return write_outputs(out, record, 0);
+}
+
+Status check_run_plan(const RunArgs& a) {
+  if (a.backend == "sim" && a.mode == "timing") return Status::ok();  // no values: timing mode plans its own
+  if (a.backend == "sim" && a.world_size > sim::kMaxNumericsRanks) return numerics_world_too_big(a.world_size);
+  SHARDLAB_RETURN_IF_ERROR(runtime::train::validate(a.train, a.world_size));
+  if (a.backend != "sim") return Status::ok();  // one rank a process: each holds one shard
+  return runtime::train::check_numerics_host_memory(a.train, runtime::train::host_memory_bytes());
 }
 
 int run_command(const RunArgs& in, int* argc, char*** argv) {

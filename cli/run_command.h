@@ -74,6 +74,12 @@ struct RunArgs {
 // 2 bad input, 3 runtime failure.
 int run_command(const RunArgs& args, int* argc, char*** argv);
 
+// What `run` refuses before any rank starts, beyond the scenario's own checks: the
+// training options at the run's world size and, for a numerics run in the simulator, the
+// numerics world limit and NOTE [Host memory plan] (runtime/train/fsdp_train.h) against
+// this host's memory. `validate` runs the same checks, so what it passes, `run` starts.
+Status check_run_plan(const RunArgs& args);
+
 // `shardlab replay GRAPH.json` (NOTE [Replaying a graph] in sim/timing/op_graph.h).
 struct ReplayArgs {
   std::string graph;

@@ -1,5 +1,8 @@
 #include "runtime/comm/mpi/communicator.h"
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
@@ -7,6 +10,7 @@
 #include <functional>
 #include <limits>
 #include <optional>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -100,8 +104,27 @@ struct MpiSharedState {
   // collective request). Completed by reap_orphans() on later calls.
   std::vector<Orphan> orphans;
 
-  static Result<std::shared_ptr<MpiSharedState>> create() {
+  // NOTE [Roll call]: a private duplicate of the parent communicator on which a rank that
+  // is about to end a failed job asks every other rank what it is doing. Ranks answer
+  // from inside every wait (answer_roll_calls) and from their own roll call; a rank that
+  // does not answer within the grace is hung, dead, or busy outside communication.
+  static constexpr int kQueryTag = 1;
+  static constexpr int kReplyTag = 2;
+  MPI_Comm diag = MPI_COMM_NULL;
+  struct Sent {
+    MPI_Request request;
+    std::shared_ptr<std::string> text;
+  };
+  std::vector<Sent> diag_sends;
+
+  static Result<std::shared_ptr<MpiSharedState>> create(MPI_Comm parent) {
     auto state = std::make_shared<MpiSharedState>();
+    if (const int rc = MPI_Comm_dup(parent, &state->diag); rc != MPI_SUCCESS) {
+      state->diag = MPI_COMM_NULL;
+      return Status::internal("creating the MPI roll-call communicator (MPI_Comm_dup) failed: " +
+                              mpi_error_string(rc));
+    }
+    MPI_Comm_set_errhandler(state->diag, MPI_ERRORS_RETURN);
     int rc = MPI_Type_contiguous(2, MPI_BYTE, &state->bf16);
     if (rc == MPI_SUCCESS) rc = MPI_Type_commit(&state->bf16);
     if (rc == MPI_SUCCESS) rc = MPI_Op_create(&bf16_sum, /*commute=*/1, &state->bf16_sum_op);
@@ -116,6 +139,37 @@ struct MpiSharedState {
       state->tag_ub = *static_cast<int*>(attr);
     }
     return state;
+  }
+
+  // Sends `text` to `peer` on the roll-call communicator without waiting for it.
+  void send_text(int peer, int tag, const std::string& text) {
+    std::erase_if(diag_sends, [](Sent& m) {
+      int done = 0;
+      return MPI_Test(&m.request, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS || done != 0;
+    });
+    auto buf = std::make_shared<std::string>(text);
+    MPI_Request req = MPI_REQUEST_NULL;
+    if (MPI_Isend(buf->data(), static_cast<int>(buf->size()), MPI_CHAR, peer, tag, diag, &req) == MPI_SUCCESS) {
+      diag_sends.push_back({req, std::move(buf)});
+    }
+  }
+
+  // One pending roll-call message, if any: (sender, tag, text).
+  std::optional<std::tuple<int, int, std::string>> receive_text(int tag) {
+    int flag = 0;
+    MPI_Status st;
+    if (MPI_Iprobe(MPI_ANY_SOURCE, tag, diag, &flag, &st) != MPI_SUCCESS || flag == 0) return std::nullopt;
+    int count = 0;
+    MPI_Get_count(&st, MPI_CHAR, &count);
+    std::string text(static_cast<std::size_t>(std::max(count, 0)), '\0');
+    MPI_Recv(text.data(), count, MPI_CHAR, st.MPI_SOURCE, st.MPI_TAG, diag, MPI_STATUS_IGNORE);
+    return std::make_tuple(st.MPI_SOURCE, st.MPI_TAG, std::move(text));
+  }
+
+  // Answers every pending roll call with what this rank is doing.
+  void answer_roll_calls(const std::string& doing) {
+    if (diag == MPI_COMM_NULL) return;
+    while (auto q = receive_text(kQueryTag)) send_text(std::get<0>(*q), kReplyTag, doing);
   }
 
   void reap_orphans() {
@@ -139,6 +193,14 @@ struct MpiSharedState {
       // their buffers, so their storages are deliberately leaked rather than freed.
       new std::vector<Orphan>(std::move(orphans));
     }
+    for (Sent& m : diag_sends) {
+      int done = 0;
+      if (MPI_Test(&m.request, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && done == 0) {
+        MPI_Request_free(&m.request);        // delivered later, or never to a dead peer;
+        new std::shared_ptr<std::string>(m.text);  // its buffer must outlive it (deliberate leak)
+      }
+    }
+    if (diag != MPI_COMM_NULL) MPI_Comm_free(&diag);
     for (MPI_Op* op : {&bf16_sum_op, &bf16_max_op, &bf16_min_op}) {
       if (*op != MPI_OP_NULL) MPI_Op_free(op);
     }
@@ -190,8 +252,10 @@ class MpiWork final : public Work {
     // Busy-poll like MPI_Wait does: MPI_Test drives Open MPI's progress engine, which
     // itself yields the core when idle if mpi_yield_when_idle is set (mpiexec sets it
     // when oversubscribed).
+    const std::string doing = "waiting in " + info_.describe();
     while (clock_.now() < deadline) {
       if (poll()) return status_;
+      shared_->answer_roll_calls(doing);
     }
     return Status::timeout(info_.describe() + ": timed out after " + format_duration(timeout) +
                            " on the communicator's clock waiting for the other ranks (the operation stays "
@@ -304,7 +368,7 @@ Result<std::unique_ptr<MpiCommunicator>> MpiCommunicator::create(MPI_Comm parent
     return Status::failed_precondition("MpiCommunicator '" + group_name +
                                        "': MPI is not initialized (create an MpiEnvironment first)");
   }
-  SHARDLAB_ASSIGN_OR_RETURN(std::shared_ptr<MpiSharedState> shared, MpiSharedState::create());
+  SHARDLAB_ASSIGN_OR_RETURN(std::shared_ptr<MpiSharedState> shared, MpiSharedState::create(parent));
   MPI_Comm comm = MPI_COMM_NULL;
   const int rc = MPI_Comm_dup(parent, &comm);
   if (rc != MPI_SUCCESS) {
@@ -496,6 +560,49 @@ Result<std::unique_ptr<Communicator>> MpiCommunicator::split(int color, int key)
   MPI_Comm_set_errhandler(sub, MPI_ERRORS_RETURN);
   return std::unique_ptr<Communicator>(
       new MpiCommunicator(sub, clock_, group_name_ + "/" + std::to_string(color), shared_));
+}
+
+std::string MpiCommunicator::roll_call(const std::string& doing, Nanos grace) {
+  MpiSharedState& sh = *shared_;
+  if (sh.diag == MPI_COMM_NULL || mpi_is_finalized()) return "roll call: not possible (MPI is not running)";
+  int me = 0, n = 1;
+  MPI_Comm_rank(sh.diag, &me);
+  MPI_Comm_size(sh.diag, &n);
+  const std::string mine = "ending: " + doing;
+  for (int r = 0; r < n; ++r) {
+    if (r != me) sh.send_text(r, MpiSharedState::kQueryTag, mine);
+  }
+  std::vector<std::optional<std::string>> answers(static_cast<std::size_t>(n));
+  answers[static_cast<std::size_t>(me)] = "this rank";
+  int answered = 1;
+  const Nanos deadline = clock_.now() + grace;
+  while (answered < n && clock_.now() < deadline) {
+    bool any = false;
+    for (int tag : {MpiSharedState::kQueryTag, MpiSharedState::kReplyTag}) {
+      while (auto m = sh.receive_text(tag)) {
+        any = true;
+        const auto [from, t, text] = std::move(*m);
+        auto& slot = answers[static_cast<std::size_t>(from)];
+        if (!slot) ++answered;
+        slot = text;
+        if (t == MpiSharedState::kQueryTag) sh.send_text(from, MpiSharedState::kReplyTag, mine);
+      }
+    }
+    if (!any) ::usleep(1000);
+  }
+  std::string out = "roll call of " + std::to_string(n) + " ranks (" + format_duration(grace) + " to answer):";
+  std::string missing;
+  for (int r = 0; r < n; ++r) {
+    const auto& a = answers[static_cast<std::size_t>(r)];
+    if (!a) {
+      missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+    } else if (r != me) {
+      out += "\n  rank " + std::to_string(r) + ": " + *a;
+    }
+  }
+  out += missing.empty() ? "\n  every rank answered"
+                         : "\n  never answered (ranks): " + missing + " — hung, dead, or busy outside communication";
+  return out;
 }
 
 // ---- MpiEnvironment ------------------------------------------------------------------

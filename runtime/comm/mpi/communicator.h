@@ -75,6 +75,19 @@ class MpiCommunicator final : public Communicator {
   WorkPtr recv(const Tensor& output, int peer, int tag) override;
   Result<std::unique_ptr<Communicator>> split(int color, int key) override;
 
+  // NOTE [Roll call]: asks every rank of the communicator this one was created over what
+  // it is doing, telling them `doing` (why this rank is ending), and waits up to `grace`
+  // on the communicator's clock for the answers. Ranks answer from inside any Work::wait
+  // and from their own roll call. Returns one line per rank that answered and the ranks
+  // that never did (hung, dead, or busy outside communication), e.g.
+  //   roll call of 3 ranks (2 s to answer):
+  //     rank 2: waiting in all_gather of 64 fp32 elements on rank 2 of group 'world' (size 3)
+  //     rank 3: ending: TIMEOUT: rank 3: all_gather … timed out after 5000 ms …
+  //     never answered (ranks): 1 — hung, dead, or busy outside communication
+  // Meant for a job about to end (abort_job): answers sent to this rank afterwards stay
+  // unread.
+  std::string roll_call(const std::string& doing, Nanos grace);
+
   // The underlying MPI communicator (for tests and benchmarks that compare with raw MPI).
   MPI_Comm mpi_comm() const { return comm_; }
 

@@ -7,6 +7,7 @@
 #include "runtime/comm/mpi/communicator.h"
 
 #include <mpi.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -161,6 +162,27 @@ TEST_F(MpiCommunicatorTest, TimeoutNamesOpRankGroupCountAndDtype) {
   for (int src = 0; src < w; ++src) {
     ASSERT_EQ(bf16_to_float(out.data<std::uint16_t>()[src * 7 + 3]), static_cast<float>(src + 3));
   }
+}
+
+// NOTE [Roll call]: the rank that does not communicate is named; ranks waiting in a
+// collective answer with what they wait in.
+TEST_F(MpiCommunicatorTest, RollCallNamesTheRankThatDoesNotAnswer) {
+  const int w = comm_->size(), r = comm_->rank(), silent = w - 1;
+  if (r == silent) ::usleep(1500 * 1000);  // busy elsewhere: no MPI call, so no answer
+  WorkPtr barrier = comm_->barrier();
+  if (r == 0) {
+    EXPECT_EQ(barrier->wait(20 * kNanosPerMilli).code(), StatusCode::kTimeout);
+    const std::string report = comm_->roll_call("a test asks", 500 * kNanosPerMilli);
+    EXPECT_NE(report.find("roll call of " + std::to_string(w) + " ranks"), std::string::npos) << report;
+    EXPECT_NE(report.find("never answered (ranks): " + std::to_string(silent) + " — hung, dead"), std::string::npos)
+        << report;
+    for (int peer = 1; peer < silent; ++peer) {
+      EXPECT_NE(report.find("rank " + std::to_string(peer) + ": waiting in barrier on rank " + std::to_string(peer)),
+                std::string::npos)
+          << report;
+    }
+  }
+  expect_ok(barrier, "barrier after the roll call");
 }
 
 // Regression guard: a Work dropped while pending must keep its buffers alive and its
