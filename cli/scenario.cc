@@ -59,6 +59,7 @@ constexpr std::int64_t kMaxWorldSize = 65536;
 constexpr std::int64_t kPresetMaxPositions = 512;  // every BERT preset (and the MLP's synthetic data)
 constexpr std::int64_t kIntMax = std::numeric_limits<int>::max();
 constexpr std::int64_t kInt64Max = std::numeric_limits<std::int64_t>::max();
+constexpr double kMaxFaultSlowdown = 1e6;  // a straggler's factor; 1 / it is link_degrade's least
 
 // ---------------------------------------------------------------------------------------
 // Messages.
@@ -1027,7 +1028,7 @@ std::vector<KeyDef> fault_keys() {
       leaf("factor",
            double_setter([f](Scenario& s) -> double& { return f(s).factor; }, [](double v) { return v > 0; },
                          "a finite number > 0"),
-           {"straggler: slowdown (>= 1); link_degrade: bandwidth factor in (0, 1]"}),
+           {"straggler: slowdown in [1, 1e6]; link_degrade: bandwidth factor in [1e-6, 1]"}),
       leaf("collective", int_setter([f](Scenario& s) -> int& { return f(s).collective; }, 0, kIntMax),
            {"corrupt: which of the rank's collectives with a payload (0-based)"}),
       leaf("integrity_check", bool_setter([f](Scenario& s) -> bool& { return f(s).integrity_check; }),
@@ -2119,15 +2120,25 @@ void validate(const Scenario& s, const SourcePos& top, Problems& problems) {
     if ((f.kind == "crash" || f.kind == "hang" || f.kind == "corrupt" || f.kind == "link_down" || view_kind) &&
         s.positions.count(name + ".factor") != 0) {
       return bad(at("factor"), name + " (" + f.kind + ") takes no factor",
-                 "only straggler (slowdown >= 1) and link_degrade (bandwidth factor in (0, 1]) take a factor");
+                 "only straggler (slowdown in [1, 1e6]) and link_degrade (bandwidth factor in [1e-6, 1]) take a factor");
     }
+    // The bounds keep every degraded duration far inside the simulator's virtual time
+    // (a 10^6 slowdown of a second-long op is 12 days; NOTE [Virtual time limit]).
     if (f.kind == "straggler" && f.factor < 1) {
       return bad(at("factor"), name + ".factor = " + yaml_number(f.factor) + " would speed the straggler up",
-                 "allowed: a slowdown factor >= 1");
+                 "allowed: a slowdown factor in [1, 1e6]");
+    }
+    if (f.kind == "straggler" && f.factor > kMaxFaultSlowdown) {
+      return bad(at("factor"), name + ".factor = " + yaml_number(f.factor) + " is out of range",
+                 "allowed: a slowdown factor in [1, 1e6]");
     }
     if (f.kind == "link_degrade" && f.factor > 1) {
       return bad(at("factor"), name + ".factor = " + yaml_number(f.factor) + " would speed the link up",
-                 "allowed: a bandwidth factor in (0, 1]");
+                 "allowed: a bandwidth factor in [1e-6, 1]");
+    }
+    if (f.kind == "link_degrade" && f.factor < 1 / kMaxFaultSlowdown) {
+      return bad(at("factor"), name + ".factor = " + yaml_number(f.factor) + " is out of range",
+                 "allowed: a bandwidth factor in [1e-6, 1] (0 is link_down)");
     }
     return Status::ok();
   };

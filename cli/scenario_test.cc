@@ -641,10 +641,14 @@ TEST(ScenarioErrors, Faults) {
       {"  - {kind: hang, rank: 1, step: 1, factor: 2}\n", "s.yaml:3:44:", {"(hang) takes no factor"}},
       {"  - {kind: timeout, rank: 1, step: 1}\n", "s.yaml:3:12:", {"faults[0].kind", "'timeout'", "crash, hang"}},
       {"  - {kind: crash, rank: 0, time_ms: -5}\n", "s.yaml:3:37:", {"faults[0].time_ms", "from the start of the run, initialization included"}},
-      {"  - {kind: straggler, rank: 0, factor: 0.5}\n", "s.yaml:3:40:", {"faults[0].factor = 0.5", ">= 1"}},
+      {"  - {kind: straggler, rank: 0, factor: 0.5}\n", "s.yaml:3:40:", {"faults[0].factor = 0.5", "[1, 1e6]"}},
+      {"  - {kind: straggler, rank: 0, factor: 1e300}\n", "s.yaml:3:40:", {"factor = 1e+300 is out of range", "[1, 1e6]"}},
       {"  - {kind: link_degrade, link: 0-1, time_ms: 0, factor: 2}\n",
        "s.yaml:3:57:",
-       {"faults[0].factor = 2 ", "(0, 1]"}},
+       {"faults[0].factor = 2 ", "[1e-6, 1]"}},
+      {"  - {kind: link_degrade, link: 0-1, time_ms: 0, factor: 1e-300}\n",
+       "s.yaml:3:57:",
+       {"factor = 1e-300 is out of range", "[1e-6, 1] (0 is link_down)"}},
       {"  - {kind: crash, rank: 0, step: 1, severity: 3}\n", "s.yaml:3:37:", {"unknown key 'severity' in faults[0]"}},
       {"  - crash\n", "s.yaml:3:5:", {"faults[0]: expected a map"}},
       {"  - {kind: crash, rank: 0, step: 1}\n  - {kind: crash, rank: 9, step: 1}\n",
@@ -1268,7 +1272,9 @@ TEST(ScenarioSchema, ReferenceListsEveryKeyWithDefaultsAndEquivalents) {
     full += key;
     stack.push_back(key);
     const bool section = colon + 1 == line.size();
-    if (!section) EXPECT_NE(md.find("| `" + full + "` |"), std::string::npos) << "missing from the reference: " << full;
+    if (!section) {
+      EXPECT_NE(md.find("| `" + full + "` |"), std::string::npos) << "missing from the reference: " << full;
+    }
   }
 }
 

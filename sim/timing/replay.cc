@@ -171,7 +171,7 @@ class Replayer {
         group_rank_of(d, r), group_name_of(d, r), group_size_of(d, w_));
     return Status::timeout(fault_context(fault_where(r, s.step), fault_what(p, seq, r),
                                          timed_out_message(what, o_.collective_timeout,
-                                                           s.t + o_.collective_timeout, why),
+                                                           add_time(s.t, o_.collective_timeout), why),
                                          injected_));
   }
 
@@ -480,7 +480,7 @@ class Replayer {
             out_.events += executed;
             return Status::ok();
           }
-          if (done > s.t + o_.collective_timeout) {  // as SimCommunicator's wait times out
+          if (done > add_time(s.t, o_.collective_timeout)) {  // as SimCommunicator's wait times out
             stop(r, timeout_status(r, p, n.index, "it completed only at " + format_seconds(done)));
             out_.events += executed;
             return Status::ok();

@@ -3,6 +3,8 @@
 // numerics and timing mode give the same timeline for the same scenario.
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include <nlohmann/json.hpp>
 
 #include <cmath>
@@ -596,6 +598,20 @@ TEST(TimingMode, ALateCollectiveTimesOutAsInNumericsMode) {
     EXPECT_TRUE(n.message().ends_with(e.status.message()))
         << "numerics: " << n.message() << "\ntiming:   " << e.status.message();
   }
+}
+
+// NOTE [Virtual time limit]: a timeout as long as the API allows never wraps the deadline
+// (which would time every collective out at once).
+TEST(TimingMode, TheLongestTimeoutNeverWraps) {
+  const FsdpTrainOptions o = bert_tiny();
+  auto g = capture_graph(o, 4, DeviceProfile{});
+  ASSERT_TRUE(g.is_ok()) << g.status().to_string();
+  ReplayOptions ro;
+  ro.network = make_alpha_beta_ring(NetworkModel{});
+  ro.collective_timeout = std::numeric_limits<Nanos>::max() - 1;
+  auto tim = replay(*g, ro);
+  ASSERT_TRUE(tim.is_ok()) << tim.status().to_string();
+  EXPECT_TRUE(tim->errors.empty()) << tim->errors.front().status.to_string();
 }
 
 // A crash in a world beyond kMaxPerRankCaptureWorld: every survivor times out, each
