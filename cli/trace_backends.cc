@@ -37,6 +37,7 @@ class TracedWork final : public runtime::comm::Work {
     return s;
   }
   bool is_completed() override { return inner_->is_completed(); }
+  Status issue_error() override { return inner_->issue_error(); }
 
  private:
   WorkPtr inner_;

@@ -182,6 +182,10 @@ class FaultWork final : public Work {
   }
 
   bool is_completed() override { return inner_->is_completed(); }
+  Status issue_error() override {
+    Status s = inner_->issue_error();
+    return s.is_ok() ? s : annotate(s);
+  }
 
  private:
   Status annotate(const Status& s) const {

@@ -36,6 +36,7 @@ class CompletedWork final : public Work {
   explicit CompletedWork(Status s) : status_(std::move(s)) {}
   Status wait(Nanos) override { return status_; }
   bool is_completed() override { return true; }
+  Status issue_error() override { return status_; }
 
  private:
   Status status_;

@@ -47,6 +47,12 @@ class Work {
   virtual Status wait(Nanos timeout) = 0;
   // Non-blocking: true once wait() would return without blocking.
   virtual bool is_completed() = 0;
+  // The error of an operation that failed before anything was issued (bad arguments, a
+  // rank stopped by an injected fault): such a Work is complete from the start, so a
+  // caller that defers its wait (NOTE [Asynchronous gradient reduction]) can stop at once.
+  // OK for every operation that was issued, including ones that fail later. Unlike
+  // is_completed(), the answer never depends on other ranks' progress.
+  virtual Status issue_error() { return Status::ok(); }
 };
 using WorkPtr = std::shared_ptr<Work>;
 

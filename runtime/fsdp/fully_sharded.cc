@@ -1,6 +1,7 @@
 #include "runtime/fsdp/fully_sharded.h"
 
 #include <algorithm>
+#include <deque>
 #include <cmath>
 #include <map>
 
@@ -479,6 +480,8 @@ Status FullyShardedModel::end_iteration() {
   if (state_ != TrainingState::kBackward) {
     return Status::failed_precondition("FSDP: end_iteration before the backward pass finished");
   }
+  // NOTE [Asynchronous gradient reduction]: PyTorch's _post_backward_final_callback.
+  SHARDLAB_RETURN_IF_ERROR(drain_reductions());
   for (std::size_t u = 0; u < units_.size(); ++u) {
     SHARDLAB_CHECK(units_[u].state == UnitState::kSharded || options_.strategy == ShardingStrategy::kNoShard);
     SHARDLAB_CHECK(no_sync_ || !units_[u].full_grad.defined());
@@ -565,44 +568,99 @@ Status FullyShardedModel::post_backward(int layer) {
   return Status::ok();
 }
 
+// NOTE [Asynchronous gradient reduction]: as PyTorch FSDP1 issues a unit's reduce-scatter
+// on its post-backward stream and waits once in _post_backward_final_callback, a unit's
+// reduction is only issued in its post_backward; the host waits for it later: when the
+// next unit's reduction has been issued (so a unit's reduction overlaps the backward
+// compute of the unit after it), and for the rest at the end of backward (end_iteration).
+// HYBRID_SHARD's replica all-reduce is issued when its reduce-scatter has been waited for.
+// The rule is positional, never "whatever has completed", so the simulator stays
+// deterministic. The unsharded gradient and the reduction buffers stay allocated (and
+// charged) until the reduction is retired, so at most two units' gradients are in flight.
+// Results are unchanged: every reduction's math and its accumulation order per unit are
+// those of a blocking reduction.
 Status FullyShardedModel::reduce_grad(int unit) {
   FlatParameter& fp = units_[static_cast<std::size_t>(unit)];
   SHARDLAB_CHECK(fp.full_grad.defined());
-  PhaseScope phase(options_, {"reduce_grad", unit, phase_name(state_),
-                              options_.strategy == ShardingStrategy::kNoShard ? "all_reduce"
-                              : is_hybrid(options_.strategy)                  ? "reduce_scatter+all_reduce"
-                                                                              : "reduce_scatter"});
-  delay(DelayPoint::kBeforeReduceScatter);
-  const auto [pre, post] = divide_factors(comm_.size());
-  const Nanos timeout = options_.collective_timeout;
-  const std::string where = "FSDP gradient reduction of unit " + std::to_string(unit);
-  if (pre != 1.0) SHARDLAB_RETURN_IF_ERROR(dev_.scale(fp.full_grad, static_cast<float>(1.0 / pre)));
-  const DType rd = options_.reduce_dtype;
-  Tensor to_reduce = fp.full_grad;
-  if (rd != DType::kF32) {
-    SHARDLAB_ASSIGN_OR_RETURN(to_reduce, dev_.empty({fp.full_grad.numel()}, rd, MemoryCategory::kCommBuffers,
-                                                    "unit" + std::to_string(unit) + ".grad_" + std::string(dtype_name(rd))));
-    SHARDLAB_RETURN_IF_ERROR(dev_.cast(fp.full_grad, to_reduce));
-  }
-  Tensor reduced;
-  if (options_.strategy == ShardingStrategy::kNoShard) {
-    SHARDLAB_RETURN_IF_ERROR(comm_.all_reduce(to_reduce, ReduceOp::kSum)->wait(timeout).with_context(where));
-    ++counts_.all_reduce;
-    reduced = to_reduce;
-  } else {
-    SHARDLAB_ASSIGN_OR_RETURN(reduced, dev_.empty({fp.layout.shard_numel()}, rd, MemoryCategory::kCommBuffers,
-                                                  "unit" + std::to_string(unit) + ".reduced_grad"));
-    SHARDLAB_RETURN_IF_ERROR(
-        shard_comm().reduce_scatter(reduced, to_reduce, ReduceOp::kSum)->wait(timeout).with_context(where));
-    ++counts_.reduce_scatter;
-    if (is_hybrid(options_.strategy) && replica_group_->size() > 1) {
-      SHARDLAB_RETURN_IF_ERROR(replica_group_->all_reduce(reduced, ReduceOp::kSum)->wait(timeout).with_context(where));
-      ++counts_.all_reduce;
+  {
+    PhaseScope phase(options_, {"reduce_grad", unit, phase_name(state_),
+                                options_.strategy == ShardingStrategy::kNoShard ? "all_reduce" : "reduce_scatter"});
+    delay(DelayPoint::kBeforeReduceScatter);
+    const double pre = divide_factors(comm_.size()).first;
+    if (pre != 1.0) SHARDLAB_RETURN_IF_ERROR(dev_.scale(fp.full_grad, static_cast<float>(1.0 / pre)));
+    const DType rd = options_.reduce_dtype;
+    PendingReduction r;
+    r.unit = unit;
+    r.to_reduce = fp.full_grad;
+    if (rd != DType::kF32) {
+      SHARDLAB_ASSIGN_OR_RETURN(r.to_reduce,
+                                dev_.empty({fp.full_grad.numel()}, rd, MemoryCategory::kCommBuffers,
+                                           "unit" + std::to_string(unit) + ".grad_" + std::string(dtype_name(rd))));
+      SHARDLAB_RETURN_IF_ERROR(dev_.cast(fp.full_grad, r.to_reduce));
+      fp.full_grad = Tensor();
     }
+    if (options_.strategy == ShardingStrategy::kNoShard) {
+      r.work = comm_.all_reduce(r.to_reduce, ReduceOp::kSum);
+      ++counts_.all_reduce;
+      r.reduced = r.to_reduce;
+    } else {
+      SHARDLAB_ASSIGN_OR_RETURN(r.reduced, dev_.empty({fp.layout.shard_numel()}, rd, MemoryCategory::kCommBuffers,
+                                                      "unit" + std::to_string(unit) + ".reduced_grad"));
+      r.work = shard_comm().reduce_scatter(r.reduced, r.to_reduce, ReduceOp::kSum);
+      ++counts_.reduce_scatter;
+    }
+    fp.full_grad = Tensor();  // the pending reduction holds it (as to_reduce) until retired
+    if (Status s = r.work->issue_error(); !s.is_ok()) {
+      return s.with_context("FSDP gradient reduction of unit " + std::to_string(unit));
+    }
+    pending_reductions_.push_back(std::move(r));
   }
-  if (rd != DType::kF32) {  // back to fp32 for the master gradient
+  // Every older reduction moves on one stage; the newest overlaps the next unit's backward.
+  for (std::size_t i = 0; i + 1 < pending_reductions_.size();) {
+    bool finished = false;
+    SHARDLAB_RETURN_IF_ERROR(advance_reduction(i, finished));
+    if (!finished) ++i;
+  }
+  return Status::ok();
+}
+
+Status FullyShardedModel::drain_reductions() {
+  bool finished = false;
+  while (!pending_reductions_.empty()) SHARDLAB_RETURN_IF_ERROR(advance_reduction(0, finished));
+  return Status::ok();
+}
+
+// Waits for pending reduction `i`'s collective; then issues HYBRID_SHARD's replica
+// all-reduce (the reduction stays pending) or finishes it (`finished`; it leaves the
+// list): back to fp32, the post-divide, assign or accumulate into the gradient shard.
+// A unit has at most one reduction pending, so finishing out of list order changes no sum.
+Status FullyShardedModel::advance_reduction(std::size_t i, bool& finished) {
+  finished = false;
+  PendingReduction& r = pending_reductions_[i];
+  FlatParameter& fp = units_[static_cast<std::size_t>(r.unit)];
+  const std::string where = "FSDP gradient reduction of unit " + std::to_string(r.unit);
+  {
+    PhaseScope phase(options_, {"reduce_grad_wait", r.unit, phase_name(state_),
+                                r.replica_stage || options_.strategy == ShardingStrategy::kNoShard ? "all_reduce"
+                                                                                                     : "reduce_scatter"});
+    SHARDLAB_RETURN_IF_ERROR(r.work->wait(options_.collective_timeout).with_context(where));
+  }
+  r.work.reset();
+  r.to_reduce = Tensor();
+  if (!r.replica_stage && is_hybrid(options_.strategy) && replica_group_->size() > 1) {
+    PhaseScope phase(options_, {"reduce_grad", r.unit, phase_name(state_), "all_reduce"});
+    r.replica_stage = true;
+    r.work = replica_group_->all_reduce(r.reduced, ReduceOp::kSum);
+    ++counts_.all_reduce;
+    return r.work->issue_error().with_context(where);  // still pending: the replica all-reduce overlaps what comes next
+  }
+  Tensor reduced = std::move(r.reduced);
+  pending_reductions_.erase(pending_reductions_.begin() + static_cast<std::ptrdiff_t>(i));
+  finished = true;
+  const double post = divide_factors(comm_.size()).second;
+  if (reduced.dtype() != DType::kF32) {  // back to fp32 for the master gradient
     SHARDLAB_ASSIGN_OR_RETURN(Tensor wide, dev_.empty({reduced.numel()}, DType::kF32, MemoryCategory::kCommBuffers,
-                                                      "unit" + std::to_string(unit) + ".reduced_grad_fp32"));
+                                                      "unit" + std::to_string(fp.unit) + ".reduced_grad_fp32"));
     SHARDLAB_RETURN_IF_ERROR(dev_.cast(reduced, wide));
     reduced = wide;
   }
@@ -615,7 +673,6 @@ Status FullyShardedModel::reduce_grad(int unit) {
     SHARDLAB_RETURN_IF_ERROR(store_grad(fp, reduced));
     fp.grad_shard_valid = true;
   }
-  fp.full_grad = Tensor();
   return Status::ok();
 }
 

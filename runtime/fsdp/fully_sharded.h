@@ -6,7 +6,9 @@
 // unit (forward_prefetch, BACKWARD_PRE / BACKWARD_POST; order recorded in forward), and
 // reduces each unit's gradient after its backward: pad to W·S, divide by PyTorch's
 // pre-factor, reduce-scatter (sum), divide by the post-factor, then assign-or-accumulate
-// into the gradient shard. NO_SHARD all-reduces instead; HYBRID_SHARD reduce-scatters
+// into the gradient shard. Reductions are asynchronous: issued in post_backward, waited
+// for one unit later and at the latest in end_iteration (NOTE [Asynchronous gradient
+// reduction] in fully_sharded.cc), so gradient shards are final only after end_iteration. NO_SHARD all-reduces instead; HYBRID_SHARD reduce-scatters
 // inside a node-sized group and all-reduces across the replica groups. Under no_sync the
 // unsharded gradients accumulate and are reduced by the next synced backward.
 //
@@ -19,6 +21,7 @@
 #pragma once
 
 #include <array>
+#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
@@ -157,7 +160,11 @@ class FullyShardedModel final : public model::ParamAccess {
   Status unshard(int unit, bool prefetch);
   Status wait_unsharded(int unit);
   Status reshard(int unit);
+  // NOTE [Asynchronous gradient reduction] (fully_sharded.cc): issues `unit`'s reduction
+  // and moves every older pending one on a stage; drain_reductions retires them all.
   Status reduce_grad(int unit);
+  Status advance_reduction(std::size_t i, bool& finished);
+  Status drain_reductions();
   bool reshard_after_forward() const;
   int live_non_root() const;
   void delay(DelayPoint p) const;
@@ -188,6 +195,16 @@ class FullyShardedModel final : public model::ParamAccess {
   bool no_sync_ = false;
   int max_live_ = 0;
   CollectiveCounts counts_;
+  // Gradient reductions issued and not yet retired, oldest first (NOTE [Asynchronous
+  // gradient reduction]); they hold their buffers until then.
+  struct PendingReduction {
+    int unit = -1;
+    bool replica_stage = false;  // HYBRID_SHARD: the replica all-reduce is in flight
+    comm::WorkPtr work;
+    Tensor to_reduce;  // the unsharded gradient (in reduce_dtype) the collective reads
+    Tensor reduced;    // this rank's reduced shard (NO_SHARD: to_reduce itself)
+  };
+  std::deque<PendingReduction> pending_reductions_;
 };
 
 }  // namespace shardlab::runtime::fsdp

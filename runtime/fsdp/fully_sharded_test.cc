@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <algorithm>
 #include <filesystem>
+#include <map>
 
 #include "runtime/fsdp/checkpoint.h"
 #include "runtime/io/safetensors.h"
@@ -463,6 +465,78 @@ TEST(FsdpMemory, TrainerPeakStaysBelowTheFullModel) {
     return Status::ok();
   });
   for (const auto& r : results) EXPECT_TRUE(r.status.is_ok()) << r.status.to_string();
+}
+
+// NOTE [Asynchronous gradient reduction]: a unit's reduction is waited for only after the
+// next unit's reduction has been issued (so it overlaps that unit's backward), the last
+// ones at the end of backward; every reduction is waited for exactly once per stage, and
+// never more than two units' unsharded gradients are in flight.
+TEST(FsdpAsyncReduction, EachReductionOverlapsTheNextUnitsBackward) {
+  for (const bool hybrid : {false, true}) {
+    SCOPED_TRACE(hybrid ? "HYBRID_SHARD" : "FULL_SHARD");
+    sim::WorldOptions wo;
+    wo.world_size = 4;
+    sim::World w(wo);
+    struct Seen {
+      std::string name, collective;
+      int unit;
+    };
+    std::vector<Seen> seen;  // rank 0's reduction events of the last step, begins only
+    int step = 0;
+    train::FsdpTrainOptions o = small_run();
+    o.model.num_hidden_layers = 4;
+    if (hybrid) {
+      o.fsdp.strategy = ShardingStrategy::kHybridShard;
+      o.fsdp.devices_per_node = 2;
+    }
+    const auto results = w.run([&](sim::RankContext& ctx) -> Status {
+      train::FsdpTrainOptions mine = o;
+      if (ctx.rank == 0) {
+        mine.before_step = [&](int s) {
+          step = s;
+          seen.clear();
+          return Status::ok();
+        };
+        mine.fsdp.on_fsdp_event = [&](const FsdpEvent& e) {
+          const std::string name = e.name;
+          if (e.begin && name.starts_with("reduce_grad")) seen.push_back({name, e.collective, e.unit});
+        };
+      }
+      return train::train_fsdp(ctx.comm, ctx.device, ctx.clock, mine).status();
+    });
+    for (const auto& r : results) ASSERT_TRUE(r.status.is_ok()) << r.status.to_string();
+    ASSERT_EQ(step, o.steps - 1);
+    const char* first = "reduce_scatter";
+    std::vector<int> issued;
+    int in_flight = 0, most = 0;
+    std::map<std::pair<int, std::string>, int> issues, waits;
+    for (std::size_t i = 0; i < seen.size(); ++i) {
+      const Seen& e = seen[i];
+      const auto key = std::make_pair(e.unit, e.collective);
+      if (e.name == "reduce_grad") {
+        ++issues[key];
+        if (e.collective == std::string(first)) ++in_flight, issued.push_back(e.unit);
+        most = std::max(most, in_flight);
+        continue;
+      }
+      ASSERT_EQ(e.name, "reduce_grad_wait");
+      ++waits[key];
+      if (e.collective == std::string(first)) --in_flight;
+      if (e.collective != std::string(first)) continue;
+      // The wait for unit u's reduce-scatter comes after the next unit's was issued,
+      // unless u's was the last one issued (then it is the end of backward's drain).
+      const auto pos = std::find(issued.begin(), issued.end(), e.unit);
+      ASSERT_NE(pos, issued.end()) << "waited before it was issued: unit " << e.unit;
+      const bool later_issued = pos + 1 != issued.end();
+      const bool drain = std::none_of(seen.begin() + static_cast<std::ptrdiff_t>(i), seen.end(),
+                                      [](const Seen& x) { return x.name == "reduce_grad" && x.collective == "reduce_scatter"; });
+      EXPECT_TRUE(later_issued || drain) << "unit " << e.unit << "'s reduce-scatter was waited for before another was issued";
+    }
+    EXPECT_GE(issued.size(), 3u);
+    EXPECT_EQ(issues, waits) << "every reduction (and stage) is waited for exactly once";
+    EXPECT_LE(most, 2) << "at most two units' unsharded gradients in flight";
+    EXPECT_EQ(in_flight, 0);
+  }
 }
 
 // small_run with 256-wide layers: shards large enough that transfers show.

@@ -39,11 +39,12 @@ enum class DelayPoint { kBeforeAllGather, kBeforeReduceScatter, kAfterForward, k
 // reported on failure too. The strings are static.
 struct FsdpEvent {
   // "unshard" (copy-in and all-gather issue), "unshard_wait" (blocking until the all-gather
-  // is done), "reshard", "reduce_grad" (gradient reduction), "optimizer_step".
+  // is done), "reshard", "reduce_grad" (a gradient reduction issued), "reduce_grad_wait"
+  // (blocking until it is done), "optimizer_step".
   const char* name = "";
   int unit = -1;
   const char* phase = "";       // "forward", "backward", "optimizer", "idle", "summon_full_params"
-  const char* collective = "";  // reduce_grad: "reduce_scatter" or "all_reduce"; unshard: "all_gather"
+  const char* collective = "";  // reduce_grad(_wait): "reduce_scatter" or "all_reduce"; unshard: "all_gather"
   bool prefetch = false;        // unshard: issued ahead of use
   bool begin = true;
 };
