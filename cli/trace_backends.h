@@ -40,11 +40,13 @@ class TracingDevice final : public runtime::device::Device {
     return inner_->allocate(nbytes, category, label);
   }
   Result<runtime::device::StreamId> create_stream(std::string_view name) override { return inner_->create_stream(name); }
-  runtime::device::EventId record_event(runtime::device::StreamId stream) override { return inner_->record_event(stream); }
-  void wait_event(runtime::device::StreamId waiter, runtime::device::EventId event) override {
-    inner_->wait_event(waiter, event);
+  Result<runtime::device::EventId> record_event(runtime::device::StreamId stream) override {
+    return inner_->record_event(stream);
   }
-  void synchronize(runtime::device::StreamId stream) override { inner_->synchronize(stream); }
+  Status wait_event(runtime::device::StreamId waiter, runtime::device::EventId event) override {
+    return inner_->wait_event(waiter, event);
+  }
+  Status synchronize(runtime::device::StreamId stream) override { return inner_->synchronize(stream); }
 
   using StreamId = runtime::device::StreamId;
   using Activation = runtime::device::Activation;

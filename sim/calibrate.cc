@@ -78,7 +78,7 @@ Result<Nanos> window_time(runtime::device::Device& device, const Clock& clock, N
   Nanos elapsed = 0;
   do {
     SHARDLAB_RETURN_IF_ERROR(op());
-    device.synchronize(kComputeStream);
+    SHARDLAB_RETURN_IF_ERROR(device.synchronize(kComputeStream));
     ++runs;
     elapsed = clock.now() - t0;
   } while (elapsed < min_window);

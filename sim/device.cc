@@ -116,9 +116,9 @@ Result<std::shared_ptr<Storage>> SimDevice::allocate(std::int64_t nbytes, Memory
                                 [tracker, charged](Storage& s) { tracker->release(charged, s.category()); });
 }
 Result<StreamId> SimDevice::create_stream(std::string_view name) { return inner_.create_stream(name); }
-EventId SimDevice::record_event(StreamId stream) { return inner_.record_event(stream); }
-void SimDevice::wait_event(StreamId waiter, EventId event) { inner_.wait_event(waiter, event); }
-void SimDevice::synchronize(StreamId stream) { inner_.synchronize(stream); }
+Result<EventId> SimDevice::record_event(StreamId stream) { return inner_.record_event(stream); }
+Status SimDevice::wait_event(StreamId waiter, EventId event) { return inner_.wait_event(waiter, event); }
+Status SimDevice::synchronize(StreamId stream) { return inner_.synchronize(stream); }
 
 Status SimDevice::copy(const Tensor& src, const Tensor& dst, StreamId stream) {
   note_shapes({&src, &dst});

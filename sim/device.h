@@ -37,9 +37,9 @@ class SimMath {
     return cpu_.allocate_charging(nbytes, charged_bytes, category, label);
   }
   Result<runtime::device::StreamId> create_stream(std::string_view name) { return cpu_.create_stream(name); }
-  runtime::device::EventId record_event(runtime::device::StreamId s) { return cpu_.record_event(s); }
-  void wait_event(runtime::device::StreamId w, runtime::device::EventId e) { cpu_.wait_event(w, e); }
-  void synchronize(runtime::device::StreamId s) { cpu_.synchronize(s); }
+  Result<runtime::device::EventId> record_event(runtime::device::StreamId s) { return cpu_.record_event(s); }
+  Status wait_event(runtime::device::StreamId w, runtime::device::EventId e) { return cpu_.wait_event(w, e); }
+  Status synchronize(runtime::device::StreamId s) { return cpu_.synchronize(s); }
   bool skip = false;  // timing mode: ops succeed without computing
 #define SHARDLAB_SIM_MATH_OP(name) \
   template <typename... A>         \
@@ -110,9 +110,9 @@ class SimDevice final : public runtime::device::Device {
   Result<std::shared_ptr<Storage>> allocate(std::int64_t nbytes, MemoryCategory category,
                                             std::string_view label) override;
   Result<runtime::device::StreamId> create_stream(std::string_view name) override;
-  runtime::device::EventId record_event(runtime::device::StreamId stream) override;
-  void wait_event(runtime::device::StreamId waiter, runtime::device::EventId event) override;
-  void synchronize(runtime::device::StreamId stream) override;
+  Result<runtime::device::EventId> record_event(runtime::device::StreamId stream) override;
+  Status wait_event(runtime::device::StreamId waiter, runtime::device::EventId event) override;
+  Status synchronize(runtime::device::StreamId stream) override;
 
   Status copy(const Tensor& src, const Tensor& dst, runtime::device::StreamId stream) override;
   Status fill(const Tensor& dst, float value, runtime::device::StreamId stream) override;

@@ -96,12 +96,15 @@ class Device {
 
   // ---- streams and events ---------------------------------------------------------
   virtual Result<StreamId> create_stream(std::string_view name) = 0;
-  // Marks the point in `stream` reached by everything enqueued so far.
-  virtual EventId record_event(StreamId stream) = 0;
+  // Marks the point in `stream` reached by everything enqueued so far. Like every call
+  // below, a bad stream is INVALID_ARGUMENT and a backend failure (a Synapse error) is a
+  // Status naming the call, never an abort.
+  virtual Result<EventId> record_event(StreamId stream) = 0;
   // Work enqueued on `waiter` after this call starts after `event` completes.
-  virtual void wait_event(StreamId waiter, EventId event) = 0;
-  // Blocks the host until everything enqueued on `stream` has completed.
-  virtual void synchronize(StreamId stream) = 0;
+  virtual Status wait_event(StreamId waiter, EventId event) = 0;
+  // Blocks the host until everything enqueued on `stream` has completed; the error of
+  // anything enqueued there that failed.
+  virtual Status synchronize(StreamId stream) = 0;
 
   // ---- copies and elementwise -------------------------------------------------------
   // dst = src; same dtype and numel (shapes may differ). The other side may belong to

@@ -318,7 +318,7 @@ Status FsdpTrainer::step() {
     result_.grad_norms.push_back(loss_.is_deferred() ? std::nan("") : norm);
   }
   SHARDLAB_RETURN_IF_ERROR(fsdp_->optimizer_step());
-  dev_.synchronize(device::kComputeStream);
+  SHARDLAB_RETURN_IF_ERROR(dev_.synchronize(device::kComputeStream));
   if (sample_memory) {
     MemorySampler::record(result_.memory_timeline, dev_, clock_, step_, "optimizer_step", o);
   }

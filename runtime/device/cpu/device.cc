@@ -247,9 +247,9 @@ Status CpuDevice::check_stream(std::string_view op, StreamId stream) const {
 }
 
 Result<StreamId> CpuDevice::create_stream(std::string_view) { return num_streams_++; }
-EventId CpuDevice::record_event(StreamId) { return EventId{next_event_++}; }
-void CpuDevice::wait_event(StreamId, EventId) {}
-void CpuDevice::synchronize(StreamId) {}
+Result<EventId> CpuDevice::record_event(StreamId) { return EventId{next_event_++}; }
+Status CpuDevice::wait_event(StreamId, EventId) { return Status::ok(); }
+Status CpuDevice::synchronize(StreamId) { return Status::ok(); }
 
 Status CpuDevice::copy(const Tensor& src, const Tensor& dst, StreamId stream) {
   SHARDLAB_RETURN_IF_ERROR(check_views("copy", src, dst));

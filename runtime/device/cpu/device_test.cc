@@ -166,11 +166,11 @@ TEST(CpuStreamTest, StreamsAndEvents) {
   CpuDevice dev;
   EXPECT_EQ(*dev.create_stream("comm"), 1);
   EXPECT_EQ(*dev.create_stream("copy"), 2);
-  const EventId e1 = dev.record_event(kComputeStream);
-  const EventId e2 = dev.record_event(1);
+  const EventId e1 = *dev.record_event(kComputeStream);
+  const EventId e2 = *dev.record_event(1);
   EXPECT_LT(e1.value, e2.value);
-  dev.wait_event(2, e1);
-  dev.synchronize(1);
+  EXPECT_TRUE(dev.wait_event(2, e1).is_ok());
+  EXPECT_TRUE(dev.synchronize(1).is_ok());
 
   const Tensor t = make(dev, {4});
   EXPECT_TRUE(dev.fill(t, 1.0f, 2).is_ok());

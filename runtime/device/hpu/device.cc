@@ -372,15 +372,15 @@ Result<StreamId> HpuDevice::create_stream(std::string_view name) {
   return static_cast<StreamId>(streams_.size() - 1);
 }
 
-EventId HpuDevice::record_event(StreamId stream) {
-  SHARDLAB_CHECK_OK(check_stream("record_event", stream));
+Result<EventId> HpuDevice::record_event(StreamId stream) {
+  SHARDLAB_RETURN_IF_ERROR(check_stream("record_event", stream));
   synEventHandle ev = nullptr;
   int st = api_.synEventCreate(&ev, device_, 0);
-  SHARDLAB_CHECK_OK(st == synSuccess ? Status::ok() : synapse_error("synEventCreate", st));
+  if (st != synSuccess) return synapse_error("synEventCreate", st);
   st = api_.synEventRecord(ev, streams_[static_cast<std::size_t>(stream)]);
   if (st != synSuccess) {
     api_.synEventDestroy(ev);
-    SHARDLAB_CHECK_OK(synapse_error("synEventRecord", st));
+    return synapse_error("synEventRecord", st);
   }
   // Every op completes before it returns (NOTE [HPU host shadow]), so old events are done.
   while (events_.size() >= kMaxEvents) {
@@ -392,18 +392,18 @@ EventId HpuDevice::record_event(StreamId stream) {
   return EventId{id};
 }
 
-void HpuDevice::wait_event(StreamId waiter, EventId event) {
-  SHARDLAB_CHECK_OK(check_stream("wait_event", waiter));
+Status HpuDevice::wait_event(StreamId waiter, EventId event) {
+  SHARDLAB_RETURN_IF_ERROR(check_stream("wait_event", waiter));
   auto it = events_.find(event.value);
-  if (it == events_.end()) return;  // retired: it completed long ago
+  if (it == events_.end()) return Status::ok();  // retired: it completed long ago
   const int st = api_.synStreamWaitEvent(streams_[static_cast<std::size_t>(waiter)], it->second, 0);
-  SHARDLAB_CHECK_OK(st == synSuccess ? Status::ok() : synapse_error("synStreamWaitEvent", st));
+  return st == synSuccess ? Status::ok() : synapse_error("synStreamWaitEvent", st);
 }
 
-void HpuDevice::synchronize(StreamId stream) {
-  SHARDLAB_CHECK_OK(check_stream("synchronize", stream));
+Status HpuDevice::synchronize(StreamId stream) {
+  SHARDLAB_RETURN_IF_ERROR(check_stream("synchronize", stream));
   const int st = api_.synStreamSynchronize(streams_[static_cast<std::size_t>(stream)]);
-  SHARDLAB_CHECK_OK(st == synSuccess ? Status::ok() : synapse_error("synStreamSynchronize", st));
+  return st == synSuccess ? Status::ok() : synapse_error("synStreamSynchronize", st);
 }
 
 // ---- placement, staging ------------------------------------------------------------------

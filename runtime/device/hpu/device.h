@@ -109,9 +109,9 @@ class HpuDevice final : public Device {
                                             std::string_view label) override;
 
   Result<StreamId> create_stream(std::string_view name) override;
-  EventId record_event(StreamId stream) override;
-  void wait_event(StreamId waiter, EventId event) override;
-  void synchronize(StreamId stream) override;
+  Result<EventId> record_event(StreamId stream) override;
+  Status wait_event(StreamId waiter, EventId event) override;
+  Status synchronize(StreamId stream) override;
 
   Status copy(const Tensor& src, const Tensor& dst, StreamId stream) override;
   Status fill(const Tensor& dst, float value, StreamId stream) override;

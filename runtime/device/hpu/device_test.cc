@@ -356,10 +356,11 @@ TEST_F(HpuDeviceTest, StreamsAndEventsMapOntoSynapse) {
   Tensor x = make(dev(), {8}, DType::kF32, "x");
   ASSERT_TRUE(dev().fill(x, 1.5f, *copies).is_ok());
   clear_fake_log();
-  const EventId e = dev().record_event(*copies);
-  dev().wait_event(kComputeStream, e);
+  const auto e = dev().record_event(*copies);
+  ASSERT_TRUE(e.is_ok()) << e.status().to_string();
+  ASSERT_TRUE(dev().wait_event(kComputeStream, *e).is_ok());
   ASSERT_TRUE(dev().scale(x, 2.0f, kComputeStream).is_ok());
-  dev().synchronize(kComputeStream);
+  ASSERT_TRUE(dev().synchronize(kComputeStream).is_ok());
   EXPECT_EQ(x.data<float>()[7], 3.0f);
   if (!real_target()) {
     const std::string log = fake_log();
@@ -371,6 +372,27 @@ TEST_F(HpuDeviceTest, StreamsAndEventsMapOntoSynapse) {
     EXPECT_LT(wait, launch);
   }
   EXPECT_EQ(dev().scale(x, 2.0f, 9).code(), StatusCode::kInvalidArgument);
+}
+
+// A Synapse failure in an event or synchronize call is a Status naming the call (exit 3
+// from the CLI), not an internal-error abort; a bad stream is INVALID_ARGUMENT.
+TEST_F(HpuDeviceTest, EventAndSynchronizeFailuresAreStatusesNamingTheCall) {
+  SHARDLAB_FAKE_ONLY();
+  for (const char* call : {"synEventRecord", "synStreamWaitEvent", "synStreamSynchronize"}) {
+    SCOPED_TRACE(call);
+    const auto ok_event = dev().record_event(kComputeStream);
+    ASSERT_TRUE(ok_event.is_ok()) << ok_event.status().to_string();
+    ScopedEnv fail("SHARDLAB_FAKE_SYNAPSE_FAIL", std::string(call) + ":1");
+    Status s;
+    if (std::string(call) == "synEventRecord") s = dev().record_event(kComputeStream).status();
+    if (std::string(call) == "synStreamWaitEvent") s = dev().wait_event(kComputeStream, *ok_event);
+    if (std::string(call) == "synStreamSynchronize") s = dev().synchronize(kComputeStream);
+    ASSERT_FALSE(s.is_ok());
+    EXPECT_THAT(s.message(), HasSubstr(call));
+  }
+  EXPECT_EQ(dev().record_event(9).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(dev().wait_event(9, EventId{0}).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(dev().synchronize(9).code(), StatusCode::kInvalidArgument);
 }
 
 // A stream that waits on an event runs only after the awaited work: checked on the
