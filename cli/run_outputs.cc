@@ -251,6 +251,9 @@ Json metrics_json(const RunRecord& r) {
     if (m.peak_total > r.ranks[highest].memory.peak_total) highest = k;
   }
   j["peak_memory_bytes"] = peaks;
+  // Rank 0's bytes between host and device memory per step (empty in timing mode, which
+  // moves no bytes).
+  j["host_transfer_bytes_per_step"] = r.ranks.empty() ? std::vector<std::int64_t>{} : r.ranks[0].host_transfer_bytes;
   j["peak_memory_bytes_by_category"] = by_category(by_cat);
   // What the highest peak was made of: sums to that peak.
   Json at_peak = by_category(r.ranks[highest].memory.at_peak);

@@ -47,6 +47,7 @@ class TracingDevice final : public runtime::device::Device {
     return inner_->wait_event(waiter, event);
   }
   Status synchronize(runtime::device::StreamId stream) override { return inner_->synchronize(stream); }
+  std::int64_t host_transfer_bytes() const override { return inner_->host_transfer_bytes(); }
 
   using StreamId = runtime::device::StreamId;
   using Activation = runtime::device::Activation;

@@ -258,6 +258,7 @@ METRICS_SCHEMA: dict[str, Checker] = {
     "exposed_comm_s": _opt_num,
     "comm_bytes": _object({}, other=_opt_num),
     "peak_memory_bytes": _list_of(_nonneg_int),
+    "host_transfer_bytes_per_step": _list_of(_nonneg_int),
     "peak_memory_bytes_by_category": _object({}, other=_nullable(_nonneg_int)),
     "peak_memory_breakdown_bytes": _object({"rank": _nonneg_int}, other=_nullable(_nonneg_int)),
     "loss": _list_of(_opt_num),

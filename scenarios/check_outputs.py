@@ -1,11 +1,11 @@
 """Checks a run's output folder against what reports/FORMATS.md promises on every backend:
 trace.json holds, for each of the first RANKS ranks, compute events with their tensors'
 shapes, collectives, and FSDP phases (cat "fsdp") with unit, step and phase; metrics.json
-records the stack and the provenance. With --failed N: the run failed, metrics.json keeps
+records the stack, the provenance and the host<->device bytes of each step. With --failed N: the run failed, metrics.json keeps
 each of the N failed ranks' errors, and the loss, memory and trace up to the failure are
 there. Exit 0 when all holds, else 1 naming what does not.
 
-    check_outputs.py DIR --ranks RANKS [--failed N]
+    check_outputs.py DIR --ranks RANKS [--failed N] [--host-transfer zero|nonzero]
 """
 import argparse
 import json
@@ -14,13 +14,24 @@ import sys
 
 # The phases every completed step has; a run that failed in its first steps may not have
 # reached a reduction or an optimizer step.
-PHASES_OF_A_STEP = {"unshard", "reshard", "reduce_grad", "optimizer_step"}
+PHASES_OF_A_STEP = {"unshard", "reshard", "reduce_grad", "reduce_grad_wait", "optimizer_step"}
 PHASES_OF_A_FAILED_RUN = {"unshard"}
 
 
-def check(folder: str, ranks: int, failed: int | None) -> list[str]:
+def check(folder: str, ranks: int, failed: int | None, host_transfer: str | None) -> list[str]:
     problems = []
     metrics = json.load(open(os.path.join(folder, "metrics.json"), encoding="utf-8"))
+    moved = metrics.get("host_transfer_bytes_per_step")
+    if not isinstance(moved, list):
+        problems.append("metrics.json: host_transfer_bytes_per_step missing")
+    elif failed is None and len(moved) != metrics.get("steps"):
+        problems.append(f"metrics.json: host_transfer_bytes_per_step has {len(moved)} entries for {metrics.get('steps')} steps")
+    elif host_transfer == "zero" and any(moved):
+        problems.append(f"metrics.json: host_transfer_bytes_per_step {moved}, expected none")
+    elif host_transfer == "nonzero" and not all(moved):
+        problems.append(f"metrics.json: host_transfer_bytes_per_step {moved}, expected bytes every step")
+    else:
+        print(f"host_transfer_bytes_per_step: {moved}")
     for key in ("device", "network", "cpu_offload"):
         if key not in metrics.get("stack", {}):
             problems.append(f"metrics.json: stack.{key} missing")
@@ -67,8 +78,10 @@ def main() -> int:
     p.add_argument("folder")
     p.add_argument("--ranks", type=int, required=True)
     p.add_argument("--failed", type=int)
+    p.add_argument("--host-transfer", choices=("zero", "nonzero"),
+                   help="what host_transfer_bytes_per_step must say about every step")
     a = p.parse_args()
-    problems = check(a.folder, a.ranks, a.failed)
+    problems = check(a.folder, a.ranks, a.failed, a.host_transfer)
     for line in problems:
         print(line)
     print("ok" if not problems else f"{len(problems)} problem(s)")

@@ -95,6 +95,7 @@ bool SimDevice::crosses_host_link(const Tensor& a, const Tensor& b) const {
 
 Status SimDevice::charge_transfer(const char* op, Status s, double bytes) {
   if (!s.is_ok()) return s;
+  host_bytes_ += static_cast<std::int64_t>(bytes);
   const Nanos t = profile_.host_transfer_time(bytes);
   return advance(op, t,
                  t >= kTimeLimit || clock_->now() >= kTimeLimit - t

@@ -88,6 +88,8 @@ class SimDevice final : public runtime::device::Device {
   Nanos busy_time() const { return busy_; }
   // Device ops charged so far (each one launch_ns + op_host_ns; NOTE [Host time per op]).
   std::int64_t ops_charged() const { return ops_; }
+  // Bytes charged at the profile's host link (CPU offload's copies and casts).
+  std::int64_t host_transfer_bytes() const override { return host_bytes_; }
   // Records every op (name, virtual start, duration) into `trace` when set (not owned).
   void set_trace(TraceRecorder* trace) { trace_ = trace; }
   TraceRecorder* trace() const { return trace_; }
@@ -182,6 +184,7 @@ class SimDevice final : public runtime::device::Device {
   std::string id_name_;  // inner_.id().to_string(): the device name on this device's storages
   Nanos busy_ = 0;
   std::int64_t ops_ = 0;
+  std::int64_t host_bytes_ = 0;
   Nanos pending_alloc_ns_ = 0;  // NOTE [Host time per allocation]: not yet charged
   DType emulated_ = DType::kF32;  // NOTE [Emulated low precision]
   TraceRecorder* trace_ = nullptr;

@@ -94,6 +94,12 @@ class Device {
   Result<Tensor> empty(const Shape& shape, DType dtype, MemoryCategory category, const std::string& name);
   Result<Tensor> zeros(const Shape& shape, DType dtype, MemoryCategory category, const std::string& name);
 
+  // Bytes moved between host memory and this device's memory since it was created, both
+  // ways, by every path (staging a host-shadowed operand, a copy or cast between a host
+  // tensor and a device tensor). 0 on a device whose memory is the host's (cpu). The
+  // trainer reports it per step (host_transfer_bytes_per_step in metrics.json).
+  virtual std::int64_t host_transfer_bytes() const { return 0; }
+
   // ---- streams and events ---------------------------------------------------------
   virtual Result<StreamId> create_stream(std::string_view name) = 0;
   // Marks the point in `stream` reached by everything enqueued so far. Like every call

@@ -554,6 +554,7 @@ enum class OffloadHost { kNone, kCpu, kSim };
 struct OffloadRun {
   Nanos last_step = 0;              // rank 0's last step time
   Nanos host_busy_in_last_step = 0;  // rank 0's SimDevice host's busy time in it (kSim)
+  std::int64_t host_bytes_last_step = -1;  // rank 0's host_transfer_bytes of its last step
 };
 // wide_run on 2 simulated ranks whose device has a host link of `link` bytes/s.
 OffloadRun run_offload(double link, OffloadHost where) {
@@ -571,7 +572,7 @@ OffloadRun run_offload(double link, OffloadHost where) {
     std::vector<Nanos> busy;
     o.on_step = [&](const train::FsdpTrainResult&) { busy.push_back(sim_host.busy_time()); };
     SHARDLAB_ASSIGN_OR_RETURN(train::FsdpTrainResult r, train::train_fsdp(ctx.comm, ctx.device, ctx.clock, o));
-    if (ctx.rank == 0) out = {r.step_times.back(), busy.back() - busy[busy.size() - 2]};
+    if (ctx.rank == 0) out = {r.step_times.back(), busy.back() - busy[busy.size() - 2], r.host_transfer_bytes.back()};
     return Status::ok();
   });
   for (const auto& r : results) EXPECT_TRUE(r.status.is_ok()) << r.status.to_string();
@@ -594,6 +595,12 @@ TEST(FsdpOffload, OffloadPaysTheHostLinkEveryStep) {
   EXPECT_GT(offloaded - plain, 4 * shard) << "offloaded " << offloaded << " ns, plain " << plain << " ns";
   // Without offload nothing crosses: the link does not matter.
   EXPECT_EQ(plain, no_link);
+  // And the per-step count of host<->device bytes says the same: the shard in, the
+  // gradient shard out (fp32, padding included), nothing without offload.
+  EXPECT_EQ(run_offload(1e9, OffloadHost::kNone).host_bytes_last_step, 0);
+  const std::int64_t crossed = run_offload(1e9, OffloadHost::kCpu).host_bytes_last_step;
+  EXPECT_GE(crossed, 8 * shard);
+  EXPECT_LE(crossed, 8 * (shard + 64));
 }
 
 // In a simulated run the offload host is a SimDevice on the rank's clock: the optimizer's

@@ -284,6 +284,10 @@ Status FsdpTrainer::step() {
   const std::int64_t micro = local / o.grad_accumulation;
   if (o.before_step) SHARDLAB_RETURN_IF_ERROR(o.before_step(step_));
   const Nanos start = clock_.now();
+  const auto host_bytes = [&] {
+    return dev_.host_transfer_bytes() + (o.fsdp.offload_device ? o.fsdp.offload_device->host_transfer_bytes() : 0);
+  };
+  const std::int64_t host_bytes_before = host_bytes();
   const bool sample_memory = o.record_memory_timeline && step_ < o.memory_timeline_steps;
   if (o.on_marker) o.on_marker(TrainMarker::kStepBegin, step_);
   fsdp_->zero_grad();
@@ -325,6 +329,7 @@ Status FsdpTrainer::step() {
   result_.losses.push_back(loss_.is_deferred() ? std::nan("") : static_cast<double>(loss_.data<float>()[0]));
   result_.step_times.push_back(clock_.now() - start);
   result_.step_starts.push_back(start);
+  result_.host_transfer_bytes.push_back(host_bytes() - host_bytes_before);
   if (o.on_marker) o.on_marker(TrainMarker::kStepEnd, step_);
   ++step_;
   return Status::ok();

@@ -159,6 +159,9 @@ struct FsdpTrainResult {
   std::vector<double> losses;          // global mean loss per step
   std::vector<Nanos> step_times;
   std::vector<Nanos> step_starts;      // the rank's clock when each step began
+  // Per step: bytes between host and device memory (Device::host_transfer_bytes, the
+  // compute device and the offload host together).
+  std::vector<std::int64_t> host_transfer_bytes;
   int first_step = 0;                  // > 0 when resumed from a checkpoint (losses start there)
   std::string resumed_from;            // the step directory a resumed run loaded; empty: none
   std::string resumed_what;            // what it was: step, state dict type, the run that saved it

@@ -148,6 +148,7 @@ class HpuDevice final : public Device {
                         const Tensor& state1, const std::uint8_t* mask, StreamId stream) override;
 
   Stats stats() const { return stats_; }
+  std::int64_t host_transfer_bytes() const override { return stats_.bytes_to_device + stats_.bytes_to_host; }
   std::uint32_t module_id() const { return module_id_; }
   // "Gaudi", "Gaudi2", "Gaudi3" or "synDeviceType N".
   std::string device_type_name() const;

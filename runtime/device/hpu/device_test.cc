@@ -374,6 +374,18 @@ TEST_F(HpuDeviceTest, StreamsAndEventsMapOntoSynapse) {
   EXPECT_EQ(dev().scale(x, 2.0f, 9).code(), StatusCode::kInvalidArgument);
 }
 
+// NOTE [HPU host shadow]: every op stages its operands through the host today, and
+// host_transfer_bytes says how much: an in-place scale uploads and downloads its tensor,
+// and uploads its fp32 factor.
+TEST_F(HpuDeviceTest, HostTransferBytesCountEveryStagedOperand) {
+  SHARDLAB_FAKE_ONLY();
+  Tensor x = make(dev(), {1024}, DType::kF32, "x");
+  ASSERT_TRUE(dev().fill(x, 1.0f, kComputeStream).is_ok());
+  const std::int64_t before = dev().host_transfer_bytes();
+  ASSERT_TRUE(dev().scale(x, 2.0f, kComputeStream).is_ok());
+  EXPECT_EQ(dev().host_transfer_bytes() - before, 2 * x.nbytes() + 4);
+}
+
 // A Synapse failure in an event or synchronize call is a Status naming the call (exit 3
 // from the CLI), not an internal-error abort; a bad stream is INVALID_ARGUMENT.
 TEST_F(HpuDeviceTest, EventAndSynchronizeFailuresAreStatusesNamingTheCall) {
