@@ -1,7 +1,6 @@
 #include "runtime/fsdp/fully_sharded.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <deque>
 #include <cmath>
 #include <map>
@@ -616,7 +615,6 @@ Status FullyShardedModel::reduce_grad(int unit) {
     }
     pending_reductions_.push_back(std::move(r));
   }
-  if (std::getenv("BLOCKING_REDUCE")) return drain_reductions();
   // Every older reduction moves on one stage; the newest overlaps the next unit's backward.
   for (std::size_t i = 0; i + 1 < pending_reductions_.size();) {
     bool finished = false;
