@@ -211,6 +211,7 @@ Json metrics_json(const RunRecord& r) {
     for (std::size_t s = 0; s < compute.size(); ++s) exposed.push_back(std::max(0.0, seconds(rt.step_times[s]) - compute[s]));
     j["step_breakdown_s"] = {{"compute", median(compute)}, {"exposed_comm", median(exposed)}, {"idle", 0.0}};
     j["exposed_comm_s"] = median(exposed);
+    j["exposed_comm_s_per_step"] = exposed;
     // Every rank's breakdown when every rank was traced (the simulator): a straggler shows
     // as the rank with the most compute, the ranks waiting for it as exposed communication.
     if (r.traces.size() == r.ranks.size() && r.ranks.size() > 1) {
@@ -314,18 +315,32 @@ std::string summary_text(const RunRecord& r) {
   }
   if (!r.ranks.empty()) {
     const FsdpTrainResult& r0 = r.ranks.front();
+    const Json m = metrics_json(r);
+    // Exposed communication per step (the first traced rank's step time not covered by its
+    // compute), when there is a trace to tell.
+    std::vector<double> exposed;
+    if (m.contains("exposed_comm_s_per_step")) exposed = m["exposed_comm_s_per_step"].get<std::vector<double>>();
+    if (exposed.size() != r0.losses.size()) exposed.clear();
+    const std::string exposed_head = "exposed comm (rank " + std::to_string(r.traced_rank(0)) + ")";
     char line[320];
-    std::snprintf(line, sizeof line, "%6s  %-14s  %s\n", "step", "loss", r.backend == "sim" ? "simulated step time" : "step time");
+    std::snprintf(line, sizeof line, "%6s  %-14s  %-19s%s%s\n", "step", "loss",
+                  r.backend == "sim" ? "simulated step time" : "step time", exposed.empty() ? "" : "  ",
+                  exposed.empty() ? "" : exposed_head.c_str());
     o << line;
     for (std::size_t i = 0; i < r0.losses.size(); ++i) {
       // Timing mode computes no loss (NaN by construction): "-" rather than "nan".
       char loss[32] = "-";
       if (!(std::isnan(r0.losses[i]) && r.mode == "timing")) std::snprintf(loss, sizeof loss, "%.8f", r0.losses[i]);
-      std::snprintf(line, sizeof line, "%6zu  %-14s  %.6f s\n", i + 1 + static_cast<std::size_t>(r0.first_step), loss,
-                    seconds(r0.step_times[i]));
+      char time[40];
+      std::snprintf(time, sizeof time, "%.6f s", seconds(r0.step_times[i]));
+      if (exposed.empty()) {
+        std::snprintf(line, sizeof line, "%6zu  %-14s  %s\n", i + 1 + static_cast<std::size_t>(r0.first_step), loss, time);
+      } else {
+        std::snprintf(line, sizeof line, "%6zu  %-14s  %-19s  %.6f s\n", i + 1 + static_cast<std::size_t>(r0.first_step),
+                      loss, time, exposed[i]);
+      }
       o << line;
     }
-    const Json m = metrics_json(r);
     std::snprintf(line, sizeof line, "throughput: %.1f samples/s, %.1f tokens/s, %.3g TFLOP/s per device\n",
                   m.value("samples_per_s", 0.0), m.value("tokens_per_s", 0.0), m.value("tflops_per_device", 0.0));
     o << line;

@@ -87,6 +87,23 @@ TEST(RunOutputs, ListsExactlyTheFilesItWrote) {
   fs::remove_all(dir);
 }
 
+// Each step's exposed communication (step time not covered by the traced rank's compute)
+// and host<->device bytes reach metrics.json, and the summary's step table shows the former.
+TEST(RunOutputs, ReportsExposedCommunicationAndHostTrafficPerStep) {
+  RunRecord r = finished_run();
+  r.ranks[0].host_transfer_bytes = {7, 9};
+  const nlohmann::json m = metrics_json(r);
+  // Step 1 holds the 20 ns gemm, step 2 no compute: 980 ns and 1000 ns exposed.
+  EXPECT_EQ(m["exposed_comm_s_per_step"], (std::vector<double>{980e-9, 1000e-9}));
+  EXPECT_EQ(m["host_transfer_bytes_per_step"], (std::vector<std::int64_t>{7, 9}));
+  const std::string summary = summary_text(r);
+  EXPECT_NE(summary.find("simulated step time  exposed comm (rank 0)\n"), std::string::npos) << summary;
+  EXPECT_NE(summary.find("0.000001 s           0.000001 s\n"), std::string::npos) << summary;
+  // Without a trace there is nothing to tell: no column.
+  r.traces.clear();
+  EXPECT_EQ(summary_text(r).find("exposed comm"), std::string::npos);
+}
+
 TEST(RunOutputs, KeepsOtherFilesInTheFolderAndRemovesStaleOutputs) {
   const fs::path dir = fresh_dir("foreign");
   ASSERT_TRUE(write_run_outputs(dir.string(), finished_run()).is_ok());

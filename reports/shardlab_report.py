@@ -256,6 +256,7 @@ METRICS_SCHEMA: dict[str, Checker] = {
     "tflops_per_device": _opt_num,
     "mfu": _opt_num,
     "exposed_comm_s": _opt_num,
+    "exposed_comm_s_per_step": _list_of(_opt_num),
     "comm_bytes": _object({}, other=_opt_num),
     "peak_memory_bytes": _list_of(_nonneg_int),
     "host_transfer_bytes_per_step": _list_of(_nonneg_int),
