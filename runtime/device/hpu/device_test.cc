@@ -386,6 +386,16 @@ TEST_F(HpuDeviceTest, HostTransferBytesCountEveryStagedOperand) {
   EXPECT_EQ(dev().host_transfer_bytes() - before, 2 * x.nbytes() + 4);
 }
 
+// The test double hands out device addresses tagged like Gaudi2's DRAM base, which the
+// host cannot dereference: a host read of device memory faults instead of silently working.
+TEST_F(HpuDeviceTest, DeviceAddressesAreNotHostPointers) {
+  SHARDLAB_FAKE_ONLY();
+  Tensor x = make(dev(), {16}, DType::kF32, "x");
+  const std::uint64_t address = x.storage()->device_address();
+  EXPECT_EQ(address >> 48, 0x1001u) << std::hex << address;
+  EXPECT_DEATH({ std::printf("%d", static_cast<int>(*reinterpret_cast<volatile const char*>(address))); }, "");
+}
+
 // A Synapse failure in an event or synchronize call is a Status naming the call (exit 3
 // from the CLI), not an internal-error abort; a bad stream is INVALID_ARGUMENT.
 TEST_F(HpuDeviceTest, EventAndSynchronizeFailuresAreStatusesNamingTheCall) {

@@ -209,6 +209,18 @@ bool event_done(const Event* e) {
   return e->stream->completed >= e->target;
 }
 
+// Device addresses carry Gaudi2's DRAM base (0x1001000000000000) as a tag over the host
+// allocation that backs them: non-canonical on x86-64, so a host read or write of device
+// memory faults at once in tests instead of silently working; the double strips the tag
+// where the "device" (DMA, kernels, HCCL) touches the bytes.
+constexpr std::uint64_t kDramTag = 0x1001000000000000ULL;
+std::uint64_t tagged(void* p) { return kDramTag | reinterpret_cast<std::uint64_t>(p); }
+void* untagged(std::uint64_t a) { return reinterpret_cast<void*>(a & ~kDramTag); }
+template <typename T>
+T* untagged(T* p) {
+  return reinterpret_cast<T*>(reinterpret_cast<std::uint64_t>(p) & ~kDramTag);
+}
+
 bool inside_device_memory(std::uint64_t address, std::uint64_t size) {
   auto& allocs = state().device_allocations;
   auto it = allocs.upper_bound(address);
@@ -552,7 +564,7 @@ FAKE_EXPORT synStatus synDeviceMalloc(synDeviceId, uint64_t size, uint64_t, uint
   if (state().device_used + static_cast<std::int64_t>(size) > capacity()) return synOutOfDeviceMemory;
   void* p = std::aligned_alloc(128, (size + 127) / 128 * 128);
   if (p == nullptr) return synOutOfDeviceMemory;
-  *buffer = reinterpret_cast<uint64_t>(p);
+  *buffer = tagged(p);
   state().device_allocations[*buffer] = static_cast<std::int64_t>(size);
   state().device_used += static_cast<std::int64_t>(size);
   return synSuccess;
@@ -566,7 +578,7 @@ FAKE_EXPORT synStatus synDeviceFree(synDeviceId, uint64_t buffer, uint32_t) {
   if (it == state().device_allocations.end()) return synInvalidArgument;
   state().device_used -= it->second;
   state().device_allocations.erase(it);
-  std::free(reinterpret_cast<void*>(buffer));
+  std::free(untagged(buffer));
   return synSuccess;
 }
 #undef FAKE_ARGS
@@ -690,8 +702,10 @@ FAKE_EXPORT synStatus synMemCopyAsync(synStreamHandle h, uint64_t src, uint64_t 
   if ((src_dev && !inside_device_memory(src, size)) || (dst_dev && !inside_device_memory(dst, size))) {
     return synInvalidArgument;
   }
-  enqueue(s, [src, size, dst] {
-    std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), size);
+  void* to = dst_dev ? untagged(dst) : reinterpret_cast<void*>(dst);
+  const void* from = src_dev ? untagged(src) : reinterpret_cast<const void*>(src);
+  enqueue(s, [from, size, to] {
+    std::memmove(to, from, size);
     return true;
   });
   return synSuccess;
@@ -873,7 +887,7 @@ FAKE_EXPORT synStatus synLaunchExt(synStreamHandle h, const synLaunchTensorInfoE
     std::vector<Tensor> tensors;
     for (std::size_t i = 0; i < graph.tensors.size(); ++i) {
       const GraphTensor& t = graph.tensors[i];
-      std::byte* p = reinterpret_cast<std::byte*>(addresses[i]);
+      std::byte* p = static_cast<std::byte*>(untagged(addresses[i]));
       if (!t.persistent) {
         std::uint64_t bytes = shardlab::element_size(dtype_of(t.dtype));
         for (TSize d : t.sizes) bytes *= d;
@@ -1016,6 +1030,8 @@ FAKE_EXPORT const char* hcclGetErrorString(hcclResult_t result) {
 FAKE_EXPORT hcclResult_t hcclAllGather(const void* send, void* recv, size_t count, hcclDataType_t dtype, hcclComm_t h,
                                        void* stream) {
   FAKE_ENTER(hcclAllGather);
+  send = untagged(send);  // device addresses (see kDramTag)
+  recv = untagged(recv);  // device addresses (see kDramTag)
   Comm* c = reinterpret_cast<Comm*>(h);
   DType dt;
   if (c == nullptr || !hccl_dtype(dtype, &dt)) return hcclInvalidArgument;
@@ -1039,6 +1055,8 @@ FAKE_EXPORT hcclResult_t hcclAllGather(const void* send, void* recv, size_t coun
 FAKE_EXPORT hcclResult_t hcclReduceScatter(const void* send, void* recv, size_t count, hcclDataType_t dtype,
                                            hcclRedOp_t op, hcclComm_t h, void* stream) {
   FAKE_ENTER(hcclReduceScatter);
+  send = untagged(send);  // device addresses (see kDramTag)
+  recv = untagged(recv);  // device addresses (see kDramTag)
   Comm* c = reinterpret_cast<Comm*>(h);
   if (c == nullptr) return hcclInvalidArgument;
   return reduction("hcclReduceScatter", send, recv, count * static_cast<std::size_t>(c->nranks),
@@ -1048,6 +1066,8 @@ FAKE_EXPORT hcclResult_t hcclReduceScatter(const void* send, void* recv, size_t 
 FAKE_EXPORT hcclResult_t hcclAllReduce(const void* send, void* recv, size_t count, hcclDataType_t dtype,
                                        hcclRedOp_t op, hcclComm_t h, void* stream) {
   FAKE_ENTER(hcclAllReduce);
+  send = untagged(send);  // device addresses (see kDramTag)
+  recv = untagged(recv);  // device addresses (see kDramTag)
   Comm* c = reinterpret_cast<Comm*>(h);
   if (c == nullptr) return hcclInvalidArgument;
   return reduction("hcclAllReduce", send, recv, count, 0, count, dtype, op, c, stream);
@@ -1058,6 +1078,8 @@ FAKE_EXPORT hcclResult_t hcclAllReduce(const void* send, void* recv, size_t coun
 FAKE_EXPORT hcclResult_t hcclBroadcast(const void* send, void* recv, size_t count, hcclDataType_t dtype, int root,
                                        hcclComm_t h, void* stream) {
   FAKE_ENTER(hcclBroadcast);
+  send = untagged(send);  // device addresses (see kDramTag)
+  recv = untagged(recv);  // device addresses (see kDramTag)
   Comm* c = reinterpret_cast<Comm*>(h);
   DType dt;
   if (c == nullptr || !hccl_dtype(dtype, &dt) || root < 0 || root >= c->nranks) return hcclInvalidArgument;
@@ -1081,6 +1103,7 @@ FAKE_EXPORT hcclResult_t hcclBroadcast(const void* send, void* recv, size_t coun
 FAKE_EXPORT hcclResult_t hcclSend(const void* send, size_t count, hcclDataType_t dtype, int peer, hcclComm_t h,
                                   void* stream) {
   FAKE_ENTER(hcclSend);
+  send = untagged(send);  // device addresses (see kDramTag)
   Comm* c = reinterpret_cast<Comm*>(h);
   DType dt;
   if (c == nullptr || !hccl_dtype(dtype, &dt) || peer < 0 || peer >= c->nranks || peer == c->rank) {
@@ -1099,6 +1122,7 @@ FAKE_EXPORT hcclResult_t hcclSend(const void* send, size_t count, hcclDataType_t
 FAKE_EXPORT hcclResult_t hcclRecv(void* recv, size_t count, hcclDataType_t dtype, int peer, hcclComm_t h,
                                   void* stream) {
   FAKE_ENTER(hcclRecv);
+  recv = untagged(recv);  // device addresses (see kDramTag)
   Comm* c = reinterpret_cast<Comm*>(h);
   DType dt;
   if (c == nullptr || !hccl_dtype(dtype, &dt) || peer < 0 || peer >= c->nranks || peer == c->rank) {
