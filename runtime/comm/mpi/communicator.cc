@@ -166,10 +166,12 @@ struct MpiSharedState {
     return std::make_tuple(st.MPI_SOURCE, st.MPI_TAG, std::move(text));
   }
 
-  // Answers every pending roll call with what this rank is doing.
-  void answer_roll_calls(const std::string& doing) {
+  // Answers every pending roll call with what this rank is doing (`doing()`, built only
+  // when a query is there: this runs on every poll of a wait).
+  template <typename Doing>
+  void answer_roll_calls(const Doing& doing) {
     if (diag == MPI_COMM_NULL) return;
-    while (auto q = receive_text(kQueryTag)) send_text(std::get<0>(*q), kReplyTag, doing);
+    while (auto q = receive_text(kQueryTag)) send_text(std::get<0>(*q), kReplyTag, doing());
   }
 
   void reap_orphans() {
@@ -252,10 +254,9 @@ class MpiWork final : public Work {
     // Busy-poll like MPI_Wait does: MPI_Test drives Open MPI's progress engine, which
     // itself yields the core when idle if mpi_yield_when_idle is set (mpiexec sets it
     // when oversubscribed).
-    const std::string doing = "waiting in " + info_.describe();
     while (clock_.now() < deadline) {
       if (poll()) return status_;
-      shared_->answer_roll_calls(doing);
+      shared_->answer_roll_calls([this] { return "waiting in " + info_.describe(); });
     }
     return Status::timeout(info_.describe() + ": timed out after " + format_duration(timeout) +
                            " on the communicator's clock waiting for the other ranks (the operation stays "
