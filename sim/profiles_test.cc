@@ -715,12 +715,23 @@ TEST(DeviceProfiles, BuiltInsHaveNoFactorsAllocTimeOrSmallDimTable) {
 // a capacity that rounds to 0 bytes are refused when loaded, naming the key, the value and
 // the allowed range (they used to pass and end in a CHECK failure, exit 70, or in an
 // uncaught JSON exception).
+// A profile of odd.json with a value out of its bounds: refused (exit 2) naming the key,
+// the value and what is allowed.
+struct OddProfileCase {
+  std::string json, key, value, allowed;
+};
+void expect_refused(const Status& s, const OddProfileCase& c) {
+  ASSERT_FALSE(s.is_ok()) << c.json;
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("odd.json: key '" + c.key + "'"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find(c.value), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find(c.allowed), std::string::npos) << s.message();
+}
+
 TEST(DeviceProfiles, RatesOutsideTheirBoundsAreRefusedWithKeyValueAndRange) {
   const std::string rest = R"("memory_bytes_per_s": 2e10, "launch_ns": 2000, "capacity_gib": 16)";
   const std::string rates = R"("matrix_flops_per_s": {"fp32": 1e11, "bf16": 1e11}, "vector_flops_per_s": {"fp32": 2e10, "bf16": 2e10})";
-  struct Case {
-    std::string json, key, value, allowed;
-  };
+  using Case = OddProfileCase;
   const std::vector<Case> cases = {
       {R"({"name": "x", "matrix_flops_per_s": {"fp32": 1e-3, "bf16": 1e11}, "vector_flops_per_s": {"fp32": 2e10, "bf16": 2e10}, )" + rest + "}",
        "matrix_flops_per_s.fp32", "value 0.001 out of range", "FLOP/s in [1e6, 1e20]"},
@@ -737,15 +748,7 @@ TEST(DeviceProfiles, RatesOutsideTheirBoundsAreRefusedWithKeyValueAndRange) {
       {R"({"name": "x", )" + rates + ", " + rest + R"(, "compute_factors": {"gemm": 1e-9}})", "compute_factors.gemm",
        "value 1e-09 out of range", "[0.001, 1000]"},
   };
-  for (const Case& c : cases) {
-    auto r = parse_device_profile(c.json, "odd.json");
-    ASSERT_FALSE(r.is_ok()) << c.json;
-    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
-    const std::string& m = r.status().message();
-    EXPECT_NE(m.find("odd.json: key '" + c.key + "'"), std::string::npos) << m;
-    EXPECT_NE(m.find(c.value), std::string::npos) << m;
-    EXPECT_NE(m.find(c.allowed), std::string::npos) << m;
-  }
+  for (const Case& c : cases) expect_refused(parse_device_profile(c.json, "odd.json").status(), c);
   // The lower bounds themselves are accepted.
   auto lowest = parse_device_profile(
       R"({"name": "x", "matrix_flops_per_s": {"fp32": 1e6, "bf16": 1e6}, "vector_flops_per_s": {"fp32": 1e6, "bf16": 1e6},
@@ -757,9 +760,7 @@ TEST(DeviceProfiles, RatesOutsideTheirBoundsAreRefusedWithKeyValueAndRange) {
 }
 
 TEST(TopologyProfiles, LinkRatesOutsideTheirBoundsAreRefusedWithKeyValueAndRange) {
-  struct Case {
-    std::string json, key, value, allowed;
-  };
+  using Case = OddProfileCase;
   const std::vector<Case> cases = {
       {R"({"name": "t", "kind": "switch", "port": {"gbit_per_s": 1e-20, "latency_ns": 2500}})", "port.gbit_per_s",
        "value 1e-20 out of range", "Gbit/s in [0.001, 1e9]"},
@@ -770,15 +771,7 @@ TEST(TopologyProfiles, LinkRatesOutsideTheirBoundsAreRefusedWithKeyValueAndRange
       {R"({"name": "t", "kind": "ring", "peer": {"gbit_per_s": 1e400, "latency_ns": 1}})", "peer.gbit_per_s",
        "number overflow parsing '1e400'", "allowed: a finite number"},
   };
-  for (const Case& c : cases) {
-    auto r = parse_topology(c.json, "odd.json");
-    ASSERT_FALSE(r.is_ok()) << c.json;
-    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
-    const std::string& m = r.status().message();
-    EXPECT_NE(m.find("odd.json: key '" + c.key + "'"), std::string::npos) << m;
-    EXPECT_NE(m.find(c.value), std::string::npos) << m;
-    EXPECT_NE(m.find(c.allowed), std::string::npos) << m;
-  }
+  for (const Case& c : cases) expect_refused(parse_topology(c.json, "odd.json").status(), c);
 }
 
 }  // namespace
