@@ -6,11 +6,11 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "cli/scenario.h"
+#include "runtime/core/check.h"
 #include "runtime/fsdp/checkpoint.h"
 #include "runtime/io/safetensors.h"
 #include "runtime/model/bert_io.h"
@@ -28,11 +28,12 @@ namespace fs = std::filesystem;
 
 const fs::path kSource = SHARDLAB_SOURCE_DIR;
 
+// A shipped or self-written seed file (io::read_file: regular files only, bounded); a
+// missing one is a broken tree, not a seed.
 std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  auto text = runtime::io::read_file(p.string());
+  SHARDLAB_CHECK_OK(text.status());
+  return *text;
 }
 
 std::vector<std::string> files_in(const fs::path& dir, const std::string& ext) {
