@@ -500,10 +500,15 @@ int run_mpi(const RunArgs& a, int* argc, char*** argv) {
     Status out_ok = base.rank() == 0 ? check_output_folder(a.out_dir).with_context("--out") : Status::ok();
     auto flag = raw_dev.zeros({1}, DType::kI64, MemoryCategory::kOther, "out_ok");
     if (!flag.is_ok()) return fail_job(flag.status());
-    flag->data<std::int64_t>()[0] = out_ok.is_ok() ? 1 : 0;
+    if (Status s = runtime::device::values_from_host(raw_dev, std::vector<std::int64_t>{out_ok.is_ok() ? 1 : 0}, *flag);
+        !s.is_ok()) {
+      return fail_job(s);
+    }
     if (Status s = base.broadcast(*flag, 0)->wait(a.train.fsdp.collective_timeout); !s.is_ok()) return fail_job(s);
     if (!out_ok.is_ok()) return fail(out_ok);
-    if (flag->data<std::int64_t>()[0] != 1) {
+    auto agreed = runtime::device::values_to_host<std::int64_t>(raw_dev, *flag);
+    if (!agreed.is_ok()) return fail_job(agreed.status());
+    if ((*agreed)[0] != 1) {
       return fail(Status::invalid_argument("--out: rank 0 cannot write the output folder '" + a.out_dir + "' (its error says why)"));
     }
   }
@@ -567,9 +572,13 @@ int run_mpi(const RunArgs& a, int* argc, char*** argv) {
   // Every rank leaves with rank 0's verdict.
   auto verdict = raw_dev.zeros({1}, DType::kI64, MemoryCategory::kOther, "verdict");
   if (!verdict.is_ok()) return fail_job(verdict.status());
-  verdict->data<std::int64_t>()[0] = code;
+  if (Status s = runtime::device::values_from_host(raw_dev, std::vector<std::int64_t>{code}, *verdict); !s.is_ok()) {
+    return fail_job(s);
+  }
   if (Status s = base.broadcast(*verdict, 0)->wait(a.train.fsdp.collective_timeout); !s.is_ok()) return fail_job(s);
-  return static_cast<int>(verdict->data<std::int64_t>()[0]);
+  auto agreed = runtime::device::values_to_host<std::int64_t>(raw_dev, *verdict);
+  if (!agreed.is_ok()) return fail_job(agreed.status());
+  return static_cast<int>((*agreed)[0]);
 }
 
 }  // namespace

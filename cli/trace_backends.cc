@@ -136,6 +136,16 @@ Status TracingDevice::softmax_cross_entropy(const Tensor& logits, const Tensor& 
 Status TracingDevice::transpose_1_2(const Tensor& x, const Tensor& y, StreamId stream) {
   SHARDLAB_TRACED("transpose_1_2", transpose_1_2(x, y, stream), &x, &y);
 }
+Status TracingDevice::to_host(const Tensor& src, std::span<std::byte> dst, StreamId stream) {
+  SHARDLAB_TRACED("to_host", to_host(src, dst, stream), &src);
+}
+Status TracingDevice::from_host(std::span<const std::byte> src, const Tensor& dst, StreamId stream) {
+  SHARDLAB_TRACED("from_host", from_host(src, dst, stream), &dst);
+}
+Status TracingDevice::dropout_mask(const Tensor& mask, float p, const Rng& base, std::int64_t first_row,
+                                   std::uint64_t site, StreamId stream) {
+  SHARDLAB_TRACED("dropout_mask", dropout_mask(mask, p, base, first_row, site, stream), &mask);
+}
 Status TracingDevice::multiply(const Tensor& a, const Tensor& b, const Tensor& c, StreamId stream) {
   SHARDLAB_TRACED("multiply", multiply(a, b, c, stream), &a, &b, &c);
 }
@@ -266,22 +276,27 @@ Result<std::vector<std::vector<sim::TraceEvent>>> gather_traces(runtime::comm::C
   // Lengths first, then every rank's text padded to the longest, as int64 words (the
   // collectives move whole elements of one count on every rank).
   SHARDLAB_ASSIGN_OR_RETURN(Tensor my_len, dev.zeros({1}, DType::kI64, MemoryCategory::kOther, "trace_len"));
-  my_len.data<std::int64_t>()[0] = static_cast<std::int64_t>(text.size());
+  SHARDLAB_RETURN_IF_ERROR(runtime::device::values_from_host(
+      dev, std::vector<std::int64_t>{static_cast<std::int64_t>(text.size())}, my_len));
   SHARDLAB_ASSIGN_OR_RETURN(Tensor lens, dev.zeros({w}, DType::kI64, MemoryCategory::kOther, "trace_lens"));
   SHARDLAB_RETURN_IF_ERROR(comm.all_gather_into(lens, my_len)->wait(timeout).with_context("gathering traces"));
-  std::int64_t longest = 0;
-  for (int r = 0; r < w; ++r) longest = std::max(longest, lens.data<std::int64_t>()[r]);
+  SHARDLAB_ASSIGN_OR_RETURN(const std::vector<std::int64_t> lengths, runtime::device::values_to_host<std::int64_t>(dev, lens));
+  const std::int64_t longest = *std::max_element(lengths.begin(), lengths.end());
   const std::int64_t words = std::max<std::int64_t>(1, (longest + 7) / 8);
   SHARDLAB_ASSIGN_OR_RETURN(Tensor my_text, dev.zeros({words}, DType::kI64, MemoryCategory::kOther, "trace_text"));
-  std::memcpy(my_text.data<std::int64_t>(), text.data(), text.size());
+  std::vector<std::byte> padded(static_cast<std::size_t>(words * 8), std::byte{0});
+  std::memcpy(padded.data(), text.data(), text.size());
+  SHARDLAB_RETURN_IF_ERROR(dev.from_host(padded, my_text));
   SHARDLAB_ASSIGN_OR_RETURN(Tensor all, dev.zeros({w * words}, DType::kI64, MemoryCategory::kOther, "trace_texts"));
   SHARDLAB_RETURN_IF_ERROR(comm.all_gather_into(all, my_text)->wait(timeout).with_context("gathering traces"));
   std::vector<std::vector<sim::TraceEvent>> out;
   if (comm.rank() != 0) return out;
+  std::vector<char> texts(static_cast<std::size_t>(all.nbytes()));
+  SHARDLAB_RETURN_IF_ERROR(dev.to_host(all, std::as_writable_bytes(std::span<char>(texts))));
   for (int r = 0; r < w; ++r) {
-    const char* bytes = reinterpret_cast<const char*>(all.data<std::int64_t>() + r * words);
+    const char* bytes = texts.data() + static_cast<std::size_t>(r * words * 8);
     SHARDLAB_ASSIGN_OR_RETURN(std::vector<sim::TraceEvent> events,
-                              parse_trace_events(std::string(bytes, static_cast<std::size_t>(lens.data<std::int64_t>()[r]))));
+                              parse_trace_events(std::string(bytes, static_cast<std::size_t>(lengths[static_cast<std::size_t>(r)]))));
     out.push_back(std::move(events));
   }
   return out;

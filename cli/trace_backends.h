@@ -51,6 +51,8 @@ class TracingDevice final : public runtime::device::Device {
 
   using StreamId = runtime::device::StreamId;
   using Activation = runtime::device::Activation;
+  Status to_host(const Tensor& src, std::span<std::byte> dst, StreamId stream) override;
+  Status from_host(std::span<const std::byte> src, const Tensor& dst, StreamId stream) override;
   Status copy(const Tensor& src, const Tensor& dst, StreamId stream) override;
   Status fill(const Tensor& dst, float value, StreamId stream) override;
   Status cast(const Tensor& src, const Tensor& dst, StreamId stream) override;
@@ -82,6 +84,8 @@ class TracingDevice final : public runtime::device::Device {
                                StreamId stream) override;
   Status transpose_1_2(const Tensor& x, const Tensor& y, StreamId stream) override;
   Status multiply(const Tensor& a, const Tensor& b, const Tensor& c, StreamId stream) override;
+  Status dropout_mask(const Tensor& mask, float p, const Rng& base, std::int64_t first_row, std::uint64_t site,
+                      StreamId stream) override;
   Status optimizer_step(const runtime::device::OptimizerUpdate& update, const Tensor& param, const Tensor& grad,
                         const Tensor& state0, const Tensor& state1, const std::uint8_t* mask,
                         StreamId stream) override;

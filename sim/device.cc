@@ -121,6 +121,23 @@ Result<EventId> SimDevice::record_event(StreamId stream) { return inner_.record_
 Status SimDevice::wait_event(StreamId waiter, EventId event) { return inner_.wait_event(waiter, event); }
 Status SimDevice::synchronize(StreamId stream) { return inner_.synchronize(stream); }
 
+Status SimDevice::to_host(const Tensor& src, std::span<std::byte> dst, StreamId stream) {
+  note_shapes({&src});
+  const auto bytes = static_cast<double>(dst.size());
+  if (profile_.host_link_bytes_per_s > 0 && inner_.id().type == "sim") {
+    return charge_transfer("to_host", inner_.to_host(src, dst, stream), bytes);
+  }
+  return charge("to_host", inner_.to_host(src, dst, stream), 0, 2.0 * bytes, false, src);
+}
+Status SimDevice::from_host(std::span<const std::byte> src, const Tensor& dst, StreamId stream) {
+  note_shapes({&dst});
+  const auto bytes = static_cast<double>(src.size());
+  if (profile_.host_link_bytes_per_s > 0 && inner_.id().type == "sim") {
+    return charge_transfer("from_host", inner_.from_host(src, dst, stream), bytes);
+  }
+  return charge("from_host", inner_.from_host(src, dst, stream), 0, 2.0 * bytes, false, dst);
+}
+
 Status SimDevice::copy(const Tensor& src, const Tensor& dst, StreamId stream) {
   note_shapes({&src, &dst});
   if (crosses_host_link(src, dst)) {
@@ -269,6 +286,14 @@ Status SimDevice::multiply(const Tensor& a, const Tensor& b, const Tensor& c, St
   note_shapes({&a, &b, &c});
   return charge("multiply", inner_.multiply(a, b, c, stream), static_cast<double>(a.numel()),
                 static_cast<double>(a.nbytes() + b.nbytes() + c.nbytes()), false, a);
+}
+
+// One draw and one store per value, like torch's fused dropout kernel.
+Status SimDevice::dropout_mask(const Tensor& mask, float p, const Rng& base, std::int64_t first_row,
+                               std::uint64_t site, StreamId stream) {
+  note_shapes({&mask});
+  return charge("dropout_mask", inner_.dropout_mask(mask, p, base, first_row, site, stream),
+                static_cast<double>(mask.numel()), static_cast<double>(mask.nbytes()), false, mask);
 }
 
 // The fused optimizer update streams every operand once (read param, grad and state, write

@@ -41,6 +41,14 @@ class SimMath {
   Status wait_event(runtime::device::StreamId w, runtime::device::EventId e) { return cpu_.wait_event(w, e); }
   Status synchronize(runtime::device::StreamId s) { return cpu_.synchronize(s); }
   bool skip = false;  // timing mode: ops succeed without computing
+  // Host access reads and writes the (deferred) bytes in both modes: the runtime's host-side
+  // code runs unchanged in timing mode (NOTE [Phantom storage]).
+  Status to_host(const Tensor& src, std::span<std::byte> dst, runtime::device::StreamId s) {
+    return cpu_.to_host(src, dst, s);
+  }
+  Status from_host(std::span<const std::byte> src, const Tensor& dst, runtime::device::StreamId s) {
+    return cpu_.from_host(src, dst, s);
+  }
 #define SHARDLAB_SIM_MATH_OP(name) \
   template <typename... A>         \
   Status name(A&&... a) {          \
@@ -67,6 +75,7 @@ class SimMath {
   SHARDLAB_SIM_MATH_OP(transpose_1_2)
   SHARDLAB_SIM_MATH_OP(multiply)
   SHARDLAB_SIM_MATH_OP(optimizer_step)
+  SHARDLAB_SIM_MATH_OP(dropout_mask)
 #undef SHARDLAB_SIM_MATH_OP
 
  private:
@@ -116,6 +125,10 @@ class SimDevice final : public runtime::device::Device {
   Status wait_event(runtime::device::StreamId waiter, runtime::device::EventId event) override;
   Status synchronize(runtime::device::StreamId stream) override;
 
+  // Across the host link on an accelerator profile (the batch, the loss, checkpoints);
+  // a memory copy on a device without one, and on a rank's host device.
+  Status to_host(const Tensor& src, std::span<std::byte> dst, runtime::device::StreamId stream) override;
+  Status from_host(std::span<const std::byte> src, const Tensor& dst, runtime::device::StreamId stream) override;
   Status copy(const Tensor& src, const Tensor& dst, runtime::device::StreamId stream) override;
   Status fill(const Tensor& dst, float value, runtime::device::StreamId stream) override;
   Status cast(const Tensor& src, const Tensor& dst, runtime::device::StreamId stream) override;
@@ -149,6 +162,8 @@ class SimDevice final : public runtime::device::Device {
                                runtime::device::StreamId stream) override;
   Status transpose_1_2(const Tensor& x, const Tensor& y, runtime::device::StreamId stream) override;
   Status multiply(const Tensor& a, const Tensor& b, const Tensor& c, runtime::device::StreamId stream) override;
+  Status dropout_mask(const Tensor& mask, float p, const Rng& base, std::int64_t first_row, std::uint64_t site,
+                      runtime::device::StreamId stream) override;
   Status optimizer_step(const runtime::device::OptimizerUpdate& update, const Tensor& param, const Tensor& grad,
                         const Tensor& state0, const Tensor& state1, const std::uint8_t* mask,
                         runtime::device::StreamId stream) override;

@@ -27,21 +27,31 @@ Tensor make(RankEnv& env, std::int64_t n, DType dtype, const std::string& name) 
   return *t;
 }
 
-// Writes value v (a small integer) at index i in any supported dtype.
-void set(const Tensor& t, std::int64_t i, double v) {
+// Writes value v (a small integer) at index i in any supported dtype, and reads it back:
+// through the device's host access (NOTE [Host access] in runtime/device/device.h), so
+// the suite runs on device memory too.
+void set(device::Device& dev, const Tensor& t, std::int64_t i, double v) {
+  const Tensor at = *t.narrow(i, 1);
+  Status s;
   switch (t.dtype()) {
-    case DType::kF32: t.data<float>()[i] = static_cast<float>(v); break;
-    case DType::kBF16: t.data<std::uint16_t>()[i] = float_to_bf16(static_cast<float>(v)); break;
-    case DType::kF16: t.data<std::uint16_t>()[i] = float_to_fp16(static_cast<float>(v)); break;
-    case DType::kI64: t.data<std::int64_t>()[i] = static_cast<std::int64_t>(v); break;
+    case DType::kF32: s = device::values_from_host(dev, std::vector<float>{static_cast<float>(v)}, at); break;
+    case DType::kBF16:
+      s = device::values_from_host(dev, std::vector<std::uint16_t>{float_to_bf16(static_cast<float>(v))}, at);
+      break;
+    case DType::kF16:
+      s = device::values_from_host(dev, std::vector<std::uint16_t>{float_to_fp16(static_cast<float>(v))}, at);
+      break;
+    case DType::kI64: s = device::values_from_host(dev, std::vector<std::int64_t>{static_cast<std::int64_t>(v)}, at); break;
   }
+  SHARDLAB_CHECK_OK(s);
 }
-double get(const Tensor& t, std::int64_t i) {
+double get(device::Device& dev, const Tensor& t, std::int64_t i) {
+  const Tensor at = *t.narrow(i, 1);
   switch (t.dtype()) {
-    case DType::kF32: return t.data<float>()[i];
-    case DType::kBF16: return bf16_to_float(t.data<std::uint16_t>()[i]);
-    case DType::kF16: return fp16_to_float(t.data<std::uint16_t>()[i]);
-    case DType::kI64: return static_cast<double>(t.data<std::int64_t>()[i]);
+    case DType::kF32: return (*device::values_to_host<float>(dev, at))[0];
+    case DType::kBF16: return bf16_to_float((*device::values_to_host<std::uint16_t>(dev, at))[0]);
+    case DType::kF16: return fp16_to_float((*device::values_to_host<std::uint16_t>(dev, at))[0]);
+    case DType::kI64: return static_cast<double>((*device::values_to_host<std::int64_t>(dev, at))[0]);
   }
   return 0;
 }
@@ -66,11 +76,11 @@ TEST_P(CommConformance, AllGatherEveryDtypeAndCount) {
     for (DType dt : kDtypes) {
       for (std::int64_t n : kCounts) {
         Tensor in = make(env, n, dt, "in"), out = make(env, n * w, dt, "out");
-        for (std::int64_t i = 0; i < n; ++i) set(in, i, value(r, i));
+        for (std::int64_t i = 0; i < n; ++i) set(env.device, in, i, value(r, i));
         expect_ok(env.comm.all_gather_into(out, in), "all_gather");
         for (int src = 0; src < w; ++src) {
           for (std::int64_t i = 0; i < n; ++i) {
-            ASSERT_EQ(get(out, src * n + i), value(src, i)) << dtype_name(dt) << " n=" << n << " src=" << src;
+            ASSERT_EQ(get(env.device, out, src * n + i), value(src, i)) << dtype_name(dt) << " n=" << n << " src=" << src;
           }
         }
       }
@@ -84,10 +94,10 @@ TEST_P(CommConformance, AllGatherInPlace) {
     const std::int64_t n = 13;
     Tensor out = make(env, n * w, DType::kF32, "out");
     Tensor mine = *out.narrow(n * r, n);
-    for (std::int64_t i = 0; i < n; ++i) set(mine, i, value(r, i));
+    for (std::int64_t i = 0; i < n; ++i) set(env.device, mine, i, value(r, i));
     expect_ok(env.comm.all_gather_into(out, mine), "all_gather in place");
     for (int src = 0; src < w; ++src)
-      for (std::int64_t i = 0; i < n; ++i) ASSERT_EQ(get(out, src * n + i), value(src, i));
+      for (std::int64_t i = 0; i < n; ++i) ASSERT_EQ(get(env.device, out, src * n + i), value(src, i));
   });
 }
 
@@ -99,7 +109,7 @@ TEST_P(CommConformance, ReduceScatterSumAndAvg) {
         for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax, ReduceOp::kMin}) {
           if (op == ReduceOp::kAvg && dt == DType::kI64) continue;  // rejected; tested in ArgumentErrors
           Tensor in = make(env, n * w, dt, "in"), out = make(env, n, dt, "out");
-          for (std::int64_t i = 0; i < n * w; ++i) set(in, i, value(r, i));
+          for (std::int64_t i = 0; i < n * w; ++i) set(env.device, in, i, value(r, i));
           expect_ok(env.comm.reduce_scatter(out, in, op), "reduce_scatter");
           for (std::int64_t i = 0; i < n; ++i) {
             double expect = op == ReduceOp::kMax ? -1e9 : op == ReduceOp::kMin ? 1e9 : 0.0;
@@ -110,9 +120,9 @@ TEST_P(CommConformance, ReduceScatterSumAndAvg) {
             if (op == ReduceOp::kAvg) {
               const float avg = static_cast<float>(expect) / static_cast<float>(w);
               const double want = dt == DType::kBF16 ? round_to_bf16(avg) : avg;
-              ASSERT_NEAR(get(out, i), want, dt == DType::kBF16 ? 0.02 : 1e-6) << dtype_name(dt) << " n=" << n;
+              ASSERT_NEAR(get(env.device, out, i), want, dt == DType::kBF16 ? 0.02 : 1e-6) << dtype_name(dt) << " n=" << n;
             } else {
-              ASSERT_EQ(get(out, i), expect) << dtype_name(dt) << " n=" << n << " op=" << reduce_op_name(op);
+              ASSERT_EQ(get(env.device, out, i), expect) << dtype_name(dt) << " n=" << n << " op=" << reduce_op_name(op);
             }
           }
         }
@@ -126,13 +136,13 @@ TEST_P(CommConformance, ReduceScatterInPlace) {
     const int w = env.comm.size(), r = env.comm.rank();
     const std::int64_t n = 5;
     Tensor buf = make(env, n * w, DType::kF32, "buf");
-    for (std::int64_t i = 0; i < n * w; ++i) set(buf, i, value(r, i));
+    for (std::int64_t i = 0; i < n * w; ++i) set(env.device, buf, i, value(r, i));
     Tensor mine = *buf.narrow(n * r, n);
     expect_ok(env.comm.reduce_scatter(mine, buf, ReduceOp::kSum), "reduce_scatter in place");
     for (std::int64_t i = 0; i < n; ++i) {
       double expect = 0;
       for (int src = 0; src < w; ++src) expect += value(src, r * n + i);
-      ASSERT_EQ(get(mine, i), expect);
+      ASSERT_EQ(get(env.device, mine, i), expect);
     }
   });
 }
@@ -143,19 +153,19 @@ TEST_P(CommConformance, AllReduceOps) {
     for (DType dt : kDtypes) {
       for (std::int64_t n : kCounts) {
         Tensor t = make(env, n, dt, "t");
-        for (std::int64_t i = 0; i < n; ++i) set(t, i, value(r, i));
+        for (std::int64_t i = 0; i < n; ++i) set(env.device, t, i, value(r, i));
         expect_ok(env.comm.all_reduce(t, ReduceOp::kSum), "all_reduce");
         for (std::int64_t i = 0; i < n; ++i) {
           double expect = 0;
           for (int src = 0; src < w; ++src) expect += value(src, i);
-          ASSERT_EQ(get(t, i), expect) << dtype_name(dt) << " n=" << n;
+          ASSERT_EQ(get(env.device, t, i), expect) << dtype_name(dt) << " n=" << n;
         }
-        for (std::int64_t i = 0; i < n; ++i) set(t, i, value(r, i));
+        for (std::int64_t i = 0; i < n; ++i) set(env.device, t, i, value(r, i));
         expect_ok(env.comm.all_reduce(t, ReduceOp::kMax), "all_reduce max");
         for (std::int64_t i = 0; i < n; ++i) {
           double expect = -1e9;
           for (int src = 0; src < w; ++src) expect = std::max(expect, value(src, i));
-          ASSERT_EQ(get(t, i), expect);
+          ASSERT_EQ(get(env.device, t, i), expect);
         }
       }
     }
@@ -167,9 +177,9 @@ TEST_P(CommConformance, BroadcastFromEveryRoot) {
     const int w = env.comm.size(), r = env.comm.rank();
     for (int root = 0; root < w; ++root) {
       Tensor t = make(env, 11, DType::kBF16, "t");
-      for (std::int64_t i = 0; i < 11; ++i) set(t, i, value(r, i));
+      for (std::int64_t i = 0; i < 11; ++i) set(env.device, t, i, value(r, i));
       expect_ok(env.comm.broadcast(t, root), "broadcast");
-      for (std::int64_t i = 0; i < 11; ++i) ASSERT_EQ(get(t, i), value(root, i)) << "root " << root;
+      for (std::int64_t i = 0; i < 11; ++i) ASSERT_EQ(get(env.device, t, i), value(root, i)) << "root " << root;
     }
   });
 }
@@ -182,13 +192,13 @@ TEST_P(CommConformance, BarrierAndManyOutstandingWorksWaitedInReverse) {
     std::vector<WorkPtr> works;
     for (int k = 0; k < 6; ++k) {
       ts.push_back(make(env, 3, DType::kI64, "t" + std::to_string(k)));
-      for (std::int64_t i = 0; i < 3; ++i) set(ts.back(), i, r + k);
+      for (std::int64_t i = 0; i < 3; ++i) set(env.device, ts.back(), i, r + k);
       works.push_back(env.comm.all_reduce(ts.back(), ReduceOp::kSum));
     }
     for (int k = 5; k >= 0; --k) expect_ok(works[static_cast<std::size_t>(k)], "all_reduce #" + std::to_string(k));
     for (int k = 0; k < 6; ++k) {
       const double expect = static_cast<double>(w) * (w - 1) / 2 + static_cast<double>(k) * w;
-      ASSERT_EQ(get(ts[static_cast<std::size_t>(k)], 2), expect);
+      ASSERT_EQ(get(env.device, ts[static_cast<std::size_t>(k)], 2), expect);
     }
     expect_ok(env.comm.barrier(), "barrier");
   });
@@ -207,8 +217,8 @@ TEST_P(CommConformance, SendRecvRingKeepsOrderPerTag) {
     Tensor a = make(env, 4, DType::kF32, "a"), b = make(env, 4, DType::kF32, "b");
     Tensor ra = make(env, 4, DType::kF32, "ra"), rb = make(env, 4, DType::kF32, "rb");
     for (std::int64_t i = 0; i < 4; ++i) {
-      set(a, i, value(r, i));
-      set(b, i, value(r, i + 10));
+      set(env.device, a, i, value(r, i));
+      set(env.device, b, i, value(r, i + 10));
     }
     WorkPtr s1 = env.comm.send(a, next, 5), s2 = env.comm.send(b, next, 5);
     WorkPtr q1 = env.comm.recv(ra, prev, 5), q2 = env.comm.recv(rb, prev, 5);
@@ -217,8 +227,8 @@ TEST_P(CommConformance, SendRecvRingKeepsOrderPerTag) {
     expect_ok(s1, "send 1");
     expect_ok(s2, "send 2");
     for (std::int64_t i = 0; i < 4; ++i) {
-      ASSERT_EQ(get(ra, i), value(prev, i));
-      ASSERT_EQ(get(rb, i), value(prev, i + 10));
+      ASSERT_EQ(get(env.device, ra, i), value(prev, i));
+      ASSERT_EQ(get(env.device, rb, i), value(prev, i + 10));
     }
   });
 }
@@ -246,17 +256,17 @@ TEST_P(CommConformance, SplitByParityWithReversedKeys) {
       EXPECT_EQ(g.rank(), expect_rank);
       EXPECT_NE(g.group_name(), env.comm.group_name());
       Tensor t = make(env, 1, DType::kI64, "t");
-      set(t, 0, r);
+      set(env.device, t, 0, r);
       expect_ok(g.all_reduce(t, ReduceOp::kSum), "all_reduce in subgroup");
       double expect = 0;
       for (int q : members) expect += q;
-      EXPECT_EQ(get(t, 0), expect);
+      EXPECT_EQ(get(env.device, t, 0), expect);
     }
     // The parent group still works after a split.
     Tensor u = make(env, 1, DType::kI64, "u");
-    set(u, 0, 1);
+    set(env.device, u, 0, 1);
     expect_ok(env.comm.all_reduce(u, ReduceOp::kSum), "all_reduce in parent");
-    EXPECT_EQ(get(u, 0), w);
+    EXPECT_EQ(get(env.device, u, 0), w);
   });
 }
 
@@ -284,9 +294,9 @@ TEST_P(CommConformance, SplitStridedFormsTheGroupsOfAMesh) {
         // Each member's world rank, gathered in group order: exactly the expected members.
         Tensor all = make(env, size, DType::kI64, "all");
         Tensor mine = *all.narrow(g.rank(), 1);
-        set(mine, 0, r);
+        set(env.device, mine, 0, r);
         expect_ok(g.all_gather_into(all, mine), "all_gather in the strided group");
-        for (int k = 0; k < size; ++k) EXPECT_EQ(get(all, k), members[static_cast<std::size_t>(k)]) << "member " << k;
+        for (int k = 0; k < size; ++k) EXPECT_EQ(get(env.device, all, k), members[static_cast<std::size_t>(k)]) << "member " << k;
       }
     }
     for (const auto& [stride, size] : {std::pair{0, 1}, std::pair{1, 0}, std::pair{w + 1, 1}, std::pair{1, w + 1}}) {
@@ -330,15 +340,15 @@ TEST_P(CommConformance, MissingPeerTimesOutThenLatePeerCompletes) {
     const int w = env.comm.size(), r = env.comm.rank();
     if (w == 1) {  // nobody can be missing: a collective completes within the short timeout
       Tensor t = make(env, 2, DType::kF32, "t");
-      set(t, 0, 3);
+      set(env.device, t, 0, 3);
       EXPECT_TRUE(env.comm.all_reduce(t, ReduceOp::kSum)->wait(env.short_timeout).is_ok());
-      EXPECT_EQ(get(t, 0), 3);
+      EXPECT_EQ(get(env.device, t, 0), 3);
       return;
     }
     const int late = w - 1;
     Tensor t = make(env, 2, DType::kF32, "t");
-    set(t, 0, r);
-    set(t, 1, 1);
+    set(env.device, t, 0, r);
+    set(env.device, t, 1, 1);
     Tensor go = make(env, 1, DType::kI64, "go");
     if (r == late) {
       // Wait for rank 0 to say the others have timed out, then join late.
@@ -353,16 +363,16 @@ TEST_P(CommConformance, MissingPeerTimesOutThenLatePeerCompletes) {
       // otherwise a slow-to-schedule rank could see the collective complete.
       if (r == 0) {
         for (int peer = 1; peer < late; ++peer) expect_ok(env.comm.recv(go, peer, 98), "recv timed-out ack");
-        set(go, 0, 1);
+        set(env.device, go, 0, 1);
         expect_ok(env.comm.send(go, late, 99), "send go");
       } else {
-        set(go, 0, 1);
+        set(env.device, go, 0, 1);
         expect_ok(env.comm.send(go, 0, 98), "send timed-out ack");
       }
       expect_ok(work, "all_reduce after the late peer arrived");
     }
-    EXPECT_EQ(get(t, 0), static_cast<double>(w) * (w - 1) / 2);
-    EXPECT_EQ(get(t, 1), w);
+    EXPECT_EQ(get(env.device, t, 0), static_cast<double>(w) * (w - 1) / 2);
+    EXPECT_EQ(get(env.device, t, 1), w);
   });
 }
 

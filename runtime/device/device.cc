@@ -1,6 +1,7 @@
 #include "runtime/device/device.h"
 
 #include <charconv>
+#include <cmath>
 
 namespace shardlab::runtime::device {
 
@@ -52,6 +53,54 @@ Status check_launch_view(std::string_view where, const Tensor& t) {
   // The common case without building a message: in bounds.
   if (view_in_bounds(t.offset(), t.numel(), element_size(t.dtype()), t.storage()->nbytes())) return Status::ok();
   return check_launch_extent(where, t.name(), t.storage()->label(), t.byte_offset(), t.nbytes(), t.storage()->nbytes());
+}
+
+Status check_host_type(std::string_view what, const Tensor& t, DType want, std::size_t element_bytes) {
+  if (!t.defined()) return Status::invalid_argument(std::string(what) + ": the tensor is undefined");
+  const bool half = element_bytes == 2 && (t.dtype() == DType::kBF16 || t.dtype() == DType::kF16);
+  if (t.dtype() != want && !half) {
+    return Status::invalid_argument(std::string(what) + ": " + t.describe() + " is " + std::string(dtype_name(t.dtype())) +
+                                    ", not the " + std::string(dtype_name(want)) + " values asked for");
+  }
+  return Status::ok();
+}
+
+Status check_host_copy(std::string_view op, const Tensor& t, std::size_t host_bytes) {
+  if (!t.defined()) return Status::invalid_argument(std::string(op) + ": the tensor is undefined");
+  SHARDLAB_RETURN_IF_ERROR(check_launch_view(op, t));  // NOTE [Launch check]
+  if (static_cast<std::uint64_t>(t.nbytes()) != host_bytes) {
+    return Status::invalid_argument(std::string(op) + ": " + t.describe() + " holds " + std::to_string(t.nbytes()) +
+                                    " bytes; the host buffer holds " + std::to_string(host_bytes));
+  }
+  return Status::ok();
+}
+
+Status check_dropout_args(std::string_view op, const Tensor& mask, float p, std::int64_t first_row) {
+  if (!(p >= 0.0f && p < 1.0f)) {
+    return Status::invalid_argument(std::string(op) + ": p = " + std::to_string(p) + " is outside [0, 1)");
+  }
+  if (first_row < 0) return Status::invalid_argument(std::string(op) + ": negative first row " + std::to_string(first_row));
+  if (mask.numel() > 0 && (mask.ndim() < 1 || mask.dim(0) <= 0)) {
+    return Status::invalid_argument(std::string(op) + ": " + mask.describe() + " needs a leading row dim");
+  }
+  return Status::ok();
+}
+
+void draw_dropout_mask(float* out, std::int64_t rows, std::int64_t per_row, float p, const Rng& base,
+                       std::int64_t first_row, std::uint64_t site) {
+  const auto threshold = static_cast<std::uint32_t>(std::lround(static_cast<double>(p) * 65536.0));
+  const float keep = 1.0f / (1.0f - p);
+  for (std::int64_t b = 0; b < rows; ++b) {
+    Rng rng = base.split(static_cast<std::uint64_t>(first_row + b)).split(site);
+    float* row = out + b * per_row;
+    std::int64_t i = 0;
+    for (; i + 1 < per_row; i += 2) {
+      const std::uint32_t r = rng.next_u32();
+      row[i] = (r & 0xffffu) >= threshold ? keep : 0.0f;
+      row[i + 1] = (r >> 16) >= threshold ? keep : 0.0f;
+    }
+    if (i < per_row) row[i] = (rng.next_u32() & 0xffffu) >= threshold ? keep : 0.0f;
+  }
 }
 
 Result<Tensor> Device::empty(const Shape& shape, DType dtype, MemoryCategory category, const std::string& name) {

@@ -20,10 +20,13 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "runtime/core/memory.h"
+#include "runtime/core/rng.h"
 #include "runtime/core/status.h"
 #include "runtime/core/tensor.h"
 
@@ -64,6 +67,18 @@ struct OptimizerUpdate {
   std::int64_t step = 1;
 };
 
+// NOTE [Host access]
+// Code above the Device seam (models, FSDP, the trainer, checkpoints, the CLI) never
+// dereferences a device tensor: it reads values with Device::to_host and sets them with
+// Device::from_host (typed: values_to_host / values_from_host below), at the few places
+// that must see values — the loss, batch ids and labels, the target counts, grad-norm
+// scalars, checkpoints, results. Everything else stays where the device keeps it. On the
+// hpu backend a storage has no host bytes at all, so Tensor::data() on one is a CHECK
+// failure naming the tensor: every test that runs the runtime on the Synapse test double
+// enforces this rule (runtime/device/hpu/device_test.cc, the hpu scenarios). Below the
+// seam — backends, communicators over host memory (MPI), the simulator's math — data()
+// is the implementation.
+
 // NOTE [Launch check]
 // Every backend checks each tensor an op reads or writes before touching memory: the view
 // lies inside its storage (byte offset >= 0, offset + extent within the storage, no
@@ -95,10 +110,20 @@ class Device {
   Result<Tensor> zeros(const Shape& shape, DType dtype, MemoryCategory category, const std::string& name);
 
   // Bytes moved between host memory and this device's memory since it was created, both
-  // ways, by every path (staging a host-shadowed operand, a copy or cast between a host
-  // tensor and a device tensor). 0 on a device whose memory is the host's (cpu). The
+  // ways, by every path (to_host/from_host, an operand a backend stages through the host,
+  // a copy or cast between a host tensor and a device tensor). 0 on a device whose memory is the host's (cpu). The
   // trainer reports it per step (host_transfer_bytes_per_step in metrics.json).
   virtual std::int64_t host_transfer_bytes() const { return 0; }
+
+  // ---- host access (NOTE [Host access]) ----------------------------------------------
+  // to_host: waits for everything enqueued on `stream` so far, then copies src's bytes into
+  // `dst` (exactly src.nbytes() of them). from_host: copies `src` (exactly dst.nbytes()
+  // bytes) into dst, ordered on `stream` after the work enqueued there; `src` may be reused
+  // as soon as it returns. Both count in host_transfer_bytes() on a device whose memory is
+  // not the host's. INVALID_ARGUMENT for a size mismatch, an undefined tensor or a tensor
+  // of another device.
+  virtual Status to_host(const Tensor& src, std::span<std::byte> dst, StreamId stream = kComputeStream) = 0;
+  virtual Status from_host(std::span<const std::byte> src, const Tensor& dst, StreamId stream = kComputeStream) = 0;
 
   // ---- streams and events ---------------------------------------------------------
   virtual Result<StreamId> create_stream(std::string_view name) = 0;
@@ -195,6 +220,13 @@ class Device {
   // c = a * b elementwise (fp32, equal element counts); c may be the same view as a or b.
   // Dropout applies a mask of 0 and 1/(1-p) this way, forward and backward.
   virtual Status multiply(const Tensor& a, const Tensor& b, const Tensor& c, StreamId stream = kComputeStream) = 0;
+  // Dropout's scaled keep mask, drawn where the mask lives (like torch's on-device dropout):
+  // mask is fp32 with R = dim 0 rows of per_row = numel / R values; row r's values come from
+  // base.split(first_row + r).split(site), one 16-bit draw per value (the low then the high
+  // half of each 32-bit output), 1/(1-p) where the draw >= round(p · 65536) and 0 elsewhere.
+  // p in [0, 1).
+  virtual Status dropout_mask(const Tensor& mask, float p, const Rng& base, std::int64_t first_row,
+                              std::uint64_t site, StreamId stream = kComputeStream) = 0;
   // The optimizer update, fused into one op (like torch's fused AdamW or Habana's FusedAdamW),
   // so that it runs — and is charged, in the simulator — where the shard lives. param, grad
   // and the state tensors are fp32 with the same element count and do not overlap; the state
@@ -205,5 +237,34 @@ class Device {
                                 const Tensor& state0, const Tensor& state1, const std::uint8_t* mask,
                                 StreamId stream = kComputeStream) = 0;
 };
+
+// Typed host access (NOTE [Host access]): T must be the tensor's element type (float for
+// fp32, std::int64_t for int64, std::uint16_t for bf16/fp16); INVALID_ARGUMENT otherwise.
+Status check_host_type(std::string_view what, const Tensor& t, DType want, std::size_t element_bytes);
+template <typename T>
+Result<std::vector<T>> values_to_host(Device& dev, const Tensor& t, StreamId stream = kComputeStream) {
+  SHARDLAB_RETURN_IF_ERROR(check_host_type("to_host", t, DTypeOf<T>::value, sizeof(T)));
+  std::vector<T> out(static_cast<std::size_t>(t.numel()));
+  SHARDLAB_RETURN_IF_ERROR(dev.to_host(t, std::as_writable_bytes(std::span<T>(out)), stream));
+  return out;
+}
+template <typename T>
+Status values_from_host(Device& dev, std::span<const T> values, const Tensor& t, StreamId stream = kComputeStream) {
+  SHARDLAB_RETURN_IF_ERROR(check_host_type("from_host", t, DTypeOf<T>::value, sizeof(T)));
+  return dev.from_host(std::as_bytes(values), t, stream);
+}
+template <typename T>
+Status values_from_host(Device& dev, const std::vector<T>& values, const Tensor& t, StreamId stream = kComputeStream) {
+  return values_from_host(dev, std::span<const T>(values), t, stream);
+}
+
+// dropout_mask's contract, shared by every backend: the argument check (INVALID_ARGUMENT
+// naming the op) and the draw into host memory (`rows` rows of `per_row` values).
+Status check_dropout_args(std::string_view op, const Tensor& mask, float p, std::int64_t first_row);
+void draw_dropout_mask(float* out, std::int64_t rows, std::int64_t per_row, float p, const Rng& base,
+                       std::int64_t first_row, std::uint64_t site);
+
+// The shared checks of to_host/from_host: defined, host-visible bytes of this size.
+Status check_host_copy(std::string_view op, const Tensor& t, std::size_t host_bytes);
 
 }  // namespace shardlab::runtime::device

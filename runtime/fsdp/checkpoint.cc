@@ -62,25 +62,39 @@ std::string rank_file(const char* prefix, int rank) {
   return buf;
 }
 
-StoredTensor stored(std::string name, const Tensor& t, std::int64_t begin, std::int64_t n, Shape shape = {}) {
+// Appends elements [begin, begin + n) of fp32 `t` to `f` as `name` (read with to_host).
+Status store(device::Device& dev, SafetensorsFile& f, std::string name, const Tensor& t, std::int64_t begin,
+             std::int64_t n, Shape shape = {}) {
   StoredTensor s;
   s.name = std::move(name);
   s.dtype = DType::kF32;
   s.shape = shape.empty() ? Shape{n} : std::move(shape);
   s.data.resize(static_cast<std::size_t>(n) * 4);
-  if (n > 0) std::memcpy(s.data.data(), t.data<float>() + begin, static_cast<std::size_t>(n) * 4);
-  return s;
+  SHARDLAB_ASSIGN_OR_RETURN(Tensor part, t.narrow(begin, n));
+  SHARDLAB_RETURN_IF_ERROR(dev.to_host(part, s.data));
+  f.tensors.push_back(std::move(s));
+  return Status::ok();
 }
 
-// A whole tensor in its own dtype (buffers).
-StoredTensor stored_raw(std::string name, const Tensor& t) {
+// Appends a whole tensor in its own dtype (buffers).
+Status store_raw(device::Device& dev, SafetensorsFile& f, std::string name, const Tensor& t) {
   StoredTensor s;
   s.name = std::move(name);
   s.dtype = t.dtype();
   s.shape = t.shape();
   s.data.resize(static_cast<std::size_t>(t.nbytes()));
-  if (t.nbytes() > 0) std::memcpy(s.data.data(), t.bytes(), s.data.size());
-  return s;
+  SHARDLAB_RETURN_IF_ERROR(dev.to_host(t, s.data));
+  f.tensors.push_back(std::move(s));
+  return Status::ok();
+}
+
+// One int64 flag through `dev` (the collectives of the save protocol).
+Status set_flag(device::Device& dev, const Tensor& flag, std::int64_t value) {
+  return device::values_from_host(dev, std::vector<std::int64_t>{value}, flag);
+}
+Result<std::int64_t> get_flag(device::Device& dev, const Tensor& flag) {
+  SHARDLAB_ASSIGN_OR_RETURN(const std::vector<std::int64_t> v, device::values_to_host<std::int64_t>(dev, flag));
+  return v[0];
 }
 
 std::string safetensors_dtype(DType d) {
@@ -98,7 +112,7 @@ Status append_buffers(FullyShardedModel& m, SafetensorsFile& f, bool declared_dt
   for (int i = 0; i < m.num_buffers(); ++i) {
     const std::string& name = m.buffer_specs()[static_cast<std::size_t>(i)].name;
     SHARDLAB_ASSIGN_OR_RETURN(Tensor t, declared_dtype ? m.buffer_state(i) : m.buffer(i));
-    f.tensors.push_back(stored_raw(prefixed ? "buffer/" + name : name, t));
+    SHARDLAB_RETURN_IF_ERROR(store_raw(m.device(), f, prefixed ? "buffer/" + name : name, t));
   }
   return Status::ok();
 }
@@ -119,15 +133,16 @@ Status write(const CheckpointOptions& o, const std::string& path, const Safetens
 Status write_rank_files(FullyShardedModel& m, const std::string& step_dir, const CheckpointOptions& o) {
   const auto names = state_names(m);
   const auto& units = m.units();
+  device::Device& dev = m.device();
   if (o.type == StateDictType::kLocal) {
     SafetensorsFile f;
     for (std::size_t u = 0; u < units.size(); ++u) {
       const std::string unit = "unit" + std::to_string(u);
-      f.tensors.push_back(stored(unit + "/flat", units[u].shard, 0, units[u].shard.numel()));
+      SHARDLAB_RETURN_IF_ERROR(store(dev, f, unit + "/flat", units[u].shard, 0, units[u].shard.numel()));
       if (!units[u].has_trainable) continue;
       for (std::size_t k = 0; k < names.size(); ++k) {
         const Tensor& st = m.optimizers()[u].state()[k];
-        f.tensors.push_back(stored(unit + "/" + names[k], st, 0, st.numel()));
+        SHARDLAB_RETURN_IF_ERROR(store(dev, f, unit + "/" + names[k], st, 0, st.numel()));
       }
     }
     SHARDLAB_RETURN_IF_ERROR(append_buffers(m, f, /*declared_dtype=*/false, /*prefixed=*/true));
@@ -141,37 +156,41 @@ Status write_rank_files(FullyShardedModel& m, const std::string& step_dir, const
       const FlatParameter& fp = units[u];
       for (const ShardPiece& p : fp.layout.shard(r).pieces) {
         const model::ParamSpec& spec = fp.specs[static_cast<std::size_t>(p.param)];
-        f.tensors.push_back(stored(piece_key("model/" + spec.name, p.param_begin), fp.shard, p.offset_in_shard, p.numel()));
+        SHARDLAB_RETURN_IF_ERROR(
+            store(dev, f, piece_key("model/" + spec.name, p.param_begin), fp.shard, p.offset_in_shard, p.numel()));
         if (!spec.requires_grad) continue;
         for (std::size_t k = 0; k < names.size(); ++k) {
-          f.tensors.push_back(stored(piece_key("optim/" + names[k] + "/" + spec.name, p.param_begin),
-                                     m.optimizers()[u].state()[k], p.offset_in_shard, p.numel()));
+          SHARDLAB_RETURN_IF_ERROR(store(dev, f, piece_key("optim/" + names[k] + "/" + spec.name, p.param_begin),
+                                         m.optimizers()[u].state()[k], p.offset_in_shard, p.numel()));
         }
       }
     }
     if (r == 0) SHARDLAB_RETURN_IF_ERROR(append_buffers(m, f, /*declared_dtype=*/true, /*prefixed=*/true));
     return write(o, step_dir + "/" + rank_file("rank", r), f);
   }
-  // FULL: gather everything (collective), rank 0 writes.
-  device::Device& dev = m.device();
+  // FULL: gather everything (collective); rank 0 reads it to the host and writes.
+  const bool writer = m.world().rank() == 0;
   const std::int64_t total = model::total_numel(m.specs());
   SHARDLAB_ASSIGN_OR_RETURN(Tensor full, dev.empty({total}, DType::kF32, MemoryCategory::kOther, "full_state"));
   SHARDLAB_RETURN_IF_ERROR(m.gather_full_params(full));
   SafetensorsFile model_file, optim_file;
   for (std::size_t i = 0; i < m.specs().size(); ++i) {
     const auto& spec = m.specs()[i];
-    model_file.tensors.push_back(stored(spec.name, full, m.model_offset(static_cast<int>(i)), *checked_numel(spec.shape), spec.shape));
+    if (!writer) break;
+    SHARDLAB_RETURN_IF_ERROR(store(dev, model_file, spec.name, full, m.model_offset(static_cast<int>(i)),
+                                   *checked_numel(spec.shape), spec.shape));
   }
   for (std::size_t k = 0; k < names.size(); ++k) {
     SHARDLAB_RETURN_IF_ERROR(m.gather_full_optimizer_state(static_cast<int>(k), full));
     for (std::size_t i = 0; i < m.specs().size(); ++i) {
       const auto& spec = m.specs()[i];
+      if (!writer) break;
       if (!spec.requires_grad) continue;
-      optim_file.tensors.push_back(stored(names[k] + "/" + spec.name, full, m.model_offset(static_cast<int>(i)),
-                                          *checked_numel(spec.shape), spec.shape));
+      SHARDLAB_RETURN_IF_ERROR(store(dev, optim_file, names[k] + "/" + spec.name, full,
+                                     m.model_offset(static_cast<int>(i)), *checked_numel(spec.shape), spec.shape));
     }
   }
-  if (m.world().rank() != 0) return Status::ok();
+  if (!writer) return Status::ok();
   SHARDLAB_RETURN_IF_ERROR(append_buffers(m, model_file, /*declared_dtype=*/true, /*prefixed=*/false));
   SHARDLAB_RETURN_IF_ERROR(write(o, step_dir + "/model.safetensors", model_file));
   return write(o, step_dir + "/optimizer.safetensors", optim_file);
@@ -342,18 +361,20 @@ Status save_checkpoint(FullyShardedModel& m, const std::string& dir, std::int64_
       if (ec) prepared = Status::unavailable(step_dir + ": cannot create (" + ec.message() + ")");
     }
   }
-  flag.data<std::int64_t>()[0] = prepared.is_ok() ? 1 : 0;
+  SHARDLAB_RETURN_IF_ERROR(set_flag(m.device(), flag, prepared.is_ok() ? 1 : 0));
   SHARDLAB_RETURN_IF_ERROR(world.broadcast(flag, 0)->wait(timeout).with_context("save_checkpoint"));
   if (!prepared.is_ok()) return prepared.with_context("save_checkpoint");
-  if (flag.data<std::int64_t>()[0] != 1) {
+  SHARDLAB_ASSIGN_OR_RETURN(std::int64_t agreed, get_flag(m.device(), flag));
+  if (agreed != 1) {
     return Status::unavailable("save_checkpoint: rank 0 could not prepare " + dir + " (its error says why)");
   }
   Status local = write_rank_files(m, step_dir, o);
   // Commit only if every rank wrote its files.
-  flag.data<std::int64_t>()[0] = local.is_ok() ? 1 : 0;
+  SHARDLAB_RETURN_IF_ERROR(set_flag(m.device(), flag, local.is_ok() ? 1 : 0));
   SHARDLAB_RETURN_IF_ERROR(world.all_reduce(flag, comm::ReduceOp::kMin)->wait(timeout).with_context("save_checkpoint"));
   if (!local.is_ok()) return local.with_context("save_checkpoint on rank " + std::to_string(world.rank()));
-  if (flag.data<std::int64_t>()[0] != 1) {
+  SHARDLAB_ASSIGN_OR_RETURN(agreed, get_flag(m.device(), flag));
+  if (agreed != 1) {
     return Status::unavailable("save_checkpoint: another rank failed to write its files; " + dir +
                                "/latest still names the previous checkpoint");
   }
@@ -379,9 +400,10 @@ Status save_checkpoint(FullyShardedModel& m, const std::string& dir, std::int64_
       return io::write_file_atomic(dir + "/latest", step_name(step) + "\n");
     }();
   }
-  flag.data<std::int64_t>()[0] = commit.is_ok() ? 1 : 0;
+  SHARDLAB_RETURN_IF_ERROR(set_flag(m.device(), flag, commit.is_ok() ? 1 : 0));
   SHARDLAB_RETURN_IF_ERROR(world.broadcast(flag, 0)->wait(timeout).with_context("save_checkpoint"));
-  if (flag.data<std::int64_t>()[0] != 1) {
+  SHARDLAB_ASSIGN_OR_RETURN(agreed, get_flag(m.device(), flag));
+  if (agreed != 1) {
     return commit.is_ok() ? Status::unavailable("save_checkpoint: rank 0 could not commit the checkpoint") : commit;
   }
   return Status::ok();
@@ -576,7 +598,7 @@ class Loader {
                                         safetensors_dtype(spec.dtype) + " " + shape_to_string(spec.shape));
       }
       SHARDLAB_ASSIGN_OR_RETURN(Tensor value, m.device().empty(spec.shape, spec.dtype, MemoryCategory::kOther, key));
-      if (!t->data.empty()) std::memcpy(value.bytes(), t->data.data(), t->data.size());
+      SHARDLAB_RETURN_IF_ERROR(m.device().from_host(t->data, value));
       SHARDLAB_RETURN_IF_ERROR(m.load_buffer(i, value));
     }
     return Status::ok();
@@ -837,7 +859,7 @@ Result<std::int64_t> load_checkpoint_impl(FullyShardedModel& m, const std::strin
         if (!s || static_cast<std::int64_t>(s->data.size()) != t.nbytes()) {
           return Status::data_loss(step_dir + ": local tensor '" + key + "' is missing or has the wrong size");
         }
-        std::memcpy(t.bytes(), s->data.data(), s->data.size());
+        SHARDLAB_RETURN_IF_ERROR(m.device().from_host(s->data, t));
       }
     }
     for (int i = 0; i < m.num_buffers(); ++i) {
@@ -848,7 +870,7 @@ Result<std::int64_t> load_checkpoint_impl(FullyShardedModel& m, const std::strin
         return Status::data_loss(step_dir + ": local buffer '" + key + "' is missing or has another dtype or size than " +
                                  live.describe());
       }
-      if (!s->data.empty()) std::memcpy(live.bytes(), s->data.data(), s->data.size());
+      SHARDLAB_RETURN_IF_ERROR(m.device().from_host(s->data, live));
     }
   } else {
     Loader loader(step_dir, index["files"]);
@@ -857,12 +879,17 @@ Result<std::int64_t> load_checkpoint_impl(FullyShardedModel& m, const std::strin
       const FlatParameter& fp = units[u];
       for (const ShardPiece& p : fp.layout.shard(r).pieces) {
         const model::ParamSpec& spec = fp.specs[static_cast<std::size_t>(p.param)];
-        SHARDLAB_RETURN_IF_ERROR(loader.fill(index, "model/" + spec.name, spec.shape, p.param_begin, p.param_end,
-                                             fp.shard.data<float>() + p.offset_in_shard));
+        // The piece's elements on the host, then into the shard (NOTE [Host access]).
+        std::vector<float> values(static_cast<std::size_t>(p.numel()));
+        const auto load = [&](const std::string& key, const Tensor& into) -> Status {
+          SHARDLAB_RETURN_IF_ERROR(loader.fill(index, key, spec.shape, p.param_begin, p.param_end, values.data()));
+          SHARDLAB_ASSIGN_OR_RETURN(Tensor part, into.narrow(p.offset_in_shard, p.numel()));
+          return device::values_from_host(m.device(), values, part);
+        };
+        SHARDLAB_RETURN_IF_ERROR(load("model/" + spec.name, fp.shard));
         if (!spec.requires_grad) continue;
         for (std::size_t k = 0; k < names.size(); ++k) {
-          SHARDLAB_RETURN_IF_ERROR(loader.fill(index, "optim/" + names[k] + "/" + spec.name, spec.shape, p.param_begin,
-                                               p.param_end, m.optimizers()[u].state()[k].data<float>() + p.offset_in_shard));
+          SHARDLAB_RETURN_IF_ERROR(load("optim/" + names[k] + "/" + spec.name, m.optimizers()[u].state()[k]));
         }
       }
     }

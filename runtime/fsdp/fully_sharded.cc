@@ -699,23 +699,26 @@ Result<double> FullyShardedModel::clip_grad_norm(double max_norm, bool inf_norm)
   for (const FlatParameter& fp : units_) {
     if (!fp.grad_shard_valid) continue;
     SHARDLAB_ASSIGN_OR_RETURN(Tensor wide, grad_fp32(fp));
-    const float* g = wide.data<float>();
+    // The shard's values on the host: the norm's fp64 sum in index order has no device op
+    // yet, so clipping moves each gradient shard over the host link once per step.
+    SHARDLAB_ASSIGN_OR_RETURN(const std::vector<float> g, device::values_to_host<float>(dev_, wide));
     for (const ShardPiece& piece : fp.layout.shard(shard_rank).pieces) {
       for (std::int64_t i = 0; i < piece.numel(); ++i) {
-        const double v = std::fabs(static_cast<double>(g[piece.offset_in_shard + i]));
+        const double v = std::fabs(static_cast<double>(g[static_cast<std::size_t>(piece.offset_in_shard + i)]));
         local = inf_norm ? std::max(local, v) : local + v * v;
       }
     }
   }
   SHARDLAB_ASSIGN_OR_RETURN(Tensor t, dev_.empty({1}, DType::kF32, MemoryCategory::kOther, "grad_norm"));
-  t.data<float>()[0] = static_cast<float>(local);
+  SHARDLAB_RETURN_IF_ERROR(device::values_from_host(dev_, std::vector<float>{static_cast<float>(local)}, t));
   if (options_.strategy != ShardingStrategy::kNoShard) {
     SHARDLAB_RETURN_IF_ERROR(shard_comm()
                                  .all_reduce(t, inf_norm ? ReduceOp::kMax : ReduceOp::kSum)
                                  ->wait(options_.collective_timeout)
                                  .with_context("FSDP clip_grad_norm"));
   }
-  const double total = static_cast<double>(t.data<float>()[0]);
+  SHARDLAB_ASSIGN_OR_RETURN(const std::vector<float> reduced, device::values_to_host<float>(dev_, t));
+  const double total = static_cast<double>(reduced[0]);
   const double norm = inf_norm ? total : std::sqrt(total);
   if (max_norm > 0.0) {
     const double coef = max_norm / (norm + 1e-6);

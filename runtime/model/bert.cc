@@ -243,9 +243,10 @@ Status Bert::validate_batch(const Batch& batch) const {
     return bad("sequence length T = " + std::to_string(T) + " exceeds max_position_embeddings = " +
                std::to_string(c.max_position_embeddings));
   }
-  auto check_ids = [&](const char* name, const Tensor& t, std::int64_t limit) -> Status {
-    const std::int64_t* p = t.data<std::int64_t>();
-    for (std::int64_t i = 0; i < t.numel(); ++i) {
+  auto check_ids = [&](const char* name, std::int64_t limit) -> Status {
+    SHARDLAB_ASSIGN_OR_RETURN(const std::vector<std::int64_t>* values, batch.ints(name));
+    const std::int64_t* p = values->data();
+    for (std::int64_t i = 0; i < static_cast<std::int64_t>(values->size()); ++i) {
       if (p[i] < 0 || p[i] >= limit) {
         return bad(std::string(name) + "[" + std::to_string(i / T) + ", " + std::to_string(i % T) + "] = " +
                    std::to_string(p[i]) + " is outside [0, " + std::to_string(limit) + ")");
@@ -253,7 +254,7 @@ Status Bert::validate_batch(const Batch& batch) const {
     }
     return Status::ok();
   };
-  SHARDLAB_RETURN_IF_ERROR(check_ids("input_ids", ids, c.vocab_size));
+  SHARDLAB_RETURN_IF_ERROR(check_ids("input_ids", c.vocab_size));
   SHARDLAB_ASSIGN_OR_RETURN(Tensor mask, batch.get("attention_mask"));
   if (mask.dtype() != DType::kF32 || mask.shape() != Shape{B, T}) {
     return bad("attention_mask must be fp32 [" + std::to_string(B) + ", " + std::to_string(T) + "], got " +
@@ -264,7 +265,7 @@ Status Bert::validate_batch(const Batch& batch) const {
     return bad("token_type_ids must be int64 [" + std::to_string(B) + ", " + std::to_string(T) + "], got " +
                std::string(dtype_name(types.dtype())) + " " + shape_to_string(types.shape()));
   }
-  SHARDLAB_RETURN_IF_ERROR(check_ids("token_type_ids", types, c.type_vocab_size));
+  SHARDLAB_RETURN_IF_ERROR(check_ids("token_type_ids", c.type_vocab_size));
   auto check_labels = [&](const char* name, const Shape& shape, std::int64_t lo, std::int64_t hi,
                           std::int64_t ignore) -> Status {
     SHARDLAB_ASSIGN_OR_RETURN(Tensor t, batch.get(name));
@@ -272,8 +273,9 @@ Status Bert::validate_batch(const Batch& batch) const {
       return bad(std::string(name) + " must be int64 " + shape_to_string(shape) + ", got " +
                  std::string(dtype_name(t.dtype())) + " " + shape_to_string(t.shape()));
     }
-    const std::int64_t* p = t.data<std::int64_t>();
-    for (std::int64_t i = 0; i < t.numel(); ++i) {
+    SHARDLAB_ASSIGN_OR_RETURN(const std::vector<std::int64_t>* values, batch.ints(name));
+    const std::int64_t* p = values->data();
+    for (std::int64_t i = 0; i < static_cast<std::int64_t>(values->size()); ++i) {
       if (p[i] != ignore && (p[i] < lo || p[i] >= hi)) {
         return bad(std::string(name) + " element " + std::to_string(i) + " = " + std::to_string(p[i]) +
                    " is outside [" + std::to_string(lo) + ", " + std::to_string(hi) + ") and is not the ignore index " +
@@ -301,20 +303,20 @@ Result<std::vector<std::int64_t>> Bert::count_targets(const Batch& batch) const 
   SHARDLAB_RETURN_IF_ERROR(validate_batch(batch));
   SHARDLAB_ASSIGN_OR_RETURN(Tensor ids, batch.get("input_ids"));
   const std::int64_t T = ids.dim(1);
-  auto count = [](const Tensor& t, auto valid) {
+  auto count = [](const std::vector<std::int64_t>* values, auto valid) {
     std::int64_t n = 0;
-    for (std::int64_t i = 0; i < t.numel(); ++i) n += valid(t.data<std::int64_t>()[i]) ? 1 : 0;
+    for (const std::int64_t v : *values) n += valid(v) ? 1 : 0;
     return n;
   };
   switch (options_.head) {
     case BertHead::kSequenceClassification:
     case BertHead::kMaskedLM: {
-      SHARDLAB_ASSIGN_OR_RETURN(Tensor labels, batch.get("labels"));
+      SHARDLAB_ASSIGN_OR_RETURN(const std::vector<std::int64_t>* labels, batch.ints("labels"));
       return std::vector<std::int64_t>{count(labels, [](std::int64_t v) { return v != -100; })};
     }
     case BertHead::kQuestionAnswering: {
-      SHARDLAB_ASSIGN_OR_RETURN(Tensor s, batch.get("start_positions"));
-      SHARDLAB_ASSIGN_OR_RETURN(Tensor e, batch.get("end_positions"));
+      SHARDLAB_ASSIGN_OR_RETURN(const std::vector<std::int64_t>* s, batch.ints("start_positions"));
+      SHARDLAB_ASSIGN_OR_RETURN(const std::vector<std::int64_t>* e, batch.ints("end_positions"));
       auto valid = [T](std::int64_t v) { return std::clamp<std::int64_t>(v, 0, T) != T; };
       return std::vector<std::int64_t>{count(s, valid), count(e, valid)};
     }

@@ -21,11 +21,6 @@ constexpr float kMlmProbability = 0.15f, kMaskFraction = 0.8f, kRandomFraction =
 // also holds at least one normal id after them: V > 104.
 bool has_special_tokens(const BertConfig& c) { return c.vocab_size > kBertMaskId + 1; }
 
-Result<Tensor> host_tensor(device::Device& dev, const Shape& shape, DType dtype, const std::string& name) {
-  SHARDLAB_ASSIGN_OR_RETURN(Tensor t, dev.empty(shape, dtype, MemoryCategory::kActivations, name));
-  if (t.is_phantom()) return Status::failed_precondition(name + ": the device gave a tensor without host bytes");
-  return t;
-}
 
 }  // namespace
 
@@ -121,25 +116,17 @@ Result<Batch> synthetic_bert_batch(device::Device& dev, const BertConfig& config
 
   Batch batch;
   batch.rows = B;
-  auto put_ints = [&](const std::string& name, const Shape& shape, const std::vector<std::int64_t>& v) -> Status {
-    SHARDLAB_ASSIGN_OR_RETURN(Tensor t, host_tensor(dev, shape, DType::kI64, name));
-    if (!v.empty()) std::memcpy(t.data<std::int64_t>(), v.data(), v.size() * sizeof(std::int64_t));
-    batch.tensors[name] = t;
-    return Status::ok();
-  };
-  SHARDLAB_RETURN_IF_ERROR(put_ints("input_ids", {B, T}, ids));
-  SHARDLAB_RETURN_IF_ERROR(put_ints("token_type_ids", {B, T}, types));
+  SHARDLAB_RETURN_IF_ERROR(batch.put(dev, "input_ids", {B, T}, std::move(ids)));
+  SHARDLAB_RETURN_IF_ERROR(batch.put(dev, "token_type_ids", {B, T}, std::move(types)));
   switch (head) {
-    case BertHead::kSequenceClassification: SHARDLAB_RETURN_IF_ERROR(put_ints("labels", {B}, labels)); break;
-    case BertHead::kMaskedLM: SHARDLAB_RETURN_IF_ERROR(put_ints("labels", {B, T}, labels)); break;
+    case BertHead::kSequenceClassification: SHARDLAB_RETURN_IF_ERROR(batch.put(dev, "labels", {B}, std::move(labels))); break;
+    case BertHead::kMaskedLM: SHARDLAB_RETURN_IF_ERROR(batch.put(dev, "labels", {B, T}, std::move(labels))); break;
     case BertHead::kQuestionAnswering:
-      SHARDLAB_RETURN_IF_ERROR(put_ints("start_positions", {B}, starts));
-      SHARDLAB_RETURN_IF_ERROR(put_ints("end_positions", {B}, ends));
+      SHARDLAB_RETURN_IF_ERROR(batch.put(dev, "start_positions", {B}, std::move(starts)));
+      SHARDLAB_RETURN_IF_ERROR(batch.put(dev, "end_positions", {B}, std::move(ends)));
       break;
   }
-  SHARDLAB_ASSIGN_OR_RETURN(Tensor mask_t, host_tensor(dev, {B, T}, DType::kF32, "attention_mask"));
-  if (!mask.empty()) std::memcpy(mask_t.data<float>(), mask.data(), mask.size() * sizeof(float));
-  batch.tensors["attention_mask"] = mask_t;
+  SHARDLAB_RETURN_IF_ERROR(batch.put(dev, "attention_mask", {B, T}, mask));
   return batch;
 }
 

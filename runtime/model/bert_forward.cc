@@ -15,6 +15,12 @@ namespace shardlab::runtime::model {
 
 namespace {
 
+// The loss sum of one head term (one fp32 value): what a step must see on the host.
+Result<double> read_loss(device::Device& dev, const Tensor& loss) {
+  SHARDLAB_ASSIGN_OR_RETURN(const std::vector<float> v, device::values_to_host<float>(dev, loss));
+  return static_cast<double>(v[0]);
+}
+
 using device::Activation;
 using device::Device;
 
@@ -119,26 +125,10 @@ class Pass {
   Result<Tensor> dropout_mask(float p, int layer, Site site, const Shape& shape) {
     if (!fc_.training || p <= 0.0f) return Tensor();
     SHARDLAB_ASSIGN_OR_RETURN(Tensor mask, act(shape, "dropout_mask"));
-    // Timing mode (deferred storage, NOTE [Phantom storage]): the mask is charged like any
-    // activation but its values are never read, so drawing them would only cost host time.
-    if (mask.is_deferred()) return mask;
-    const std::int64_t per_row = mask.numel() / B;
-    const auto threshold = static_cast<std::uint32_t>(std::lround(static_cast<double>(p) * 65536.0));
-    const float keep = 1.0f / (1.0f - p);
     const Rng step_rng = Rng(fc_.seed, kDropoutStream).split(static_cast<std::uint64_t>(fc_.step));
-    float* m = mask.data<float>();
-    for (std::int64_t b = 0; b < B; ++b) {
-      Rng rng = step_rng.split(static_cast<std::uint64_t>(fc_.first_row + b))
-                    .split(static_cast<std::uint64_t>(layer) * 8 + static_cast<std::uint64_t>(site));
-      float* row = m + b * per_row;
-      std::int64_t i = 0;
-      for (; i + 1 < per_row; i += 2) {
-        const std::uint32_t r = rng.next_u32();
-        row[i] = (r & 0xffffu) >= threshold ? keep : 0.0f;
-        row[i + 1] = (r >> 16) >= threshold ? keep : 0.0f;
-      }
-      if (i < per_row) row[i] = (rng.next_u32() & 0xffffu) >= threshold ? keep : 0.0f;
-    }
+    SHARDLAB_ASSIGN_OR_RETURN(Tensor per_row, mask.reshape({B, mask.numel() / B}));  // rows are batch rows
+    SHARDLAB_RETURN_IF_ERROR(dev_.dropout_mask(per_row, p, step_rng, fc_.first_row,
+                                               static_cast<std::uint64_t>(layer) * 8 + static_cast<std::uint64_t>(site)));
     return mask;
   }
   // x *= mask in place (no-op for an undefined mask).
@@ -162,6 +152,7 @@ class Pass {
 
   // ---- embeddings (layer 0) ----------------------------------------------------------
   Tensor ids, types, positions, mask;  // [B, T]
+  const std::vector<std::int64_t>* host_ids = nullptr;  // ids' values on the host (Batch::ints)
   Tensor emb_sum, emb_mean, emb_rstd, emb_mask;
 
   Result<Tensor> embeddings_forward() {
@@ -201,7 +192,7 @@ class Pass {
       // nn.Embedding(padding_idx = pad_token_id): the padding row gets no gradient from the lookup.
       // One fill per run of consecutive padding tokens (padding sits at the end of each
       // sequence), not one per token: a device pays a launch per op.
-      const std::int64_t* id = ids.data<std::int64_t>();
+      const std::int64_t* id = host_ids->data();
       for (std::int64_t n = 0; n < N;) {
         if (id[n] != c_.pad_token_id) {
           ++n;
@@ -346,7 +337,7 @@ class Pass {
 
 }  // namespace
 
-Status Bert::init_params(device::Device&, const std::vector<Tensor>& params, std::uint64_t seed) const {
+Status Bert::init_params(device::Device& dev, const std::vector<Tensor>& params, std::uint64_t seed) const {
   if (params.size() != specs_.size()) {
     return Status::invalid_argument("init_params: got " + std::to_string(params.size()) + " tensors for " +
                                     std::to_string(specs_.size()) + " parameters");
@@ -355,8 +346,9 @@ Status Bert::init_params(device::Device&, const std::vector<Tensor>& params, std
   const BertConfig& c = options_.config;
   for (std::size_t i = 0; i < specs_.size(); ++i) {
     const std::string& name = specs_[i].name;
-    float* p = params[i].data<float>();
     const std::int64_t n = params[i].numel();
+    std::vector<float> values(static_cast<std::size_t>(n));
+    float* p = values.data();
     const auto ends_with = [&](std::string_view suffix) {
       return name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
     };
@@ -370,6 +362,7 @@ Status Bert::init_params(device::Device&, const std::vector<Tensor>& params, std
     } else {  // biases
       std::fill(p, p + n, 0.0f);
     }
+    SHARDLAB_RETURN_IF_ERROR(device::values_from_host(dev, values, params[i]));
   }
   return Status::ok();
 }
@@ -394,10 +387,15 @@ Result<std::vector<double>> Bert::forward_backward(device::Device& dev, ParamAcc
   const std::int64_t B = ps.B, T = ps.T, N = ps.N, H = ps.H;
   const int L = options_.config.num_hidden_layers;
   ps.ids = ids;
+  SHARDLAB_ASSIGN_OR_RETURN(ps.host_ids, batch.ints("input_ids"));
   SHARDLAB_ASSIGN_OR_RETURN(ps.types, batch.get("token_type_ids"));
   SHARDLAB_ASSIGN_OR_RETURN(ps.mask, batch.get("attention_mask"));
   SHARDLAB_ASSIGN_OR_RETURN(ps.positions, dev.empty({B, T}, DType::kI64, MemoryCategory::kActivations, "position_ids"));
-  for (std::int64_t n = 0; n < N; ++n) ps.positions.data<std::int64_t>()[n] = n % T;
+  {
+    std::vector<std::int64_t> positions(static_cast<std::size_t>(N));
+    for (std::int64_t n = 0; n < N; ++n) positions[static_cast<std::size_t>(n)] = n % T;
+    SHARDLAB_RETURN_IF_ERROR(device::values_from_host(dev, positions, ps.positions));
+  }
 
   // ---- forward -------------------------------------------------------------------------
   SHARDLAB_RETURN_IF_ERROR(access.pre_forward(0));
@@ -426,7 +424,9 @@ Result<std::vector<double>> Bert::forward_backward(device::Device& dev, ParamAcc
     case BertHead::kSequenceClassification: {
       // pooled = tanh(dense(x[:, 0])); logits = classifier(dropout(pooled))
       SHARDLAB_ASSIGN_OR_RETURN(Tensor first, dev.empty({B}, DType::kI64, MemoryCategory::kActivations, "cls_rows"));
-      for (std::int64_t b = 0; b < B; ++b) first.data<std::int64_t>()[b] = b * T;
+      std::vector<std::int64_t> first_rows(static_cast<std::size_t>(B));
+      for (std::int64_t b = 0; b < B; ++b) first_rows[static_cast<std::size_t>(b)] = b * T;
+      SHARDLAB_RETURN_IF_ERROR(device::values_from_host(dev, first_rows, first));
       SHARDLAB_ASSIGN_OR_RETURN(Tensor cls, ps.act({B, H}, "cls_token"));
       SHARDLAB_RETURN_IF_ERROR(dev.embedding(x, first, cls));
       SHARDLAB_ASSIGN_OR_RETURN(Tensor pre, ps.linear(cls, hp, B, H, "pooler"));
@@ -439,7 +439,7 @@ Result<std::vector<double>> Bert::forward_backward(device::Device& dev, ParamAcc
       SHARDLAB_ASSIGN_OR_RETURN(Tensor labels, batch.get("labels"));
       SHARDLAB_ASSIGN_OR_RETURN(Tensor dlogits, ps.act({B, c.num_labels}, "d_logits"));
       SHARDLAB_RETURN_IF_ERROR(dev.softmax_cross_entropy(logits, labels, loss, dlogits, term_scale[0]));
-      loss_sums[0] = loss.data<float>()[0];
+      SHARDLAB_ASSIGN_OR_RETURN(loss_sums[0], read_loss(dev, loss));
       SHARDLAB_RETURN_IF_ERROR(access.post_forward(hl));
       SHARDLAB_RETURN_IF_ERROR(access.pre_backward(hl));
       SHARDLAB_ASSIGN_OR_RETURN(Tensor dpooled, ps.act({B, H}, "d_pooled"));
@@ -456,20 +456,23 @@ Result<std::vector<double>> Bert::forward_backward(device::Device& dev, ParamAcc
       // h = LN(act(dense(x_valid))); logits = h·word_embeddingsᵀ + bias. Padded with
       // ignored rows (position 0, label -100) to a static count (NOTE [Static masked-LM
       // shape] in bert.h).
-      SHARDLAB_ASSIGN_OR_RETURN(Tensor labels, batch.get("labels"));
+      SHARDLAB_ASSIGN_OR_RETURN(const std::vector<std::int64_t>* labels, batch.ints("labels"));
       std::vector<std::int64_t> rows;
       for (std::int64_t n = 0; n < N; ++n) {
-        if (labels.data<std::int64_t>()[n] != -100) rows.push_back(n);
+        if ((*labels)[static_cast<std::size_t>(n)] != -100) rows.push_back(n);
       }
       const auto labeled = static_cast<std::int64_t>(rows.size());
       const std::int64_t M = mlm_decoder_rows(B, T, labeled);
       SHARDLAB_ASSIGN_OR_RETURN(Tensor idx, dev.empty({M}, DType::kI64, MemoryCategory::kActivations, "mlm_rows"));
       SHARDLAB_ASSIGN_OR_RETURN(Tensor lv, dev.empty({M}, DType::kI64, MemoryCategory::kActivations, "mlm_labels"));
-      for (std::int64_t m = 0; m < M; ++m) {
-        const bool real = m < labeled;
-        idx.data<std::int64_t>()[m] = real ? rows[static_cast<std::size_t>(m)] : 0;
-        lv.data<std::int64_t>()[m] = real ? labels.data<std::int64_t>()[rows[static_cast<std::size_t>(m)]] : -100;
+      std::vector<std::int64_t> idx_values(static_cast<std::size_t>(M), 0), label_values(static_cast<std::size_t>(M), -100);
+      for (std::int64_t m = 0; m < labeled; ++m) {
+        const auto row = static_cast<std::size_t>(rows[static_cast<std::size_t>(m)]);
+        idx_values[static_cast<std::size_t>(m)] = static_cast<std::int64_t>(row);
+        label_values[static_cast<std::size_t>(m)] = (*labels)[row];
       }
+      SHARDLAB_RETURN_IF_ERROR(device::values_from_host(dev, idx_values, idx));
+      SHARDLAB_RETURN_IF_ERROR(device::values_from_host(dev, label_values, lv));
       SHARDLAB_ASSIGN_OR_RETURN(Tensor xv, ps.act({M, H}, "mlm_in"));
       SHARDLAB_RETURN_IF_ERROR(dev.embedding(x, idx, xv));
       SHARDLAB_ASSIGN_OR_RETURN(Tensor t1, ps.linear(xv, hp, M, H, "mlm_transform"));
@@ -489,7 +492,7 @@ Result<std::vector<double>> Bert::forward_backward(device::Device& dev, ParamAcc
       SHARDLAB_RETURN_IF_ERROR(dev.add_bias(logits, bias));
       SHARDLAB_ASSIGN_OR_RETURN(Tensor dlogits, ps.act({M, c.vocab_size}, "d_mlm_logits"));
       SHARDLAB_RETURN_IF_ERROR(dev.softmax_cross_entropy(logits, lv, loss, dlogits, term_scale[0]));
-      loss_sums[0] = loss.data<float>()[0];
+      SHARDLAB_ASSIGN_OR_RETURN(loss_sums[0], read_loss(dev, loss));
       logits = Tensor();
       SHARDLAB_RETURN_IF_ERROR(access.post_forward(hl));
       SHARDLAB_RETURN_IF_ERROR(access.pre_backward(hl));
@@ -515,19 +518,22 @@ Result<std::vector<double>> Bert::forward_backward(device::Device& dev, ParamAcc
       SHARDLAB_RETURN_IF_ERROR(dev.transpose_1_2(l4, split));
       SHARDLAB_ASSIGN_OR_RETURN(Tensor dsplit, ps.act({1, 2, N, 1}, "d_qa_logits_split"));
       for (int t = 0; t < 2; ++t) {
-        SHARDLAB_ASSIGN_OR_RETURN(Tensor pos, batch.get(t == 0 ? "start_positions" : "end_positions"));
+        SHARDLAB_ASSIGN_OR_RETURN(const std::vector<std::int64_t>* pos,
+                                  batch.ints(t == 0 ? "start_positions" : "end_positions"));
         SHARDLAB_ASSIGN_OR_RETURN(Tensor clamped,
                                   dev.empty({B}, DType::kI64, MemoryCategory::kActivations, "qa_positions"));
+        std::vector<std::int64_t> clamped_values(static_cast<std::size_t>(B));
         for (std::int64_t b = 0; b < B; ++b) {
-          clamped.data<std::int64_t>()[b] = std::clamp<std::int64_t>(pos.data<std::int64_t>()[b], 0, T);
+          clamped_values[static_cast<std::size_t>(b)] = std::clamp<std::int64_t>((*pos)[static_cast<std::size_t>(b)], 0, T);
         }
+        SHARDLAB_RETURN_IF_ERROR(device::values_from_host(dev, clamped_values, clamped));
         SHARDLAB_ASSIGN_OR_RETURN(Tensor lt, split.narrow(t * N, N));
         SHARDLAB_ASSIGN_OR_RETURN(Tensor dt, dsplit.narrow(t * N, N));
         SHARDLAB_ASSIGN_OR_RETURN(Tensor lt2, lt.reshape({B, T}));
         SHARDLAB_ASSIGN_OR_RETURN(Tensor dt2, dt.reshape({B, T}));
         SHARDLAB_RETURN_IF_ERROR(dev.softmax_cross_entropy(lt2, clamped, loss, dt2, term_scale[static_cast<std::size_t>(t)],
                                                            /*ignore_index=*/T));
-        loss_sums[static_cast<std::size_t>(t)] = loss.data<float>()[0];
+        SHARDLAB_ASSIGN_OR_RETURN(loss_sums[static_cast<std::size_t>(t)], read_loss(dev, loss));
       }
       SHARDLAB_RETURN_IF_ERROR(access.post_forward(hl));
       SHARDLAB_RETURN_IF_ERROR(access.pre_backward(hl));

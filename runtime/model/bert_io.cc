@@ -208,13 +208,6 @@ void to_f32(const io::StoredTensor& t, float* out) {
 
 // ---- batches --------------------------------------------------------------------------
 
-// A fresh device tensor whose bytes the host can fill.
-Result<Tensor> host_tensor(device::Device& dev, const Shape& shape, DType dtype, const std::string& name) {
-  SHARDLAB_ASSIGN_OR_RETURN(Tensor t, dev.empty(shape, dtype, MemoryCategory::kActivations, name));
-  if (t.is_phantom()) return Status::failed_precondition(name + ": the device gave a tensor without host bytes");
-  return t;
-}
-
 std::string shape_names(const Shape& shape) { return shape.size() == 1 ? "[B]" : "[B, T]"; }
 
 // Checks a tensor's shape against `expected` ([B] or [B, T], taken from input_ids).
@@ -510,18 +503,10 @@ Result<Batch> read_bert_batch(const std::string& path, const Bert& bert, device:
 
   Batch batch;
   batch.rows = B;
-  auto put_ints = [&](const std::string& name, const Shape& shape, const std::vector<std::int64_t>& v) -> Status {
-    SHARDLAB_ASSIGN_OR_RETURN(Tensor t, host_tensor(dev, shape, DType::kI64, name));
-    if (!v.empty()) std::memcpy(t.data<std::int64_t>(), v.data(), v.size() * sizeof(std::int64_t));
-    batch.tensors[name] = t;
-    return Status::ok();
-  };
-  SHARDLAB_RETURN_IF_ERROR(put_ints("input_ids", bt, ids));
-  SHARDLAB_RETURN_IF_ERROR(put_ints("token_type_ids", bt, types));
-  for (const Labels& l : labels) SHARDLAB_RETURN_IF_ERROR(put_ints(l.name, l.shape, l.values));
-  SHARDLAB_ASSIGN_OR_RETURN(Tensor mask_d, host_tensor(dev, bt, DType::kF32, "attention_mask"));
-  if (!mask.empty()) std::memcpy(mask_d.data<float>(), mask.data(), mask.size() * sizeof(float));
-  batch.tensors["attention_mask"] = mask_d;
+  SHARDLAB_RETURN_IF_ERROR(batch.put(dev, "input_ids", bt, std::move(ids)));
+  SHARDLAB_RETURN_IF_ERROR(batch.put(dev, "token_type_ids", bt, std::move(types)));
+  for (Labels& l : labels) SHARDLAB_RETURN_IF_ERROR(batch.put(dev, l.name, l.shape, std::move(l.values)));
+  SHARDLAB_RETURN_IF_ERROR(batch.put(dev, "attention_mask", bt, mask));
 
   const Status valid = bert.validate_batch(batch);
   if (!valid.is_ok()) return valid.with_context(path);

@@ -33,6 +33,13 @@ BertOptions small(BertHead head, float dropout = 0.1f) {
   return o;
 }
 
+// Tests edit a batch's int64 tensors in place (cpu memory); this refreshes the host copy
+// the model reads (Batch::ints) from the edited tensor.
+void refresh_host_ints(Batch& b, const std::string& name) {
+  const Tensor t = *b.get(name);
+  b.host_ints[name].assign(t.data<std::int64_t>(), t.data<std::int64_t>() + t.numel());
+}
+
 struct Fixture {
   explicit Fixture(BertOptions o) : bert(std::move(o)) {
     const std::int64_t total = total_numel(bert.params());
@@ -215,6 +222,7 @@ TEST(Bert, PadTokenIdPicksThePaddingRow) {
   for (const auto& [name, t] : f.batch.tensors) {
     std::memcpy(u.batch.tensors.at(name).bytes(), t.bytes(), static_cast<std::size_t>(t.nbytes()));
   }
+  u.batch.host_ints = f.batch.host_ints;
   u.run({1.0f, 1.0f});
   double reached = 0;
   for (std::int64_t h = 0; h < 16; ++h) reached += std::fabs(u.grads.data<float>()[5 * 16 + h]);
@@ -225,6 +233,7 @@ TEST(Bert, MaskedLmWithoutTargetsContributesNothingAndNoNaN) {
   Fixture f(small(BertHead::kMaskedLM));
   Tensor labels = *f.batch.get("labels");
   for (std::int64_t i = 0; i < labels.numel(); ++i) labels.data<std::int64_t>()[i] = -100;
+  refresh_host_ints(f.batch, "labels");
   const double loss = f.run({1.0f});
   EXPECT_EQ(loss, 0.0);
   for (float v : f.grad_copy()) ASSERT_EQ(v, 0.0f);
@@ -248,6 +257,7 @@ TEST(Bert, MaskedLmDecoderShapeDoesNotDependOnHowManyTokensAreMasked) {
     for (std::int64_t i = 0; i < labels.numel(); ++i) {
       labels.data<std::int64_t>()[i] = i >= from && i < to ? 104 + i % 16 : -100;
     }
+    refresh_host_ints(f->batch, "labels");
     return f;
   };
   const int act = static_cast<int>(MemoryCategory::kActivations);
@@ -278,6 +288,7 @@ TEST(Bert, TiedDecoderGradientReachesWordRowsThatAreOnlyTargets) {
     }
   }
   ASSERT_GT(targets, 0);
+  refresh_host_ints(f.batch, "labels");
   f.run({1.0f});
   double row = 0;
   for (std::int64_t h = 16 * 119; h < 16 * 120; ++h) row += std::fabs(f.grads.data<float>()[h]);
@@ -288,6 +299,7 @@ TEST(Bert, BatchValidationNamesTheProblem) {
   Fixture f(small(BertHead::kSequenceClassification));
   Tensor ids = *f.batch.get("input_ids");
   ids.data<std::int64_t>()[4] = 120;
+  refresh_host_ints(f.batch, "input_ids");
   auto r = f.bert.forward_backward(f.dev, *f.access, f.batch, {1.0f}, {});
   ASSERT_FALSE(r.is_ok());
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);

@@ -33,7 +33,7 @@ Mlp::Mlp(MlpConfig config) : config_(config) {
   for (std::size_t i = 0; i < specs_.size(); ++i) specs_[i].requires_grad = i >= 64 || !((config_.frozen_mask >> i) & 1u);
 }
 
-Status Mlp::init_params(device::Device&, const std::vector<Tensor>& params, std::uint64_t seed) const {
+Status Mlp::init_params(device::Device& dev, const std::vector<Tensor>& params, std::uint64_t seed) const {
   if (params.size() != specs_.size()) {
     return Status::invalid_argument("init_params: got " + std::to_string(params.size()) + " tensors for " +
                                     std::to_string(specs_.size()) + " parameters");
@@ -44,8 +44,9 @@ Status Mlp::init_params(device::Device&, const std::vector<Tensor>& params, std:
     const std::int64_t fan_in = s.shape.size() == 2 ? s.shape[1] : specs_[i - 1].shape[1];
     const float bound = 1.0f / std::sqrt(static_cast<float>(fan_in));
     Rng rng = root.split(i);
-    float* p = params[i].data<float>();
-    for (std::int64_t k = 0; k < params[i].numel(); ++k) p[k] = rng.uniform(-bound, bound);
+    std::vector<float> values(static_cast<std::size_t>(params[i].numel()));
+    for (float& v : values) v = rng.uniform(-bound, bound);
+    SHARDLAB_RETURN_IF_ERROR(device::values_from_host(dev, values, params[i]));
   }
   return Status::ok();
 }
@@ -104,7 +105,8 @@ Result<double> Mlp::forward_backward(device::Device& dev, ParamAccess& access, c
     }
     SHARDLAB_RETURN_IF_ERROR(access.post_backward(l));
   }
-  return static_cast<double>(loss.data<float>()[0]);
+  SHARDLAB_ASSIGN_OR_RETURN(const std::vector<float> loss_value, device::values_to_host<float>(dev, loss));
+  return static_cast<double>(loss_value[0]);
 }
 
 Result<std::vector<std::int64_t>> Mlp::count_targets(const Batch& batch) const {
@@ -133,7 +135,7 @@ Result<std::vector<double>> Mlp::forward_backward(device::Device& dev, ParamAcce
   return std::vector<double>{loss};
 }
 
-Status synthetic_rows(device::Device&, const MlpConfig& config, std::uint64_t seed, std::int64_t step,
+Status synthetic_rows(device::Device& dev, const MlpConfig& config, std::uint64_t seed, std::int64_t step,
                       std::int64_t first_row, const Tensor& x, const Tensor& labels) {
   const std::int64_t rows = x.dim(0), d = config.input_dim, c = config.num_classes;
   if (x.dim(1) != d || labels.numel() != rows) {
@@ -144,8 +146,10 @@ Status synthetic_rows(device::Device&, const MlpConfig& config, std::uint64_t se
   std::vector<float> teacher(static_cast<std::size_t>(c * d));
   for (float& t : teacher) t = teacher_rng.uniform(-1.0f, 1.0f);
   const Rng step_rng = data.split(static_cast<std::uint64_t>(step));
-  float* xp = x.data<float>();
-  std::int64_t* lp = labels.data<std::int64_t>();
+  std::vector<float> xs(static_cast<std::size_t>(rows * d));
+  std::vector<std::int64_t> ls(static_cast<std::size_t>(rows));
+  float* xp = xs.data();
+  std::int64_t* lp = ls.data();
   for (std::int64_t r = 0; r < rows; ++r) {
     Rng rng = step_rng.split(static_cast<std::uint64_t>(first_row + r));
     float* row = xp + r * d;
@@ -162,7 +166,8 @@ Status synthetic_rows(device::Device&, const MlpConfig& config, std::uint64_t se
     }
     lp[r] = best;
   }
-  return Status::ok();
+  SHARDLAB_RETURN_IF_ERROR(device::values_from_host(dev, xs, x));
+  return device::values_from_host(dev, ls, labels);
 }
 
 }  // namespace shardlab::runtime::model

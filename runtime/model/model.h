@@ -32,9 +32,19 @@ namespace shardlab::runtime::model {
 struct Batch {
   std::int64_t rows = 0;
   std::map<std::string, Tensor> tensors;
+  // Host copies of the int64 tensors (ids, labels, positions), kept by put() and
+  // slice_batch: the values host code reads (validation, target counts, the rows a head
+  // selects) without a device round trip (NOTE [Host access] in runtime/device/device.h).
+  std::map<std::string, std::vector<std::int64_t>> host_ints;
   bool has(const std::string& name) const { return tensors.count(name) != 0; }
   // The named tensor, or INVALID_ARGUMENT naming the missing tensor.
   Result<Tensor> get(const std::string& name) const;
+  // The host copy of the named int64 tensor, or INVALID_ARGUMENT naming it.
+  Result<const std::vector<std::int64_t>*> ints(const std::string& name) const;
+  // Makes `name` on `dev` ([shape], an activation) and uploads `values` (numel(shape) of
+  // them); int64 values are also kept in host_ints.
+  Status put(device::Device& dev, const std::string& name, const Shape& shape, std::vector<std::int64_t> values);
+  Status put(device::Device& dev, const std::string& name, const Shape& shape, const std::vector<float>& values);
 };
 
 // `rows` rows of every tensor of `batch`, copied to `dev` as activations: row i is row

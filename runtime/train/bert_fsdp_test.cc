@@ -153,7 +153,9 @@ TEST(BertFsdp, AStepWithoutAnyTargetHasLossNaNAndZeroGradientsLikePyTorch) {
     SHARDLAB_ASSIGN_OR_RETURN(model::Batch b, bert.synthetic_batch(dev, o.seed, step, first, rows));
     if (step == 0) {
       Tensor labels = *b.get("labels");
-      for (std::int64_t i = 0; i < labels.numel(); ++i) labels.data<std::int64_t>()[i] = -100;
+      std::vector<std::int64_t> none(static_cast<std::size_t>(labels.numel()), -100);
+      SHARDLAB_RETURN_IF_ERROR(device::values_from_host(dev, none, labels));
+      b.host_ints["labels"] = none;
     }
     return b;
   };

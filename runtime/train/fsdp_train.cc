@@ -36,7 +36,7 @@ Result<Tensor> init_on_host(device::Device& host, const model::Model& m, const F
       return Status::invalid_argument("initial parameters hold " + std::to_string(o.initial_params->size()) +
                                       " values; the model has " + std::to_string(total));
     }
-    std::copy(o.initial_params->begin(), o.initial_params->end(), full.data<float>());
+    SHARDLAB_RETURN_IF_ERROR(device::values_from_host(host, *o.initial_params, full));
     return full;
   }
   SHARDLAB_ASSIGN_OR_RETURN(Tensor scratch, host.empty({total}, DType::kF32, MemoryCategory::kGradients, "init_grads"));
@@ -299,9 +299,9 @@ Status FsdpTrainer::step() {
     SHARDLAB_RETURN_IF_ERROR(add_counts(*model_, b, counts));
     batches.push_back(std::move(b));
   }
-  for (std::size_t t = 0; t < counts.size(); ++t) counts_.data<std::int64_t>()[t] = counts[t];
+  SHARDLAB_RETURN_IF_ERROR(device::values_from_host(dev_, counts, counts_));
   SHARDLAB_RETURN_IF_ERROR(comm_.all_reduce(counts_, comm::ReduceOp::kSum)->wait(o.fsdp.collective_timeout));
-  for (std::size_t t = 0; t < counts.size(); ++t) counts[t] = counts_.data<std::int64_t>()[t];
+  SHARDLAB_ASSIGN_OR_RETURN(counts, device::values_to_host<std::int64_t>(dev_, counts_));
   const std::vector<float> scale = term_scales(*model_, counts, world);
   float loss_sum = 0.0f;
   for (int m = 0; m < o.grad_accumulation; ++m) {
@@ -315,7 +315,7 @@ Status FsdpTrainer::step() {
     result_.counts.push_back(fsdp_->counts());
     loss_sum += loss_share(*model_, sums, counts);
   }
-  loss_.data<float>()[0] = loss_sum;
+  SHARDLAB_RETURN_IF_ERROR(device::values_from_host(dev_, std::vector<float>{loss_sum}, loss_));
   SHARDLAB_RETURN_IF_ERROR(comm_.all_reduce(loss_, comm::ReduceOp::kSum)->wait(o.fsdp.collective_timeout));
   if (o.max_grad_norm > 0.0) {
     SHARDLAB_ASSIGN_OR_RETURN(double norm, fsdp_->clip_grad_norm(o.max_grad_norm, o.clip_inf_norm));
@@ -326,7 +326,8 @@ Status FsdpTrainer::step() {
   if (sample_memory) {
     MemorySampler::record(result_.memory_timeline, dev_, clock_, step_, "optimizer_step", o);
   }
-  result_.losses.push_back(loss_.is_deferred() ? std::nan("") : static_cast<double>(loss_.data<float>()[0]));
+  SHARDLAB_ASSIGN_OR_RETURN(const std::vector<float> loss, device::values_to_host<float>(dev_, loss_));
+  result_.losses.push_back(loss_.is_deferred() ? std::nan("") : static_cast<double>(loss[0]));
   result_.step_times.push_back(clock_.now() - start);
   result_.step_starts.push_back(start);
   result_.host_transfer_bytes.push_back(host_bytes() - host_bytes_before);
@@ -365,11 +366,14 @@ Result<FsdpTrainResult> train_to_end(FsdpTrainer* t, device::Device& dev, const 
     comm::Communicator& world = t->model().world();
     SHARDLAB_ASSIGN_OR_RETURN(Tensor flag, dev.empty({1}, DType::kI64, MemoryCategory::kOther, "resume_ok"));
     if (!flag.is_deferred()) {
-      flag.data<std::int64_t>()[0] = loaded.is_ok() ? world.size() : world.rank();  // min: the first failing rank
+      // min: the first failing rank
+      SHARDLAB_RETURN_IF_ERROR(device::values_from_host(
+          dev, std::vector<std::int64_t>{loaded.is_ok() ? world.size() : world.rank()}, flag));
       SHARDLAB_RETURN_IF_ERROR(
           world.all_reduce(flag, comm::ReduceOp::kMin)->wait(o.fsdp.collective_timeout).with_context("resume"));
       if (!loaded.is_ok()) return loaded.status();
-      const std::int64_t failed = flag.data<std::int64_t>()[0];
+      SHARDLAB_ASSIGN_OR_RETURN(const std::vector<std::int64_t> agreed, device::values_to_host<std::int64_t>(dev, flag));
+      const std::int64_t failed = agreed[0];
       if (failed < world.size()) {
         return Status::invalid_argument("rank " + std::to_string(failed) + " could not load the checkpoint in '" + ck.dir +
                                         "' (its error says why)");
@@ -405,11 +409,15 @@ Result<FsdpTrainResult> train_to_end(FsdpTrainer* t, device::Device& dev, const 
       // them; the next step's zero_grad would clear them).
       SHARDLAB_ASSIGN_OR_RETURN(Tensor g, dev.empty({total}, DType::kF32, MemoryCategory::kOther, "grads_out"));
       SHARDLAB_RETURN_IF_ERROR(t->model().gather_full_grads(g));
-      if (!g.is_deferred()) result.last_grads.assign(g.data<float>(), g.data<float>() + g.numel());
+      if (!g.is_deferred()) {
+        SHARDLAB_ASSIGN_OR_RETURN(result.last_grads, device::values_to_host<float>(dev, g));
+      }
     }
     SHARDLAB_ASSIGN_OR_RETURN(Tensor p, dev.empty({total}, DType::kF32, MemoryCategory::kOther, "params_out"));
     SHARDLAB_RETURN_IF_ERROR(t->model().gather_full_params(p));
-    if (!p.is_deferred()) result.final_params.assign(p.data<float>(), p.data<float>() + p.numel());
+    if (!p.is_deferred()) {
+      SHARDLAB_ASSIGN_OR_RETURN(result.final_params, device::values_to_host<float>(dev, p));
+    }
   }
   return std::move(result);
 }
@@ -469,9 +477,15 @@ Result<FsdpTrainResult> train_oracle(device::Device& dev, const FsdpTrainOptions
     SHARDLAB_RETURN_IF_ERROR(dev.cast(grads, grads_low));
     return dev.cast(grads_low, grads);
   };
+  // The collectives' own host arithmetic (comm::reduce_into), in their order: the oracle
+  // runs on host memory (a cpu or sim device), which it checks below.
   auto add_into = [&](const Tensor& src, const Tensor& dst) {
     comm::reduce_into(rd, comm::ReduceOp::kSum, dst.bytes(), src.bytes(), total);
   };
+  if (!node_sum.storage()->host_visible()) {
+    return Status::invalid_argument("the unsharded oracle runs on host memory (a cpu or sim device), not on " +
+                                    dev.id().to_string());
+  }
   SHARDLAB_ASSIGN_OR_RETURN(optim::Optimizer opt, optim::Optimizer::create(dev, o.optimizer, total, "oracle"));
   std::vector<std::uint8_t> trainable;
   for (const auto& spec : net->params()) trainable.insert(trainable.end(), static_cast<std::size_t>(*checked_numel(spec.shape)), spec.requires_grad ? 1 : 0);
@@ -491,9 +505,9 @@ Result<FsdpTrainResult> train_oracle(device::Device& dev, const FsdpTrainOptions
                                       std::to_string(o.steps) + " steps");
     }
     if (params.is_deferred()) return Status::invalid_argument("the oracle cannot resume in timing mode");
-    std::copy(ck.params.begin(), ck.params.end(), params.data<float>());
+    SHARDLAB_RETURN_IF_ERROR(device::values_from_host(dev, ck.params, params));
     for (std::size_t k = 0; k < ck.optimizer_state.size(); ++k) {
-      std::copy(ck.optimizer_state[k].begin(), ck.optimizer_state[k].end(), opt.state()[k].data<float>());
+      SHARDLAB_RETURN_IF_ERROR(device::values_from_host(dev, ck.optimizer_state[k], opt.state()[k]));
     }
     opt.set_steps(ck.optimizer_steps);
     result.first_step = static_cast<int>(ck.step);
@@ -542,8 +556,9 @@ Result<FsdpTrainResult> train_oracle(device::Device& dev, const FsdpTrainOptions
     SHARDLAB_RETURN_IF_ERROR(round_grads());
     if (o.max_grad_norm > 0.0) {
       double acc = 0.0;
-      for (std::int64_t i = 0; i < total; ++i) {
-        const double g = std::fabs(static_cast<double>(grads.data<float>()[i]));
+      SHARDLAB_ASSIGN_OR_RETURN(const std::vector<float> host_grads, device::values_to_host<float>(dev, grads));
+      for (const float value : host_grads) {
+        const double g = std::fabs(static_cast<double>(value));
         acc = o.clip_inf_norm ? std::max(acc, g) : acc + g * g;
       }
       const double norm = o.clip_inf_norm ? acc : std::sqrt(static_cast<double>(static_cast<float>(acc)));
@@ -554,12 +569,14 @@ Result<FsdpTrainResult> train_oracle(device::Device& dev, const FsdpTrainOptions
         SHARDLAB_RETURN_IF_ERROR(round_grads());
       }
     }
-    if (step + 1 == o.steps) result.last_grads.assign(grads.data<float>(), grads.data<float>() + total);
+    if (step + 1 == o.steps) {
+      SHARDLAB_ASSIGN_OR_RETURN(result.last_grads, device::values_to_host<float>(dev, grads));
+    }
     SHARDLAB_RETURN_IF_ERROR(opt.step(params, grads, &trainable));
     result.losses.push_back(static_cast<double>(loss_total));
     result.step_times.push_back(0);
   }
-  result.final_params.assign(params.data<float>(), params.data<float>() + total);
+  SHARDLAB_ASSIGN_OR_RETURN(result.final_params, device::values_to_host<float>(dev, params));
   result.memory = dev.memory().stats();
   return result;
 }

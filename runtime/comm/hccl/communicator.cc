@@ -96,7 +96,7 @@ hcclDataType_t hccl_dtype(DType d) {
 hcclRedOp_t hccl_op(ReduceOp op) {
   switch (op) {
     case ReduceOp::kSum:
-    case ReduceOp::kAvg: return hcclSum;  // avg divides on the host afterwards
+    case ReduceOp::kAvg: return hcclSum;  // avg divides afterwards (divide_on_host)
     case ReduceOp::kMax: return hcclMax;
     case ReduceOp::kMin: return hcclMin;
   }
@@ -208,10 +208,25 @@ class HcclWork final : public Work {
 
 }  // namespace
 
+namespace {
+
+// kAvg's division by the group size, exactly as every backend divides (divide_in_place),
+// through the host: no public TPC kernel is specified to round x / w as the host does,
+// and FSDP never asks for kAvg (it divides by scaling), so this path moves the tensor
+// over PCIe twice and counts it in the device's host_transfer_bytes.
+Status divide_on_host(HpuDevice& device, const Tensor& t, int w) {
+  std::vector<std::byte> host(static_cast<std::size_t>(t.nbytes()));
+  SHARDLAB_RETURN_IF_ERROR(device.to_host(t, host, device::kComputeStream));
+  divide_in_place(t.dtype(), host.data(), t.numel(), w);
+  return device.from_host(host, t, device::kComputeStream);
+}
+
+}  // namespace
+
 struct HcclCommunicator::Plan {
   std::string what;
   synStreamHandle stream = nullptr;
-  std::vector<Tensor> uploads, downloads;
+  std::vector<Tensor> inputs, outputs;  // device memory, kept alive until the work completes
   std::string call;
   std::function<hcclResult_t()> issue;
   HcclWork::Finish finish;
@@ -307,11 +322,7 @@ WorkPtr HcclCommunicator::launch(Plan p) {
   st = api.synEventRecord(order, shared_->compute);
   if (st == synSuccess) st = api.synStreamWaitEvent(p.stream, order, 0);
   if (st != synSuccess) return fail(synapse_error("synEventRecord/synStreamWaitEvent (" + p.what + ")", st));
-  // 2. Host shadow → device, the collective, device → host shadow, completion event.
-  for (const Tensor& t : p.uploads) {
-    Status s = device_.enqueue_upload(t, p.stream);
-    if (!s.is_ok()) return fail(s);
-  }
+  // 2. The collective on device memory, then its completion event.
   const hcclResult_t r = p.issue();
   if (r != hcclSuccess) {
     Status s = shared_->lib->hccl_error(p.call + " (" + p.what + ")", r,
@@ -319,18 +330,14 @@ WorkPtr HcclCommunicator::launch(Plan p) {
     shared_->abort(s.message());
     return fail(s);
   }
-  for (const Tensor& t : p.downloads) {
-    Status s = device_.enqueue_download(t, p.stream);
-    if (!s.is_ok()) return fail(s);
-  }
   synEventHandle done = nullptr;
   st = api.synEventCreate(&done, shared_->device, 0);
   if (st != synSuccess) return fail(synapse_error("synEventCreate (" + p.what + ")", st));
   events.push_back(done);
   st = api.synEventRecord(done, p.stream);
   if (st != synSuccess) return fail(synapse_error("synEventRecord (" + p.what + ")", st));
-  std::vector<Tensor> keep = p.uploads;
-  keep.insert(keep.end(), p.downloads.begin(), p.downloads.end());
+  std::vector<Tensor> keep = p.inputs;
+  keep.insert(keep.end(), p.outputs.begin(), p.outputs.end());
   return std::make_shared<HcclWork>(shared_, clock_, p.what, std::move(events), std::move(keep), std::move(p.finish));
 }
 
@@ -375,10 +382,7 @@ WorkPtr HcclCommunicator::reduce_scatter(const Tensor& output, const Tensor& inp
     return api->hcclReduceScatter(send, recv, n, dt, hop, comm, stream);
   };
   if (op == ReduceOp::kAvg) {
-    p.finish = [output, w = size()] {
-      divide_in_place(output.dtype(), output.bytes(), output.numel(), w);
-      return Status::ok();
-    };
+    p.finish = [this, output, w = size()] { return divide_on_host(device_, output, w); };
   }
   return launch(std::move(p));
 }
@@ -395,10 +399,7 @@ WorkPtr HcclCommunicator::all_reduce(const Tensor& inout, ReduceOp op) {
     return api->hcclAllReduce(buf, buf, n, dt, hop, comm, stream);
   };
   if (op == ReduceOp::kAvg) {
-    p.finish = [inout, w = size()] {
-      divide_in_place(inout.dtype(), inout.bytes(), inout.numel(), w);
-      return Status::ok();
-    };
+    p.finish = [this, inout, w = size()] { return divide_on_host(device_, inout, w); };
   }
   return launch(std::move(p));
 }

@@ -12,17 +12,18 @@
 // Operations (see communicator.h one folder up for the shared contract). Each one:
 //   1. records an event on the device's compute stream and makes the collective stream
 //      wait on it (work already issued on compute comes first);
-//   2. uploads the input view's bytes from the host shadow (NOTE [HPU host shadow] in
-//      runtime/device/hpu/device.h), calls hcclAllGather/hcclReduceScatter/hcclAllReduce/
-//      hcclBroadcast on the dedicated collective stream (hcclSend/hcclRecv on a send and a
-//      receive stream), downloads the output view, and records a completion event;
+//   2. calls hcclAllGather/hcclReduceScatter/hcclAllReduce/hcclBroadcast on the device
+//      addresses of its views (NOTE [HPU device memory] in runtime/device/hpu/device.h) on
+//      the dedicated collective stream (hcclSend/hcclRecv on a send and a receive stream),
+//      and records a completion event;
 //   3. returns a Work whose wait() polls synEventQuery until the event completes or the
 //      injected Clock passes the deadline (TIMEOUT naming the operation; a later wait keeps
 //      waiting on the same operation, so a late peer still completes it). While polling it
 //      asks hcclCommGetAsyncError; an asynchronous error, or any failing hccl* call, makes
 //      the communicator call hcclCommAbort (so no rank hangs on it) and every later
 //      operation fails with FAILED_PRECONDITION naming the first failure.
-// kAvg is a sum followed by a division on the host shadow (as the mpi backend). barrier()
+// kAvg is a sum followed by the mpi backend's division, through the host (FSDP never asks
+// for it; see divide_on_host in communicator.cc). barrier()
 // is an all-reduce of one element. Tensors must live in the HpuDevice's memory.
 // send/recv: HCCL has no tags; messages between a pair are matched in issue order, so the
 // tag only has to be >= 0 (the seam's per-(pair, tag) order holds for one tag per pair).

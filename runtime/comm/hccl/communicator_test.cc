@@ -99,9 +99,10 @@ TEST_F(HcclCommunicatorTest, GroupNamesFollowTheBootstrapAndSplitsNest) {
   ASSERT_NE(*sub, nullptr);
   EXPECT_EQ((*sub)->group_name(), "world/" + std::to_string(r % 2));
   Tensor t = make(3, DType::kF32, "t");
-  for (int i = 0; i < 3; ++i) t.data<float>()[i] = 1.0f;
+  device::Device& dev = g_process->context->device();
+  ASSERT_TRUE(device::values_from_host(dev, std::vector<float>(3, 1.0f), t).is_ok());
   ASSERT_TRUE((*sub)->all_reduce(t, ReduceOp::kSum)->wait(kLong).is_ok());
-  EXPECT_EQ(t.data<float>()[2], static_cast<float>((*sub)->size()));
+  EXPECT_EQ((*device::values_to_host<float>(dev, t))[2], static_cast<float>((*sub)->size()));
 }
 
 TEST_F(HcclCommunicatorTest, AnAsynchronousFailureAbortsOnEveryRankWithoutHanging) {
@@ -123,10 +124,11 @@ TEST_F(HcclCommunicatorTest, HcclCommIdReplacesTheUniqueIdBroadcast) {
   unsetenv("HCCL_COMM_ID");
   ASSERT_TRUE(c.is_ok()) << c.status().to_string();
   Tensor t = make(2, DType::kI64, "t");
-  t.data<std::int64_t>()[0] = (*c)->rank();
+  device::Device& dev = g_process->context->device();
+  ASSERT_TRUE(device::values_from_host(dev, std::vector<std::int64_t>{(*c)->rank(), 0}, t).is_ok());
   ASSERT_TRUE((*c)->all_reduce(t, ReduceOp::kSum)->wait(kLong).is_ok());
   const int w = (*c)->size();
-  EXPECT_EQ(t.data<std::int64_t>()[0], w * (w - 1) / 2);
+  EXPECT_EQ((*device::values_to_host<std::int64_t>(dev, t))[0], w * (w - 1) / 2);
 }
 
 // Only rank 0 prints gtest's usual output (the mpi test's convention).

@@ -251,6 +251,22 @@ Result<EventId> CpuDevice::record_event(StreamId) { return EventId{next_event_++
 Status CpuDevice::wait_event(StreamId, EventId) { return Status::ok(); }
 Status CpuDevice::synchronize(StreamId) { return Status::ok(); }
 
+Status CpuDevice::to_host(const Tensor& src, std::span<std::byte> dst, StreamId stream) {
+  SHARDLAB_RETURN_IF_ERROR(check_stream("to_host", stream));
+  SHARDLAB_RETURN_IF_ERROR(check_host_copy("to_host", src, dst.size()));
+  if (src.is_phantom()) return Status::invalid_argument("to_host: " + src.describe() + " has no data");
+  if (!dst.empty()) std::memcpy(dst.data(), src.bytes(), dst.size());
+  return Status::ok();
+}
+
+Status CpuDevice::from_host(std::span<const std::byte> src, const Tensor& dst, StreamId stream) {
+  SHARDLAB_RETURN_IF_ERROR(check_stream("from_host", stream));
+  SHARDLAB_RETURN_IF_ERROR(check_host_copy("from_host", dst, src.size()));
+  if (dst.is_phantom()) return Status::invalid_argument("from_host: " + dst.describe() + " has no data");
+  if (!src.empty()) std::memcpy(dst.bytes(), src.data(), src.size());
+  return Status::ok();
+}
+
 Status CpuDevice::copy(const Tensor& src, const Tensor& dst, StreamId stream) {
   SHARDLAB_RETURN_IF_ERROR(check_views("copy", src, dst));
   SHARDLAB_RETURN_IF_ERROR(check_stream("copy", stream));
@@ -802,6 +818,18 @@ Status CpuDevice::multiply(const Tensor& a, const Tensor& b, const Tensor& c, St
     return Status::invalid_argument(std::string(kOp) + ": c partially overlaps an input");
   }
   VecMap(c.data<float>(), c.numel()) = VecMap(a.data<float>(), a.numel()).cwiseProduct(VecMap(b.data<float>(), b.numel()));
+  return Status::ok();
+}
+
+Status CpuDevice::dropout_mask(const Tensor& mask, float p, const Rng& base, std::int64_t first_row,
+                               std::uint64_t site, StreamId stream) {
+  SHARDLAB_RETURN_IF_ERROR(check_views("dropout_mask", mask));
+  constexpr std::string_view kOp = "dropout_mask";
+  SHARDLAB_RETURN_IF_ERROR(check_stream(kOp, stream));
+  SHARDLAB_RETURN_IF_ERROR(expect_dtype(kOp, mask, DType::kF32));
+  SHARDLAB_RETURN_IF_ERROR(check_dropout_args(kOp, mask, p, first_row));
+  if (mask.numel() == 0) return Status::ok();
+  draw_dropout_mask(mask.data<float>(), mask.dim(0), mask.numel() / mask.dim(0), p, base, first_row, site);
   return Status::ok();
 }
 

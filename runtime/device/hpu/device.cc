@@ -207,8 +207,6 @@ struct HpuDevice::GraphSpec {
 struct HpuDevice::Binding {
   int tensor;
   Tensor view;
-  bool upload;
-  bool download;
 };
 
 // ---- lifecycle ---------------------------------------------------------------------------
@@ -268,9 +266,6 @@ Result<std::unique_ptr<HpuDevice>> HpuDevice::open(std::shared_ptr<SynapseLibrar
   st = api.synStreamCreateGeneric(&compute, id, 0);
   if (st != synSuccess) return synapse_error("synStreamCreateGeneric (compute)", st);
   dev->streams_.push_back(compute);
-  SHARDLAB_ASSIGN_OR_RETURN(dev->scalar_storage_,
-                            dev->allocate(kScalarSlots * static_cast<std::int64_t>(sizeof(float)), MemoryCategory::kOther,
-                                          "hpu op scalars"));
   return dev;
 }
 
@@ -279,7 +274,9 @@ HpuDevice::~HpuDevice() {
   recipes_.clear();
   for (auto& [id, ev] : events_) api_.synEventDestroy(ev);
   events_.clear();
-  scalar_storage_.reset();
+  for (synStreamHandle s : streams_) api_.synStreamSynchronize(s);  // staged DMA may still read host memory
+  staged_.clear();
+  scalar_storage_.clear();
   workspace_.reset();
   for (synStreamHandle s : streams_) api_.synStreamDestroy(s);
   streams_.clear();
@@ -302,15 +299,13 @@ Result<std::shared_ptr<Storage>> HpuDevice::allocate(std::int64_t nbytes, Memory
                                                      std::string_view label) {
   SHARDLAB_RETURN_IF_ERROR(memory_.reserve(nbytes, category, label));
   MemoryTracker* tracker = &memory_;
-  if (nbytes == 0) {
-    // Nothing to place on the device; a non-null host pointer keeps views host-visible.
-    static std::byte empty_bytes[64];
-    return std::make_shared<Storage>(empty_bytes, 0, 0, category, std::string(label), kDeviceName,
+  if (nbytes == 0) {  // nothing to place on the device
+    return std::make_shared<Storage>(nullptr, 0, 0, category, std::string(label), kDeviceName,
                                      [tracker](Storage& s) { tracker->release(s.nbytes(), s.category()); });
   }
   const auto size = static_cast<std::uint64_t>(nbytes);
   std::uint64_t address = 0;
-  int st = api_.synDeviceMalloc(device_, size, 0, 0, &address);
+  const int st = api_.synDeviceMalloc(device_, size, 0, 0, &address);
   if (st != synSuccess) {
     const MemoryStats stats = memory_.stats();
     memory_.release(nbytes, category);
@@ -320,15 +315,6 @@ Result<std::shared_ptr<Storage>> HpuDevice::allocate(std::int64_t nbytes, Memory
                              format_bytes(stats.current_total) + " (" + stats.breakdown() + "), capacity " +
                              format_bytes(stats.capacity));
   }
-  void* host = nullptr;
-  st = api_.synHostMalloc(device_, size, 0, &host);
-  if (st != synSuccess || host == nullptr) {
-    api_.synDeviceFree(device_, address, 0);
-    memory_.release(nbytes, category);
-    return synapse_error("synHostMalloc", st == synSuccess ? synOutOfHostMemory : st,
-                         "pinned host shadow of " + format_bytes(nbytes) + " for '" + std::string(label) +
-                             "' (NOTE [HPU host shadow] in runtime/device/hpu/device.h)");
-  }
   {
     std::lock_guard<std::mutex> lock(allocations_->mu);
     allocations_->sizes[address] = nbytes;
@@ -336,17 +322,34 @@ Result<std::shared_ptr<Storage>> HpuDevice::allocate(std::int64_t nbytes, Memory
   std::shared_ptr<SynapseLibrary> lib = lib_;
   std::shared_ptr<Allocations> allocations = allocations_;
   const synDeviceId device = device_;
-  return std::make_shared<Storage>(
-      static_cast<std::byte*>(host), address, nbytes, category, std::string(label), kDeviceName,
-      [lib, allocations, device, tracker, host, address](Storage& s) {
-        {
-          std::lock_guard<std::mutex> lock(allocations->mu);
-          allocations->sizes.erase(address);
-        }
-        lib->api().synHostFree(device, host, 0);
-        lib->api().synDeviceFree(device, address, 0);
-        tracker->release(s.nbytes(), s.category());
-      });
+  // NOTE [HPU device memory]: no host bytes.
+  return std::make_shared<Storage>(nullptr, address, nbytes, category, std::string(label), kDeviceName,
+                                   [lib, allocations, device, tracker, address](Storage& s) {
+                                     {
+                                       std::lock_guard<std::mutex> lock(allocations->mu);
+                                       allocations->sizes.erase(address);
+                                     }
+                                     lib->api().synDeviceFree(device, address, 0);
+                                     tracker->release(s.nbytes(), s.category());
+                                   });
+}
+
+Result<std::shared_ptr<Storage>> HpuDevice::pinned(std::int64_t nbytes, std::string_view label) {
+  void* host = nullptr;
+  const int st = api_.synHostMalloc(device_, static_cast<std::uint64_t>(std::max<std::int64_t>(nbytes, 1)), 0, &host);
+  if (st != synSuccess || host == nullptr) {
+    return synapse_error("synHostMalloc", st == synSuccess ? synOutOfHostMemory : st,
+                         "pinned staging of " + format_bytes(nbytes) + " for " + std::string(label));
+  }
+  std::shared_ptr<SynapseLibrary> lib = lib_;
+  const synDeviceId device = device_;
+  return std::make_shared<Storage>(static_cast<std::byte*>(host), reinterpret_cast<std::uint64_t>(host), nbytes,
+                                   MemoryCategory::kOther, std::string(label), "hpu:0 staging",
+                                   [lib, device, host](Storage&) { lib->api().synHostFree(device, host, 0); });
+}
+
+void HpuDevice::keep_until_synchronized(StreamId stream, std::shared_ptr<Storage> staging) {
+  staged_.emplace_back(stream, std::move(staging));
 }
 
 // ---- streams and events -----------------------------------------------------------------
@@ -382,8 +385,10 @@ Result<EventId> HpuDevice::record_event(StreamId stream) {
     api_.synEventDestroy(ev);
     return synapse_error("synEventRecord", st);
   }
-  // Every op completes before it returns (NOTE [HPU host shadow]), so old events are done.
+  // The oldest events are retired once complete, so wait_event treats an unknown id as done.
   while (events_.size() >= kMaxEvents) {
+    st = api_.synEventSynchronize(events_.begin()->second);
+    if (st != synSuccess) return synapse_error("synEventSynchronize (retiring an old event)", st);
     api_.synEventDestroy(events_.begin()->second);
     events_.erase(events_.begin());
   }
@@ -403,7 +408,9 @@ Status HpuDevice::wait_event(StreamId waiter, EventId event) {
 Status HpuDevice::synchronize(StreamId stream) {
   SHARDLAB_RETURN_IF_ERROR(check_stream("synchronize", stream));
   const int st = api_.synStreamSynchronize(streams_[static_cast<std::size_t>(stream)]);
-  return st == synSuccess ? Status::ok() : synapse_error("synStreamSynchronize", st);
+  if (st != synSuccess) return synapse_error("synStreamSynchronize", st);
+  std::erase_if(staged_, [stream](const auto& s) { return s.first == stream; });
+  return Status::ok();
 }
 
 // ---- placement, staging ------------------------------------------------------------------
@@ -412,17 +419,26 @@ std::uint64_t HpuDevice::device_address(const Tensor& t) {
   return t.storage()->device_address() + static_cast<std::uint64_t>(t.byte_offset());
 }
 
+bool HpuDevice::is_device_tensor(const Tensor& t) const {
+  return t.defined() && !t.storage()->host_visible() &&
+         (t.storage()->nbytes() == 0 ? t.storage()->device_name() == kDeviceName
+                                     : allocations_->size_at(t.storage()->device_address()) >= 0);
+}
+
 Status HpuDevice::check_device_tensor(const Tensor& t, std::string_view what) const {
   if (!t.defined()) return Status::invalid_argument(std::string(what) + ": an operand is undefined");
-  if (t.is_phantom()) return Status::invalid_argument(std::string(what) + ": " + t.describe() + " has no data");
   SHARDLAB_RETURN_IF_ERROR(check_launch_view(what, t));  // NOTE [Launch check]
-  if (t.storage()->nbytes() == 0) return Status::ok();
-  if (allocations_->size_at(t.storage()->device_address()) < 0) {
+  if (!is_device_tensor(t)) {
     return Status::invalid_argument(std::string(what) + ": " + t.describe() + " is not in the memory of " +
                                     kDeviceName + " (its storage belongs to " + t.storage()->device_name() +
                                     "); copy it to an " + kDeviceName + " tensor first");
   }
-  return Status::ok();
+  if (t.storage()->nbytes() == 0) return Status::ok();
+  // The view inside its device allocation, before anything is enqueued (a storage that
+  // claims more bytes than were allocated for it).
+  const Storage& s = *t.storage();
+  return check_launch_tensor(std::string(what), t.name(), s.label(), t.byte_offset(), t.nbytes(), s.nbytes(),
+                             allocations_->size_at(s.device_address()), t.nbytes());
 }
 
 Status HpuDevice::check_operand(std::string_view op, const Tensor& t, DType dtype) const {
@@ -433,21 +449,108 @@ Status HpuDevice::check_operand(std::string_view op, const Tensor& t, DType dtyp
   return Status::ok();
 }
 
-Status HpuDevice::enqueue_upload(const Tensor& t, synStreamHandle stream) {
-  if (t.nbytes() == 0) return Status::ok();
-  const int st = api_.synMemCopyAsync(stream, reinterpret_cast<std::uint64_t>(t.bytes()),
-                                      static_cast<std::uint64_t>(t.nbytes()), device_address(t), HOST_TO_DRAM);
-  if (st != synSuccess) return synapse_error("synMemCopyAsync (HOST_TO_DRAM of " + t.describe() + ")", st);
-  stats_.bytes_to_device += t.nbytes();
+Status HpuDevice::dma_to_device(StreamId stream, const std::byte* host, std::uint64_t address, std::int64_t nbytes,
+                                const std::string& what) {
+  if (nbytes == 0) return Status::ok();
+  const int st = api_.synMemCopyAsync(streams_[static_cast<std::size_t>(stream)], reinterpret_cast<std::uint64_t>(host),
+                                      static_cast<std::uint64_t>(nbytes), address, HOST_TO_DRAM);
+  if (st != synSuccess) return synapse_error("synMemCopyAsync (HOST_TO_DRAM of " + what + ")", st);
+  stats_.bytes_to_device += nbytes;
   return Status::ok();
 }
 
-Status HpuDevice::enqueue_download(const Tensor& t, synStreamHandle stream) {
-  if (t.nbytes() == 0) return Status::ok();
-  const int st = api_.synMemCopyAsync(stream, device_address(t), static_cast<std::uint64_t>(t.nbytes()),
-                                      reinterpret_cast<std::uint64_t>(t.bytes()), DRAM_TO_HOST);
-  if (st != synSuccess) return synapse_error("synMemCopyAsync (DRAM_TO_HOST of " + t.describe() + ")", st);
-  stats_.bytes_to_host += t.nbytes();
+Status HpuDevice::dma_to_host(StreamId stream, std::uint64_t address, std::int64_t nbytes, std::byte* host,
+                              const std::string& what) {
+  if (nbytes == 0) return Status::ok();
+  const int st = api_.synMemCopyAsync(streams_[static_cast<std::size_t>(stream)], address,
+                                      static_cast<std::uint64_t>(nbytes), reinterpret_cast<std::uint64_t>(host),
+                                      DRAM_TO_HOST);
+  if (st != synSuccess) return synapse_error("synMemCopyAsync (DRAM_TO_HOST of " + what + ")", st);
+  stats_.bytes_to_host += nbytes;
+  return Status::ok();
+}
+
+Status HpuDevice::to_host(const Tensor& src, std::span<std::byte> dst, StreamId stream) {
+  SHARDLAB_RETURN_IF_ERROR(check_stream("to_host", stream));
+  SHARDLAB_RETURN_IF_ERROR(check_host_copy("to_host", src, dst.size()));
+  SHARDLAB_RETURN_IF_ERROR(check_device_tensor(src, "to_host"));
+  if (dst.empty()) return Status::ok();
+  SHARDLAB_ASSIGN_OR_RETURN(std::shared_ptr<Storage> staging, pinned(src.nbytes(), "to_host of " + src.name()));
+  SHARDLAB_RETURN_IF_ERROR(dma_to_host(stream, device_address(src), src.nbytes(), staging->host_data(), src.describe()));
+  SHARDLAB_RETURN_IF_ERROR(synchronize(stream));
+  std::memcpy(dst.data(), staging->host_data(), dst.size());
+  return Status::ok();
+}
+
+Status HpuDevice::from_host(std::span<const std::byte> src, const Tensor& dst, StreamId stream) {
+  SHARDLAB_RETURN_IF_ERROR(check_stream("from_host", stream));
+  SHARDLAB_RETURN_IF_ERROR(check_host_copy("from_host", dst, src.size()));
+  SHARDLAB_RETURN_IF_ERROR(check_device_tensor(dst, "from_host"));
+  if (src.empty()) return Status::ok();
+  SHARDLAB_ASSIGN_OR_RETURN(std::shared_ptr<Storage> staging, pinned(dst.nbytes(), "from_host of " + dst.name()));
+  std::memcpy(staging->host_data(), src.data(), src.size());
+  SHARDLAB_RETURN_IF_ERROR(dma_to_device(stream, staging->host_data(), device_address(dst), dst.nbytes(), dst.describe()));
+  keep_until_synchronized(stream, std::move(staging));
+  return Status::ok();
+}
+
+// NOTE [HPU host ops]
+// An op whose exact contract has no public TPC kernel runs the cpu backend's math on host
+// copies of its operands: the stream is synchronized (earlier work has written them), the
+// byte range each storage's operands span is downloaded once (so views that overlap or
+// alias on the device overlap or alias the same way on the host), the math runs, and the
+// views the op writes are uploaded on the stream. Validation is the cpu backend's, on the
+// host copies, so errors read the same on both backends; on an error nothing is uploaded.
+struct HpuDevice::HostOperand {
+  const Tensor* tensor;  // may be undefined (an absent optional operand)
+  bool written;
+};
+
+Status HpuDevice::host_op(std::string_view op, StreamId stream, const std::vector<HostOperand>& operands,
+                          const std::function<Status(const std::vector<Tensor>&)>& math) {
+  SHARDLAB_RETURN_IF_ERROR(check_stream(op, stream));
+  struct Range {
+    std::int64_t lo, hi;
+    std::shared_ptr<Storage> staging;
+  };
+  std::map<const Storage*, Range> ranges;
+  for (const HostOperand& o : operands) {
+    const Tensor& t = *o.tensor;
+    if (!t.defined()) continue;
+    SHARDLAB_RETURN_IF_ERROR(check_device_tensor(t, op));
+    const std::int64_t lo = t.byte_offset() / 8 * 8, hi = t.byte_offset() + t.nbytes();
+    auto [it, fresh] = ranges.try_emplace(t.storage().get(), Range{lo, hi, nullptr});
+    if (!fresh) it->second.lo = std::min(it->second.lo, lo), it->second.hi = std::max(it->second.hi, hi);
+  }
+  SHARDLAB_RETURN_IF_ERROR(synchronize(stream));
+  std::vector<Tensor> host;
+  for (auto& [storage, r] : ranges) {
+    SHARDLAB_ASSIGN_OR_RETURN(r.staging, pinned(r.hi - r.lo, std::string(op) + " operands"));
+    SHARDLAB_RETURN_IF_ERROR(dma_to_host(stream, storage->device_address() + static_cast<std::uint64_t>(r.lo),
+                                         r.hi - r.lo, r.staging->host_data(),
+                                         "the operands of " + std::string(op) + " in '" + storage->label() + "'"));
+  }
+  SHARDLAB_RETURN_IF_ERROR(synchronize(stream));
+  for (const HostOperand& o : operands) {
+    const Tensor& t = *o.tensor;
+    if (!t.defined()) {
+      host.emplace_back();
+      continue;
+    }
+    const Range& r = ranges.at(t.storage().get());
+    const auto es = static_cast<std::int64_t>(element_size(t.dtype()));
+    SHARDLAB_ASSIGN_OR_RETURN(Tensor h, Tensor::view_of(r.staging, t.dtype(), t.shape(), (t.byte_offset() - r.lo) / es,
+                                                        t.name()));
+    host.push_back(std::move(h));
+  }
+  SHARDLAB_RETURN_IF_ERROR(math(host));
+  for (std::size_t i = 0; i < operands.size(); ++i) {
+    if (!operands[i].written || !operands[i].tensor->defined()) continue;
+    const Tensor& t = *operands[i].tensor;
+    SHARDLAB_RETURN_IF_ERROR(dma_to_device(stream, host[i].bytes(), device_address(t), t.nbytes(), t.describe()));
+  }
+  for (auto& [storage, r] : ranges) keep_until_synchronized(stream, std::move(r.staging));
+  ++stats_.host_fallback_ops;
   return Status::ok();
 }
 
@@ -538,13 +641,20 @@ Result<HpuDevice::Recipe*> HpuDevice::recipe_for(const GraphSpec& spec) {
   return raw;
 }
 
-Result<Tensor> HpuDevice::scalars(const std::vector<float>& values, int rank) {
+// The slots are rewritten for every op of the stream: the upload is ordered after the
+// previous launch on the same stream, so no launch sees the next op's values.
+Result<Tensor> HpuDevice::scalars(StreamId stream, const std::vector<float>& values, int rank) {
   SHARDLAB_CHECK_LE(values.size(), static_cast<std::size_t>(kScalarSlots));
-  auto* p = reinterpret_cast<float*>(scalar_storage_->host_data());
-  for (std::size_t i = 0; i < values.size(); ++i) p[i] = values[i];
+  std::shared_ptr<Storage>& slots = scalar_storage_[stream];
+  if (!slots) {
+    SHARDLAB_ASSIGN_OR_RETURN(slots, allocate(kScalarSlots * static_cast<std::int64_t>(sizeof(float)),
+                                              MemoryCategory::kOther, "hpu op scalars"));
+  }
   Shape shape = ones(rank);
   shape[0] = static_cast<std::int64_t>(values.size());
-  return Tensor::view_of(scalar_storage_, DType::kF32, shape, 0, "scalars");
+  SHARDLAB_ASSIGN_OR_RETURN(Tensor t, Tensor::view_of(slots, DType::kF32, shape, 0, "scalars"));
+  SHARDLAB_RETURN_IF_ERROR(from_host(std::as_bytes(std::span<const float>(values)), t, stream));
+  return t;
 }
 
 Status HpuDevice::run_graph(const GraphSpec& spec, const std::vector<Binding>& bindings, StreamId stream) {
@@ -569,9 +679,6 @@ Status HpuDevice::run_graph(const GraphSpec& spec, const std::vector<Binding>& b
     }
     workspace = workspace_->device_address();
   }
-  for (const Binding& b : bindings) {
-    if (b.upload) SHARDLAB_RETURN_IF_ERROR(enqueue_upload(b.view, s));
-  }
   std::vector<synLaunchTensorInfoExt> infos;
   for (const Binding& b : bindings) {
     const GraphSpec::T& t = spec.tensors[static_cast<std::size_t>(b.tensor)];
@@ -583,21 +690,11 @@ Status HpuDevice::run_graph(const GraphSpec& spec, const std::vector<Binding>& b
     for (std::size_t i = 0; i < shape.size(); ++i) info.tensorSize[i] = static_cast<TSize>(shape[shape.size() - 1 - i]);
     infos.push_back(info);
   }
-  int st = api_.synLaunchExt(s, infos.data(), static_cast<std::uint32_t>(infos.size()), workspace, recipe->handle,
+  const int st = api_.synLaunchExt(s, infos.data(), static_cast<std::uint32_t>(infos.size()), workspace, recipe->handle,
                              SHARDLAB_SYN_FLAGS_TENSOR_NAME);
   if (st != synSuccess) return synapse_error("synLaunchExt (recipe '" + recipe->name + "')", st);
   ++stats_.launches;
-  for (const Binding& b : bindings) {
-    if (b.download) SHARDLAB_RETURN_IF_ERROR(enqueue_download(b.view, s));
-  }
-  st = api_.synStreamSynchronize(s);
-  if (st != synSuccess) return synapse_error("synStreamSynchronize (after recipe '" + recipe->name + "')", st);
   return Status::ok();
-}
-
-Status HpuDevice::host_fallback(Status s) {
-  if (s.is_ok()) ++stats_.host_fallback_ops;
-  return s;
 }
 
 // ---- ops ---------------------------------------------------------------------------------
@@ -605,19 +702,47 @@ Status HpuDevice::host_fallback(Status s) {
 // the bytes. Validation mirrors the cpu backend's contract (device.h).
 
 Status HpuDevice::copy(const Tensor& src, const Tensor& dst, StreamId stream) {
-  SHARDLAB_RETURN_IF_ERROR(check_stream("copy", stream));
-  return host_fallback(host_math_.copy(src, dst, kComputeStream));
+  constexpr std::string_view kOp = "copy";
+  SHARDLAB_RETURN_IF_ERROR(check_stream(kOp, stream));
+  if (!src.defined() || !dst.defined()) return Status::invalid_argument("copy: an operand is undefined");
+  SHARDLAB_RETURN_IF_ERROR(check_launch_view(kOp, src));
+  SHARDLAB_RETURN_IF_ERROR(check_launch_view(kOp, dst));
+  if (src.dtype() != dst.dtype()) {
+    return Status::invalid_argument("copy: " + src.describe() + " and " + dst.describe() +
+                                    " have different dtypes (use cast)");
+  }
+  SHARDLAB_RETURN_IF_ERROR(numel_error(kOp, dst, src.numel(), "the source's element count"));
+  // Across the seam: a host-visible tensor of another device on one side (the contract in device.h).
+  const auto bytes_of = [](const Tensor& t) {
+    return std::span<std::byte>(t.bytes(), static_cast<std::size_t>(t.nbytes()));
+  };
+  if (src.storage()->host_visible() && is_device_tensor(dst)) return from_host(bytes_of(src), dst, stream);
+  if (is_device_tensor(src) && dst.storage()->host_visible()) return to_host(src, bytes_of(dst), stream);
+  SHARDLAB_RETURN_IF_ERROR(check_device_tensor(src, kOp));
+  SHARDLAB_RETURN_IF_ERROR(check_device_tensor(dst, kOp));
+  if (src.nbytes() == 0 || src.same_view(dst)) return Status::ok();
+  if (src.overlaps(dst)) {  // memmove semantics; a DMA engine does not promise them
+    return host_op(kOp, stream, {{&src, false}, {&dst, true}},
+                   [this](const std::vector<Tensor>& h) { return host_math_.copy(h[0], h[1], kComputeStream); });
+  }
+  const int st = api_.synMemCopyAsync(streams_[static_cast<std::size_t>(stream)], device_address(src),
+                                      static_cast<std::uint64_t>(src.nbytes()), device_address(dst), DRAM_TO_DRAM);
+  return st == synSuccess ? Status::ok() : synapse_error("synMemCopyAsync (DRAM_TO_DRAM of " + src.describe() + ")", st);
 }
 
 Status HpuDevice::fill(const Tensor& dst, float value, StreamId stream) {
   constexpr std::string_view kOp = "fill";
   SHARDLAB_RETURN_IF_ERROR(check_stream(kOp, stream));
   SHARDLAB_RETURN_IF_ERROR(check_device_tensor(dst, kOp));
-  if (dst.dtype() == DType::kI64 || dst.numel() == 0) return host_fallback(host_math_.fill(dst, value, kComputeStream));
+  if (dst.numel() == 0) return Status::ok();
+  if (dst.dtype() == DType::kI64) {
+    return host_op(kOp, stream, {{&dst, true}},
+                   [&](const std::vector<Tensor>& h) { return host_math_.fill(h[0], value, kComputeStream); });
+  }
   GraphSpec g{"fill"};
   const int out = g.add("out", dst.dtype(), {dst.numel()});
   g.node("constant_" + syn_dtype_suffix(dst.dtype()), {}, {out}, param_bytes(ShardlabConstantParams{value}));
-  return run_graph(g, {{out, dst, false, true}}, stream);
+  return run_graph(g, {{out, dst}}, stream);
 }
 
 Status HpuDevice::cast(const Tensor& src, const Tensor& dst, StreamId stream) {
@@ -625,16 +750,18 @@ Status HpuDevice::cast(const Tensor& src, const Tensor& dst, StreamId stream) {
   SHARDLAB_RETURN_IF_ERROR(check_stream(kOp, stream));
   SHARDLAB_RETURN_IF_ERROR(check_device_tensor(src, kOp));
   SHARDLAB_RETURN_IF_ERROR(check_device_tensor(dst, kOp));
-  if (src.dtype() == dst.dtype() || !is_floating(src.dtype()) || !is_floating(dst.dtype()) || src.numel() == 0 ||
+  if (src.dtype() == dst.dtype()) return copy(src, dst, stream);  // converts nothing
+  if (!is_floating(src.dtype()) || !is_floating(dst.dtype()) || src.numel() == 0 ||
       src.numel() != dst.numel() || src.overlaps(dst)) {
-    // Same-dtype casts are copies; every error case is reported by the cpu backend's checks.
-    return host_fallback(host_math_.cast(src, dst, kComputeStream));
+    // Every error case is reported by the cpu backend's checks.
+    return host_op(kOp, stream, {{&src, false}, {&dst, true}},
+                   [this](const std::vector<Tensor>& h) { return host_math_.cast(h[0], h[1], kComputeStream); });
   }
   GraphSpec g{"cast"};
   const int in = g.add("x", src.dtype(), {src.numel()});
   const int out = g.add("y", dst.dtype(), {dst.numel()});
   g.node("cast_" + syn_dtype_suffix(src.dtype()) + "_to_" + syn_dtype_suffix(dst.dtype()), {in}, {out});
-  return run_graph(g, {{in, src, true, false}, {out, dst, false, true}}, stream);
+  return run_graph(g, {{in, src}, {out, dst}}, stream);
 }
 
 Status HpuDevice::axpy(float alpha, const Tensor& x, const Tensor& y, StreamId stream) {
@@ -646,14 +773,14 @@ Status HpuDevice::axpy(float alpha, const Tensor& x, const Tensor& y, StreamId s
   SHARDLAB_RETURN_IF_ERROR(overlap_error(kOp, y, x, true));
   if (x.numel() == 0) return Status::ok();
   const std::int64_t n = x.numel();
-  SHARDLAB_ASSIGN_OR_RETURN(Tensor s, scalars({alpha}, 1));
+  SHARDLAB_ASSIGN_OR_RETURN(Tensor s, scalars(stream, {alpha}, 1));
   GraphSpec g{"axpy"};
   const int tx = g.add("x", DType::kF32, {n}), ta = g.add("alpha", DType::kF32, {1}),
             tyi = g.add("y_in", DType::kF32, {n}), tyo = g.add("y", DType::kF32, {n});
   const int scaled = g.temp("alpha_x", DType::kF32, {n});
   g.node("mult_fwd_f32", {tx, ta}, {scaled});
   g.node("add_fwd_f32", {tyi, scaled}, {tyo});
-  return run_graph(g, {{tx, x, true, false}, {ta, s, true, false}, {tyi, y, true, false}, {tyo, y, false, true}},
+  return run_graph(g, {{tx, x}, {ta, s}, {tyi, y}, {tyo, y}},
                    stream);
 }
 
@@ -662,12 +789,12 @@ Status HpuDevice::scale(const Tensor& x, float alpha, StreamId stream) {
   SHARDLAB_RETURN_IF_ERROR(check_stream(kOp, stream));
   SHARDLAB_RETURN_IF_ERROR(check_operand(kOp, x, DType::kF32));
   if (x.numel() == 0) return Status::ok();
-  SHARDLAB_ASSIGN_OR_RETURN(Tensor s, scalars({alpha}, 1));
+  SHARDLAB_ASSIGN_OR_RETURN(Tensor s, scalars(stream, {alpha}, 1));
   GraphSpec g{"scale"};
   const int in = g.add("x_in", DType::kF32, {x.numel()}), ta = g.add("alpha", DType::kF32, {1}),
             out = g.add("x", DType::kF32, {x.numel()});
   g.node("mult_fwd_f32", {in, ta}, {out});
-  return run_graph(g, {{in, x, true, false}, {ta, s, true, false}, {out, x, false, true}}, stream);
+  return run_graph(g, {{in, x}, {ta, s}, {out, x}}, stream);
 }
 
 namespace {
@@ -709,8 +836,12 @@ Status HpuDevice::gemm(const Tensor& a, bool trans_a, const Tensor& b, bool tran
   std::int64_t m, k, n;
   SHARDLAB_RETURN_IF_ERROR(gemm_shapes(kOp, a, trans_a, b, trans_b, c, 2, &m, &k, &n));
   if (m == 0 || n == 0) return Status::ok();
-  if (k == 0) return host_fallback(host_math_.gemm(a, trans_a, b, trans_b, c, alpha, beta, kComputeStream));
-  SHARDLAB_ASSIGN_OR_RETURN(Tensor s, scalars({alpha, beta}, 2));
+  if (k == 0) {
+    return host_op(kOp, stream, {{&a, false}, {&b, false}, {&c, true}}, [&](const std::vector<Tensor>& h) {
+      return host_math_.gemm(h[0], trans_a, h[1], trans_b, h[2], alpha, beta, kComputeStream);
+    });
+  }
+  SHARDLAB_ASSIGN_OR_RETURN(Tensor s, scalars(stream, {alpha, beta}, 2));
   SHARDLAB_ASSIGN_OR_RETURN(Tensor sa, s.narrow(0, 1));
   SHARDLAB_ASSIGN_OR_RETURN(Tensor sb, s.narrow(1, 1));
   GraphSpec g{"gemm"};
@@ -718,7 +849,7 @@ Status HpuDevice::gemm(const Tensor& a, bool trans_a, const Tensor& b, bool tran
   const int talpha = g.add("alpha", DType::kF32, {1, 1});
   const int prod = g.temp("ab", DType::kF32, {m, n});
   const int tc = g.add("c", DType::kF32, {m, n});
-  std::vector<Binding> binds = {{ta_, a, true, false}, {tb_, b, true, false}, {talpha, sa, true, false}};
+  std::vector<Binding> binds = {{ta_, a}, {tb_, b}, {talpha, sa}};
   g.node("gemm", {ta_, tb_}, {prod}, param_bytes(synGEMMParams{trans_a, trans_b}));
   if (beta == 0.0f) {  // c's old contents are ignored (even NaN): c is not an input
     g.node("mult_fwd_f32", {prod, talpha}, {tc});
@@ -728,10 +859,10 @@ Status HpuDevice::gemm(const Tensor& a, bool trans_a, const Tensor& b, bool tran
     g.node("mult_fwd_f32", {prod, talpha}, {scaled});
     g.node("mult_fwd_f32", {tci, tbeta}, {cb});
     g.node("add_fwd_f32", {scaled, cb}, {tc});
-    binds.push_back({tci, c, true, false});
-    binds.push_back({tbeta, sb, true, false});
+    binds.push_back({tci, c});
+    binds.push_back({tbeta, sb});
   }
-  binds.push_back({tc, c, false, true});
+  binds.push_back({tc, c});
   return run_graph(g, binds, stream);
 }
 
@@ -744,8 +875,12 @@ Status HpuDevice::batched_gemm(const Tensor& a, bool trans_a, const Tensor& b, b
   SHARDLAB_RETURN_IF_ERROR(gemm_shapes(kOp, a, trans_a, b, trans_b, c, 3, &m, &k, &n));
   const std::int64_t batch = a.dim(0);
   if (batch == 0 || m == 0 || n == 0) return Status::ok();
-  if (k == 0) return host_fallback(host_math_.batched_gemm(a, trans_a, b, trans_b, c, alpha, beta, kComputeStream));
-  SHARDLAB_ASSIGN_OR_RETURN(Tensor s, scalars({alpha, beta}, 3));
+  if (k == 0) {
+    return host_op(kOp, stream, {{&a, false}, {&b, false}, {&c, true}}, [&](const std::vector<Tensor>& h) {
+      return host_math_.batched_gemm(h[0], trans_a, h[1], trans_b, h[2], alpha, beta, kComputeStream);
+    });
+  }
+  SHARDLAB_ASSIGN_OR_RETURN(Tensor s, scalars(stream, {alpha, beta}, 3));
   SHARDLAB_ASSIGN_OR_RETURN(Tensor sa, s.narrow(0, 1));
   SHARDLAB_ASSIGN_OR_RETURN(Tensor sb, s.narrow(1, 1));
   GraphSpec g{"batched_gemm"};
@@ -753,7 +888,7 @@ Status HpuDevice::batched_gemm(const Tensor& a, bool trans_a, const Tensor& b, b
   const int talpha = g.add("alpha", DType::kF32, {1, 1, 1});
   const int prod = g.temp("ab", DType::kF32, c.shape());
   const int tc = g.add("c", DType::kF32, c.shape());
-  std::vector<Binding> binds = {{ta_, a, true, false}, {tb_, b, true, false}, {talpha, sa, true, false}};
+  std::vector<Binding> binds = {{ta_, a}, {tb_, b}, {talpha, sa}};
   g.node("batch_gemm", {ta_, tb_}, {prod}, param_bytes(synGEMMParams{trans_a, trans_b}));
   if (beta == 0.0f) {
     g.node("mult_fwd_f32", {prod, talpha}, {tc});
@@ -763,10 +898,10 @@ Status HpuDevice::batched_gemm(const Tensor& a, bool trans_a, const Tensor& b, b
     g.node("mult_fwd_f32", {prod, talpha}, {scaled});
     g.node("mult_fwd_f32", {tci, tbeta}, {cb});
     g.node("add_fwd_f32", {scaled, cb}, {tc});
-    binds.push_back({tci, c, true, false});
-    binds.push_back({tbeta, sb, true, false});
+    binds.push_back({tci, c});
+    binds.push_back({tbeta, sb});
   }
-  binds.push_back({tc, c, false, true});
+  binds.push_back({tc, c});
   return run_graph(g, binds, stream);
 }
 
@@ -786,12 +921,13 @@ Status HpuDevice::add_bias(const Tensor& x, const Tensor& bias, StreamId stream)
   const int in = g.add("x_in", DType::kF32, {rows, f}), tb = g.add("bias", DType::kF32, {1, f}),
             out = g.add("x", DType::kF32, {rows, f});
   g.node("add_fwd_f32", {in, tb}, {out});
-  return run_graph(g, {{in, x, true, false}, {tb, bias, true, false}, {out, x, false, true}}, stream);
+  return run_graph(g, {{in, x}, {tb, bias}, {out, x}}, stream);
 }
 
 Status HpuDevice::bias_grad(const Tensor& dy, const Tensor& dbias, bool accumulate, StreamId stream) {
-  SHARDLAB_RETURN_IF_ERROR(check_stream("bias_grad", stream));
-  return host_fallback(host_math_.bias_grad(dy, dbias, accumulate, kComputeStream));
+  return host_op("bias_grad", stream, {{&dy, false}, {&dbias, true}}, [&](const std::vector<Tensor>& h) {
+    return host_math_.bias_grad(h[0], h[1], accumulate, kComputeStream);
+  });
 }
 
 namespace {
@@ -823,7 +959,7 @@ Status HpuDevice::activation(Activation act, const Tensor& x, const Tensor& y, S
   GraphSpec g{"activation"};
   const int in = g.add("x", DType::kF32, {n}), out = g.add("y", DType::kF32, {n});
   g.node(guid, {in}, {out}, params);
-  return run_graph(g, {{in, x, true, false}, {out, y, false, true}}, stream);
+  return run_graph(g, {{in, x}, {out, y}}, stream);
 }
 
 Status HpuDevice::activation_backward(Activation act, const Tensor& x, const Tensor& dy, const Tensor& dx,
@@ -842,7 +978,7 @@ Status HpuDevice::activation_backward(Activation act, const Tensor& x, const Ten
   GraphSpec g{"activation_backward"};
   const int tdy = g.add("dy", DType::kF32, {n}), tx = g.add("x", DType::kF32, {n}), tdx = g.add("dx", DType::kF32, {n});
   g.node(guid, {tdy, tx}, {tdx}, params);
-  return run_graph(g, {{tdy, dy, true, false}, {tx, x, true, false}, {tdx, dx, false, true}}, stream);
+  return run_graph(g, {{tdy, dy}, {tx, x}, {tdx, dx}}, stream);
 }
 
 Status HpuDevice::layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps, const Tensor& y,
@@ -876,12 +1012,12 @@ Status HpuDevice::layer_norm(const Tensor& x, const Tensor& gamma, const Tensor&
             tr = g.add("rstd", DType::kF32, {rows});
   g.node("layer_norm_fwd_f32", {tx, tb, tg}, {ty, tm, tr}, layer_norm_params(eps));
   return run_graph(g,
-                   {{tx, x, true, false},
-                    {tb, beta, true, false},
-                    {tg, gamma, true, false},
-                    {ty, y, false, true},
-                    {tm, mean, false, true},
-                    {tr, rstd, false, true}},
+                   {{tx, x},
+                    {tb, beta},
+                    {tg, gamma},
+                    {ty, y},
+                    {tm, mean},
+                    {tr, rstd}},
                    stream);
 }
 
@@ -909,17 +1045,24 @@ Status HpuDevice::layer_norm_backward(const Tensor& x, const Tensor& dy, const T
   }
   SHARDLAB_RETURN_IF_ERROR(overlap_error(kOp, dgamma, dbeta, false));
   if (h == 0) return Status::ok();
-  if (rows == 0) return host_fallback(host_math_.layer_norm_backward(x, dy, mean, rstd, gamma, dx, dgamma, dbeta,
-                                                                     accumulate, kComputeStream));
+  if (rows == 0) {
+    return host_op(kOp, stream,
+                   {{&x, false}, {&dy, false}, {&mean, false}, {&rstd, false}, {&gamma, false}, {&dx, true},
+                    {&dgamma, true}, {&dbeta, true}},
+                   [&](const std::vector<Tensor>& h) {
+                     return host_math_.layer_norm_backward(h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7], accumulate,
+                                                           kComputeStream);
+                   });
+  }
   GraphSpec g{"layer_norm_backward"};
   const int tx = g.add("x", DType::kF32, {rows, h}), tdy = g.add("dy", DType::kF32, {rows, h}),
             tm = g.add("mean", DType::kF32, {rows}), tr = g.add("rstd", DType::kF32, {rows}),
             tg = g.add("gamma", DType::kF32, {h});
   const int tdx = g.add("dx", DType::kF32, {rows, h}), tdb = g.add("dbeta", DType::kF32, {h}),
             tdg = g.add("dgamma", DType::kF32, {h});
-  std::vector<Binding> binds = {{tx, x, true, false},   {tdy, dy, true, false}, {tm, mean, true, false},
-                                {tr, rstd, true, false}, {tg, gamma, true, false}, {tdx, dx, false, true},
-                                {tdb, dbeta, false, true}, {tdg, dgamma, false, true}};
+  std::vector<Binding> binds = {{tx, x},   {tdy, dy}, {tm, mean},
+                                {tr, rstd}, {tg, gamma}, {tdx, dx},
+                                {tdb, dbeta}, {tdg, dgamma}};
   const std::string params = layer_norm_params(0.0f);
   if (!accumulate) {
     g.node("layer_norm_bwd_f32", {tx, tdy, tm, tr, tg}, {tdx, tdb, tdg}, params);
@@ -929,22 +1072,26 @@ Status HpuDevice::layer_norm_backward(const Tensor& x, const Tensor& dy, const T
     g.node("layer_norm_bwd_f32", {tx, tdy, tm, tr, tg}, {tdx, nb, ng}, params);
     g.node("add_fwd_f32", {tdbi, nb}, {tdb});
     g.node("add_fwd_f32", {tdgi, ng}, {tdg});
-    binds.push_back({tdbi, dbeta, true, false});
-    binds.push_back({tdgi, dgamma, true, false});
+    binds.push_back({tdbi, dbeta});
+    binds.push_back({tdgi, dgamma});
   }
   return run_graph(g, binds, stream);
 }
 
 Status HpuDevice::attention_softmax(const Tensor& scores, const Tensor& attention_mask, float scale,
                                     const Tensor& probs, StreamId stream) {
-  SHARDLAB_RETURN_IF_ERROR(check_stream("attention_softmax", stream));
-  return host_fallback(host_math_.attention_softmax(scores, attention_mask, scale, probs, kComputeStream));
+  return host_op("attention_softmax", stream, {{&scores, false}, {&attention_mask, false}, {&probs, true}},
+                 [&](const std::vector<Tensor>& h) {
+                   return host_math_.attention_softmax(h[0], h[1], scale, h[2], kComputeStream);
+                 });
 }
 
 Status HpuDevice::attention_softmax_backward(const Tensor& probs, const Tensor& dprobs, float scale,
                                              const Tensor& dscores, StreamId stream) {
-  SHARDLAB_RETURN_IF_ERROR(check_stream("attention_softmax_backward", stream));
-  return host_fallback(host_math_.attention_softmax_backward(probs, dprobs, scale, dscores, kComputeStream));
+  return host_op("attention_softmax_backward", stream, {{&probs, false}, {&dprobs, false}, {&dscores, true}},
+                 [&](const std::vector<Tensor>& h) {
+                   return host_math_.attention_softmax_backward(h[0], h[1], scale, h[2], kComputeStream);
+                 });
 }
 
 Status HpuDevice::embedding(const Tensor& table, const Tensor& ids, const Tensor& out, StreamId stream) {
@@ -962,12 +1109,13 @@ Status HpuDevice::embedding(const Tensor& table, const Tensor& ids, const Tensor
   }
   SHARDLAB_RETURN_IF_ERROR(overlap_error(kOp, out, table, false));
   SHARDLAB_RETURN_IF_ERROR(overlap_error(kOp, out, ids, false));
-  // The ids are range-checked on the host shadow before anything runs (an out-of-range
-  // gather on the device would read arbitrary memory).
-  const std::int64_t* id = ids.data<std::int64_t>();
+  // The ids are range-checked on the host before anything runs (an out-of-range gather on
+  // the device would read arbitrary memory).
+  SHARDLAB_ASSIGN_OR_RETURN(const std::vector<std::int64_t> id, values_to_host<std::int64_t>(*this, ids, stream));
   for (std::int64_t i = 0; i < n; ++i) {
-    if (id[i] < 0 || id[i] >= v) {
-      return Status::invalid_argument("embedding: id " + std::to_string(id[i]) + " at index " + std::to_string(i) +
+    const std::int64_t value = id[static_cast<std::size_t>(i)];
+    if (value < 0 || value >= v) {
+      return Status::invalid_argument("embedding: id " + std::to_string(value) + " at index " + std::to_string(i) +
                                       " of " + ids.describe() + " is outside [0, " + std::to_string(v) +
                                       ") (the table has V = " + std::to_string(v) + " rows)");
     }
@@ -977,21 +1125,26 @@ Status HpuDevice::embedding(const Tensor& table, const Tensor& ids, const Tensor
   const int tt = g.add("table", DType::kF32, {v, h}), ti = g.add("ids", DType::kI64, {n}),
             to = g.add("out", DType::kF32, {n, h});
   g.node("gather_fwd_f32", {tt, ti}, {to}, param_bytes(ShardlabGatherParams{1}));  // axis 1 = V (innermost first)
-  return run_graph(g, {{tt, table, true, false}, {ti, ids, true, false}, {to, out, false, true}}, stream);
+  return run_graph(g, {{tt, table}, {ti, ids}, {to, out}}, stream);
 }
 
 Status HpuDevice::embedding_backward(const Tensor& dout, const Tensor& ids, const Tensor& dtable, bool accumulate,
                                      StreamId stream) {
-  SHARDLAB_RETURN_IF_ERROR(check_stream("embedding_backward", stream));
-  return host_fallback(host_math_.embedding_backward(dout, ids, dtable, accumulate, kComputeStream));
+  return host_op("embedding_backward", stream, {{&dout, false}, {&ids, false}, {&dtable, true}},
+                 [&](const std::vector<Tensor>& h) {
+                   return host_math_.embedding_backward(h[0], h[1], h[2], accumulate, kComputeStream);
+                 });
 }
 
 Status HpuDevice::softmax_cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& loss_sum,
                                         const Tensor& dlogits, float grad_scale, std::int64_t ignore_index,
                                         StreamId stream) {
-  SHARDLAB_RETURN_IF_ERROR(check_stream("softmax_cross_entropy", stream));
-  return host_fallback(
-      host_math_.softmax_cross_entropy(logits, labels, loss_sum, dlogits, grad_scale, ignore_index, kComputeStream));
+  return host_op("softmax_cross_entropy", stream,
+                 {{&logits, false}, {&labels, false}, {&loss_sum, true}, {&dlogits, true}},
+                 [&](const std::vector<Tensor>& h) {
+                   return host_math_.softmax_cross_entropy(h[0], h[1], h[2], h[3], grad_scale, ignore_index,
+                                                           kComputeStream);
+                 });
 }
 
 Status HpuDevice::transpose_1_2(const Tensor& x, const Tensor& y, StreamId stream) {
@@ -1013,7 +1166,7 @@ Status HpuDevice::transpose_1_2(const Tensor& x, const Tensor& y, StreamId strea
   GraphSpec g{"transpose_1_2"};
   const int tx = g.add("x", DType::kF32, x.shape()), ty = g.add("y", DType::kF32, y.shape());
   g.node("transpose", {tx}, {ty}, param_bytes(params));
-  return run_graph(g, {{tx, x, true, false}, {ty, y, false, true}}, stream);
+  return run_graph(g, {{tx, x}, {ty, y}}, stream);
 }
 
 Status HpuDevice::multiply(const Tensor& a, const Tensor& b, const Tensor& c, StreamId stream) {
@@ -1030,16 +1183,35 @@ Status HpuDevice::multiply(const Tensor& a, const Tensor& b, const Tensor& c, St
   GraphSpec g{"multiply"};
   const int ta = g.add("a", DType::kF32, {n}), tb = g.add("b", DType::kF32, {n}), tc = g.add("c", DType::kF32, {n});
   g.node("mult_fwd_f32", {ta, tb}, {tc});
-  return run_graph(g, {{ta, a, true, false}, {tb, b, true, false}, {tc, c, false, true}}, stream);
+  return run_graph(g, {{ta, a}, {tb, b}, {tc, c}}, stream);
 }
 
 // No public TPC kernel matches PyTorch's update order bit for bit (the unsharded oracle is
-// compared bitwise); the update runs on the host shadow (NOTE [HPU host shadow]).
+// compared bitwise); the update is a host op (NOTE [HPU host ops]).
 Status HpuDevice::optimizer_step(const OptimizerUpdate& update, const Tensor& param, const Tensor& grad,
                                  const Tensor& state0, const Tensor& state1, const std::uint8_t* mask,
                                  StreamId stream) {
-  SHARDLAB_RETURN_IF_ERROR(check_stream("optimizer_step", stream));
-  return host_fallback(host_math_.optimizer_step(update, param, grad, state0, state1, mask, kComputeStream));
+  return host_op("optimizer_step", stream, {{&param, true}, {&grad, false}, {&state0, true}, {&state1, true}},
+                 [&](const std::vector<Tensor>& h) {
+                   return host_math_.optimizer_step(update, h[0], h[1], h[2], h[3], mask, kComputeStream);
+                 });
+}
+
+// Drawn on the host (NOTE [HPU device memory]): no public kernel reproduces the stream.
+Status HpuDevice::dropout_mask(const Tensor& mask, float p, const Rng& base, std::int64_t first_row,
+                               std::uint64_t site, StreamId stream) {
+  constexpr std::string_view kOp = "dropout_mask";
+  SHARDLAB_RETURN_IF_ERROR(check_stream(kOp, stream));
+  SHARDLAB_RETURN_IF_ERROR(check_operand(kOp, mask, DType::kF32));
+  SHARDLAB_RETURN_IF_ERROR(check_dropout_args(kOp, mask, p, first_row));
+  if (mask.numel() == 0) return Status::ok();
+  SHARDLAB_ASSIGN_OR_RETURN(std::shared_ptr<Storage> staging, pinned(mask.nbytes(), "dropout mask"));
+  draw_dropout_mask(reinterpret_cast<float*>(staging->host_data()), mask.dim(0), mask.numel() / mask.dim(0), p, base,
+                    first_row, site);
+  SHARDLAB_RETURN_IF_ERROR(dma_to_device(stream, staging->host_data(), device_address(mask), mask.nbytes(), mask.describe()));
+  keep_until_synchronized(stream, std::move(staging));
+  ++stats_.host_fallback_ops;
+  return Status::ok();
 }
 
 }  // namespace shardlab::runtime::device::hpu

@@ -3,36 +3,38 @@
 // "hpu:0" (every process sees its own card as index 0), so an index-less "hpu" resolves
 // to it (runtime/fsdp/options.cc resolve_device_id).
 //
-// NOTE [HPU host shadow] — how host code sees device memory.
-// The runtime reads and writes tensor bytes on the host through Tensor::data<T>() (loss
-// values, masks, ids, optimizer steps, the conformance suites), and Tensor has no hook
-// that could trigger a device→host copy. So every storage this device hands out is two
-// buffers of the same size: a device buffer (synDeviceMalloc, the Storage's
-// device_address) and a pinned host shadow (synHostMalloc, the Storage's host_data).
-// The host shadow is the authoritative copy between operations:
-//   - a graph op uploads the exact byte ranges of its input views (HOST_TO_DRAM), launches
-//     its recipe, downloads the byte ranges of its output views (DRAM_TO_HOST) and
-//     synchronizes its stream before it returns — like the cpu backend, every op has
-//     completed when it returns, so host reads after it are correct without a sync;
-//   - collectives (runtime/comm/hccl) upload their input, run on the device and download
-//     their output before their Work completes;
-//   - synchronize(stream) and events are real Synapse calls, but since every op already
-//     completed on return they only order work the communicator enqueues.
-// This is honest and simple, not fast: every op moves its operands over PCIe twice, and
-// pinned host memory equal to the device memory in use is needed. Making device memory
-// authoritative needs the runtime to say where it reads tensors on the host (an explicit
-// to_host/from_host on the seam); see docs/gaudi.md.
+// NOTE [HPU device memory] — where tensors live and how the host sees them.
+// Every storage this device hands out is device memory only (synDeviceMalloc; the
+// Storage has a device_address and no host bytes), so Tensor::data() on it is a CHECK
+// failure: code above the seam reads and writes values only through to_host/from_host
+// (NOTE [Host access] in runtime/device/device.h). Ops are enqueued on their stream and
+// return; ordering between streams is by events (the hccl communicator waits on the
+// compute stream before each collective). Host traffic happens only where a value must
+// cross:
+//   - to_host: synchronizes the stream, DMA DRAM_TO_HOST into pinned staging, copies out;
+//     from_host: copies into pinned staging, DMA HOST_TO_DRAM on the stream, returns (the
+//     staging is kept until that stream is next synchronized);
+//   - op scalars (alpha, beta, scale): a few bytes uploaded into the stream's scalar slots
+//     (1-element input tensors, so recipes do not depend on their values);
+//   - host ops (NOTE [HPU host ops] in device.cc): the ops below whose exact contract has
+//     no public TPC kernel download their operands, run the cpu backend's math and upload
+//     what they wrote; stats().host_fallback_ops counts them;
+//   - dropout masks: drawn on the host from shardlab's counter-based stream (no public
+//     kernel reproduces it) and uploaded;
+//   - embedding: its ids are downloaded and range-checked before the gather (an
+//     out-of-range gather would read arbitrary device memory).
+// host_transfer_bytes() counts every byte of these, both ways.
 //
 // Math ops run as compiled Synapse graphs — MME `gemm`/`batch_gemm`, TPC kernels by GUID
 // with a dtype suffix (`relu_fwd_f32`, `gelu_bwd_f32`, `layer_norm_fwd_f32`,
 // `cast_f32_to_bf16`, …) — one small graph per (op, shapes, dtypes, kernel params),
 // compiled once and cached as a recipe (stats().recipes_compiled counts compilations).
 // Scalars (alpha, beta, scale) are 1-element input tensors so recipes do not depend on
-// their values. Ops whose exact contract has no public kernel (HF's masked attention
-// softmax with lowest-float masking, cross-entropy with ignore_index and fp64 row-order
-// sums, bias_grad/embedding_backward's fixed summation order, the optimizer update, copies,
-// int64 fills) run on the host shadows with the cpu backend's math;
-// stats().host_fallback_ops counts them.
+// their values. Host ops today: HF's masked attention softmax with lowest-float masking
+// and its backward, cross-entropy with ignore_index and fp64 row-order sums,
+// bias_grad/embedding_backward's fixed summation order, the optimizer update, int64
+// fills, overlapping copies, and the degenerate shapes (K = 0 gemms, 0-row LayerNorm
+// backward). Device-to-device copies are DMA (DRAM_TO_DRAM).
 //
 // Before every launch each bound tensor is checked (check_launch_tensor): its byte offset
 // and extent lie inside its storage, the storage is a live allocation of this device of at
@@ -50,6 +52,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -113,6 +116,8 @@ class HpuDevice final : public Device {
   Status wait_event(StreamId waiter, EventId event) override;
   Status synchronize(StreamId stream) override;
 
+  Status to_host(const Tensor& src, std::span<std::byte> dst, StreamId stream) override;
+  Status from_host(std::span<const std::byte> src, const Tensor& dst, StreamId stream) override;
   Status copy(const Tensor& src, const Tensor& dst, StreamId stream) override;
   Status fill(const Tensor& dst, float value, StreamId stream) override;
   Status cast(const Tensor& src, const Tensor& dst, StreamId stream) override;
@@ -146,6 +151,8 @@ class HpuDevice final : public Device {
   Status multiply(const Tensor& a, const Tensor& b, const Tensor& c, StreamId stream) override;
   Status optimizer_step(const OptimizerUpdate& update, const Tensor& param, const Tensor& grad, const Tensor& state0,
                         const Tensor& state1, const std::uint8_t* mask, StreamId stream) override;
+  Status dropout_mask(const Tensor& mask, float p, const Rng& base, std::int64_t first_row, std::uint64_t site,
+                      StreamId stream) override;
 
   Stats stats() const { return stats_; }
   std::int64_t host_transfer_bytes() const override { return stats_.bytes_to_device + stats_.bytes_to_host; }
@@ -164,9 +171,6 @@ class HpuDevice final : public Device {
   Status check_device_tensor(const Tensor& t, std::string_view what) const;
   // The device address of the view's first byte (storage base + byte offset).
   static std::uint64_t device_address(const Tensor& t);
-  // Enqueue a host-shadow → device (or device → host-shadow) copy of the view's bytes.
-  Status enqueue_upload(const Tensor& t, synStreamHandle stream);
-  Status enqueue_download(const Tensor& t, synStreamHandle stream);
   // Keeps `resources` (buffers and events of operations that never completed, e.g. after
   // hcclCommAbort) until the device closes: the card may still write into them, so they
   // must not be reused before the module is released.
@@ -177,6 +181,7 @@ class HpuDevice final : public Device {
   struct Recipe;
   struct GraphSpec;
   struct Binding;
+  struct HostOperand;
 
   HpuDevice(std::shared_ptr<SynapseLibrary> lib, synDeviceId device, std::uint32_t module, int device_type,
             std::int64_t capacity);
@@ -187,8 +192,22 @@ class HpuDevice final : public Device {
   // downloads the outputs and synchronizes `stream`.
   Status run_graph(const GraphSpec& spec, const std::vector<Binding>& bindings, StreamId stream);
   Result<Recipe*> recipe_for(const GraphSpec& spec);
-  Result<Tensor> scalars(const std::vector<float>& values, int rank);
-  Status host_fallback(Status s);
+  // `values` in this stream's scalar slots, as a [n, 1, ...] tensor of `rank` dims.
+  Result<Tensor> scalars(StreamId stream, const std::vector<float>& values, int rank);
+  // Pinned host memory (synHostMalloc) for DMA; freed when the storage dies.
+  Result<std::shared_ptr<Storage>> pinned(std::int64_t nbytes, std::string_view label);
+  // DMA between pinned host bytes and device memory on `stream`, counted.
+  Status dma_to_device(StreamId stream, const std::byte* host, std::uint64_t address, std::int64_t nbytes,
+                       const std::string& what);
+  Status dma_to_host(StreamId stream, std::uint64_t address, std::int64_t nbytes, std::byte* host,
+                     const std::string& what);
+  // Keeps `staging` alive until `stream` is next synchronized (its DMA may still read it).
+  void keep_until_synchronized(StreamId stream, std::shared_ptr<Storage> staging);
+  // NOTE [HPU host ops] in device.cc.
+  Status host_op(std::string_view op, StreamId stream, const std::vector<HostOperand>& operands,
+                 const std::function<Status(const std::vector<Tensor>&)>& math);
+  // True when `t` is a view into a live allocation of this device.
+  bool is_device_tensor(const Tensor& t) const;
 
   std::shared_ptr<SynapseLibrary> lib_;
   const SynapseApi& api_;
@@ -197,12 +216,13 @@ class HpuDevice final : public Device {
   int device_type_;
   MemoryTracker memory_;
   std::shared_ptr<Allocations> allocations_;
-  cpu::CpuDevice host_math_;  // the cpu backend's math on host shadows (fallback ops)
+  cpu::CpuDevice host_math_;  // the cpu backend's math on staged host copies (host ops)
   std::vector<synStreamHandle> streams_;
   std::map<std::uint64_t, synEventHandle> events_;
   std::uint64_t next_event_ = 1;
   std::map<std::string, std::unique_ptr<Recipe>> recipes_;
-  std::shared_ptr<Storage> scalar_storage_;
+  std::map<StreamId, std::shared_ptr<Storage>> scalar_storage_;  // per stream, made on first use
+  std::vector<std::pair<StreamId, std::shared_ptr<Storage>>> staged_;  // see keep_until_synchronized
   std::shared_ptr<Storage> workspace_;
   std::vector<std::shared_ptr<void>> abandoned_;
   Stats stats_;

@@ -184,6 +184,18 @@ class HpuDeviceTest : public ::testing::Test {
     return *t;
   }
 
+  // Host access through the seam (NOTE [Host access]): device memory has no host bytes.
+  template <typename T>
+  void put(Device& d, const Tensor& t, const std::vector<T>& values) {
+    SHARDLAB_CHECK_OK(values_from_host(d, values, t));
+  }
+  template <typename T>
+  std::vector<T> get(Device& d, const Tensor& t) {
+    auto v = values_to_host<T>(d, t);
+    SHARDLAB_CHECK_OK(v.status());
+    return *v;
+  }
+
   SteadyClock clock_;
   std::unique_ptr<HpuContext> ctx_;
 };
@@ -206,7 +218,7 @@ TEST_F(HpuDeviceTest, MemoryIsAccountedPerCategoryAndReleased) {
     const MemoryStats s = dev().memory().stats();
     EXPECT_EQ(s.current[static_cast<int>(MemoryCategory::kParameters)], 1 << 20);
     EXPECT_EQ(s.current[static_cast<int>(MemoryCategory::kGradients)], 4096);
-    EXPECT_NE((*a)->host_data(), nullptr);
+    EXPECT_EQ((*a)->host_data(), nullptr) << "device memory only (NOTE [HPU device memory])";
     EXPECT_NE((*a)->device_address(), 0u);
   }
   EXPECT_EQ(dev().memory().stats().current_total, base);
@@ -234,7 +246,7 @@ TEST_F(HpuDeviceTest, OutOfDeviceMemoryFromSynapseNamesTheCallAndTheBreakdown) {
   EXPECT_EQ(s.status().code(), StatusCode::kOutOfMemory);
   EXPECT_THAT(s.status().message(), HasSubstr("synDeviceMalloc: synOutOfDeviceMemory (4)"));
   EXPECT_THAT(s.status().message(), HasSubstr("'adam_m' (optimizer_state)"));
-  EXPECT_THAT(s.status().message(), HasSubstr("other 64 B"));  // the breakdown
+  EXPECT_THAT(s.status().message(), HasSubstr("parameters 0 B, gradients 0 B"));  // the breakdown
   EXPECT_EQ(dev().memory().stats().current_total, before) << "a failed allocation must reserve nothing";
 }
 
@@ -258,16 +270,18 @@ TEST_F(HpuDeviceTest, CallSequenceAndRecipeCaching) {
   SHARDLAB_FAKE_ONLY();
   Tensor a = make(dev(), {4, 3}, DType::kF32, "a"), b = make(dev(), {3, 5}, DType::kF32, "b"),
          c = make(dev(), {4, 5}, DType::kF32, "c");
-  for (int i = 0; i < 12; ++i) a.data<float>()[i] = static_cast<float>(i), b.data<float>()[i] = 1.0f;
-  for (int i = 12; i < 15; ++i) b.data<float>()[i] = 1.0f;
+  std::vector<float> av(12);
+  for (int i = 0; i < 12; ++i) av[static_cast<std::size_t>(i)] = static_cast<float>(i);
+  put(dev(), a, av);
+  put(dev(), b, std::vector<float>(15, 1.0f));
   clear_fake_log();
   ASSERT_TRUE(dev().gemm(a, false, b, false, c, 1.0f, 0.0f, kComputeStream).is_ok());
   const std::string first = fake_log();
-  // Graph built and compiled once, then: uploads, launch, download, synchronize.
-  const std::vector<std::string> order = {"synGraphCreate", "synTensorHandleCreate", "synSectionCreate",
-                                          "synNodeCreate",  "synGraphCompile",       "synWorkspaceGetSize",
-                                          "synMemCopyAsync", "synLaunchExt",         "synMemCopyAsync",
-                                          "synStreamSynchronize"};
+  // The scalar upload, the graph built and compiled once, the launch; the op returns
+  // without waiting (NOTE [HPU device memory]), and its operands never cross the host link.
+  const std::vector<std::string> order = {"synMemCopyAsync", "synGraphCreate",  "synTensorHandleCreate",
+                                          "synSectionCreate", "synNodeCreate",   "synGraphCompile",
+                                          "synWorkspaceGetSize", "synLaunchExt"};
   std::size_t pos = 0;
   for (const std::string& call : order) {
     const std::size_t at = first.find(call + "\n", pos);
@@ -276,7 +290,9 @@ TEST_F(HpuDeviceTest, CallSequenceAndRecipeCaching) {
   }
   EXPECT_EQ(count_calls(first, "synGraphCompile"), 1);
   EXPECT_EQ(count_calls(first, "synNodeCreate"), 2);  // gemm, then the alpha multiply
-  EXPECT_EQ(c.data<float>()[0], 0.0f + 1.0f + 2.0f);
+  EXPECT_EQ(count_calls(first, "synMemCopyAsync"), 1) << "only alpha crosses";
+  EXPECT_EQ(count_calls(first, "synStreamSynchronize"), 0) << "the op is enqueued, not waited for";
+  EXPECT_EQ(get<float>(dev(), c)[0], 0.0f + 1.0f + 2.0f);
 
   clear_fake_log();
   ASSERT_TRUE(dev().gemm(a, false, b, false, c, 2.0f, 0.0f, kComputeStream).is_ok());
@@ -284,7 +300,7 @@ TEST_F(HpuDeviceTest, CallSequenceAndRecipeCaching) {
   EXPECT_EQ(count_calls(second, "synGraphCompile"), 0) << "same (op, shapes, dtypes): the cached recipe is reused";
   EXPECT_EQ(count_calls(second, "synGraphCreate"), 0);
   EXPECT_EQ(count_calls(second, "synLaunchExt"), 1);
-  EXPECT_EQ(c.data<float>()[0], 6.0f) << "alpha is an input, not part of the recipe";
+  EXPECT_EQ(get<float>(dev(), c)[0], 6.0f) << "alpha is an input, not part of the recipe";
   EXPECT_EQ(dev().stats().recipes_compiled, 1);
   EXPECT_EQ(dev().stats().recipe_cache_hits, 1);
 
@@ -361,7 +377,7 @@ TEST_F(HpuDeviceTest, StreamsAndEventsMapOntoSynapse) {
   ASSERT_TRUE(dev().wait_event(kComputeStream, *e).is_ok());
   ASSERT_TRUE(dev().scale(x, 2.0f, kComputeStream).is_ok());
   ASSERT_TRUE(dev().synchronize(kComputeStream).is_ok());
-  EXPECT_EQ(x.data<float>()[7], 3.0f);
+  EXPECT_EQ(get<float>(dev(), x)[7], 3.0f);
   if (!real_target()) {
     const std::string log = fake_log();
     const std::size_t rec = log.find("synEventRecord\n"), wait = log.find("synStreamWaitEvent\n"),
@@ -374,16 +390,52 @@ TEST_F(HpuDeviceTest, StreamsAndEventsMapOntoSynapse) {
   EXPECT_EQ(dev().scale(x, 2.0f, 9).code(), StatusCode::kInvalidArgument);
 }
 
-// NOTE [HPU host shadow]: every op stages its operands through the host today, and
-// host_transfer_bytes says how much: an in-place scale uploads and downloads its tensor,
-// and uploads its fp32 factor.
-TEST_F(HpuDeviceTest, HostTransferBytesCountEveryStagedOperand) {
+// NOTE [HPU device memory]: tensors stay on the device; host_transfer_bytes counts only
+// what crosses — a scale's fp32 factor, an explicit to_host/from_host, a DMA copy nothing.
+TEST_F(HpuDeviceTest, HostTransferIsOnlyWhatCrossesTheSeam) {
   SHARDLAB_FAKE_ONLY();
-  Tensor x = make(dev(), {1024}, DType::kF32, "x");
+  Tensor x = make(dev(), {1024}, DType::kF32, "x"), y = make(dev(), {1024}, DType::kF32, "y");
   ASSERT_TRUE(dev().fill(x, 1.0f, kComputeStream).is_ok());
-  const std::int64_t before = dev().host_transfer_bytes();
+  std::int64_t before = dev().host_transfer_bytes();
   ASSERT_TRUE(dev().scale(x, 2.0f, kComputeStream).is_ok());
-  EXPECT_EQ(dev().host_transfer_bytes() - before, 2 * x.nbytes() + 4);
+  ASSERT_TRUE(dev().copy(x, y, kComputeStream).is_ok());
+  EXPECT_EQ(dev().host_transfer_bytes() - before, 4) << "the factor; the operands stay on the device";
+  before = dev().host_transfer_bytes();
+  EXPECT_EQ(get<float>(dev(), y), std::vector<float>(1024, 2.0f));
+  put(dev(), x, std::vector<float>(1024, 3.0f));
+  EXPECT_EQ(dev().host_transfer_bytes() - before, 2 * x.nbytes());
+}
+
+// Code above the seam that dereferences device memory dies naming the tensor (NOTE [Host
+// access] in runtime/device/device.h): every run on the double enforces the rule.
+TEST_F(HpuDeviceTest, HostAccessToDeviceMemoryIsACheckFailure) {
+  Tensor x = make(dev(), {16}, DType::kF32, "weights");
+  EXPECT_FALSE(x.storage()->host_visible());
+  try {
+    (void)x.data<float>();
+    ADD_FAILURE() << "data() on device memory returned";
+  } catch (const CheckFailure& e) {
+    EXPECT_THAT(e.what(), HasSubstr("host access to 'weights'"));
+    EXPECT_THAT(e.what(), HasSubstr("no host bytes"));
+  }
+}
+
+// Host tensors cross the seam through copy (the contract in device.h), counted both ways.
+TEST_F(HpuDeviceTest, CopiesBetweenHostAndDeviceTensors) {
+  cpu::CpuDevice host;
+  Tensor h = *host.empty({6}, DType::kF32, MemoryCategory::kOther, "h"), back = *host.empty({6}, DType::kF32, MemoryCategory::kOther, "back");
+  for (int i = 0; i < 6; ++i) h.data<float>()[i] = static_cast<float>(i) - 2.5f;
+  Tensor d = make(dev(), {6}, DType::kF32, "d");
+  const std::int64_t before = dev().host_transfer_bytes();
+  ASSERT_TRUE(dev().copy(h, d, kComputeStream).is_ok());
+  ASSERT_TRUE(dev().copy(d, back, kComputeStream).is_ok());
+  EXPECT_EQ(dev().host_transfer_bytes() - before, 2 * d.nbytes());
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(back.data<float>()[i], h.data<float>()[i]);
+  Tensor wrong = *host.empty({5}, DType::kF32, MemoryCategory::kOther, "wrong");
+  EXPECT_THAT(dev().copy(wrong, d, kComputeStream).message(), HasSubstr("expected 5"));
+  std::vector<std::byte> small(8);
+  EXPECT_THAT(dev().to_host(d, small, kComputeStream).message(), HasSubstr("holds 24 bytes; the host buffer holds 8"));
+  EXPECT_THAT(dev().from_host(small, h, kComputeStream).message(), HasSubstr("holds 24 bytes"));
 }
 
 // The test double hands out device addresses tagged like Gaudi2's DRAM base, which the
@@ -456,7 +508,7 @@ TEST_F(HpuDeviceTest, ArgumentErrorsLaunchNothing) {
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(), HasSubstr("must be [4, 5]"));
   Tensor ids = make(dev(), {3}, DType::kI64, "ids"), out = make(dev(), {3, 5}, DType::kF32, "out");
-  ids.data<std::int64_t>()[0] = 0, ids.data<std::int64_t>()[1] = 9, ids.data<std::int64_t>()[2] = 1;
+  put(dev(), ids, std::vector<std::int64_t>{0, 9, 1});
   s = dev().embedding(b, ids, out, kComputeStream);
   EXPECT_THAT(s.message(), HasSubstr("id 9 at index 1"));
   EXPECT_EQ(dev().stats().launches, launches);
@@ -481,7 +533,10 @@ class HpuOpsTest : public HpuDeviceTest {
   // Runs `fn` on identical operands of the hpu device and a cpu device and compares every
   // operand afterwards (outputs, and inputs that must be unchanged). Operands are views
   // 3 elements into larger storages, so byte offsets are exercised.
-  void compare(const std::string& name, const std::vector<Operand>& operands, const Fn& fn, bool on_device = true) {
+  // Where an op runs on the hpu device: a graph launch, a host op (NOTE [HPU host ops]), or
+  // a DMA that neither launches nor crosses the host link.
+  enum class Runs { kLaunch, kHostOp, kDma };
+  void compare(const std::string& name, const std::vector<Operand>& operands, const Fn& fn, Runs runs = Runs::kLaunch) {
     SCOPED_TRACE(name);
     std::mt19937 gen(static_cast<unsigned>(std::hash<std::string>{}(name)));
     std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
@@ -490,39 +545,56 @@ class HpuOpsTest : public HpuDeviceTest {
       const Operand& o = operands[i];
       h.push_back(make(dev(), o.shape, o.dtype, name + "_" + std::to_string(i), 3));
       c.push_back(make(cpu_, o.shape, o.dtype, name + "_" + std::to_string(i), 3));
+      std::vector<std::byte> init(static_cast<std::size_t>(h.back().nbytes()));
       for (std::int64_t k = 0; k < h.back().numel(); ++k) {
+        std::byte* at = init.data() + k * static_cast<std::int64_t>(element_size(o.dtype));
         switch (o.dtype) {
-          case DType::kF32: h.back().data<float>()[k] = dist(gen); break;
+          case DType::kF32: { const float v = dist(gen); std::memcpy(at, &v, 4); break; }
           case DType::kBF16:
-          case DType::kF16: h.back().data<std::uint16_t>()[k] = float_to_bf16(dist(gen)); break;
-          case DType::kI64:
-            h.back().data<std::int64_t>()[k] =
+          case DType::kF16: { const std::uint16_t v = float_to_bf16(dist(gen)); std::memcpy(at, &v, 2); break; }
+          case DType::kI64: {
+            const std::int64_t v =
                 o.negative_id && k == 1 ? -100 : static_cast<std::int64_t>(gen() % static_cast<unsigned>(o.id_range));
+            std::memcpy(at, &v, 8);
             break;
+          }
         }
       }
-      std::memcpy(c.back().bytes(), h.back().bytes(), static_cast<std::size_t>(h.back().nbytes()));
+      ASSERT_TRUE(dev().from_host(init, h.back(), kComputeStream).is_ok());
+      ASSERT_TRUE(cpu_.from_host(init, c.back(), kComputeStream).is_ok());
     }
     const HpuDevice::Stats before = dev().stats();
     const Status hs = fn(dev(), h);
+    const HpuDevice::Stats after = dev().stats();
     const Status cs = fn(cpu_, c);
     ASSERT_TRUE(cs.is_ok()) << cs.to_string();
     ASSERT_TRUE(hs.is_ok()) << hs.to_string();
-    if (on_device) {
-      EXPECT_GT(dev().stats().launches, before.launches) << "expected a graph launch";
-    } else {
-      EXPECT_GT(dev().stats().host_fallback_ops, before.host_fallback_ops);
+    switch (runs) {
+      case Runs::kLaunch: EXPECT_GT(after.launches, before.launches) << "expected a graph launch"; break;
+      case Runs::kHostOp: EXPECT_GT(after.host_fallback_ops, before.host_fallback_ops) << "expected a host op"; break;
+      case Runs::kDma:
+        EXPECT_EQ(after.launches, before.launches);
+        EXPECT_EQ(after.host_fallback_ops, before.host_fallback_ops);
+        EXPECT_EQ(after.bytes_to_device + after.bytes_to_host, before.bytes_to_device + before.bytes_to_host);
+        break;
     }
     const double rel = real_target() ? 2e-2 : 1e-6, abs = real_target() ? 1e-3 : 1e-6;
     for (std::size_t i = 0; i < h.size(); ++i) {
-      for (std::int64_t k = 0; k < h[i].numel(); ++k) {
-        double x = 0, y = 0;
+      std::vector<std::byte> hb(static_cast<std::size_t>(h[i].nbytes())), cb(hb.size());
+      ASSERT_TRUE(dev().to_host(h[i], hb, kComputeStream).is_ok());
+      ASSERT_TRUE(cpu_.to_host(c[i], cb, kComputeStream).is_ok());
+      const auto at = [&](const std::vector<std::byte>& b, std::int64_t k) -> double {
+        const std::byte* p = b.data() + k * static_cast<std::int64_t>(element_size(h[i].dtype()));
         switch (h[i].dtype()) {
-          case DType::kF32: x = h[i].data<float>()[k], y = c[i].data<float>()[k]; break;
-          case DType::kBF16: x = bf16_to_float(h[i].data<std::uint16_t>()[k]), y = bf16_to_float(c[i].data<std::uint16_t>()[k]); break;
-          case DType::kF16: x = fp16_to_float(h[i].data<std::uint16_t>()[k]), y = fp16_to_float(c[i].data<std::uint16_t>()[k]); break;
-          case DType::kI64: x = static_cast<double>(h[i].data<std::int64_t>()[k]), y = static_cast<double>(c[i].data<std::int64_t>()[k]); break;
+          case DType::kF32: { float v; std::memcpy(&v, p, 4); return v; }
+          case DType::kBF16: { std::uint16_t v; std::memcpy(&v, p, 2); return bf16_to_float(v); }
+          case DType::kF16: { std::uint16_t v; std::memcpy(&v, p, 2); return fp16_to_float(v); }
+          case DType::kI64: { std::int64_t v; std::memcpy(&v, p, 8); return static_cast<double>(v); }
         }
+        return 0.0;
+      };
+      for (std::int64_t k = 0; k < h[i].numel(); ++k) {
+        const double x = at(hb, k), y = at(cb, k);
         if (std::isnan(y)) {
           EXPECT_TRUE(std::isnan(x)) << "operand " << i << " element " << k;
           continue;
@@ -563,7 +635,7 @@ TEST_F(HpuOpsTest, ElementwiseOps) {
   compare("fill_f32", {{{9}}}, [](Device& d, std::vector<Tensor>& t) { return d.fill(t[0], 2.5f, 0); });
   compare("fill_bf16", {{{9}, DType::kBF16}}, [](Device& d, std::vector<Tensor>& t) { return d.fill(t[0], -1.25f, 0); });
   compare("fill_i64", {{{9}, DType::kI64, 5}}, [](Device& d, std::vector<Tensor>& t) { return d.fill(t[0], 3.0f, 0); },
-          false);
+          Runs::kHostOp);
   compare("cast_to_bf16", {{{17}}, {{17}, DType::kBF16}},
           [](Device& d, std::vector<Tensor>& t) { return d.cast(t[0], t[1], 0); });
   compare("cast_from_bf16", {{{17}, DType::kBF16}, {{17}}},
@@ -603,22 +675,44 @@ TEST_F(HpuOpsTest, EmbeddingOnDeviceAndHostFallbackOps) {
   compare("embedding", {{{11, 4}}, {{7}, DType::kI64, 11}, {{7, 4}}},
           [](Device& d, std::vector<Tensor>& t) { return d.embedding(t[0], t[1], t[2], 0); });
   compare("embedding_backward", {{{7, 4}}, {{7}, DType::kI64, 11}, {{11, 4}}},
-          [](Device& d, std::vector<Tensor>& t) { return d.embedding_backward(t[0], t[1], t[2], true, 0); }, false);
+          [](Device& d, std::vector<Tensor>& t) { return d.embedding_backward(t[0], t[1], t[2], true, 0); },
+          Runs::kHostOp);
   compare("bias_grad", {{{5, 6}}, {{6}}},
-          [](Device& d, std::vector<Tensor>& t) { return d.bias_grad(t[0], t[1], false, 0); }, false);
+          [](Device& d, std::vector<Tensor>& t) { return d.bias_grad(t[0], t[1], false, 0); }, Runs::kHostOp);
   compare("attention_softmax", {{{2, 2, 3, 5}}, {{2, 5}}, {{2, 2, 3, 5}}},
           [](Device& d, std::vector<Tensor>& t) {
-            for (std::int64_t k = 0; k < 10; ++k) t[1].data<float>()[k] = k % 4 == 0 ? 0.0f : 1.0f;
+            std::vector<float> mask(10);
+            for (std::size_t k = 0; k < mask.size(); ++k) mask[k] = k % 4 == 0 ? 0.0f : 1.0f;
+            if (Status s = values_from_host(d, mask, t[1]); !s.is_ok()) return s;
             return d.attention_softmax(t[0], t[1], 0.5f, t[2], 0);
           },
-          false);
+          Runs::kHostOp);
   compare("attention_softmax_backward", {{{2, 2, 3, 5}}, {{2, 2, 3, 5}}, {{2, 2, 3, 5}}},
           [](Device& d, std::vector<Tensor>& t) { return d.attention_softmax_backward(t[0], t[1], 0.5f, t[2], 0); },
-          false);
+          Runs::kHostOp);
   compare("cross_entropy", {{{6, 5}}, {{6}, DType::kI64, 5, true}, {{1}}, {{6, 5}}},
           [](Device& d, std::vector<Tensor>& t) { return d.softmax_cross_entropy(t[0], t[1], t[2], t[3], 0.5f, -100, 0); },
-          false);
-  compare("copy", {{{13}}, {{13}}}, [](Device& d, std::vector<Tensor>& t) { return d.copy(t[0], t[1], 0); }, false);
+          Runs::kHostOp);
+  compare("copy", {{{13}}, {{13}}}, [](Device& d, std::vector<Tensor>& t) { return d.copy(t[0], t[1], 0); }, Runs::kDma);
+  compare("copy_overlapping", {{{13}}},
+          [](Device& d, std::vector<Tensor>& t) {
+            SHARDLAB_ASSIGN_OR_RETURN(Tensor from, t[0].narrow(0, 9));
+            SHARDLAB_ASSIGN_OR_RETURN(Tensor to, t[0].narrow(4, 9));
+            return d.copy(from, to, 0);
+          },
+          Runs::kHostOp);
+  compare("dropout_mask", {{{3, 2, 5}}},
+          [](Device& d, std::vector<Tensor>& t) { return d.dropout_mask(t[0], 0.25f, Rng(7, 3), 11, 5, 0); },
+          Runs::kHostOp);
+  compare("optimizer_step_adamw", {{{10}}, {{10}}, {{10}}, {{10}}},
+          [](Device& d, std::vector<Tensor>& t) {
+            OptimizerUpdate u;
+            u.kind = OptimizerKind::kAdamW;
+            u.lr = 1e-2f;
+            u.weight_decay = 0.01f;
+            return d.optimizer_step(u, t[0], t[1], t[2], t[3], nullptr, 0);
+          },
+          Runs::kHostOp);
 }
 
 // ---- the HCCL communicator on one rank ------------------------------------------------------
@@ -662,10 +756,10 @@ class HcclSoloTest : public HpuDeviceTest {
 
 TEST_F(HcclSoloTest, CollectivesOfOneRankRoundTripThroughTheDevice) {
   Tensor t = make(dev(), {5}, DType::kF32, "t");
-  for (int i = 0; i < 5; ++i) t.data<float>()[i] = static_cast<float>(i);
+  put(dev(), t, std::vector<float>{0, 1, 2, 3, 4});
   clear_fake_log();
   ASSERT_TRUE(comm_->all_reduce(t, comm::ReduceOp::kAvg)->wait(comm::kDefaultTimeout).is_ok());
-  EXPECT_EQ(t.data<float>()[4], 4.0f);
+  EXPECT_EQ(get<float>(dev(), t)[4], 4.0f);
   if (!real_target()) {
     const std::string log = fake_log();
     EXPECT_EQ(count_calls(log, "hcclAllReduce"), 1);
@@ -673,7 +767,7 @@ TEST_F(HcclSoloTest, CollectivesOfOneRankRoundTripThroughTheDevice) {
   }
   Tensor out = make(dev(), {5}, DType::kF32, "out");
   ASSERT_TRUE(comm_->all_gather_into(out, t)->wait(comm::kDefaultTimeout).is_ok());
-  EXPECT_EQ(out.data<float>()[3], 3.0f);
+  EXPECT_EQ(get<float>(dev(), out)[3], 3.0f);
   ASSERT_TRUE(comm_->barrier()->wait(comm::kDefaultTimeout).is_ok());
   auto sub = comm_->split(0, 0);
   ASSERT_TRUE(sub.is_ok()) << sub.status().to_string();
