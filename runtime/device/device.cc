@@ -103,6 +103,37 @@ void draw_dropout_mask(float* out, std::int64_t rows, std::int64_t per_row, floa
   }
 }
 
+Status check_optimizer_step(std::string_view op, const OptimizerUpdate& u, const Tensor& param, const Tensor& grad,
+                            const Tensor& state0, const Tensor& state1) {
+  const std::string kOp(op);
+  const bool adamw = u.kind == OptimizerKind::kAdamW;
+  const int n_state = adamw ? 2 : (u.momentum != 0.0f ? 1 : 0);
+  if ((n_state >= 1) != state0.defined() || (n_state == 2) != state1.defined()) {
+    return Status::invalid_argument(kOp + ": " + (adamw ? "AdamW" : "SGD") + " needs " + std::to_string(n_state) +
+                                    " state tensor(s)");
+  }
+  if (u.step < 1) return Status::invalid_argument(kOp + ": step must be >= 1, got " + std::to_string(u.step));
+  std::vector<const Tensor*> all{&param, &grad};
+  if (n_state >= 1) all.push_back(&state0);
+  if (n_state == 2) all.push_back(&state1);
+  for (const Tensor* t : all) {
+    if (!t->defined()) return Status::invalid_argument(kOp + ": an operand is undefined");
+    if (t->dtype() != DType::kF32) return Status::invalid_argument(kOp + ": " + t->describe() + " must be fp32");
+    if (t->numel() != param.numel()) {
+      return Status::invalid_argument(kOp + ": " + t->describe() + " has " + std::to_string(t->numel()) +
+                                      " elements; expected " + std::to_string(param.numel()) + " (param's element count)");
+    }
+  }
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    for (std::size_t j = i + 1; j < all.size(); ++j) {
+      if (all[i]->overlaps(*all[j])) {
+        return Status::invalid_argument(kOp + ": " + all[i]->describe() + " overlaps " + all[j]->describe());
+      }
+    }
+  }
+  return Status::ok();
+}
+
 Result<Tensor> Device::empty(const Shape& shape, DType dtype, MemoryCategory category, const std::string& name) {
   SHARDLAB_ASSIGN_OR_RETURN(std::int64_t numel, checked_numel(shape));
   std::int64_t nbytes;

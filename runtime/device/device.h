@@ -178,8 +178,9 @@ class Device {
   virtual Status layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps, const Tensor& y,
                             const Tensor& mean, const Tensor& rstd, StreamId stream = kComputeStream) = 0;
   // The backward of layer_norm given its saved mean and rstd: writes dx, and
-  // dgamma[h] (+)= sum_n dy[n, h] * xhat[n, h], dbeta[h] (+)= sum_n dy[n, h], summed in row
-  // order (independent of the thread count); accumulate adds instead of overwriting.
+  // dgamma[h] (+)= sum_n dy[n, h] * xhat[n, h], dbeta[h] (+)= sum_n dy[n, h], each sum taken
+  // in row order from zero (independent of the thread count); accumulate then adds the sum
+  // to the old value (one rounding) instead of overwriting.
   // dx may be the same view as dy.
   virtual Status layer_norm_backward(const Tensor& x, const Tensor& dy, const Tensor& mean, const Tensor& rstd,
                                      const Tensor& gamma, const Tensor& dx, const Tensor& dgamma,
@@ -263,6 +264,11 @@ Status values_from_host(Device& dev, const std::vector<T>& values, const Tensor&
 Status check_dropout_args(std::string_view op, const Tensor& mask, float p, std::int64_t first_row);
 void draw_dropout_mask(float* out, std::int64_t rows, std::int64_t per_row, float p, const Rng& base,
                        std::int64_t first_row, std::uint64_t site);
+
+// optimizer_step's argument contract, shared by every backend: the state tensors the kind
+// needs, step >= 1, fp32 operands of param's element count that do not overlap.
+Status check_optimizer_step(std::string_view op, const OptimizerUpdate& u, const Tensor& param, const Tensor& grad,
+                            const Tensor& state0, const Tensor& state1);
 
 // The shared checks of to_host/from_host: defined, host-visible bytes of this size.
 Status check_host_copy(std::string_view op, const Tensor& t, std::size_t host_bytes);

@@ -44,9 +44,41 @@ Status Optimizer::step(const Tensor& param, const Tensor& grad, const std::vecto
   u.beta2 = config_.beta2;
   u.eps = config_.eps;
   u.step = step_ + 1;
-  const Tensor none;
-  SHARDLAB_RETURN_IF_ERROR(dev_->optimizer_step(u, param, grad, state_.empty() ? none : state_[0],
-                                                state_.size() > 1 ? state_[1] : none, mask ? mask->data() : nullptr));
+  // A mask becomes the runs of elements it keeps: the update runs on each run's views and
+  // never touches the others (bitwise what a masked update leaves), and no mask has to
+  // live on the device. Without a mask: one run over everything.
+  const auto update = [&](std::int64_t begin, std::int64_t count) -> Status {
+    const Tensor none;
+    if (begin == 0 && count == param.numel()) {
+      return dev_->optimizer_step(u, param, grad, state_.empty() ? none : state_[0],
+                                  state_.size() > 1 ? state_[1] : none, nullptr);
+    }
+    SHARDLAB_ASSIGN_OR_RETURN(Tensor p, param.narrow(begin, count, param.name()));
+    SHARDLAB_ASSIGN_OR_RETURN(Tensor g, grad.narrow(begin, count, grad.name()));
+    Tensor s0, s1;
+    if (!state_.empty()) {
+      SHARDLAB_ASSIGN_OR_RETURN(s0, state_[0].narrow(begin, count, state_[0].name()));
+    }
+    if (state_.size() > 1) {
+      SHARDLAB_ASSIGN_OR_RETURN(s1, state_[1].narrow(begin, count, state_[1].name()));
+    }
+    return dev_->optimizer_step(u, p, g, s0, s1, nullptr);
+  };
+  if (mask == nullptr) {
+    SHARDLAB_RETURN_IF_ERROR(update(0, param.numel()));
+  } else {
+    const std::int64_t n = param.numel();
+    for (std::int64_t i = 0; i < n;) {
+      if ((*mask)[static_cast<std::size_t>(i)] == 0) {
+        ++i;
+        continue;
+      }
+      std::int64_t end = i + 1;
+      while (end < n && (*mask)[static_cast<std::size_t>(end)] != 0) ++end;
+      SHARDLAB_RETURN_IF_ERROR(update(i, end - i));
+      i = end;
+    }
+  }
   ++step_;
   return Status::ok();
 }

@@ -574,12 +574,12 @@ Status CpuDevice::layer_norm_backward(const Tensor& x, const Tensor& dy, const T
   const float* rs = rstd.data<float>();
   const float* w = gamma.data<float>();
   float* out = dx.data<float>();
-  float* dw = dgamma.data<float>();
-  float* db = dbeta.data<float>();
-  if (!accumulate) {
-    std::fill(dw, dw + h, 0.0f);
-    std::fill(db, db + h, 0.0f);
-  }
+  // The row sums start from zero and are added to dgamma/dbeta once (accumulate), so a
+  // backend can compute them as a fresh reduction and add (runtime/device/hpu: the
+  // layer_norm_bwd kernel, then add_fwd): the same bits either way.
+  std::vector<float> dw_rows(static_cast<std::size_t>(h), 0.0f), db_rows(static_cast<std::size_t>(h), 0.0f);
+  float* dw = dw_rows.data();
+  float* db = db_rows.data();
   const double inv_h = h == 0 ? 0.0 : 1.0 / static_cast<double>(h);
   for (std::int64_t r = 0; r < n; ++r) {
     const float* row = in + r * h;
@@ -602,6 +602,12 @@ Status CpuDevice::layer_norm_backward(const Tensor& x, const Tensor& dy, const T
       const float xhat = (row[j] - mu[r]) * rs[r];
       orow[j] = rs[r] * (grow[j] * w[j] - mean_gw - xhat * mean_gw_xhat);
     }
+  }
+  float* gamma_out = dgamma.data<float>();
+  float* beta_out = dbeta.data<float>();
+  for (std::int64_t j = 0; j < h; ++j) {
+    gamma_out[j] = accumulate ? gamma_out[j] + dw[j] : dw[j];
+    beta_out[j] = accumulate ? beta_out[j] + db[j] : db[j];
   }
   return Status::ok();
 }
@@ -872,27 +878,12 @@ Status CpuDevice::optimizer_step(const OptimizerUpdate& u, const Tensor& param, 
   SHARDLAB_RETURN_IF_ERROR(check_views("optimizer_step", param, grad, state0, state1));
   constexpr std::string_view kOp = "optimizer_step";
   SHARDLAB_RETURN_IF_ERROR(check_stream(kOp, stream));
+  SHARDLAB_RETURN_IF_ERROR(check_optimizer_step(kOp, u, param, grad, state0, state1));
+  for (const Tensor* t : {&param, &grad, &state0, &state1}) {
+    if (t->defined()) SHARDLAB_RETURN_IF_ERROR(expect_dtype(kOp, *t, DType::kF32));
+  }
   const bool adamw = u.kind == OptimizerKind::kAdamW;
   const int n_state = adamw ? 2 : (u.momentum != 0.0f ? 1 : 0);
-  if ((n_state >= 1) != state0.defined() || (n_state == 2) != state1.defined()) {
-    return Status::invalid_argument(std::string(kOp) + ": " + (adamw ? "AdamW" : "SGD") + " needs " +
-                                    std::to_string(n_state) + " state tensor(s)");
-  }
-  if (u.step < 1) return Status::invalid_argument(std::string(kOp) + ": step must be >= 1, got " + std::to_string(u.step));
-  std::vector<const Tensor*> all{&param, &grad};
-  if (n_state >= 1) all.push_back(&state0);
-  if (n_state == 2) all.push_back(&state1);
-  for (const Tensor* t : all) {
-    SHARDLAB_RETURN_IF_ERROR(expect_dtype(kOp, *t, DType::kF32));
-    SHARDLAB_RETURN_IF_ERROR(expect_numel(kOp, *t, param.numel(), "param's element count"));
-  }
-  for (std::size_t i = 0; i < all.size(); ++i) {
-    for (std::size_t j = i + 1; j < all.size(); ++j) {
-      if (all[i]->overlaps(*all[j])) {
-        return Status::invalid_argument(std::string(kOp) + ": " + all[i]->describe() + " overlaps " + all[j]->describe());
-      }
-    }
-  }
   const std::int64_t n = param.numel();
   float* p = param.data<float>();
   const float* g = grad.data<float>();

@@ -1,5 +1,6 @@
 #include "runtime/device/hpu/device.h"
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -1094,32 +1095,39 @@ Status HpuDevice::attention_softmax_backward(const Tensor& probs, const Tensor& 
                  });
 }
 
-Status HpuDevice::embedding(const Tensor& table, const Tensor& ids, const Tensor& out, StreamId stream) {
-  constexpr std::string_view kOp = "embedding";
-  SHARDLAB_RETURN_IF_ERROR(check_stream(kOp, stream));
-  SHARDLAB_RETURN_IF_ERROR(check_operand(kOp, table, DType::kF32));
-  SHARDLAB_RETURN_IF_ERROR(check_operand(kOp, ids, DType::kI64));
-  SHARDLAB_RETURN_IF_ERROR(check_operand(kOp, out, DType::kF32));
-  if (table.ndim() != 2) return Status::invalid_argument("embedding: " + table.describe() + " must be 2-D");
+Status HpuDevice::check_lookup(std::string_view op, const Tensor& table, const Tensor& ids, const Tensor& rows,
+                               StreamId stream) {
+  SHARDLAB_RETURN_IF_ERROR(check_stream(op, stream));
+  SHARDLAB_RETURN_IF_ERROR(check_operand(op, table, DType::kF32));
+  SHARDLAB_RETURN_IF_ERROR(check_operand(op, ids, DType::kI64));
+  SHARDLAB_RETURN_IF_ERROR(check_operand(op, rows, DType::kF32));
+  if (table.ndim() != 2) return Status::invalid_argument(std::string(op) + ": " + table.describe() + " must be 2-D");
   const std::int64_t v = table.dim(0), h = table.dim(1), n = ids.numel();
-  if (out.ndim() < 1 || out.dim(-1) != h || out.numel() != n * h) {
-    return Status::invalid_argument("embedding: " + out.describe() + " must hold " + std::to_string(n) +
+  if (rows.ndim() < 1 || rows.dim(-1) != h || rows.numel() != n * h) {
+    return Status::invalid_argument(std::string(op) + ": " + rows.describe() + " must hold " + std::to_string(n) +
                                     " rows of H = " + std::to_string(h) + " (one per id; the table is " +
                                     shape_to_string(table.shape()) + ")");
   }
-  SHARDLAB_RETURN_IF_ERROR(overlap_error(kOp, out, table, false));
-  SHARDLAB_RETURN_IF_ERROR(overlap_error(kOp, out, ids, false));
-  // The ids are range-checked on the host before anything runs (an out-of-range gather on
-  // the device would read arbitrary memory).
+  SHARDLAB_RETURN_IF_ERROR(overlap_error(op, rows, table, false));
+  SHARDLAB_RETURN_IF_ERROR(overlap_error(op, rows, ids, false));
+  SHARDLAB_RETURN_IF_ERROR(overlap_error(op, table, ids, false));
+  // The ids are range-checked on the host before anything runs (an out-of-range gather or
+  // scatter on the device would touch arbitrary memory).
   SHARDLAB_ASSIGN_OR_RETURN(const std::vector<std::int64_t> id, values_to_host<std::int64_t>(*this, ids, stream));
   for (std::int64_t i = 0; i < n; ++i) {
     const std::int64_t value = id[static_cast<std::size_t>(i)];
     if (value < 0 || value >= v) {
-      return Status::invalid_argument("embedding: id " + std::to_string(value) + " at index " + std::to_string(i) +
-                                      " of " + ids.describe() + " is outside [0, " + std::to_string(v) +
-                                      ") (the table has V = " + std::to_string(v) + " rows)");
+      return Status::invalid_argument(std::string(op) + ": id " + std::to_string(value) + " at index " +
+                                      std::to_string(i) + " of " + ids.describe() + " is outside [0, " +
+                                      std::to_string(v) + ") (the table has V = " + std::to_string(v) + " rows)");
     }
   }
+  return Status::ok();
+}
+
+Status HpuDevice::embedding(const Tensor& table, const Tensor& ids, const Tensor& out, StreamId stream) {
+  SHARDLAB_RETURN_IF_ERROR(check_lookup("embedding", table, ids, out, stream));
+  const std::int64_t v = table.dim(0), h = table.dim(1), n = ids.numel();
   if (n == 0 || h == 0) return Status::ok();
   GraphSpec g{"embedding"};
   const int tt = g.add("table", DType::kF32, {v, h}), ti = g.add("ids", DType::kI64, {n}),
@@ -1128,12 +1136,21 @@ Status HpuDevice::embedding(const Tensor& table, const Tensor& ids, const Tensor
   return run_graph(g, {{tt, table}, {ti, ids}, {to, out}}, stream);
 }
 
+// dtable[ids[n]] += dout[n] in order of n: unsorted_scatter_add_fwd_f32 on the device,
+// bound in place (table in and out are one view), after a zero fill without accumulate.
 Status HpuDevice::embedding_backward(const Tensor& dout, const Tensor& ids, const Tensor& dtable, bool accumulate,
                                      StreamId stream) {
-  return host_op("embedding_backward", stream, {{&dout, false}, {&ids, false}, {&dtable, true}},
-                 [&](const std::vector<Tensor>& h) {
-                   return host_math_.embedding_backward(h[0], h[1], h[2], accumulate, kComputeStream);
-                 });
+  constexpr std::string_view kOp = "embedding_backward";
+  SHARDLAB_RETURN_IF_ERROR(check_lookup(kOp, dtable, ids, dout, stream));
+  const std::int64_t v = dtable.dim(0), h = dtable.dim(1), n = ids.numel();
+  if (v == 0 || h == 0) return Status::ok();
+  if (!accumulate) SHARDLAB_RETURN_IF_ERROR(fill(dtable, 0.0f, stream));
+  if (n == 0) return Status::ok();
+  GraphSpec g{"embedding_backward"};
+  const int ti = g.add("table_in", DType::kF32, {v, h}), tid = g.add("ids", DType::kI64, {n}),
+            tu = g.add("updates", DType::kF32, {n, h}), to = g.add("table", DType::kF32, {v, h});
+  g.node("unsorted_scatter_add_fwd_f32", {ti, tid, tu}, {to});
+  return run_graph(g, {{ti, dtable}, {tid, ids}, {tu, dout}, {to, dtable}}, stream);
 }
 
 Status HpuDevice::softmax_cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& loss_sum,
@@ -1186,15 +1203,98 @@ Status HpuDevice::multiply(const Tensor& a, const Tensor& b, const Tensor& c, St
   return run_graph(g, {{ta, a}, {tb, b}, {tc, c}}, stream);
 }
 
-// No public TPC kernel matches PyTorch's update order bit for bit (the unsharded oracle is
-// compared bitwise); the update is a host op (NOTE [HPU host ops]).
+// NOTE [HPU optimizer step]
+// There is no public fused optimizer kernel, so the update is a graph of elementwise TPC
+// kernels (mult_fwd_f32, add_fwd_f32, sub_fwd_f32, div_fwd_f32, sqrt_fwd_f32), one node
+// per IEEE operation of the cpu backend's formula in the same order, each rounded to fp32
+// (no fused multiply-add): the same bits wherever those kernels round correctly. The
+// per-step scalars (beta1, 1 - beta1, bias corrections, lr, decay) are computed on the host
+// exactly as the cpu backend computes them and uploaded as 1-element tensors, so one recipe
+// serves every step. Masks never reach the device: Optimizer::step runs the update on the
+// runs of elements a mask keeps. A mask given here is a host op.
 Status HpuDevice::optimizer_step(const OptimizerUpdate& update, const Tensor& param, const Tensor& grad,
                                  const Tensor& state0, const Tensor& state1, const std::uint8_t* mask,
                                  StreamId stream) {
-  return host_op("optimizer_step", stream, {{&param, true}, {&grad, false}, {&state0, true}, {&state1, true}},
-                 [&](const std::vector<Tensor>& h) {
-                   return host_math_.optimizer_step(update, h[0], h[1], h[2], h[3], mask, kComputeStream);
-                 });
+  constexpr std::string_view kOp = "optimizer_step";
+  if (mask != nullptr) {
+    return host_op(kOp, stream, {{&param, true}, {&grad, false}, {&state0, true}, {&state1, true}},
+                   [&](const std::vector<Tensor>& h) {
+                     return host_math_.optimizer_step(update, h[0], h[1], h[2], h[3], mask, kComputeStream);
+                   });
+  }
+  SHARDLAB_RETURN_IF_ERROR(check_stream(kOp, stream));
+  SHARDLAB_RETURN_IF_ERROR(check_optimizer_step(kOp, update, param, grad, state0, state1));
+  for (const Tensor* t : {&param, &grad, &state0, &state1}) {
+    if (t->defined()) SHARDLAB_RETURN_IF_ERROR(check_device_tensor(*t, kOp));
+  }
+  const std::int64_t n = param.numel();
+  if (n == 0) return Status::ok();
+  GraphSpec g{update.kind == OptimizerKind::kAdamW ? "adamw_step" : "sgd_step"};
+  std::vector<Binding> binds;
+  const auto in = [&](const char* name, const Tensor& t) {
+    const int id = g.add(name, DType::kF32, {n});
+    binds.push_back({id, t});
+    return id;
+  };
+  const auto out = in;  // an output is bound the same way; in-place ops bind one view twice
+  int temps = 0;
+  const auto node = [&](const char* guid, int a, int b) {
+    const int t = g.temp("t" + std::to_string(temps++), DType::kF32, {n});
+    g.node(guid, {a, b}, {t});
+    return t;
+  };
+  std::vector<float> values;
+  std::vector<int> scalar_ids;
+  const auto scalar = [&](float v) {
+    values.push_back(v);
+    scalar_ids.push_back(g.add("s" + std::to_string(scalar_ids.size()), DType::kF32, {1}));
+    return scalar_ids.back();
+  };
+  const int p_in = in("p_in", param), gr = in("g", grad);
+  if (update.kind == OptimizerKind::kAdamW) {
+    // cpu: mi = beta1·m + (1 − beta1)·g; vi = beta2·v + ((1 − beta2)·g)·g;
+    //      p' = p·decay − (step_size·mi) / (sqrt(vi) / bc2_sqrt + eps)
+    const double bc1 = 1.0 - std::pow(static_cast<double>(update.beta1), static_cast<double>(update.step));
+    const double bc2 = 1.0 - std::pow(static_cast<double>(update.beta2), static_cast<double>(update.step));
+    const int b1 = scalar(update.beta1), c1 = scalar(1.0f - update.beta1), b2 = scalar(update.beta2),
+              c2 = scalar(1.0f - update.beta2), bc2s = scalar(static_cast<float>(std::sqrt(bc2))),
+              eps = scalar(update.eps), step_size = scalar(static_cast<float>(update.lr / bc1)),
+              decay = scalar(1.0f - update.lr * update.weight_decay);
+    const int m_in = in("m_in", state0), v_in = in("v_in", state1);
+    const int m_out = out("m", state0), v_out = out("v", state1), p_out = out("p", param);
+    // In place: each output is written by the last node that reads its input.
+    g.node("add_fwd_f32", {node("mult_fwd_f32", b1, m_in), node("mult_fwd_f32", c1, gr)}, {m_out});
+    g.node("add_fwd_f32", {node("mult_fwd_f32", b2, v_in), node("mult_fwd_f32", node("mult_fwd_f32", c2, gr), gr)},
+           {v_out});
+    const int root = g.temp("sqrt_v", DType::kF32, {n});
+    g.node("sqrt_fwd_f32", {v_out}, {root});
+    const int denom = node("add_fwd_f32", node("div_fwd_f32", root, bc2s), eps);
+    const int step = node("div_fwd_f32", node("mult_fwd_f32", step_size, m_out), denom);
+    g.node("sub_fwd_f32", {node("mult_fwd_f32", p_in, decay), step}, {p_out});
+  } else {
+    // cpu: d = g (+ wd·p); buf = step 1 ? d : momentum·buf + d; d = buf; p' = p − lr·d
+    int d = gr;
+    if (update.weight_decay != 0.0f) d = node("add_fwd_f32", gr, node("mult_fwd_f32", scalar(update.weight_decay), p_in));
+    if (state0.defined()) {
+      const int buf_out = out("buf", state0);
+      if (update.step == 1) {
+        g.node("mult_fwd_f32", {d, scalar(1.0f)}, {buf_out});  // x·1 is x exactly, −0 included
+      } else {
+        const int buf_in = in("buf_in", state0);
+        g.node("add_fwd_f32", {node("mult_fwd_f32", scalar(update.momentum), buf_in), d}, {buf_out});
+      }
+      d = buf_out;
+    }
+    g.node("sub_fwd_f32", {p_in, node("mult_fwd_f32", scalar(update.lr), d)}, {out("p", param)});
+  }
+  if (!values.empty()) {
+    SHARDLAB_ASSIGN_OR_RETURN(Tensor s, scalars(stream, values, 1));
+    for (std::size_t i = 0; i < scalar_ids.size(); ++i) {
+      SHARDLAB_ASSIGN_OR_RETURN(Tensor one, s.narrow(static_cast<std::int64_t>(i), 1));
+      binds.push_back({scalar_ids[i], one});
+    }
+  }
+  return run_graph(g, binds, stream);
 }
 
 // Drawn on the host (NOTE [HPU device memory]): no public kernel reproduces the stream.

@@ -206,6 +206,10 @@ class HpuDevice final : public Device {
   // NOTE [HPU host ops] in device.cc.
   Status host_op(std::string_view op, StreamId stream, const std::vector<HostOperand>& operands,
                  const std::function<Status(const std::vector<Tensor>&)>& math);
+  // The shared checks of embedding and its backward: dtypes, shapes, overlaps, and the ids
+  // in [0, V) (downloaded: an out-of-range index on the device would touch any memory).
+  Status check_lookup(std::string_view op, const Tensor& table, const Tensor& ids, const Tensor& rows,
+                      StreamId stream);
   // True when `t` is a view into a live allocation of this device.
   bool is_device_tensor(const Tensor& t) const;
 

@@ -37,6 +37,7 @@
 #include <mpi.h>
 #include <sched.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -254,8 +255,9 @@ Tensor wrap(std::byte* p, const GraphTensor& t) {
   return *Tensor::view_of(storage, dt, shape, 0, t.name);
 }
 
-// out = a (op) b with size-1 dims of either input broadcast (fp32).
-void broadcast_binary(const Tensor& a, const Tensor& b, const Tensor& out, bool add) {
+// out = a (op) b with size-1 dims of either input broadcast (fp32), op one of + − × ÷,
+// each rounded to fp32 (IEEE, no fused multiply-add).
+void broadcast_binary(const Tensor& a, const Tensor& b, const Tensor& out, char op) {
   const int nd = out.ndim();
   std::vector<std::int64_t> idx(static_cast<std::size_t>(nd), 0);
   const float* pa = a.data<float>();
@@ -267,7 +269,8 @@ void broadcast_binary(const Tensor& a, const Tensor& b, const Tensor& out, bool 
       ia = ia * a.dim(d) + (a.dim(d) == 1 ? 0 : idx[static_cast<std::size_t>(d)]);
       ib = ib * b.dim(d) + (b.dim(d) == 1 ? 0 : idx[static_cast<std::size_t>(d)]);
     }
-    po[i] = add ? pa[ia] + pb[ib] : pa[ia] * pb[ib];
+    const float x = pa[ia], y = pb[ib];
+    po[i] = op == '+' ? x + y : op == '-' ? x - y : op == '*' ? x * y : x / y;
     for (int d = nd - 1; d >= 0; --d) {
       if (++idx[static_cast<std::size_t>(d)] < out.dim(d)) break;
       idx[static_cast<std::size_t>(d)] = 0;
@@ -302,7 +305,8 @@ void permute(const Tensor& in, const Tensor& out, const synTransposeParams& p) {
 
 bool known_guid(const std::string& g) {
   static const std::set<std::string> kKnown = {
-      "gemm", "batch_gemm", "mult_fwd_f32", "add_fwd_f32", "relu_fwd_f32", "relu_bwd_f32", "gelu_fwd_f32",
+      "gemm", "batch_gemm", "mult_fwd_f32", "add_fwd_f32", "sub_fwd_f32", "div_fwd_f32", "sqrt_fwd_f32",
+      "unsorted_scatter_add_fwd_f32", "relu_fwd_f32", "relu_bwd_f32", "gelu_fwd_f32",
       "gelu_bwd_f32", "tanh_fwd_f32", "tanh_bwd_f32", "layer_norm_fwd_f32", "layer_norm_bwd_f32", "transpose",
       "gather_fwd_f32", "constant_f32", "constant_bf16", "constant_f16", "cast_f32_to_bf16", "cast_bf16_to_f32",
       "cast_f32_to_f16", "cast_f16_to_f32", "cast_bf16_to_f16", "cast_f16_to_bf16"};
@@ -329,8 +333,17 @@ bool run_node(const Node& n, const std::vector<Tensor>& t) {
     std::memcpy(&p, n.params.data(), std::min(n.params.size(), sizeof p));
     s = g == "gemm" ? math.gemm(in(0), p.transpose_a, in(1), p.transpose_b, out(0), 1.0f, 0.0f, 0)
                     : math.batched_gemm(in(0), p.transpose_a, in(1), p.transpose_b, out(0), 1.0f, 0.0f, 0);
-  } else if (g == "mult_fwd_f32" || g == "add_fwd_f32") {
-    broadcast_binary(in(0), in(1), out(0), g == "add_fwd_f32");
+  } else if (g == "mult_fwd_f32" || g == "add_fwd_f32" || g == "sub_fwd_f32" || g == "div_fwd_f32") {
+    broadcast_binary(in(0), in(1), out(0), g[0] == 'm' ? '*' : g[0] == 'a' ? '+' : g[0] == 's' ? '-' : '/');
+  } else if (g == "sqrt_fwd_f32") {
+    const float* x = in(0).data<float>();
+    float* y = out(0).data<float>();
+    for (std::int64_t i = 0; i < out(0).numel(); ++i) y[i] = std::sqrt(x[i]);
+  } else if (g == "unsorted_scatter_add_fwd_f32") {
+    // (table, ids, updates) -> table': table' = table, then table'[ids[n]] += updates[n] in
+    // order of n (the kernel's order on this double; the contract the runtime relies on).
+    if (!out(0).same_view(in(0))) s = math.copy(in(0), out(0), 0);
+    if (s.is_ok()) s = math.embedding_backward(in(2), in(1), out(0), /*accumulate=*/true, 0);
   } else if (g == "relu_fwd_f32" || g == "gelu_fwd_f32" || g == "tanh_fwd_f32") {
     s = math.activation(activation_of(g, n.params), in(0), out(0), 0);
   } else if (g == "relu_bwd_f32" || g == "gelu_bwd_f32" || g == "tanh_bwd_f32") {
