@@ -5,7 +5,14 @@ records the stack, the provenance and the host<->device bytes of each step. With
 each of the N failed ranks' errors, and the loss, memory and trace up to the failure are
 there. Exit 0 when all holds, else 1 naming what does not.
 
-    check_outputs.py DIR --ranks RANKS [--failed N] [--host-transfer zero|nonzero]
+    check_outputs.py DIR --ranks RANKS [--failed N] [--host-transfer zero|nonzero|batch-bound]
+
+--host-transfer batch-bound is the device-resident bound of a BERT step without dropout
+(docs/gaudi.md): rank 0 moves at most its input batch three times plus 4 KiB each step.
+The batch is 4 int64 tensors of B*S tokens (ids, token types, positions, labels); it goes
+up once, and comes down for the range checks of the forward and backward lookups and the
+loss's labels. The 4 KiB hold the loss (row losses, the sum) and the ops' scalars. On the
+Synapse test double it also requires the unsharded oracle's bitwise match.
 """
 import argparse
 import json
@@ -16,6 +23,11 @@ import sys
 # reached a reduction or an optimizer step.
 PHASES_OF_A_STEP = {"unshard", "reshard", "reduce_grad", "reduce_grad_wait", "optimizer_step"}
 PHASES_OF_A_FAILED_RUN = {"unshard"}
+
+
+def batch_bound(metrics: dict) -> int:
+    tokens = metrics["global_batch"] // metrics["world_size"] * metrics["seq_len"]
+    return 3 * 4 * 8 * tokens + 4096
 
 
 def check(folder: str, ranks: int, failed: int | None, host_transfer: str | None) -> list[str]:
@@ -30,8 +42,14 @@ def check(folder: str, ranks: int, failed: int | None, host_transfer: str | None
         problems.append(f"metrics.json: host_transfer_bytes_per_step {moved}, expected none")
     elif host_transfer == "nonzero" and not all(moved):
         problems.append(f"metrics.json: host_transfer_bytes_per_step {moved}, expected bytes every step")
+    elif host_transfer == "batch-bound" and not metrics.get("grads_match_unsharded", {}).get("bitwise"):
+        problems.append("metrics.json: grads_match_unsharded is not bitwise (the test double runs the cpu math)")
+    elif host_transfer == "batch-bound" and not all(0 < m <= batch_bound(metrics) for m in moved):
+        problems.append(f"metrics.json: host_transfer_bytes_per_step {moved}, expected 1..{batch_bound(metrics)} "
+                        "(3 x the rank's batch + 4 KiB) every step")
     else:
-        print(f"host_transfer_bytes_per_step: {moved}")
+        print(f"host_transfer_bytes_per_step: {moved}" +
+              (f" (bound {batch_bound(metrics)})" if host_transfer == "batch-bound" else ""))
     for key in ("device", "network", "cpu_offload"):
         if key not in metrics.get("stack", {}):
             problems.append(f"metrics.json: stack.{key} missing")
@@ -78,7 +96,7 @@ def main() -> int:
     p.add_argument("folder")
     p.add_argument("--ranks", type=int, required=True)
     p.add_argument("--failed", type=int)
-    p.add_argument("--host-transfer", choices=("zero", "nonzero"),
+    p.add_argument("--host-transfer", choices=("zero", "nonzero", "batch-bound"),
                    help="what host_transfer_bytes_per_step must say about every step")
     a = p.parse_args()
     problems = check(a.folder, a.ranks, a.failed, a.host_transfer)

@@ -134,6 +134,117 @@ Status check_optimizer_step(std::string_view op, const OptimizerUpdate& u, const
   return Status::ok();
 }
 
+namespace {
+
+Status want(std::string_view op, const Tensor& t, DType dtype) {
+  if (!t.defined()) return Status::invalid_argument(std::string(op) + ": an operand is undefined");
+  if (t.dtype() != dtype) {
+    return Status::invalid_argument(std::string(op) + ": " + t.describe() + " must be " +
+                                    std::string(dtype_name(dtype)));
+  }
+  return Status::ok();
+}
+
+Status want_shape(std::string_view op, const Tensor& t, const Shape& shape, const char* what) {
+  if (t.shape() != shape) {
+    return Status::invalid_argument(std::string(op) + ": " + t.describe() + " must be " + shape_to_string(shape) +
+                                    " (" + what + ")");
+  }
+  return Status::ok();
+}
+
+Status want_numel(std::string_view op, const Tensor& t, std::int64_t numel, const char* what) {
+  if (t.numel() != numel) {
+    return Status::invalid_argument(std::string(op) + ": " + t.describe() + " has " + std::to_string(t.numel()) +
+                                    " elements; expected " + std::to_string(numel) + " (" + what + ")");
+  }
+  return Status::ok();
+}
+
+// An output must not overlap `input`, except as the very same view when may_alias (in place).
+Status want_no_overlap(std::string_view op, const Tensor& out, const Tensor& input, bool may_alias) {
+  if (out.overlaps(input) && !(may_alias && out.same_view(input))) {
+    return Status::invalid_argument(std::string(op) + ": " + out.describe() + " overlaps " + input.describe() +
+                                    (may_alias ? " (only the same view is allowed)" : ""));
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+Status check_bias_grad(std::string_view op, const Tensor& dy, const Tensor& dbias) {
+  SHARDLAB_RETURN_IF_ERROR(want(op, dy, DType::kF32));
+  SHARDLAB_RETURN_IF_ERROR(want(op, dbias, DType::kF32));
+  if (dy.ndim() < 1 || dy.dim(-1) != dbias.numel()) {
+    return Status::invalid_argument(std::string(op) + ": last dim of " + dy.describe() + " must equal the bias size " +
+                                    std::to_string(dbias.numel()));
+  }
+  return want_no_overlap(op, dbias, dy, false);
+}
+
+Status check_attention_softmax(std::string_view op, const Tensor& scores, const Tensor& attention_mask,
+                               const Tensor& probs) {
+  SHARDLAB_RETURN_IF_ERROR(want(op, scores, DType::kF32));
+  SHARDLAB_RETURN_IF_ERROR(want(op, attention_mask, DType::kF32));
+  SHARDLAB_RETURN_IF_ERROR(want(op, probs, DType::kF32));
+  if (scores.ndim() != 4) {
+    return Status::invalid_argument(std::string(op) + ": " + scores.describe() + " must be 4-D [B, A, Tq, Tk]");
+  }
+  SHARDLAB_RETURN_IF_ERROR(want_shape(op, attention_mask, {scores.dim(0), scores.dim(3)},
+                                      "the mask is [B, Tk] of scores [B, A, Tq, Tk]"));
+  SHARDLAB_RETURN_IF_ERROR(want_shape(op, probs, scores.shape(), "probs has scores' shape"));
+  SHARDLAB_RETURN_IF_ERROR(want_no_overlap(op, probs, scores, true));
+  return want_no_overlap(op, probs, attention_mask, false);
+}
+
+Status check_attention_softmax_backward(std::string_view op, const Tensor& probs, const Tensor& dprobs,
+                                        const Tensor& dscores, std::int64_t* rows, std::int64_t* cols) {
+  SHARDLAB_RETURN_IF_ERROR(want(op, probs, DType::kF32));
+  if (probs.ndim() < 1) {
+    return Status::invalid_argument(std::string(op) + ": " + probs.describe() + " must have a last dim");
+  }
+  *cols = probs.dim(-1);
+  *rows = *cols == 0 ? 0 : probs.numel() / *cols;
+  SHARDLAB_RETURN_IF_ERROR(want(op, dprobs, DType::kF32));
+  SHARDLAB_RETURN_IF_ERROR(want(op, dscores, DType::kF32));
+  SHARDLAB_RETURN_IF_ERROR(want_shape(op, dprobs, probs.shape(), "dprobs has probs' shape"));
+  SHARDLAB_RETURN_IF_ERROR(want_shape(op, dscores, probs.shape(), "dscores has probs' shape"));
+  SHARDLAB_RETURN_IF_ERROR(want_no_overlap(op, dscores, dprobs, true));
+  return want_no_overlap(op, dscores, probs, false);
+}
+
+Status check_cross_entropy(std::string_view op, const Tensor& logits, const Tensor& labels, const Tensor& loss_sum,
+                           const Tensor& dlogits, std::int64_t* rows, std::int64_t* cols) {
+  SHARDLAB_RETURN_IF_ERROR(want(op, logits, DType::kF32));
+  if (logits.ndim() != 2) return Status::invalid_argument(std::string(op) + ": " + logits.describe() + " must be 2-D");
+  *rows = logits.dim(0);
+  *cols = logits.dim(1);
+  SHARDLAB_RETURN_IF_ERROR(want(op, labels, DType::kI64));
+  SHARDLAB_RETURN_IF_ERROR(want(op, loss_sum, DType::kF32));
+  SHARDLAB_RETURN_IF_ERROR(want(op, dlogits, DType::kF32));
+  SHARDLAB_RETURN_IF_ERROR(want_numel(op, labels, *rows, "one label per row of logits"));
+  SHARDLAB_RETURN_IF_ERROR(want_numel(op, loss_sum, 1, "a scalar"));
+  SHARDLAB_RETURN_IF_ERROR(want_numel(op, dlogits, *rows * *cols, "the shape of logits"));
+  if (dlogits.overlaps(logits) || loss_sum.overlaps(logits) || loss_sum.overlaps(dlogits) ||
+      dlogits.overlaps(labels) || loss_sum.overlaps(labels)) {
+    return Status::invalid_argument(std::string(op) + ": logits, labels, loss_sum and dlogits must not overlap");
+  }
+  return Status::ok();
+}
+
+Status check_labels(std::string_view op, std::span<const std::int64_t> labels, std::int64_t classes,
+                    std::int64_t ignore_index) {
+  for (std::size_t r = 0; r < labels.size(); ++r) {
+    const std::int64_t l = labels[r];
+    if (l != ignore_index && (l < 0 || l >= classes)) {
+      return Status::invalid_argument(std::string(op) + ": label " + std::to_string(l) + " at row " +
+                                      std::to_string(r) + " is outside [0, " + std::to_string(classes) +
+                                      ") and is not the ignore index " + std::to_string(ignore_index));
+    }
+  }
+  return Status::ok();
+}
+
 Result<Tensor> Device::empty(const Shape& shape, DType dtype, MemoryCategory category, const std::string& name) {
   SHARDLAB_ASSIGN_OR_RETURN(std::int64_t numel, checked_numel(shape));
   std::int64_t nbytes;

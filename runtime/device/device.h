@@ -270,6 +270,21 @@ void draw_dropout_mask(float* out, std::int64_t rows, std::int64_t per_row, floa
 Status check_optimizer_step(std::string_view op, const OptimizerUpdate& u, const Tensor& param, const Tensor& grad,
                             const Tensor& state0, const Tensor& state1);
 
+// The argument contracts of bias_grad, attention_softmax(_backward) and
+// softmax_cross_entropy, shared by every backend (INVALID_ARGUMENT naming the op): dtypes,
+// shapes and overlaps, not values (a backend range-checks labels where it reads them).
+// `rows`/`cols` receive the row view the op works on.
+Status check_bias_grad(std::string_view op, const Tensor& dy, const Tensor& dbias);
+Status check_attention_softmax(std::string_view op, const Tensor& scores, const Tensor& attention_mask,
+                               const Tensor& probs);
+Status check_attention_softmax_backward(std::string_view op, const Tensor& probs, const Tensor& dprobs,
+                                        const Tensor& dscores, std::int64_t* rows, std::int64_t* cols);
+Status check_cross_entropy(std::string_view op, const Tensor& logits, const Tensor& labels, const Tensor& loss_sum,
+                           const Tensor& dlogits, std::int64_t* rows, std::int64_t* cols);
+// A label outside [0, classes) that is not the ignore index, as softmax_cross_entropy's error.
+Status check_labels(std::string_view op, std::span<const std::int64_t> labels, std::int64_t classes,
+                    std::int64_t ignore_index);
+
 // The shared checks of to_host/from_host: defined, host-visible bytes of this size.
 Status check_host_copy(std::string_view op, const Tensor& t, std::size_t host_bytes);
 

@@ -47,6 +47,17 @@ Status expect_numel(std::string_view op, const Tensor& t, std::int64_t numel, co
   return Status::ok();
 }
 
+// Each operand has host bytes (timing mode's phantom tensors have none).
+template <class... T>
+Status expect_host_data(std::string_view op, const T&... tensors) {
+  Status s = Status::ok();
+  ((s.is_ok() && tensors.is_phantom()
+        ? void(s = Status::invalid_argument(std::string(op) + ": " + tensors.describe() + " has no host data"))
+        : void()),
+   ...);
+  return s;
+}
+
 // [rows, cols] of a 2-D fp32 tensor, or an error.
 Status as_matrix(std::string_view op, const Tensor& t, std::int64_t* rows, std::int64_t* cols) {
   SHARDLAB_RETURN_IF_ERROR(expect_dtype(op, t, DType::kF32));
@@ -422,21 +433,23 @@ Status CpuDevice::add_bias(const Tensor& x, const Tensor& bias, StreamId stream)
 Status CpuDevice::bias_grad(const Tensor& dy, const Tensor& dbias, bool accumulate, StreamId stream) {
   SHARDLAB_RETURN_IF_ERROR(check_views("bias_grad", dy, dbias));
   SHARDLAB_RETURN_IF_ERROR(check_stream("bias_grad", stream));
-  SHARDLAB_RETURN_IF_ERROR(expect_dtype("bias_grad", dy, DType::kF32));
-  SHARDLAB_RETURN_IF_ERROR(expect_dtype("bias_grad", dbias, DType::kF32));
-  if (dy.ndim() < 1 || dy.dim(-1) != dbias.numel()) {
-    return Status::invalid_argument("bias_grad: last dim of " + dy.describe() + " must equal the bias size " +
-                                    std::to_string(dbias.numel()));
-  }
+  SHARDLAB_RETURN_IF_ERROR(check_bias_grad("bias_grad", dy, dbias));
+  SHARDLAB_RETURN_IF_ERROR(expect_host_data("bias_grad", dy, dbias));
   const std::int64_t f = dbias.numel();
   if (f == 0) return Status::ok();
   const std::int64_t rows = dy.numel() / f;
   const float* g = dy.data<float>();
   float* out = dbias.data<float>();
-  if (!accumulate) std::fill(out, out + f, 0.0f);
-  // Row order is fixed so the result does not depend on how Eigen would vectorize a reduction.
+  // The column sums run in row order from zero (fixed, so the result does not depend on how
+  // Eigen would vectorize a reduction) and are added to dbias once when accumulating: a
+  // backend can reduce, then add, for the same bits.
+  std::vector<float> sum(static_cast<std::size_t>(f), 0.0f);
   for (std::int64_t r = 0; r < rows; ++r) {
-    for (std::int64_t j = 0; j < f; ++j) out[j] += g[r * f + j];
+    for (std::int64_t j = 0; j < f; ++j) sum[static_cast<std::size_t>(j)] += g[r * f + j];
+  }
+  for (std::int64_t j = 0; j < f; ++j) {
+    const float col = sum[static_cast<std::size_t>(j)];
+    out[j] = accumulate ? out[j] + col : col;
   }
   return Status::ok();
 }
@@ -617,17 +630,9 @@ Status CpuDevice::attention_softmax(const Tensor& scores, const Tensor& attentio
   SHARDLAB_RETURN_IF_ERROR(check_views("attention_softmax", scores, attention_mask, probs));
   constexpr std::string_view kOp = "attention_softmax";
   SHARDLAB_RETURN_IF_ERROR(check_stream(kOp, stream));
-  SHARDLAB_RETURN_IF_ERROR(expect_dtype(kOp, scores, DType::kF32));
-  SHARDLAB_RETURN_IF_ERROR(expect_dtype(kOp, attention_mask, DType::kF32));
-  SHARDLAB_RETURN_IF_ERROR(expect_dtype(kOp, probs, DType::kF32));
-  if (scores.ndim() != 4) {
-    return Status::invalid_argument(std::string(kOp) + ": " + scores.describe() + " must be 4-D [B, A, Tq, Tk]");
-  }
+  SHARDLAB_RETURN_IF_ERROR(check_attention_softmax(kOp, scores, attention_mask, probs));
+  SHARDLAB_RETURN_IF_ERROR(expect_host_data(kOp, scores, attention_mask, probs));
   const std::int64_t batch = scores.dim(0), heads = scores.dim(1), tq = scores.dim(2), tk = scores.dim(3);
-  SHARDLAB_RETURN_IF_ERROR(expect_shape(kOp, attention_mask, {batch, tk}, "the mask is [B, Tk] of scores [B, A, Tq, Tk]"));
-  SHARDLAB_RETURN_IF_ERROR(expect_shape(kOp, probs, scores.shape(), "probs has scores' shape"));
-  SHARDLAB_RETURN_IF_ERROR(expect_no_overlap(kOp, probs, scores, true));
-  SHARDLAB_RETURN_IF_ERROR(expect_no_overlap(kOp, probs, attention_mask, false));
   constexpr float kLowest = std::numeric_limits<float>::lowest();
   const float* s = scores.data<float>();
   const float* mask = attention_mask.data<float>();
@@ -662,13 +667,8 @@ Status CpuDevice::attention_softmax_backward(const Tensor& probs, const Tensor& 
   constexpr std::string_view kOp = "attention_softmax_backward";
   SHARDLAB_RETURN_IF_ERROR(check_stream(kOp, stream));
   std::int64_t rows, cols;
-  SHARDLAB_RETURN_IF_ERROR(as_rows(kOp, probs, &rows, &cols));
-  SHARDLAB_RETURN_IF_ERROR(expect_dtype(kOp, dprobs, DType::kF32));
-  SHARDLAB_RETURN_IF_ERROR(expect_dtype(kOp, dscores, DType::kF32));
-  SHARDLAB_RETURN_IF_ERROR(expect_shape(kOp, dprobs, probs.shape(), "dprobs has probs' shape"));
-  SHARDLAB_RETURN_IF_ERROR(expect_shape(kOp, dscores, probs.shape(), "dscores has probs' shape"));
-  SHARDLAB_RETURN_IF_ERROR(expect_no_overlap(kOp, dscores, dprobs, true));
-  SHARDLAB_RETURN_IF_ERROR(expect_no_overlap(kOp, dscores, probs, false));
+  SHARDLAB_RETURN_IF_ERROR(check_attention_softmax_backward(kOp, probs, dprobs, dscores, &rows, &cols));
+  SHARDLAB_RETURN_IF_ERROR(expect_host_data(kOp, probs, dprobs, dscores));
   const float* p = probs.data<float>();
   const float* dp = dprobs.data<float>();
   float* ds = dscores.data<float>();
@@ -677,7 +677,8 @@ Status CpuDevice::attention_softmax_backward(const Tensor& probs, const Tensor& 
     double dot = 0.0;
     for (std::int64_t j = 0; j < cols; ++j) dot += static_cast<double>(p[off + j]) * dp[off + j];
     const float d = static_cast<float>(dot);
-    for (std::int64_t j = 0; j < cols; ++j) ds[off + j] = scale * p[off + j] * (dp[off + j] - d);
+    // PyTorch's order: the softmax backward p·(dp − d), then the scaling's backward.
+    for (std::int64_t j = 0; j < cols; ++j) ds[off + j] = scale * (p[off + j] * (dp[off + j] - d));
   }
   return Status::ok();
 }
@@ -746,24 +747,11 @@ Status CpuDevice::softmax_cross_entropy(const Tensor& logits, const Tensor& labe
   constexpr std::string_view kOp = "softmax_cross_entropy";
   SHARDLAB_RETURN_IF_ERROR(check_stream(kOp, stream));
   std::int64_t n, c;
-  SHARDLAB_RETURN_IF_ERROR(as_matrix(kOp, logits, &n, &c));
-  SHARDLAB_RETURN_IF_ERROR(expect_dtype(kOp, labels, DType::kI64));
-  SHARDLAB_RETURN_IF_ERROR(expect_dtype(kOp, loss_sum, DType::kF32));
-  SHARDLAB_RETURN_IF_ERROR(expect_dtype(kOp, dlogits, DType::kF32));
-  SHARDLAB_RETURN_IF_ERROR(expect_numel(kOp, labels, n, "one label per row of logits"));
-  SHARDLAB_RETURN_IF_ERROR(expect_numel(kOp, loss_sum, 1, "a scalar"));
-  SHARDLAB_RETURN_IF_ERROR(expect_numel(kOp, dlogits, n * c, "the shape of logits"));
-  if (dlogits.overlaps(logits) || loss_sum.overlaps(logits) || loss_sum.overlaps(dlogits)) {
-    return Status::invalid_argument(std::string(kOp) + ": logits, loss_sum and dlogits must not overlap");
-  }
+  SHARDLAB_RETURN_IF_ERROR(check_cross_entropy(kOp, logits, labels, loss_sum, dlogits, &n, &c));
+  SHARDLAB_RETURN_IF_ERROR(expect_host_data(kOp, logits, labels, loss_sum, dlogits));
   const std::int64_t* lab = labels.data<std::int64_t>();
-  for (std::int64_t r = 0; r < n; ++r) {
-    if (lab[r] != ignore_index && (lab[r] < 0 || lab[r] >= c)) {
-      return Status::invalid_argument(std::string(kOp) + ": label " + std::to_string(lab[r]) + " at row " +
-                                      std::to_string(r) + " is outside [0, " + std::to_string(c) +
-                                      ") and is not the ignore index " + std::to_string(ignore_index));
-    }
-  }
+  SHARDLAB_RETURN_IF_ERROR(
+      check_labels(kOp, std::span<const std::int64_t>(lab, static_cast<std::size_t>(n)), c, ignore_index));
   const float* z = logits.data<float>();
   float* dz = dlogits.data<float>();
   double total = 0.0;

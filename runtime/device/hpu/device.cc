@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <mutex>
 #include <sstream>
 
@@ -925,10 +926,31 @@ Status HpuDevice::add_bias(const Tensor& x, const Tensor& bias, StreamId stream)
   return run_graph(g, {{in, x}, {tb, bias}, {out, x}}, stream);
 }
 
+// dbias (+)= the row-order column sums of dy: reduce_sum_fwd_f32 over the rows, then
+// add_fwd_f32 into the old value when accumulating (the cpu contract, device.h).
 Status HpuDevice::bias_grad(const Tensor& dy, const Tensor& dbias, bool accumulate, StreamId stream) {
-  return host_op("bias_grad", stream, {{&dy, false}, {&dbias, true}}, [&](const std::vector<Tensor>& h) {
-    return host_math_.bias_grad(h[0], h[1], accumulate, kComputeStream);
-  });
+  constexpr std::string_view kOp = "bias_grad";
+  SHARDLAB_RETURN_IF_ERROR(check_stream(kOp, stream));
+  SHARDLAB_RETURN_IF_ERROR(check_bias_grad(kOp, dy, dbias));
+  SHARDLAB_RETURN_IF_ERROR(check_operand(kOp, dy, DType::kF32));
+  SHARDLAB_RETURN_IF_ERROR(check_operand(kOp, dbias, DType::kF32));
+  const std::int64_t f = dbias.numel();
+  if (f == 0) return Status::ok();
+  const std::int64_t rows = dy.numel() / f;
+  if (rows == 0) return accumulate ? Status::ok() : fill(dbias, 0.0f, stream);
+  GraphSpec g{"bias_grad"};
+  const int ty = g.add("dy", DType::kF32, {rows, f}), tb = g.add("dbias", DType::kF32, {1, f});
+  std::vector<Binding> binds = {{ty, dy}, {tb, dbias}};
+  const std::string params = param_bytes(ShardlabReductionParams{1});  // the rows (innermost first)
+  if (!accumulate) {
+    g.node("reduce_sum_fwd_f32", {ty}, {tb}, params);
+  } else {
+    const int sum = g.temp("sum", DType::kF32, {1, f}), tin = g.add("dbias_in", DType::kF32, {1, f});
+    g.node("reduce_sum_fwd_f32", {ty}, {sum}, params);
+    g.node("add_fwd_f32", {tin, sum}, {tb});
+    binds.push_back({tin, dbias});
+  }
+  return run_graph(g, binds, stream);
 }
 
 namespace {
@@ -1079,20 +1101,59 @@ Status HpuDevice::layer_norm_backward(const Tensor& x, const Tensor& dy, const T
   return run_graph(g, binds, stream);
 }
 
+// The cpu contract composed from public kernels: logits = max(scale·s + (1 − mask)·lowest,
+// lowest) elementwise (mult, sub, mult, add, max, each rounded like the cpu's expression),
+// then softmax_fwd_f32 over the last dim.
 Status HpuDevice::attention_softmax(const Tensor& scores, const Tensor& attention_mask, float scale,
                                     const Tensor& probs, StreamId stream) {
-  return host_op("attention_softmax", stream, {{&scores, false}, {&attention_mask, false}, {&probs, true}},
-                 [&](const std::vector<Tensor>& h) {
-                   return host_math_.attention_softmax(h[0], h[1], scale, h[2], kComputeStream);
-                 });
+  constexpr std::string_view kOp = "attention_softmax";
+  SHARDLAB_RETURN_IF_ERROR(check_stream(kOp, stream));
+  SHARDLAB_RETURN_IF_ERROR(check_attention_softmax(kOp, scores, attention_mask, probs));
+  for (const Tensor* t : {&scores, &attention_mask, &probs}) {
+    SHARDLAB_RETURN_IF_ERROR(check_operand(kOp, *t, DType::kF32));
+  }
+  if (scores.numel() == 0) return Status::ok();
+  const Shape shape = scores.shape();
+  const std::int64_t b = shape[0], tk = shape[3];
+  GraphSpec g{"attention_softmax"};
+  const int ts = g.add("scores", DType::kF32, shape), tm = g.add("mask", DType::kF32, {b, 1, 1, tk}),
+            tp = g.add("probs", DType::kF32, shape), c_scale = g.add("scale", DType::kF32, ones(4)),
+            c_one = g.add("one", DType::kF32, ones(4)), c_low = g.add("lowest", DType::kF32, ones(4));
+  const int scaled = g.temp("scaled", DType::kF32, shape), keep = g.temp("masked_out", DType::kF32, {b, 1, 1, tk}),
+            bias = g.temp("mask_bias", DType::kF32, {b, 1, 1, tk}), sum = g.temp("biased", DType::kF32, shape),
+            logits = g.temp("logits", DType::kF32, shape);
+  g.node("mult_fwd_f32", {c_scale, ts}, {scaled});
+  g.node("sub_fwd_f32", {c_one, tm}, {keep});
+  g.node("mult_fwd_f32", {keep, c_low}, {bias});
+  g.node("add_fwd_f32", {scaled, bias}, {sum});
+  g.node("max_fwd_f32", {sum, c_low}, {logits});
+  g.node("softmax_fwd_f32", {logits}, {tp}, param_bytes(ShardlabSoftmaxParams{0}));
+  SHARDLAB_ASSIGN_OR_RETURN(Tensor s, scalars(stream, {scale, 1.0f, std::numeric_limits<float>::lowest()}, 4));
+  std::vector<Binding> binds = {{ts, scores}, {tm, attention_mask}, {tp, probs}};
+  for (const int id : {c_scale, c_one, c_low}) {
+    SHARDLAB_ASSIGN_OR_RETURN(Tensor one, s.narrow(id - c_scale, 1));
+    binds.push_back({id, one});
+  }
+  return run_graph(g, binds, stream);
 }
 
+// softmax_bwd_f32 (y = probs, dy = dprobs) gives p·(dp − d), then mult_fwd_f32 by scale.
 Status HpuDevice::attention_softmax_backward(const Tensor& probs, const Tensor& dprobs, float scale,
                                              const Tensor& dscores, StreamId stream) {
-  return host_op("attention_softmax_backward", stream, {{&probs, false}, {&dprobs, false}, {&dscores, true}},
-                 [&](const std::vector<Tensor>& h) {
-                   return host_math_.attention_softmax_backward(h[0], h[1], scale, h[2], kComputeStream);
-                 });
+  constexpr std::string_view kOp = "attention_softmax_backward";
+  SHARDLAB_RETURN_IF_ERROR(check_stream(kOp, stream));
+  std::int64_t rows, cols;
+  SHARDLAB_RETURN_IF_ERROR(check_attention_softmax_backward(kOp, probs, dprobs, dscores, &rows, &cols));
+  for (const Tensor* t : {&probs, &dprobs, &dscores}) SHARDLAB_RETURN_IF_ERROR(check_operand(kOp, *t, DType::kF32));
+  if (rows == 0 || cols == 0) return Status::ok();
+  GraphSpec g{"attention_softmax_backward"};
+  const int tp = g.add("probs", DType::kF32, {rows, cols}), tdp = g.add("dprobs", DType::kF32, {rows, cols}),
+            tds = g.add("dscores", DType::kF32, {rows, cols}), c_scale = g.add("scale", DType::kF32, {1, 1}),
+            t = g.temp("dlogits", DType::kF32, {rows, cols});
+  g.node("softmax_bwd_f32", {tp, tdp}, {t}, param_bytes(ShardlabSoftmaxParams{0}));
+  g.node("mult_fwd_f32", {c_scale, t}, {tds});
+  SHARDLAB_ASSIGN_OR_RETURN(Tensor s, scalars(stream, {scale}, 2));
+  return run_graph(g, {{tp, probs}, {tdp, dprobs}, {tds, dscores}, {c_scale, s}}, stream);
 }
 
 Status HpuDevice::check_lookup(std::string_view op, const Tensor& table, const Tensor& ids, const Tensor& rows,
@@ -1153,15 +1214,114 @@ Status HpuDevice::embedding_backward(const Tensor& dout, const Tensor& ids, cons
   return run_graph(g, {{ti, dtable}, {tid, ids}, {tu, dout}, {to, dtable}}, stream);
 }
 
+// NOTE [HPU cross entropy]
+// Cross-entropy composed from public kernels over the rows that count. The labels are
+// downloaded and range-checked (like an embedding's ids); the kept rows are gathered
+// (gather_fwd_f32), and per row mx = reduce_max_fwd_f32, e = exp_fwd_f32(z − mx),
+// sum = reduce_sum_fwd_f32(e) (row order from zero, fp32, as the cpu),
+// loss_r = (log(sum) + mx) − z[label] and dz = (e · (1/sum)) · grad_scale, scattered
+// (unsorted_scatter_add_fwd_f32) into a zero-filled dlogits, then −grad_scale added at each
+// label. The fp64 sum of the loss rows has no TPC form: the m row losses are downloaded and
+// summed on the host in row order, and the 4-byte loss_sum uploaded. 0 + x and x + (−g)
+// equal the cpu's x and x − g bitwise when grad_scale > 0 (no −0 arises); any other
+// grad_scale runs as a host op.
 Status HpuDevice::softmax_cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& loss_sum,
                                         const Tensor& dlogits, float grad_scale, std::int64_t ignore_index,
                                         StreamId stream) {
-  return host_op("softmax_cross_entropy", stream,
-                 {{&logits, false}, {&labels, false}, {&loss_sum, true}, {&dlogits, true}},
-                 [&](const std::vector<Tensor>& h) {
-                   return host_math_.softmax_cross_entropy(h[0], h[1], h[2], h[3], grad_scale, ignore_index,
-                                                           kComputeStream);
-                 });
+  constexpr std::string_view kOp = "softmax_cross_entropy";
+  SHARDLAB_RETURN_IF_ERROR(check_stream(kOp, stream));
+  std::int64_t n, c;
+  SHARDLAB_RETURN_IF_ERROR(check_cross_entropy(kOp, logits, labels, loss_sum, dlogits, &n, &c));
+  if (!(grad_scale > 0.0f) || std::isinf(grad_scale)) {
+    return host_op(kOp, stream, {{&logits, false}, {&labels, false}, {&loss_sum, true}, {&dlogits, true}},
+                   [&](const std::vector<Tensor>& h) {
+                     return host_math_.softmax_cross_entropy(h[0], h[1], h[2], h[3], grad_scale, ignore_index,
+                                                             kComputeStream);
+                   });
+  }
+  for (const Tensor* t : {&logits, &loss_sum, &dlogits}) SHARDLAB_RETURN_IF_ERROR(check_operand(kOp, *t, DType::kF32));
+  SHARDLAB_RETURN_IF_ERROR(check_operand(kOp, labels, DType::kI64));
+  SHARDLAB_ASSIGN_OR_RETURN(const std::vector<std::int64_t> lab, values_to_host<std::int64_t>(*this, labels, stream));
+  SHARDLAB_RETURN_IF_ERROR(check_labels(kOp, lab, c, ignore_index));
+  // index = [the kept rows..., each kept row's label element in the flat logits...].
+  std::vector<std::int64_t> index;
+  for (std::int64_t r = 0; r < n; ++r) {
+    if (lab[static_cast<std::size_t>(r)] != ignore_index) index.push_back(r);
+  }
+  const std::int64_t m = static_cast<std::int64_t>(index.size());
+  for (std::int64_t i = 0; i < m; ++i) {
+    const std::int64_t row = index[static_cast<std::size_t>(i)];
+    index.push_back(row * c + lab[static_cast<std::size_t>(row)]);
+  }
+  if (n * c > 0) SHARDLAB_RETURN_IF_ERROR(fill(dlogits, 0.0f, stream));
+  const float zero = 0.0f;
+  if (m == 0) return values_from_host<float>(*this, std::span<const float>(&zero, 1), loss_sum, stream);
+  SHARDLAB_ASSIGN_OR_RETURN(Tensor idx, empty({2 * m}, DType::kI64, MemoryCategory::kActivations, "ce.index"));
+  SHARDLAB_ASSIGN_OR_RETURN(Tensor rows_idx, idx.narrow(0, m, "ce.rows"));
+  SHARDLAB_ASSIGN_OR_RETURN(Tensor at_idx, idx.narrow(m, m, "ce.labels_at"));
+  SHARDLAB_ASSIGN_OR_RETURN(Tensor row_loss, empty({m}, DType::kF32, MemoryCategory::kActivations, "ce.row_loss"));
+  SHARDLAB_RETURN_IF_ERROR(values_from_host<std::int64_t>(*this, index, idx, stream));
+  const std::string over_classes = param_bytes(ShardlabReductionParams{0});  // innermost first
+  {
+    GraphSpec g{"cross_entropy"};
+    const int tz = g.add("logits", DType::kF32, {n, c}), tflat = g.add("logits_flat", DType::kF32, {n * c, 1}),
+              tr = g.add("rows", DType::kI64, {m}), tat = g.add("labels_at", DType::kI64, {m}),
+              tdz = g.add("dlogits_in", DType::kF32, {n, c}), tdo = g.add("dlogits", DType::kF32, {n, c}),
+              tl = g.add("row_loss", DType::kF32, {m, 1}), c_one = g.add("one", DType::kF32, {1, 1}),
+              c_gs = g.add("grad_scale", DType::kF32, {1, 1});
+    int temps = 0;
+    const auto temp = [&](Shape shape) { return g.temp("t" + std::to_string(temps++), DType::kF32, std::move(shape)); };
+    const int z = temp({m, c}), mx = temp({m, 1}), shifted = temp({m, c}), e = temp({m, c}), sum = temp({m, 1}),
+              inv = temp({m, 1}), lg = temp({m, 1}), lse = temp({m, 1}), picked = temp({m, 1}), p = temp({m, c}),
+              dz = temp({m, c});
+    g.node("gather_fwd_f32", {tz, tr}, {z}, param_bytes(ShardlabGatherParams{1}));
+    g.node("reduce_max_fwd_f32", {z}, {mx}, over_classes);
+    g.node("sub_fwd_f32", {z, mx}, {shifted});
+    g.node("exp_fwd_f32", {shifted}, {e});
+    g.node("reduce_sum_fwd_f32", {e}, {sum}, over_classes);
+    g.node("div_fwd_f32", {c_one, sum}, {inv});
+    g.node("log_fwd_f32", {sum}, {lg});
+    g.node("add_fwd_f32", {lg, mx}, {lse});
+    g.node("gather_fwd_f32", {tflat, tat}, {picked}, param_bytes(ShardlabGatherParams{1}));
+    g.node("sub_fwd_f32", {lse, picked}, {tl});
+    g.node("mult_fwd_f32", {e, inv}, {p});
+    g.node("mult_fwd_f32", {p, c_gs}, {dz});
+    g.node("unsorted_scatter_add_fwd_f32", {tdz, tr, dz}, {tdo});
+    SHARDLAB_ASSIGN_OR_RETURN(Tensor s, scalars(stream, {1.0f, grad_scale}, 2));
+    SHARDLAB_ASSIGN_OR_RETURN(Tensor s_one, s.narrow(0, 1));
+    SHARDLAB_ASSIGN_OR_RETURN(Tensor s_gs, s.narrow(1, 1));
+    SHARDLAB_RETURN_IF_ERROR(run_graph(g,
+                                       {{tz, logits},
+                                        {tflat, logits},
+                                        {tr, rows_idx},
+                                        {tat, at_idx},
+                                        {tdz, dlogits},
+                                        {tdo, dlogits},
+                                        {tl, row_loss},
+                                        {c_one, s_one},
+                                        {c_gs, s_gs}},
+                                       stream));
+  }
+  {
+    // A second launch: it writes the label elements of the dlogits the first one wrote.
+    GraphSpec g{"cross_entropy_label"};
+    const int tin = g.add("dlogits_in", DType::kF32, {n * c, 1}), tout = g.add("dlogits", DType::kF32, {n * c, 1}),
+              tat = g.add("labels_at", DType::kI64, {m}), c_zero = g.add("zero", DType::kF32, {1, 1}),
+              c_gs = g.add("grad_scale", DType::kF32, {1, 1}), neg = g.temp("minus_grad_scale", DType::kF32, {m, 1});
+    g.node("sub_fwd_f32", {c_zero, c_gs}, {neg});
+    g.node("unsorted_scatter_add_fwd_f32", {tin, tat, neg}, {tout});
+    SHARDLAB_ASSIGN_OR_RETURN(Tensor s, scalars(stream, {0.0f, grad_scale}, 2));
+    SHARDLAB_ASSIGN_OR_RETURN(Tensor s_zero, s.narrow(0, 1));
+    SHARDLAB_ASSIGN_OR_RETURN(Tensor s_gs, s.narrow(1, 1));
+    SHARDLAB_RETURN_IF_ERROR(
+        run_graph(g, {{tin, dlogits}, {tout, dlogits}, {tat, at_idx}, {c_zero, s_zero}, {c_gs, s_gs}}, stream));
+  }
+  // Synchronizes the stream: the launches above are done before idx and row_loss are freed.
+  SHARDLAB_ASSIGN_OR_RETURN(const std::vector<float> loss_rows, values_to_host<float>(*this, row_loss, stream));
+  double total = 0.0;
+  for (const float l : loss_rows) total += static_cast<double>(l);
+  const float sum = static_cast<float>(total);
+  return values_from_host<float>(*this, std::span<const float>(&sum, 1), loss_sum, stream);
 }
 
 Status HpuDevice::transpose_1_2(const Tensor& x, const Tensor& y, StreamId stream) {

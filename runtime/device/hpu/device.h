@@ -16,9 +16,11 @@
 //     staging is kept until that stream is next synchronized);
 //   - op scalars (alpha, beta, scale): a few bytes uploaded into the stream's scalar slots
 //     (1-element input tensors, so recipes do not depend on their values);
-//   - host ops (NOTE [HPU host ops] in device.cc): the ops below whose exact contract has
-//     no public TPC kernel download their operands, run the cpu backend's math and upload
-//     what they wrote; stats().host_fallback_ops counts them;
+//   - host ops (NOTE [HPU host ops] in device.cc): the few cases below whose exact
+//     contract has no composition of public kernels download their operands, run the cpu
+//     backend's math and upload what they wrote; stats().host_fallback_ops counts them;
+//   - cross-entropy: the labels come down (range check), the kept rows' indices go up, the
+//     per-row losses come down and their fp64 sum goes up;
 //   - dropout masks: drawn on the host from shardlab's counter-based stream (no public
 //     kernel reproduces it) and uploaded;
 //   - embedding: its ids are downloaded and range-checked before the gather (an
@@ -30,10 +32,13 @@
 // `cast_f32_to_bf16`, …) — one small graph per (op, shapes, dtypes, kernel params),
 // compiled once and cached as a recipe (stats().recipes_compiled counts compilations).
 // Scalars (alpha, beta, scale) are 1-element input tensors so recipes do not depend on
-// their values. Host ops today: HF's masked attention softmax with lowest-float masking
-// and its backward, cross-entropy with ignore_index and fp64 row-order sums,
-// bias_grad/embedding_backward's fixed summation order, the optimizer update, int64
-// fills, overlapping copies, and the degenerate shapes (K = 0 gemms, 0-row LayerNorm
+// their values. Ops without a fused public kernel are graphs of public ones in the cpu
+// backend's operation order: the masked attention softmax and its backward
+// (softmax_fwd/bwd_f32), cross-entropy (NOTE [HPU cross entropy]: only the per-row losses
+// come down, for the fp64 sum), bias and embedding gradients (reduce_sum_fwd_f32,
+// unsorted_scatter_add_fwd_f32) and the optimizer (NOTE [HPU optimizer step]). Host ops
+// today: a masked optimizer update, cross-entropy with a grad_scale that is not positive,
+// int64 fills, overlapping copies, and the degenerate shapes (K = 0 gemms, 0-row LayerNorm
 // backward). Device-to-device copies are DMA (DRAM_TO_DRAM).
 //
 // Before every launch each bound tensor is checked (check_launch_tensor): its byte offset

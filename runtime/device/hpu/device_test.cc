@@ -511,6 +511,11 @@ TEST_F(HpuDeviceTest, ArgumentErrorsLaunchNothing) {
   put(dev(), ids, std::vector<std::int64_t>{0, 9, 1});
   s = dev().embedding(b, ids, out, kComputeStream);
   EXPECT_THAT(s.message(), HasSubstr("id 9 at index 1"));
+  Tensor loss = make(dev(), {1}, DType::kF32, "loss"), dlogits = make(dev(), {3, 5}, DType::kF32, "dlogits");
+  put(dev(), ids, std::vector<std::int64_t>{0, 5, -100});
+  s = dev().softmax_cross_entropy(out, ids, loss, dlogits, 1.0f, -100, kComputeStream);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("label 5 at row 1 is outside [0, 5)"));
   EXPECT_EQ(dev().stats().launches, launches);
 }
 
@@ -671,28 +676,49 @@ TEST_F(HpuOpsTest, LayerNormForwardAndBackward) {
   }
 }
 
-TEST_F(HpuOpsTest, EmbeddingOnDeviceAndHostFallbackOps) {
+TEST_F(HpuOpsTest, LookupsSoftmaxAndLossOnTheDeviceAndHostOps) {
   compare("embedding", {{{11, 4}}, {{7}, DType::kI64, 11}, {{7, 4}}},
           [](Device& d, std::vector<Tensor>& t) { return d.embedding(t[0], t[1], t[2], 0); });
   compare("embedding_backward", {{{7, 4}}, {{7}, DType::kI64, 11}, {{11, 4}}},
           [](Device& d, std::vector<Tensor>& t) { return d.embedding_backward(t[0], t[1], t[2], true, 0); });
   compare("embedding_backward_overwrite", {{{7, 4}}, {{7}, DType::kI64, 3}, {{11, 4}}},
           [](Device& d, std::vector<Tensor>& t) { return d.embedding_backward(t[0], t[1], t[2], false, 0); });
-  compare("bias_grad", {{{5, 6}}, {{6}}},
-          [](Device& d, std::vector<Tensor>& t) { return d.bias_grad(t[0], t[1], false, 0); }, Runs::kHostOp);
-  compare("attention_softmax", {{{2, 2, 3, 5}}, {{2, 5}}, {{2, 2, 3, 5}}},
-          [](Device& d, std::vector<Tensor>& t) {
-            std::vector<float> mask(10);
-            for (std::size_t k = 0; k < mask.size(); ++k) mask[k] = k % 4 == 0 ? 0.0f : 1.0f;
-            if (Status s = values_from_host(d, mask, t[1]); !s.is_ok()) return s;
-            return d.attention_softmax(t[0], t[1], 0.5f, t[2], 0);
-          },
-          Runs::kHostOp);
+  // Composed on the device from public kernels with the cpu backend's bits (NOTE [HPU
+  // cross entropy] and the ops' comments in device.cc).
+  for (const bool accumulate : {false, true}) {
+    compare(std::string("bias_grad") + (accumulate ? "_accumulate" : ""), {{{5, 6}}, {{6}}},
+            [accumulate](Device& d, std::vector<Tensor>& t) { return d.bias_grad(t[0], t[1], accumulate, 0); });
+  }
+  // Row 0 of batch 1 is fully masked (uniform probabilities); the mask holds a 0.5 too.
+  const auto softmax = [](bool in_place) {
+    return [in_place](Device& d, std::vector<Tensor>& t) {
+      std::vector<float> mask(10);
+      for (std::size_t k = 0; k < mask.size(); ++k) mask[k] = k >= 5 ? 0.0f : k % 4 == 0 ? 0.5f : 1.0f;
+      if (Status s = values_from_host(d, mask, t[1]); !s.is_ok()) return s;
+      return d.attention_softmax(t[0], t[1], 0.5f, in_place ? t[0] : t[2], 0);
+    };
+  };
+  compare("attention_softmax", {{{2, 2, 3, 5}}, {{2, 5}}, {{2, 2, 3, 5}}}, softmax(false));
+  compare("attention_softmax_in_place", {{{2, 2, 3, 5}}, {{2, 5}}, {{2, 2, 3, 5}}}, softmax(true));
   compare("attention_softmax_backward", {{{2, 2, 3, 5}}, {{2, 2, 3, 5}}, {{2, 2, 3, 5}}},
-          [](Device& d, std::vector<Tensor>& t) { return d.attention_softmax_backward(t[0], t[1], 0.5f, t[2], 0); },
-          Runs::kHostOp);
+          [](Device& d, std::vector<Tensor>& t) { return d.attention_softmax_backward(t[0], t[1], 0.5f, t[2], 0); });
+  compare("attention_softmax_backward_in_place", {{{2, 2, 3, 5}}, {{2, 2, 3, 5}}},
+          [](Device& d, std::vector<Tensor>& t) { return d.attention_softmax_backward(t[0], t[1], 0.5f, t[1], 0); });
+  // Row 1 carries the ignore index (-100): its dlogits are zero and it adds no loss.
   compare("cross_entropy", {{{6, 5}}, {{6}, DType::kI64, 5, true}, {{1}}, {{6, 5}}},
-          [](Device& d, std::vector<Tensor>& t) { return d.softmax_cross_entropy(t[0], t[1], t[2], t[3], 0.5f, -100, 0); },
+          [](Device& d, std::vector<Tensor>& t) {
+            return d.softmax_cross_entropy(t[0], t[1], t[2], t[3], 0.5f, -100, 0);
+          });
+  compare("cross_entropy_all_ignored", {{{3, 5}}, {{3}, DType::kI64, 5}, {{1}}, {{3, 5}}},
+          [](Device& d, std::vector<Tensor>& t) {
+            if (Status s = values_from_host(d, std::vector<std::int64_t>{7, 7, 7}, t[1]); !s.is_ok()) return s;
+            return d.softmax_cross_entropy(t[0], t[1], t[2], t[3], 0.25f, 7, 0);
+          });
+  // A grad_scale whose sign could make a -0 the composition cannot reproduce: a host op.
+  compare("cross_entropy_negative_scale", {{{6, 5}}, {{6}, DType::kI64, 5, true}, {{1}}, {{6, 5}}},
+          [](Device& d, std::vector<Tensor>& t) {
+            return d.softmax_cross_entropy(t[0], t[1], t[2], t[3], -1.0f, -100, 0);
+          },
           Runs::kHostOp);
   compare("copy", {{{13}}, {{13}}}, [](Device& d, std::vector<Tensor>& t) { return d.copy(t[0], t[1], 0); }, Runs::kDma);
   compare("copy_overlapping", {{{13}}},

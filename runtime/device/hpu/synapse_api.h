@@ -123,6 +123,12 @@ typedef struct ShardlabGatherParams {  // ns_GatherKernel::Params
 typedef struct ShardlabConstantParams {  // ns_ConstantKernel::Params
   float constant;
 } ShardlabConstantParams;
+typedef struct ShardlabReductionParams {  // ns_Reduction::Params
+  unsigned reductionDimension;             // innermost first
+} ShardlabReductionParams;
+typedef struct ShardlabSoftmaxParams {  // ns_Softmax::Params
+  int dim;                              // innermost first
+} ShardlabSoftmaxParams;
 
 // ---- HCCL types ----------------------------------------------------------------------
 typedef struct HcclCommOpaque* hcclComm_t;

@@ -42,6 +42,7 @@
 #include <cstring>
 #include <deque>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -256,7 +257,8 @@ Tensor wrap(std::byte* p, const GraphTensor& t) {
 }
 
 // out = a (op) b with size-1 dims of either input broadcast (fp32), op one of + − × ÷,
-// each rounded to fp32 (IEEE, no fused multiply-add).
+// each rounded to fp32 (IEEE, no fused multiply-add), or 'M': max as (a < b ? b : a), so
+// a NaN in a propagates and a NaN in b does not (std::max's rule).
 void broadcast_binary(const Tensor& a, const Tensor& b, const Tensor& out, char op) {
   const int nd = out.ndim();
   std::vector<std::int64_t> idx(static_cast<std::size_t>(nd), 0);
@@ -270,11 +272,69 @@ void broadcast_binary(const Tensor& a, const Tensor& b, const Tensor& out, char 
       ib = ib * b.dim(d) + (b.dim(d) == 1 ? 0 : idx[static_cast<std::size_t>(d)]);
     }
     const float x = pa[ia], y = pb[ib];
-    po[i] = op == '+' ? x + y : op == '-' ? x - y : op == '*' ? x * y : x / y;
+    po[i] = op == '+' ? x + y : op == '-' ? x - y : op == '*' ? x * y : op == '/' ? x / y : (x < y ? y : x);
     for (int d = nd - 1; d >= 0; --d) {
       if (++idx[static_cast<std::size_t>(d)] < out.dim(d)) break;
       idx[static_cast<std::size_t>(d)] = 0;
     }
+  }
+}
+
+// reduce_sum_fwd_f32 / reduce_max_fwd_f32 of a 2-D tensor over `dim` (innermost first:
+// 0 = along a row, 1 = down a column), kept as a size-1 dim. Our reading of the kernels'
+// order: sequential in index order; the sum starts from +0 in fp32, the max from the first
+// element with std::max's NaN rule. False for other ranks or dims.
+bool reduce(const Tensor& in, const Tensor& out, unsigned dim, bool max) {
+  if (in.ndim() != 2 || dim > 1) return false;
+  const std::int64_t outer = in.dim(0), inner = in.dim(1);
+  const std::int64_t count = dim == 0 ? inner : outer, lines = dim == 0 ? outer : inner;
+  if (out.numel() != lines || count == 0) return false;
+  const float* x = in.data<float>();
+  float* y = out.data<float>();
+  for (std::int64_t l = 0; l < lines; ++l) {
+    const auto at = [&](std::int64_t k) { return dim == 0 ? x[l * inner + k] : x[k * inner + l]; };
+    float acc = max ? at(0) : 0.0f;
+    for (std::int64_t k = max ? 1 : 0; k < count; ++k) acc = max ? std::max(acc, at(k)) : acc + at(k);
+    y[l] = acc;
+  }
+  return true;
+}
+
+// softmax_fwd_f32 / softmax_bwd_f32 along the innermost dim (the only `dim` supported).
+// Our reading: forward y = exp(x − mx) · fp32(1 / Σ) with mx folded from the lowest finite
+// float and Σ summed in fp64 in index order; backward dx = y · (dy − fp32(Σ y·dy)), the dot
+// in fp64. (The cpu backend's attention softmax contract; hardware sums differently, within
+// the hpu label's tolerance.)
+void softmax_rows(const Tensor& x, const Tensor& y) {
+  const std::int64_t cols = x.dim(-1), rows = cols == 0 ? 0 : x.numel() / cols;
+  const float* in = x.data<float>();
+  float* out = y.data<float>();
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float* row = in + r * cols;
+    float* orow = out + r * cols;
+    float mx = std::numeric_limits<float>::lowest();
+    for (std::int64_t j = 0; j < cols; ++j) mx = std::max(mx, row[j]);
+    double sum = 0.0;
+    for (std::int64_t j = 0; j < cols; ++j) {
+      orow[j] = std::exp(row[j] - mx);
+      sum += orow[j];
+    }
+    const float inv = static_cast<float>(1.0 / sum);
+    for (std::int64_t j = 0; j < cols; ++j) orow[j] *= inv;
+  }
+}
+
+void softmax_backward_rows(const Tensor& y, const Tensor& dy, const Tensor& dx) {
+  const std::int64_t cols = y.dim(-1), rows = cols == 0 ? 0 : y.numel() / cols;
+  const float* p = y.data<float>();
+  const float* dp = dy.data<float>();
+  float* out = dx.data<float>();
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const std::int64_t off = r * cols;
+    double dot = 0.0;
+    for (std::int64_t j = 0; j < cols; ++j) dot += static_cast<double>(p[off + j]) * dp[off + j];
+    const float d = static_cast<float>(dot);
+    for (std::int64_t j = 0; j < cols; ++j) out[off + j] = p[off + j] * (dp[off + j] - d);
   }
 }
 
@@ -306,6 +366,8 @@ void permute(const Tensor& in, const Tensor& out, const synTransposeParams& p) {
 bool known_guid(const std::string& g) {
   static const std::set<std::string> kKnown = {
       "gemm", "batch_gemm", "mult_fwd_f32", "add_fwd_f32", "sub_fwd_f32", "div_fwd_f32", "sqrt_fwd_f32",
+      "max_fwd_f32", "exp_fwd_f32", "log_fwd_f32", "reduce_sum_fwd_f32", "reduce_max_fwd_f32", "softmax_fwd_f32",
+      "softmax_bwd_f32",
       "unsorted_scatter_add_fwd_f32", "relu_fwd_f32", "relu_bwd_f32", "gelu_fwd_f32",
       "gelu_bwd_f32", "tanh_fwd_f32", "tanh_bwd_f32", "layer_norm_fwd_f32", "layer_norm_bwd_f32", "transpose",
       "gather_fwd_f32", "constant_f32", "constant_bf16", "constant_f16", "cast_f32_to_bf16", "cast_bf16_to_f32",
@@ -335,10 +397,28 @@ bool run_node(const Node& n, const std::vector<Tensor>& t) {
                     : math.batched_gemm(in(0), p.transpose_a, in(1), p.transpose_b, out(0), 1.0f, 0.0f, 0);
   } else if (g == "mult_fwd_f32" || g == "add_fwd_f32" || g == "sub_fwd_f32" || g == "div_fwd_f32") {
     broadcast_binary(in(0), in(1), out(0), g[0] == 'm' ? '*' : g[0] == 'a' ? '+' : g[0] == 's' ? '-' : '/');
-  } else if (g == "sqrt_fwd_f32") {
+  } else if (g == "max_fwd_f32") {
+    broadcast_binary(in(0), in(1), out(0), 'M');
+  } else if (g == "sqrt_fwd_f32" || g == "exp_fwd_f32" || g == "log_fwd_f32") {
+    if (in(0).numel() != out(0).numel()) return false;
     const float* x = in(0).data<float>();
     float* y = out(0).data<float>();
-    for (std::int64_t i = 0; i < out(0).numel(); ++i) y[i] = std::sqrt(x[i]);
+    for (std::int64_t i = 0; i < out(0).numel(); ++i) {
+      y[i] = g[0] == 's' ? std::sqrt(x[i]) : g[0] == 'e' ? std::exp(x[i]) : std::log(x[i]);
+    }
+  } else if (g == "reduce_sum_fwd_f32" || g == "reduce_max_fwd_f32") {
+    ShardlabReductionParams p{};
+    std::memcpy(&p, n.params.data(), std::min(n.params.size(), sizeof p));
+    if (!reduce(in(0), out(0), p.reductionDimension, g == "reduce_max_fwd_f32")) return false;
+  } else if (g == "softmax_fwd_f32" || g == "softmax_bwd_f32") {
+    ShardlabSoftmaxParams p{};
+    std::memcpy(&p, n.params.data(), std::min(n.params.size(), sizeof p));
+    if (p.dim != 0 || in(0).ndim() < 1) return false;
+    if (g == "softmax_fwd_f32") {
+      softmax_rows(in(0), out(0));
+    } else {
+      softmax_backward_rows(in(0), in(1), out(0));
+    }
   } else if (g == "unsorted_scatter_add_fwd_f32") {
     // (table, ids, updates) -> table': table' = table, then table'[ids[n]] += updates[n] in
     // order of n (the kernel's order on this double; the contract the runtime relies on).
