@@ -145,7 +145,9 @@ Status want(std::string_view op, const Tensor& t, DType dtype) {
   return Status::ok();
 }
 
-Status want_shape(std::string_view op, const Tensor& t, const Shape& shape, const char* what) {
+}  // namespace
+
+Status expect_shape(std::string_view op, const Tensor& t, const Shape& shape, const char* what) {
   if (t.shape() != shape) {
     return Status::invalid_argument(std::string(op) + ": " + t.describe() + " must be " + shape_to_string(shape) +
                                     " (" + what + ")");
@@ -153,7 +155,7 @@ Status want_shape(std::string_view op, const Tensor& t, const Shape& shape, cons
   return Status::ok();
 }
 
-Status want_numel(std::string_view op, const Tensor& t, std::int64_t numel, const char* what) {
+Status expect_numel(std::string_view op, const Tensor& t, std::int64_t numel, const char* what) {
   if (t.numel() != numel) {
     return Status::invalid_argument(std::string(op) + ": " + t.describe() + " has " + std::to_string(t.numel()) +
                                     " elements; expected " + std::to_string(numel) + " (" + what + ")");
@@ -162,15 +164,13 @@ Status want_numel(std::string_view op, const Tensor& t, std::int64_t numel, cons
 }
 
 // An output must not overlap `input`, except as the very same view when may_alias (in place).
-Status want_no_overlap(std::string_view op, const Tensor& out, const Tensor& input, bool may_alias) {
+Status expect_no_overlap(std::string_view op, const Tensor& out, const Tensor& input, bool may_alias) {
   if (out.overlaps(input) && !(may_alias && out.same_view(input))) {
     return Status::invalid_argument(std::string(op) + ": " + out.describe() + " overlaps " + input.describe() +
                                     (may_alias ? " (only the same view is allowed)" : ""));
   }
   return Status::ok();
 }
-
-}  // namespace
 
 Status check_bias_grad(std::string_view op, const Tensor& dy, const Tensor& dbias) {
   SHARDLAB_RETURN_IF_ERROR(want(op, dy, DType::kF32));
@@ -179,7 +179,7 @@ Status check_bias_grad(std::string_view op, const Tensor& dy, const Tensor& dbia
     return Status::invalid_argument(std::string(op) + ": last dim of " + dy.describe() + " must equal the bias size " +
                                     std::to_string(dbias.numel()));
   }
-  return want_no_overlap(op, dbias, dy, false);
+  return expect_no_overlap(op, dbias, dy, false);
 }
 
 Status check_attention_softmax(std::string_view op, const Tensor& scores, const Tensor& attention_mask,
@@ -190,11 +190,11 @@ Status check_attention_softmax(std::string_view op, const Tensor& scores, const 
   if (scores.ndim() != 4) {
     return Status::invalid_argument(std::string(op) + ": " + scores.describe() + " must be 4-D [B, A, Tq, Tk]");
   }
-  SHARDLAB_RETURN_IF_ERROR(want_shape(op, attention_mask, {scores.dim(0), scores.dim(3)},
+  SHARDLAB_RETURN_IF_ERROR(expect_shape(op, attention_mask, {scores.dim(0), scores.dim(3)},
                                       "the mask is [B, Tk] of scores [B, A, Tq, Tk]"));
-  SHARDLAB_RETURN_IF_ERROR(want_shape(op, probs, scores.shape(), "probs has scores' shape"));
-  SHARDLAB_RETURN_IF_ERROR(want_no_overlap(op, probs, scores, true));
-  return want_no_overlap(op, probs, attention_mask, false);
+  SHARDLAB_RETURN_IF_ERROR(expect_shape(op, probs, scores.shape(), "probs has scores' shape"));
+  SHARDLAB_RETURN_IF_ERROR(expect_no_overlap(op, probs, scores, true));
+  return expect_no_overlap(op, probs, attention_mask, false);
 }
 
 Status check_attention_softmax_backward(std::string_view op, const Tensor& probs, const Tensor& dprobs,
@@ -207,10 +207,10 @@ Status check_attention_softmax_backward(std::string_view op, const Tensor& probs
   *rows = *cols == 0 ? 0 : probs.numel() / *cols;
   SHARDLAB_RETURN_IF_ERROR(want(op, dprobs, DType::kF32));
   SHARDLAB_RETURN_IF_ERROR(want(op, dscores, DType::kF32));
-  SHARDLAB_RETURN_IF_ERROR(want_shape(op, dprobs, probs.shape(), "dprobs has probs' shape"));
-  SHARDLAB_RETURN_IF_ERROR(want_shape(op, dscores, probs.shape(), "dscores has probs' shape"));
-  SHARDLAB_RETURN_IF_ERROR(want_no_overlap(op, dscores, dprobs, true));
-  return want_no_overlap(op, dscores, probs, false);
+  SHARDLAB_RETURN_IF_ERROR(expect_shape(op, dprobs, probs.shape(), "dprobs has probs' shape"));
+  SHARDLAB_RETURN_IF_ERROR(expect_shape(op, dscores, probs.shape(), "dscores has probs' shape"));
+  SHARDLAB_RETURN_IF_ERROR(expect_no_overlap(op, dscores, dprobs, true));
+  return expect_no_overlap(op, dscores, probs, false);
 }
 
 Status check_cross_entropy(std::string_view op, const Tensor& logits, const Tensor& labels, const Tensor& loss_sum,
@@ -222,9 +222,9 @@ Status check_cross_entropy(std::string_view op, const Tensor& logits, const Tens
   SHARDLAB_RETURN_IF_ERROR(want(op, labels, DType::kI64));
   SHARDLAB_RETURN_IF_ERROR(want(op, loss_sum, DType::kF32));
   SHARDLAB_RETURN_IF_ERROR(want(op, dlogits, DType::kF32));
-  SHARDLAB_RETURN_IF_ERROR(want_numel(op, labels, *rows, "one label per row of logits"));
-  SHARDLAB_RETURN_IF_ERROR(want_numel(op, loss_sum, 1, "a scalar"));
-  SHARDLAB_RETURN_IF_ERROR(want_numel(op, dlogits, *rows * *cols, "the shape of logits"));
+  SHARDLAB_RETURN_IF_ERROR(expect_numel(op, labels, *rows, "one label per row of logits"));
+  SHARDLAB_RETURN_IF_ERROR(expect_numel(op, loss_sum, 1, "a scalar"));
+  SHARDLAB_RETURN_IF_ERROR(expect_numel(op, dlogits, *rows * *cols, "the shape of logits"));
   if (dlogits.overlaps(logits) || loss_sum.overlaps(logits) || loss_sum.overlaps(dlogits) ||
       dlogits.overlaps(labels) || loss_sum.overlaps(labels)) {
     return Status::invalid_argument(std::string(op) + ": logits, labels, loss_sum and dlogits must not overlap");

@@ -270,6 +270,13 @@ void draw_dropout_mask(float* out, std::int64_t rows, std::int64_t per_row, floa
 Status check_optimizer_step(std::string_view op, const OptimizerUpdate& u, const Tensor& param, const Tensor& grad,
                             const Tensor& state0, const Tensor& state1);
 
+// Shared argument checks (INVALID_ARGUMENT naming the op): the shape or element count a
+// tensor must have, and that an output does not overlap an input (except as the very same
+// view when may_alias: in place).
+Status expect_shape(std::string_view op, const Tensor& t, const Shape& shape, const char* what);
+Status expect_numel(std::string_view op, const Tensor& t, std::int64_t numel, const char* what);
+Status expect_no_overlap(std::string_view op, const Tensor& out, const Tensor& input, bool may_alias);
+
 // The argument contracts of bias_grad, attention_softmax(_backward) and
 // softmax_cross_entropy, shared by every backend (INVALID_ARGUMENT naming the op): dtypes,
 // shapes and overlaps, not values (a backend range-checks labels where it reads them).

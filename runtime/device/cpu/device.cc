@@ -39,13 +39,6 @@ Status expect_dtype(std::string_view op, const Tensor& t, DType dtype) {
   return Status::ok();
 }
 
-Status expect_numel(std::string_view op, const Tensor& t, std::int64_t numel, const char* what) {
-  if (t.numel() != numel) {
-    return Status::invalid_argument(std::string(op) + ": " + t.describe() + " has " + std::to_string(t.numel()) +
-                                    " elements; expected " + std::to_string(numel) + " (" + what + ")");
-  }
-  return Status::ok();
-}
 
 // Each operand has host bytes (timing mode's phantom tensors have none).
 template <class... T>
@@ -67,22 +60,7 @@ Status as_matrix(std::string_view op, const Tensor& t, std::int64_t* rows, std::
   return Status::ok();
 }
 
-Status expect_shape(std::string_view op, const Tensor& t, const Shape& shape, const char* what) {
-  if (t.shape() != shape) {
-    return Status::invalid_argument(std::string(op) + ": " + t.describe() + " must be " + shape_to_string(shape) + " (" +
-                                    what + ")");
-  }
-  return Status::ok();
-}
 
-// An output must not overlap `input`, except as the very same view when may_alias (in place).
-Status expect_no_overlap(std::string_view op, const Tensor& out, const Tensor& input, bool may_alias) {
-  if (out.overlaps(input) && !(may_alias && out.same_view(input))) {
-    return Status::invalid_argument(std::string(op) + ": " + out.describe() + " overlaps " + input.describe() +
-                                    (may_alias ? " (only the same view is allowed)" : ""));
-  }
-  return Status::ok();
-}
 
 // The last dim of a fp32 tensor, as [rows, cols], or an error.
 Status as_rows(std::string_view op, const Tensor& t, std::int64_t* rows, std::int64_t* cols) {

@@ -62,21 +62,7 @@ std::string hex(const std::string& bytes) {
 
 Shape ones(int rank) { return Shape(static_cast<std::size_t>(rank), 1); }
 
-Status overlap_error(std::string_view op, const Tensor& out, const Tensor& in, bool same_view_ok) {
-  if (out.overlaps(in) && !(same_view_ok && out.same_view(in))) {
-    return Status::invalid_argument(std::string(op) + ": " + out.describe() + " overlaps " + in.describe() +
-                                    (same_view_ok ? " (only the same view is allowed)" : ""));
-  }
-  return Status::ok();
-}
 
-Status numel_error(std::string_view op, const Tensor& t, std::int64_t numel, const char* what) {
-  if (t.numel() != numel) {
-    return Status::invalid_argument(std::string(op) + ": " + t.describe() + " has " + std::to_string(t.numel()) +
-                                    " elements; expected " + std::to_string(numel) + " (" + what + ")");
-  }
-  return Status::ok();
-}
 
 }  // namespace
 
@@ -713,7 +699,7 @@ Status HpuDevice::copy(const Tensor& src, const Tensor& dst, StreamId stream) {
     return Status::invalid_argument("copy: " + src.describe() + " and " + dst.describe() +
                                     " have different dtypes (use cast)");
   }
-  SHARDLAB_RETURN_IF_ERROR(numel_error(kOp, dst, src.numel(), "the source's element count"));
+  SHARDLAB_RETURN_IF_ERROR(expect_numel(kOp, dst, src.numel(), "the source's element count"));
   // Across the seam: a host-visible tensor of another device on one side (the contract in device.h).
   const auto bytes_of = [](const Tensor& t) {
     return std::span<std::byte>(t.bytes(), static_cast<std::size_t>(t.nbytes()));
@@ -771,8 +757,8 @@ Status HpuDevice::axpy(float alpha, const Tensor& x, const Tensor& y, StreamId s
   SHARDLAB_RETURN_IF_ERROR(check_stream(kOp, stream));
   SHARDLAB_RETURN_IF_ERROR(check_operand(kOp, x, DType::kF32));
   SHARDLAB_RETURN_IF_ERROR(check_operand(kOp, y, DType::kF32));
-  SHARDLAB_RETURN_IF_ERROR(numel_error(kOp, y, x.numel(), "x's element count"));
-  SHARDLAB_RETURN_IF_ERROR(overlap_error(kOp, y, x, true));
+  SHARDLAB_RETURN_IF_ERROR(expect_numel(kOp, y, x.numel(), "x's element count"));
+  SHARDLAB_RETURN_IF_ERROR(expect_no_overlap(kOp, y, x, true));
   if (x.numel() == 0) return Status::ok();
   const std::int64_t n = x.numel();
   SHARDLAB_ASSIGN_OR_RETURN(Tensor s, scalars(stream, {alpha}, 1));
@@ -973,8 +959,8 @@ Status HpuDevice::activation(Activation act, const Tensor& x, const Tensor& y, S
   SHARDLAB_RETURN_IF_ERROR(check_stream(kOp, stream));
   SHARDLAB_RETURN_IF_ERROR(check_operand(kOp, x, DType::kF32));
   SHARDLAB_RETURN_IF_ERROR(check_operand(kOp, y, DType::kF32));
-  SHARDLAB_RETURN_IF_ERROR(numel_error(kOp, y, x.numel(), "x's element count"));
-  SHARDLAB_RETURN_IF_ERROR(overlap_error(kOp, y, x, true));
+  SHARDLAB_RETURN_IF_ERROR(expect_numel(kOp, y, x.numel(), "x's element count"));
+  SHARDLAB_RETURN_IF_ERROR(expect_no_overlap(kOp, y, x, true));
   const std::int64_t n = x.numel();
   if (n == 0) return Status::ok();
   std::string params;
@@ -990,10 +976,10 @@ Status HpuDevice::activation_backward(Activation act, const Tensor& x, const Ten
   constexpr std::string_view kOp = "activation_backward";
   SHARDLAB_RETURN_IF_ERROR(check_stream(kOp, stream));
   for (const Tensor* t : {&x, &dy, &dx}) SHARDLAB_RETURN_IF_ERROR(check_operand(kOp, *t, DType::kF32));
-  SHARDLAB_RETURN_IF_ERROR(numel_error(kOp, dy, x.numel(), "x's element count"));
-  SHARDLAB_RETURN_IF_ERROR(numel_error(kOp, dx, x.numel(), "x's element count"));
-  SHARDLAB_RETURN_IF_ERROR(overlap_error(kOp, dx, dy, true));
-  SHARDLAB_RETURN_IF_ERROR(overlap_error(kOp, dx, x, false));
+  SHARDLAB_RETURN_IF_ERROR(expect_numel(kOp, dy, x.numel(), "x's element count"));
+  SHARDLAB_RETURN_IF_ERROR(expect_numel(kOp, dx, x.numel(), "x's element count"));
+  SHARDLAB_RETURN_IF_ERROR(expect_no_overlap(kOp, dx, dy, true));
+  SHARDLAB_RETURN_IF_ERROR(expect_no_overlap(kOp, dx, x, false));
   const std::int64_t n = x.numel();
   if (n == 0) return Status::ok();
   std::string params;
@@ -1013,20 +999,20 @@ Status HpuDevice::layer_norm(const Tensor& x, const Tensor& gamma, const Tensor&
   }
   if (x.ndim() < 1) return Status::invalid_argument("layer_norm: " + x.describe() + " must have a last dim");
   const std::int64_t h = x.dim(-1), rows = h == 0 ? 0 : x.numel() / h;
-  SHARDLAB_RETURN_IF_ERROR(numel_error(kOp, gamma, h, "gamma is [H]"));
-  SHARDLAB_RETURN_IF_ERROR(numel_error(kOp, beta, h, "beta is [H]"));
-  SHARDLAB_RETURN_IF_ERROR(numel_error(kOp, y, x.numel(), "y has x's shape"));
-  SHARDLAB_RETURN_IF_ERROR(numel_error(kOp, mean, rows, "one mean per row"));
-  SHARDLAB_RETURN_IF_ERROR(numel_error(kOp, rstd, rows, "one rstd per row"));
-  SHARDLAB_RETURN_IF_ERROR(overlap_error(kOp, y, x, true));
+  SHARDLAB_RETURN_IF_ERROR(expect_numel(kOp, gamma, h, "gamma is [H]"));
+  SHARDLAB_RETURN_IF_ERROR(expect_numel(kOp, beta, h, "beta is [H]"));
+  SHARDLAB_RETURN_IF_ERROR(expect_numel(kOp, y, x.numel(), "y has x's shape"));
+  SHARDLAB_RETURN_IF_ERROR(expect_numel(kOp, mean, rows, "one mean per row"));
+  SHARDLAB_RETURN_IF_ERROR(expect_numel(kOp, rstd, rows, "one rstd per row"));
+  SHARDLAB_RETURN_IF_ERROR(expect_no_overlap(kOp, y, x, true));
   for (const Tensor* out : {&y, &mean, &rstd}) {
-    for (const Tensor* in : {&gamma, &beta}) SHARDLAB_RETURN_IF_ERROR(overlap_error(kOp, *out, *in, false));
+    for (const Tensor* in : {&gamma, &beta}) SHARDLAB_RETURN_IF_ERROR(expect_no_overlap(kOp, *out, *in, false));
   }
   for (const Tensor* in : {&x, &y}) {
-    SHARDLAB_RETURN_IF_ERROR(overlap_error(kOp, mean, *in, false));
-    SHARDLAB_RETURN_IF_ERROR(overlap_error(kOp, rstd, *in, false));
+    SHARDLAB_RETURN_IF_ERROR(expect_no_overlap(kOp, mean, *in, false));
+    SHARDLAB_RETURN_IF_ERROR(expect_no_overlap(kOp, rstd, *in, false));
   }
-  SHARDLAB_RETURN_IF_ERROR(overlap_error(kOp, mean, rstd, false));
+  SHARDLAB_RETURN_IF_ERROR(expect_no_overlap(kOp, mean, rstd, false));
   if (rows == 0 || h == 0) return Status::ok();
   GraphSpec g{"layer_norm"};
   const int tx = g.add("x", DType::kF32, {rows, h}), tb = g.add("beta", DType::kF32, {h}),
@@ -1054,19 +1040,19 @@ Status HpuDevice::layer_norm_backward(const Tensor& x, const Tensor& dy, const T
   }
   if (x.ndim() < 1) return Status::invalid_argument("layer_norm_backward: " + x.describe() + " must have a last dim");
   const std::int64_t h = x.dim(-1), rows = h == 0 ? 0 : x.numel() / h;
-  SHARDLAB_RETURN_IF_ERROR(numel_error(kOp, dy, x.numel(), "dy has x's shape"));
-  SHARDLAB_RETURN_IF_ERROR(numel_error(kOp, dx, x.numel(), "dx has x's shape"));
-  SHARDLAB_RETURN_IF_ERROR(numel_error(kOp, mean, rows, "one mean per row"));
-  SHARDLAB_RETURN_IF_ERROR(numel_error(kOp, rstd, rows, "one rstd per row"));
-  for (const Tensor* t : {&gamma, &dgamma, &dbeta}) SHARDLAB_RETURN_IF_ERROR(numel_error(kOp, *t, h, "[H]"));
-  SHARDLAB_RETURN_IF_ERROR(overlap_error(kOp, dx, dy, true));
-  for (const Tensor* in : {&x, &mean, &rstd, &gamma}) SHARDLAB_RETURN_IF_ERROR(overlap_error(kOp, dx, *in, false));
+  SHARDLAB_RETURN_IF_ERROR(expect_numel(kOp, dy, x.numel(), "dy has x's shape"));
+  SHARDLAB_RETURN_IF_ERROR(expect_numel(kOp, dx, x.numel(), "dx has x's shape"));
+  SHARDLAB_RETURN_IF_ERROR(expect_numel(kOp, mean, rows, "one mean per row"));
+  SHARDLAB_RETURN_IF_ERROR(expect_numel(kOp, rstd, rows, "one rstd per row"));
+  for (const Tensor* t : {&gamma, &dgamma, &dbeta}) SHARDLAB_RETURN_IF_ERROR(expect_numel(kOp, *t, h, "[H]"));
+  SHARDLAB_RETURN_IF_ERROR(expect_no_overlap(kOp, dx, dy, true));
+  for (const Tensor* in : {&x, &mean, &rstd, &gamma}) SHARDLAB_RETURN_IF_ERROR(expect_no_overlap(kOp, dx, *in, false));
   for (const Tensor* out : {&dgamma, &dbeta}) {
     for (const Tensor* other : {&x, &dy, &mean, &rstd, &gamma, &dx}) {
-      SHARDLAB_RETURN_IF_ERROR(overlap_error(kOp, *out, *other, false));
+      SHARDLAB_RETURN_IF_ERROR(expect_no_overlap(kOp, *out, *other, false));
     }
   }
-  SHARDLAB_RETURN_IF_ERROR(overlap_error(kOp, dgamma, dbeta, false));
+  SHARDLAB_RETURN_IF_ERROR(expect_no_overlap(kOp, dgamma, dbeta, false));
   if (h == 0) return Status::ok();
   if (rows == 0) {
     return host_op(kOp, stream,
@@ -1169,9 +1155,9 @@ Status HpuDevice::check_lookup(std::string_view op, const Tensor& table, const T
                                     " rows of H = " + std::to_string(h) + " (one per id; the table is " +
                                     shape_to_string(table.shape()) + ")");
   }
-  SHARDLAB_RETURN_IF_ERROR(overlap_error(op, rows, table, false));
-  SHARDLAB_RETURN_IF_ERROR(overlap_error(op, rows, ids, false));
-  SHARDLAB_RETURN_IF_ERROR(overlap_error(op, table, ids, false));
+  SHARDLAB_RETURN_IF_ERROR(expect_no_overlap(op, rows, table, false));
+  SHARDLAB_RETURN_IF_ERROR(expect_no_overlap(op, rows, ids, false));
+  SHARDLAB_RETURN_IF_ERROR(expect_no_overlap(op, table, ids, false));
   // The ids are range-checked on the host before anything runs (an out-of-range gather or
   // scatter on the device would touch arbitrary memory).
   SHARDLAB_ASSIGN_OR_RETURN(const std::vector<std::int64_t> id, values_to_host<std::int64_t>(*this, ids, stream));
@@ -1350,8 +1336,8 @@ Status HpuDevice::multiply(const Tensor& a, const Tensor& b, const Tensor& c, St
   constexpr std::string_view kOp = "multiply";
   SHARDLAB_RETURN_IF_ERROR(check_stream(kOp, stream));
   for (const Tensor* t : {&a, &b, &c}) SHARDLAB_RETURN_IF_ERROR(check_operand(kOp, *t, DType::kF32));
-  SHARDLAB_RETURN_IF_ERROR(numel_error(kOp, b, a.numel(), "a's element count"));
-  SHARDLAB_RETURN_IF_ERROR(numel_error(kOp, c, a.numel(), "a's element count"));
+  SHARDLAB_RETURN_IF_ERROR(expect_numel(kOp, b, a.numel(), "a's element count"));
+  SHARDLAB_RETURN_IF_ERROR(expect_numel(kOp, c, a.numel(), "a's element count"));
   if ((c.overlaps(a) && !c.same_view(a)) || (c.overlaps(b) && !c.same_view(b))) {
     return Status::invalid_argument(std::string(kOp) + ": c partially overlaps an input");
   }
