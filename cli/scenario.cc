@@ -1334,6 +1334,10 @@ std::vector<KeyDef> build_schema() {
                {"fsdp_forward_prefetch"}),
           leaf("limit_all_gathers", bool_setter([](S& s) -> bool& { return s.fsdp.limit_all_gathers; }),
                {"at most two all-gathers in flight", "FSDP(limit_all_gathers=…)"}),
+          leaf("async_reduction", bool_setter([](S& s) -> bool& { return s.fsdp.async_reduction; }),
+               {"wait for each gradient reduction one unit later and at the end of backward (false: where it is "
+                "issued, no overlap)",
+                "PyTorch FSDP's post-backward stream; DeepSpeed zero_optimization.overlap_comm"}),
           leaf("use_orig_params", bool_setter([](S& s) -> bool& { return s.fsdp.use_orig_params; }),
                {"pad each parameter to 16 bytes in the flat parameter, as PyTorch does in this mode",
                 "FSDP(use_orig_params=…); accelerate fsdp_use_orig_params"},
@@ -2247,6 +2251,7 @@ std::string to_yaml(const Scenario& s) {
   o << "  backward_prefetch: " << s.fsdp.backward_prefetch << "\n";
   o << "  forward_prefetch: " << yaml_bool(s.fsdp.forward_prefetch) << "\n";
   o << "  limit_all_gathers: " << yaml_bool(s.fsdp.limit_all_gathers) << "\n";
+  o << "  async_reduction: " << yaml_bool(s.fsdp.async_reduction) << "\n";
   o << "  use_orig_params: " << yaml_bool(s.fsdp.use_orig_params) << "\n";
   if (!s.fsdp.device_id.empty()) o << "  device_id: " << yaml_string(s.fsdp.device_id) << "\n";
   o << "  sync_module_states: " << yaml_bool(s.fsdp.sync_module_states) << "\n";

@@ -85,6 +85,7 @@ struct Scenario {
     std::string backward_prefetch = "BACKWARD_PRE";  // BACKWARD_PRE | BACKWARD_POST | NONE (accelerate: NO_PREFETCH)
     bool forward_prefetch = false;
     bool limit_all_gathers = true;
+    bool async_reduction = true;
     bool use_orig_params = true;
     bool sync_module_states = false;
     // PyTorch's device_id: "" (not given: the compute device), hpu, hpu:N, cpu, or

@@ -271,6 +271,7 @@ Status scenario_to_run_args(const Scenario& s, RunArgs& a) {
   o.fsdp.collective_timeout = static_cast<Nanos>(std::llround(s.world.collective_timeout_s * 1e9));
   o.fsdp.forward_prefetch = s.fsdp.forward_prefetch;
   o.fsdp.limit_all_gathers = s.fsdp.limit_all_gathers;
+  o.fsdp.async_reduction = s.fsdp.async_reduction;
   o.fsdp.sync_module_states = s.fsdp.sync_module_states;
   if (!s.fsdp.device_id.empty()) {
     if (s.fsdp.device_id != "local_rank") {

@@ -127,6 +127,7 @@ fsdp:
   backward_prefetch: BACKWARD_POST
   forward_prefetch: true
   limit_all_gathers: false
+  async_reduction: false
   use_orig_params: false
   sync_module_states: true
   cpu_offload: true
@@ -196,6 +197,7 @@ expect:
   EXPECT_EQ(s.fsdp.backward_prefetch, "BACKWARD_POST");
   EXPECT_TRUE(s.fsdp.forward_prefetch);
   EXPECT_FALSE(s.fsdp.limit_all_gathers);
+  EXPECT_FALSE(s.fsdp.async_reduction);
   EXPECT_FALSE(s.fsdp.use_orig_params);
   EXPECT_TRUE(s.fsdp.sync_module_states);
   EXPECT_TRUE(s.fsdp.cpu_offload);
@@ -214,13 +216,13 @@ expect:
   EXPECT_EQ(s.faults[0].rank, 7);
   EXPECT_EQ(s.faults[0].step, 6);
   EXPECT_EQ(s.faults[0].time_ms, -1.0);
-  EXPECT_EQ(s.faults[0].pos.to_string(), file + ":51:5");
+  EXPECT_EQ(s.faults[0].pos.to_string(), file + ":52:5");
   EXPECT_EQ(s.faults[1].kind, "link_degrade");  // the old spelling is an alias
   EXPECT_EQ(s.faults[1].link, "0-7");
   EXPECT_EQ(s.faults[1].rank, -1);
   EXPECT_EQ(s.faults[1].time_ms, 12.5);
   EXPECT_EQ(s.faults[1].factor, 0.25);
-  EXPECT_EQ(s.faults[1].pos.to_string(), file + ":52:5");
+  EXPECT_EQ(s.faults[1].pos.to_string(), file + ":53:5");
   EXPECT_EQ(s.faults[2].factor, 2.0);
   EXPECT_EQ(s.checkpoint.dir, path("ckpt"));
   EXPECT_EQ(s.checkpoint.every_steps, 2);
@@ -233,7 +235,7 @@ expect:
   EXPECT_EQ(s.expect.max_step_time_s, 1.5);
   EXPECT_EQ(s.expect.final_loss_below, 9.75);
   EXPECT_EQ(s.where("train.optimizer.lr").to_string(), file + ":21:9");
-  EXPECT_EQ(s.where("faults[1].link").to_string(), file + ":53:11");
+  EXPECT_EQ(s.where("faults[1].link").to_string(), file + ":54:11");
 
   // Round trip: the canonical YAML reads back to the same scenario.
   auto again = parse_scenario(file, to_yaml(s));

@@ -35,6 +35,7 @@ void describe_run(const RunArgs& a, RunRecord& r) {
             {"backward_prefetch", runtime::fsdp::prefetch_name(a.train.fsdp.backward_prefetch)},
             {"forward_prefetch", a.train.fsdp.forward_prefetch},
             {"limit_all_gathers", a.train.fsdp.limit_all_gathers},
+            {"async_reduction", a.train.fsdp.async_reduction},
             {"devices_per_node", a.train.fsdp.devices_per_node > 0 ? a.train.fsdp.devices_per_node : a.world_size},
             {"grad_accumulation", a.train.grad_accumulation}};
   r.flops_per_step = analytic_step_flops(a.train);

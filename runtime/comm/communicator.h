@@ -45,6 +45,16 @@ class Work {
   // Clock. Returns the operation's status, or TIMEOUT naming the operation, the rank and
   // the group. Calling wait again after completion returns the same status.
   virtual Status wait(Nanos timeout) = 0;
+  // Orders everything issued afterwards on the compute stream of the device that owns
+  // the operation's tensors after the operation, like c10d's Work::wait on a device
+  // stream: an accelerator backend makes its compute stream wait for the operation's
+  // completion event and returns without blocking the host (hccl). The default blocks
+  // the host in wait(timeout), which is the same thing where the host is the compute
+  // stream (cpu, mpi, the simulator, whose compute stream is the rank's virtual clock).
+  // A non-OK status means the operation failed or could not be ordered; OK does not
+  // mean it completed, so the caller still calls wait() later (with a timeout) to learn
+  // its final status and before it releases the tensors.
+  virtual Status wait_on_compute(Nanos timeout) { return wait(timeout); }
   // Non-blocking: true once wait() would return without blocking.
   virtual bool is_completed() = 0;
   // The error of an operation that failed before anything was issued (bad arguments, a

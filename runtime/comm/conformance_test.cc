@@ -204,6 +204,32 @@ TEST_P(CommConformance, BarrierAndManyOutstandingWorksWaitedInReverse) {
   });
 }
 
+// Work::wait_on_compute: device work issued afterwards on the compute stream sees the
+// collective's result, and a later wait() still reports the operation's status.
+TEST_P(CommConformance, WaitOnComputeOrdersLaterDeviceWork) {
+  run([&](RankEnv& env) {
+    const int w = env.comm.size(), r = env.comm.rank();
+    const std::int64_t n = 257;
+    Tensor in = make(env, n, DType::kF32, "in"), out = make(env, n * w, DType::kF32, "out");
+    std::vector<float> mine(static_cast<std::size_t>(n));
+    for (std::int64_t i = 0; i < n; ++i) mine[static_cast<std::size_t>(i)] = static_cast<float>(value(r, i));
+    ASSERT_TRUE(device::values_from_host(env.device, mine, in).is_ok());
+    const WorkPtr work = env.comm.all_gather_into(out, in);
+    const Status ordered = work->wait_on_compute(kLong);
+    ASSERT_TRUE(ordered.is_ok()) << ordered.to_string();
+    ASSERT_TRUE(env.device.scale(out, 2.0f).is_ok());
+    expect_ok(work, "all_gather after wait_on_compute");
+    const auto got = device::values_to_host<float>(env.device, out);
+    ASSERT_TRUE(got.is_ok()) << got.status().to_string();
+    for (int src = 0; src < w; ++src) {
+      for (std::int64_t i = 0; i < n; ++i) {
+        ASSERT_EQ((*got)[static_cast<std::size_t>(src * n + i)], 2.0f * static_cast<float>(value(src, i)))
+            << "src=" << src << " i=" << i;
+      }
+    }
+  });
+}
+
 TEST_P(CommConformance, SendRecvRingKeepsOrderPerTag) {
   run([&](RankEnv& env) {
     const int w = env.comm.size(), r = env.comm.rank();

@@ -34,7 +34,7 @@ struct FlatParameter {
   Tensor gathered;    // [W·S] in param_dtype while the all-gather is in flight
   Tensor full;        // [W·S] fp32 compute buffer while unsharded
   Tensor full_grad;   // [W·S] during backward (and across no_sync micro-batches)
-  comm::WorkPtr gather;  // the in-flight all-gather while kUnsharding
+  comm::WorkPtr gather;  // the all-gather from unshard until reshard's host wait
   UnitState state = UnitState::kSharded;
   bool has_trainable = false;           // any parameter with requires_grad
   std::vector<std::uint8_t> trainable;  // [S]: 1 where this rank's shard holds a trainable element

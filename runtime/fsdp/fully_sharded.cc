@@ -382,10 +382,20 @@ Status FullyShardedModel::wait_unsharded(int unit) {
   FlatParameter& fp = units_[static_cast<std::size_t>(unit)];
   if (fp.state == UnitState::kSharded) SHARDLAB_RETURN_IF_ERROR(unshard(unit, false));
   if (fp.state == UnitState::kUnsharding) {
+    // NOTE [Unshard wait on the compute stream]: as PyTorch FSDP makes its compute stream
+    // wait for the unshard stream, the all-gather is ordered before the unit's compute on
+    // the device (Work::wait_on_compute; the host goes on issuing where the backend can);
+    // the host waits for it, with the collective timeout, only in reshard, after the
+    // unit's compute has been issued, so a missing peer still ends in TIMEOUT. A Work
+    // that is complete already (every backend whose compute stream is the host) is
+    // retired at once, so it holds no buffer longer than a blocking wait would.
     PhaseScope phase(options_, {"unshard_wait", unit, phase_name(state_), "all_gather"});
-    Status s = fp.gather->wait(options_.collective_timeout);
+    Status s = fp.gather->wait_on_compute(options_.collective_timeout);
+    if (s.is_ok() && fp.gather->is_completed()) {
+      s = fp.gather->wait(options_.collective_timeout);
+      fp.gather.reset();
+    }
     if (!s.is_ok()) return s.with_context("FSDP unshard of unit " + std::to_string(unit));
-    fp.gather.reset();
     if (options_.param_dtype == DType::kF32) {
       fp.full = fp.gathered;
     } else {
@@ -414,6 +424,11 @@ Status FullyShardedModel::reshard(int unit) {
   }
   PhaseScope phase(options_, {"reshard", unit, phase_name(state_)});
   if (fp.state == UnitState::kUnsharding) SHARDLAB_RETURN_IF_ERROR(wait_unsharded(unit));
+  if (fp.gather) {  // NOTE [Unshard wait on the compute stream]
+    Status s = fp.gather->wait(options_.collective_timeout);
+    fp.gather.reset();
+    if (!s.is_ok()) return s.with_context("FSDP unshard of unit " + std::to_string(unit));
+  }
   SHARDLAB_CHECK_EQ(fp.shard.numel(), fp.layout.shard_numel());
   fp.full = Tensor();
   fp.state = UnitState::kSharded;
@@ -615,6 +630,7 @@ Status FullyShardedModel::reduce_grad(int unit) {
     }
     pending_reductions_.push_back(std::move(r));
   }
+  if (!options_.async_reduction) return drain_reductions();
   // Every older reduction moves on one stage; the newest overlaps the next unit's backward.
   for (std::size_t i = 0; i + 1 < pending_reductions_.size();) {
     bool finished = false;

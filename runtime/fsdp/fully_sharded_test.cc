@@ -345,6 +345,93 @@ TEST(FsdpStateMachine, UsingAParameterOutsideItsUnitsHooksIsAnError) {
   for (const auto& r : results) EXPECT_TRUE(r.status.is_ok()) << r.status.to_string();
 }
 
+// A communicator whose all-gathers behave like an accelerator's: wait_on_compute only
+// orders the compute stream (here: completes the inner operation, so the data is there)
+// and the Work still reports "not completed" to the host until wait() is called. Every
+// call lands in `log`; `fail_wait` makes the host wait of all-gathers fail.
+class StreamOrderedComm final : public comm::Communicator {
+ public:
+  StreamOrderedComm(comm::Communicator& inner, std::vector<std::string>& log, bool fail_wait)
+      : inner_(inner), log_(log), fail_wait_(fail_wait) {}
+  int rank() const override { return inner_.rank(); }
+  int size() const override { return inner_.size(); }
+  const std::string& group_name() const override { return inner_.group_name(); }
+  comm::WorkPtr all_gather_into(const Tensor& output, const Tensor& input) override {
+    log_.push_back("all_gather");
+    return std::make_shared<DeviceWork>(inner_.all_gather_into(output, input), log_, fail_wait_);
+  }
+  comm::WorkPtr reduce_scatter(const Tensor& o, const Tensor& i, comm::ReduceOp op) override {
+    return inner_.reduce_scatter(o, i, op);
+  }
+  comm::WorkPtr all_reduce(const Tensor& t, comm::ReduceOp op) override { return inner_.all_reduce(t, op); }
+  comm::WorkPtr broadcast(const Tensor& t, int root) override { return inner_.broadcast(t, root); }
+  comm::WorkPtr barrier() override { return inner_.barrier(); }
+  comm::WorkPtr send(const Tensor& t, int peer, int tag) override { return inner_.send(t, peer, tag); }
+  comm::WorkPtr recv(const Tensor& t, int peer, int tag) override { return inner_.recv(t, peer, tag); }
+  Result<std::unique_ptr<comm::Communicator>> split(int color, int key) override { return inner_.split(color, key); }
+
+ private:
+  class DeviceWork final : public comm::Work {
+   public:
+    DeviceWork(comm::WorkPtr inner, std::vector<std::string>& log, bool fail)
+        : inner_(std::move(inner)), log_(log), fail_(fail) {}
+    Status wait_on_compute(Nanos timeout) override {
+      log_.push_back("wait_on_compute");
+      return inner_->wait(timeout);
+    }
+    Status wait(Nanos timeout) override {
+      log_.push_back("wait");
+      waited_ = true;
+      const Status s = inner_->wait(timeout);
+      return s.is_ok() && fail_ ? Status::timeout("all_gather: the peer never arrived") : s;
+    }
+    bool is_completed() override { return waited_; }
+
+   private:
+    comm::WorkPtr inner_;
+    std::vector<std::string>& log_;
+    bool fail_;
+    bool waited_ = false;
+  };
+  comm::Communicator& inner_;
+  std::vector<std::string>& log_;
+  bool fail_wait_;
+};
+
+// NOTE [Unshard wait on the compute stream]: a unit's parameters are usable after
+// wait_on_compute alone; the host waits for the all-gather only when the unit reshards,
+// and a failure found there stops the iteration with the unit named.
+TEST(FsdpUnshardWait, TheComputeStreamWaitsAndTheHostWaitsOnlyAtReshard) {
+  for (const bool fail : {false, true}) {
+    SCOPED_TRACE(fail ? "host wait fails" : "host wait succeeds");
+    std::vector<std::string> log;
+    const auto results = with_fsdp(2, FsdpOptions{}, [&](sim::RankContext& ctx, FullyShardedModel&) -> Status {
+      std::vector<std::string> mine;
+      StreamOrderedComm comm(ctx.comm, mine, fail);
+      SHARDLAB_ASSIGN_OR_RETURN(Tensor init, ctx.device.empty({18}, DType::kF32, MemoryCategory::kOther, "init"));
+      for (int i = 0; i < 18; ++i) init.data<float>()[i] = static_cast<float>(i);
+      SHARDLAB_ASSIGN_OR_RETURN(auto m, FullyShardedModel::create(comm, ctx.device, specs(), WrapPlan::per_layer(2),
+                                                                  FsdpOptions{}, init));
+      mine.clear();
+      SHARDLAB_RETURN_IF_ERROR(m->begin_iteration());
+      SHARDLAB_RETURN_IF_ERROR(m->pre_forward(0));
+      mine.push_back("pre_forward");
+      SHARDLAB_ASSIGN_OR_RETURN(Tensor w, m->param(0));
+      if (w.data<float>()[4] != 4.0f) return Status::internal("a.weight[1][1] is not the gathered value");
+      mine.push_back("param");
+      const Status post = m->post_forward(0);
+      if (ctx.rank == 0) log = mine;
+      if (!fail) return post;
+      if (post.code() != StatusCode::kTimeout || post.message().find("FSDP unshard of unit 0") == std::string::npos) {
+        return Status::internal("post_forward returned " + post.to_string());
+      }
+      return Status::ok();
+    });
+    expect_ok(results);
+    EXPECT_EQ(log, (std::vector<std::string>{"all_gather", "wait_on_compute", "pre_forward", "param", "wait"}));
+  }
+}
+
 train::FsdpTrainOptions small_run() {
   train::FsdpTrainOptions o;
   o.model.num_hidden_layers = 2;
@@ -537,6 +624,60 @@ TEST(FsdpAsyncReduction, EachReductionOverlapsTheNextUnitsBackward) {
     EXPECT_LE(most, 2) << "at most two units' unsharded gradients in flight";
     EXPECT_EQ(in_flight, 0);
   }
+}
+
+// FsdpOptions::async_reduction = false waits for each reduction where it is issued (the
+// A/B switch for measuring the overlap): the same bits, step times no shorter.
+TEST(FsdpAsyncReduction, TurnedOffEachReductionIsWaitedWhereItIsIssuedWithTheSameBits) {
+  struct Run {
+    std::vector<std::string> events;  // rank 0: reduce_grad / reduce_grad_wait begins
+    std::vector<double> losses;
+    std::vector<float> params, grads;
+    Nanos last_step = 0;
+  };
+  auto run = [](bool async) {
+    Run out;
+    sim::WorldOptions wo;
+    wo.world_size = 4;
+    sim::World w(wo);
+    train::FsdpTrainOptions o = small_run();
+    o.model.num_hidden_layers = 4;
+    o.gather_results = true;
+    o.fsdp.async_reduction = async;
+    const auto results = w.run([&](sim::RankContext& ctx) -> Status {
+      train::FsdpTrainOptions mine = o;
+      if (ctx.rank == 0) {
+        mine.fsdp.on_fsdp_event = [&](const FsdpEvent& e) {
+          const std::string name = e.name;
+          if (e.begin && name.starts_with("reduce_grad")) out.events.push_back(name + ":" + std::to_string(e.unit));
+        };
+      }
+      SHARDLAB_ASSIGN_OR_RETURN(train::FsdpTrainResult r, train::train_fsdp(ctx.comm, ctx.device, ctx.clock, mine));
+      if (ctx.rank == 0) {
+        out.losses = r.losses;
+        out.params = r.final_params;
+        out.grads = r.last_grads;
+        out.last_step = r.step_times.back();
+      }
+      return Status::ok();
+    });
+    for (const auto& r : results) EXPECT_TRUE(r.status.is_ok()) << r.status.to_string();
+    return out;
+  };
+  const Run async = run(true), blocking = run(false);
+  ASSERT_FALSE(blocking.events.empty());
+  for (std::size_t i = 0; i < blocking.events.size(); i += 2) {
+    const std::string issued = blocking.events[i];
+    ASSERT_TRUE(issued.starts_with("reduce_grad:")) << issued;
+    ASSERT_LT(i + 1, blocking.events.size());
+    EXPECT_EQ(blocking.events[i + 1], "reduce_grad_wait:" + issued.substr(issued.find(':') + 1))
+        << "event " << i + 1 << ": the reduction is not waited for right after it is issued";
+  }
+  EXPECT_NE(async.events, blocking.events);
+  EXPECT_EQ(async.losses, blocking.losses);
+  EXPECT_EQ(async.params, blocking.params);
+  EXPECT_EQ(async.grads, blocking.grads);
+  EXPECT_GE(blocking.last_step, async.last_step);
 }
 
 // small_run with 256-wide layers: shards large enough that transfers show.

@@ -56,6 +56,10 @@ struct FsdpOptions {
   // At most 2 non-root units unsharded at once (PyTorch's limit_all_gathers rate limiter);
   // a prefetch that would exceed it is skipped (prefetch costs memory, never correctness).
   bool limit_all_gathers = true;
+  // NOTE [Asynchronous gradient reduction] in fully_sharded.cc: a unit's reduction is
+  // waited one unit later and at the end of backward. false waits for it where it is
+  // issued (DeepSpeed's overlap_comm: false): the same results, no overlap; for A/B runs.
+  bool async_reduction = true;
   // use_orig_params alignment: 16 bytes (PyTorch) or 0.
   std::int64_t align_bytes = 16;
   // HYBRID_SHARD / _HYBRID_SHARD_ZERO2: ranks per node (shard group size); must divide the world size.

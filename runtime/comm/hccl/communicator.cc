@@ -26,10 +26,21 @@ struct HcclShared {
 
   // Operations whose Work was dropped (or failed) before the device finished them.
   struct Orphan {
-    std::vector<synEventHandle> events;  // the last one is the completion event
+    std::vector<synEventHandle> events;  // the last one is the completion event or the compute fence
     std::vector<Tensor> keep;
   };
   std::vector<Orphan> orphans;
+
+  // Destroys the events of orphans the device has finished (never after an abort: the
+  // device may still write into their buffers).
+  void reap() {
+    if (aborted) return;
+    std::erase_if(orphans, [&](Orphan& o) {
+      if (!o.events.empty() && api->synEventQuery(o.events.back()) != synSuccess) return false;
+      for (synEventHandle e : o.events) api->synEventDestroy(e);
+      return true;
+    });
+  }
 
   // Orphans of an aborted communicator: their events are destroyed when the device closes.
   struct Abandoned {
@@ -127,7 +138,10 @@ class HcclWork final : public Work {
         finish_(std::move(finish)) {}
 
   ~HcclWork() override {
-    if (!done_) shared_->orphans.push_back({std::move(events_), std::move(keep_)});
+    if (!done_) {
+      take_fence();
+      shared_->orphans.push_back({std::move(events_), std::move(keep_)});
+    }
   }
 
   Status wait(Nanos timeout) override {
@@ -141,6 +155,35 @@ class HcclWork final : public Work {
       }
       std::this_thread::yield();
     }
+  }
+
+  // The compute stream waits for the completion event on the device; the host goes on.
+  // A fence recorded on the compute stream after that wait tells when the events may be
+  // destroyed (complete()): the compute stream has passed the wait.
+  Status wait_on_compute(Nanos timeout) override {
+    if (done_) return status_;
+    if (fence_ != nullptr) return Status::ok();  // already ordered
+    if (finish_) return wait(timeout);             // kAvg finishes on the host
+    const SynapseApi& api = *shared_->api;
+    if (shared_->aborted) {
+      fail(Status::failed_precondition(what_ + ": the communicator was aborted: " + shared_->abort_reason));
+      return status_;
+    }
+    synEventHandle fence = nullptr;
+    int st = api.synStreamWaitEvent(shared_->compute, events_.back(), 0);
+    if (st == synSuccess) st = api.synEventCreate(&fence, shared_->device, 0);
+    if (st == synSuccess) {
+      fence_ = fence;
+      st = api.synEventRecord(fence, shared_->compute);
+    }
+    if (st != synSuccess) {
+      const Status s = synapse_error("synStreamWaitEvent on the compute stream (" + what_ + ")", st,
+                                     "the communicator was aborted with hcclCommAbort so that no rank hangs");
+      shared_->abort(s.message());
+      fail(s);
+      return status_;
+    }
+    return Status::ok();
   }
 
   bool is_completed() override { return done_ || poll(); }
@@ -182,7 +225,12 @@ class HcclWork final : public Work {
   void complete(Status s) {
     done_ = true;
     status_ = std::move(s);
-    for (synEventHandle e : events_) shared_->api->synEventDestroy(e);
+    take_fence();
+    if (shared_->api->synEventQuery(events_.back()) != synSuccess) {
+      shared_->orphans.push_back({std::move(events_), std::move(keep_)});  // the compute stream has not passed the wait
+    } else {
+      for (synEventHandle e : events_) shared_->api->synEventDestroy(e);
+    }
     events_.clear();
     keep_.clear();
     finish_ = nullptr;
@@ -192,8 +240,15 @@ class HcclWork final : public Work {
   void fail(Status s) {
     done_ = true;
     status_ = std::move(s);
+    take_fence();
     shared_->orphans.push_back({std::move(events_), std::move(keep_)});
     finish_ = nullptr;
+  }
+
+  // The fence becomes the last event, so an orphan is done when the compute stream is.
+  void take_fence() {
+    if (fence_ != nullptr) events_.push_back(fence_);
+    fence_ = nullptr;
   }
 
   std::shared_ptr<HcclShared> shared_;
@@ -202,6 +257,7 @@ class HcclWork final : public Work {
   std::vector<synEventHandle> events_;
   std::vector<Tensor> keep_;
   Finish finish_;
+  synEventHandle fence_ = nullptr;  // recorded on the compute stream by wait_on_compute
   bool done_ = false;
   Status status_;
 };
@@ -308,6 +364,7 @@ WorkPtr HcclCommunicator::launch(Plan p) {
     return completed_work(Status::failed_precondition(p.what + ": the communicator was aborted earlier: " +
                                                       shared_->abort_reason));
   }
+  shared_->reap();
   const SynapseApi& api = *shared_->api;
   std::vector<synEventHandle> events;
   auto fail = [&](Status s) {

@@ -22,6 +22,9 @@
 //      asks hcclCommGetAsyncError; an asynchronous error, or any failing hccl* call, makes
 //      the communicator call hcclCommAbort (so no rank hangs on it) and every later
 //      operation fails with FAILED_PRECONDITION naming the first failure.
+//   4. Work::wait_on_compute makes the compute stream wait for the completion event
+//      (synStreamWaitEvent) and records a fence after it, without blocking the host; the
+//      events and buffers live until the host's wait() and the fence have both passed.
 // kAvg is a sum followed by the mpi backend's division, through the host (FSDP never asks
 // for it; see divide_on_host in communicator.cc). barrier()
 // is an all-reduce of one element. Tensors must live in the HpuDevice's memory.

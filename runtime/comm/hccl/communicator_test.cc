@@ -6,6 +6,7 @@
 // worst result of the world.
 #include "runtime/comm/hccl/communicator.h"
 
+#include <dlfcn.h>
 #include <mpi.h>
 
 #include <cstdio>
@@ -116,6 +117,48 @@ TEST_F(HcclCommunicatorTest, AnAsynchronousFailureAbortsOnEveryRankWithoutHangin
   EXPECT_THAT(s.message(), HasSubstr("hcclRemoteError"));
   EXPECT_TRUE(comm_->aborted());
   EXPECT_EQ(comm_->all_reduce(out, ReduceOp::kSum)->wait(kLong).code(), StatusCode::kFailedPrecondition);
+}
+
+// The double's call log (fake mode only).
+std::string fake_log() {
+  void* h = dlopen(SHARDLAB_FAKE_SYNAPSE_PATH, RTLD_NOW | RTLD_NOLOAD);
+  if (!h) return "";
+  auto fn = reinterpret_cast<const char* (*)()>(dlsym(h, "shardlab_fake_synapse_log"));
+  std::string out = fn ? fn() : "";
+  dlclose(h);
+  return out;
+}
+void clear_fake_log() {
+  void* h = dlopen(SHARDLAB_FAKE_SYNAPSE_PATH, RTLD_NOW | RTLD_NOLOAD);
+  if (!h) return;
+  if (auto fn = reinterpret_cast<void (*)()>(dlsym(h, "shardlab_fake_synapse_clear_log"))) fn();
+  dlclose(h);
+}
+
+// wait_on_compute orders the compute stream after the collective on the device: the
+// host never polls the completion event, and with the double's lazy streams (nothing
+// runs before a synchronize) the compute stream's next op still reads the gathered data.
+TEST_F(HcclCommunicatorTest, WaitOnComputeMakesTheComputeStreamWaitWithoutTheHost) {
+  if (device::hpu::testing::real_target()) GTEST_SKIP() << "fake-only: reads the test double's call log";
+  setenv("SHARDLAB_FAKE_SYNAPSE_LAZY", "1", 1);
+  const int w = comm_->size(), r = comm_->rank();
+  device::Device& dev = g_process->context->device();
+  Tensor in = make(3, DType::kF32, "in"), out = make(3 * w, DType::kF32, "out");
+  ASSERT_TRUE(device::values_from_host(dev, std::vector<float>(3, static_cast<float>(r + 1)), in).is_ok());
+  clear_fake_log();
+  const WorkPtr work = comm_->all_gather_into(out, in);
+  const Status ordered = work->wait_on_compute(kLong);
+  const std::string log = fake_log();
+  ASSERT_TRUE(ordered.is_ok()) << ordered.to_string();
+  EXPECT_THAT(log, HasSubstr("hcclAllGather\nsynEventCreate\nsynEventRecord\nsynStreamWaitEvent\n"));
+  EXPECT_THAT(log, ::testing::Not(HasSubstr("synEventQuery")));
+  EXPECT_THAT(log, ::testing::Not(HasSubstr("synStreamSynchronize")));
+  ASSERT_TRUE(dev.scale(out, 2.0f).is_ok());
+  const auto got = device::values_to_host<float>(dev, out);
+  unsetenv("SHARDLAB_FAKE_SYNAPSE_LAZY");
+  ASSERT_TRUE(got.is_ok()) << got.status().to_string();
+  for (int src = 0; src < w; ++src) EXPECT_EQ((*got)[static_cast<std::size_t>(3 * src + 2)], 2.0f * (src + 1));
+  EXPECT_TRUE(work->wait(kLong).is_ok());
 }
 
 TEST_F(HcclCommunicatorTest, HcclCommIdReplacesTheUniqueIdBroadcast) {
