@@ -151,8 +151,8 @@ Status TracingDevice::multiply(const Tensor& a, const Tensor& b, const Tensor& c
 }
 Status TracingDevice::optimizer_step(const runtime::device::OptimizerUpdate& update, const Tensor& param,
                                      const Tensor& grad, const Tensor& state0, const Tensor& state1,
-                                     const std::uint8_t* mask, StreamId stream) {
-  SHARDLAB_TRACED("optimizer_step", optimizer_step(update, param, grad, state0, state1, mask, stream), &param, &grad,
+                                     StreamId stream) {
+  SHARDLAB_TRACED("optimizer_step", optimizer_step(update, param, grad, state0, state1, stream), &param, &grad,
                   &state0, &state1);
 }
 #undef SHARDLAB_TRACED

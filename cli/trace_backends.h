@@ -87,8 +87,7 @@ class TracingDevice final : public runtime::device::Device {
   Status dropout_mask(const Tensor& mask, float p, const Rng& base, std::int64_t first_row, std::uint64_t site,
                       StreamId stream) override;
   Status optimizer_step(const runtime::device::OptimizerUpdate& update, const Tensor& param, const Tensor& grad,
-                        const Tensor& state0, const Tensor& state1, const std::uint8_t* mask,
-                        StreamId stream) override;
+                        const Tensor& state0, const Tensor& state1, StreamId stream) override;
 
  private:
   // Runs `op` and, when it succeeds, records it from `start` with the tensors' shapes.

@@ -179,9 +179,6 @@ Result<OpFactors> measure_op_factors(runtime::device::Device& device, const Cloc
   SHARDLAB_ASSIGN_OR_RETURN(Tensor state1, make({shard}, DType::kF32, 0.0f));
   SHARDLAB_ASSIGN_OR_RETURN(Tensor param, make({shard}, DType::kF32, 0.5f));
   SHARDLAB_ASSIGN_OR_RETURN(Tensor grad, make({shard}, DType::kF32, 0.01f));
-  // FSDP passes the shard's trainable mask on every step (runtime/fsdp/fully_sharded.cc),
-  // so the update is timed with one (all trainable).
-  const std::vector<std::uint8_t> trainable(static_cast<std::size_t>(shard), 1);
   // Attention: [1, A, 128, 128] scores with an all-ones mask over 128 keys.
   const std::int64_t heads = std::max<std::int64_t>(1, n / (h * h));
   SHARDLAB_ASSIGN_OR_RETURN(Tensor scores, make({1, heads, h, h}, DType::kF32, 0.1f));
@@ -222,7 +219,7 @@ Result<OpFactors> measure_op_factors(runtime::device::Device& device, const Cloc
       {"multiply", [&](auto& d) { return d.multiply(x, dy, y, kComputeStream); }},
       {"optimizer_step",
        [&](auto& d) {
-         return d.optimizer_step(adamw, param, grad, state0, state1, trainable.data(), kComputeStream);
+         return d.optimizer_step(adamw, param, grad, state0, state1, kComputeStream);
        }},
       {"scale", [&](auto& d) { return d.scale(y, 1.0f, kComputeStream); }},
       {"softmax_cross_entropy",

@@ -303,15 +303,15 @@ Status SimDevice::dropout_mask(const Tensor& mask, float p, const Rng& base, std
 // elements are charged too: a device streams the whole slice.
 Status SimDevice::optimizer_step(const runtime::device::OptimizerUpdate& update, const Tensor& param,
                                  const Tensor& grad, const Tensor& state0, const Tensor& state1,
-                                 const std::uint8_t* mask, StreamId stream) {
+                                 StreamId stream) {
   note_shapes({&param, &grad, &state0, &state1});
   const double n = static_cast<double>(param.numel());
   const bool adamw = update.kind == runtime::device::OptimizerKind::kAdamW;
   const double state_tensors = (state0.defined() ? 1.0 : 0.0) + (state1.defined() ? 1.0 : 0.0);
   const double flops = adamw ? 14.0 * n
                              : (2.0 + (update.weight_decay != 0.0f ? 2.0 : 0.0) + (state0.defined() ? 2.0 : 0.0)) * n;
-  const double bytes = (3.0 + 2.0 * state_tensors) * 4.0 * n + (mask != nullptr ? n : 0.0);
-  return charge("optimizer_step", inner_.optimizer_step(update, param, grad, state0, state1, mask, stream), flops,
+  const double bytes = (3.0 + 2.0 * state_tensors) * 4.0 * n;
+  return charge("optimizer_step", inner_.optimizer_step(update, param, grad, state0, state1, stream), flops,
                 bytes, false, param);
 }
 

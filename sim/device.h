@@ -165,8 +165,7 @@ class SimDevice final : public runtime::device::Device {
   Status dropout_mask(const Tensor& mask, float p, const Rng& base, std::int64_t first_row, std::uint64_t site,
                       runtime::device::StreamId stream) override;
   Status optimizer_step(const runtime::device::OptimizerUpdate& update, const Tensor& param, const Tensor& grad,
-                        const Tensor& state0, const Tensor& state1, const std::uint8_t* mask,
-                        runtime::device::StreamId stream) override;
+                        const Tensor& state0, const Tensor& state1, runtime::device::StreamId stream) override;
 
  private:
   // Charges an op's roofline time when it succeeded: matrix ops at the profile's matrix

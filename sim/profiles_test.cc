@@ -286,12 +286,12 @@ TEST(DeviceProfiles, OptimizerStepIsChargedAsOneStreamingVectorOp) {
   const Nanos start = clock.now();  // after the zero fills
   runtime::device::OptimizerUpdate adamw;
   adamw.kind = runtime::device::OptimizerKind::kAdamW;
-  ASSERT_TRUE(dev.optimizer_step(adamw, p, g, m, v, nullptr, runtime::device::kComputeStream).is_ok());
+  ASSERT_TRUE(dev.optimizer_step(adamw, p, g, m, v, runtime::device::kComputeStream).is_ok());
   // Reads p, g, m, v and writes p, m, v: 28 bytes and 14 flops per element.
   EXPECT_EQ(clock.now() - start, g2.op_time(14.0 * 1000, 28.0 * 1000, ComputeUnit::kVector, DType::kF32));
   const Nanos before = clock.now();
   runtime::device::OptimizerUpdate sgd;  // plain SGD: read p and g, write p
-  ASSERT_TRUE(dev.optimizer_step(sgd, p, g, Tensor(), Tensor(), nullptr, runtime::device::kComputeStream).is_ok());
+  ASSERT_TRUE(dev.optimizer_step(sgd, p, g, Tensor(), Tensor(), runtime::device::kComputeStream).is_ok());
   EXPECT_EQ(clock.now() - before, g2.op_time(2.0 * 1000, 12.0 * 1000, ComputeUnit::kVector, DType::kF32));
 }
 
@@ -528,10 +528,10 @@ TEST(DeviceProfiles, SimDeviceUsesPerOpComputeFactorKeys) {
   // AdamW: 14000 flops = 700 ns × 3 = 2100 ns > 28000 bytes = 1400 ns.
   runtime::device::OptimizerUpdate adamw;
   adamw.kind = runtime::device::OptimizerKind::kAdamW;
-  EXPECT_EQ(timed([&] { return dev.optimizer_step(adamw, x, dy, m, v, nullptr, runtime::device::kComputeStream); }), 2000 + 2100);
+  EXPECT_EQ(timed([&] { return dev.optimizer_step(adamw, x, dy, m, v, runtime::device::kComputeStream); }), 2000 + 2100);
   // SGD: 2000 flops = 100 ns × 3 = 300 ns < 12000 bytes = 600 ns: still memory bound.
   runtime::device::OptimizerUpdate sgd;
-  EXPECT_EQ(timed([&] { return dev.optimizer_step(sgd, x, dy, Tensor(), Tensor(), nullptr, runtime::device::kComputeStream); }), 2000 + 600);
+  EXPECT_EQ(timed([&] { return dev.optimizer_step(sgd, x, dy, Tensor(), Tensor(), runtime::device::kComputeStream); }), 2000 + 600);
 }
 
 DeviceProfile profile_with_new_fields() {

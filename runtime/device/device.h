@@ -232,11 +232,10 @@ class Device {
   // so that it runs — and is charged, in the simulator — where the shard lives. param, grad
   // and the state tensors are fp32 with the same element count and do not overlap; the state
   // is SGD with momentum: [momentum_buffer]; SGD without: none (state0/state1 undefined);
-  // AdamW: [exp_avg, exp_avg_sq]. `mask`, when not null, has one byte per element: elements
-  // whose byte is 0 (frozen parameters, padding) are left untouched, state included.
+  // AdamW: [exp_avg, exp_avg_sq]. Every element is updated: frozen parameters and padding
+  // are left out by passing views of the runs to update (Optimizer::step), never a mask.
   virtual Status optimizer_step(const OptimizerUpdate& update, const Tensor& param, const Tensor& grad,
-                                const Tensor& state0, const Tensor& state1, const std::uint8_t* mask,
-                                StreamId stream = kComputeStream) = 0;
+                                const Tensor& state0, const Tensor& state1, StreamId stream = kComputeStream) = 0;
 };
 
 // Typed host access (NOTE [Host access]): T must be the tensor's element type (float for

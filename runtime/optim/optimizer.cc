@@ -51,7 +51,7 @@ Status Optimizer::step(const Tensor& param, const Tensor& grad, const std::vecto
     const Tensor none;
     if (begin == 0 && count == param.numel()) {
       return dev_->optimizer_step(u, param, grad, state_.empty() ? none : state_[0],
-                                  state_.size() > 1 ? state_[1] : none, nullptr);
+                                  state_.size() > 1 ? state_[1] : none);
     }
     SHARDLAB_ASSIGN_OR_RETURN(Tensor p, param.narrow(begin, count, param.name()));
     SHARDLAB_ASSIGN_OR_RETURN(Tensor g, grad.narrow(begin, count, grad.name()));
@@ -62,7 +62,7 @@ Status Optimizer::step(const Tensor& param, const Tensor& grad, const std::vecto
     if (state_.size() > 1) {
       SHARDLAB_ASSIGN_OR_RETURN(s1, state_[1].narrow(begin, count, state_[1].name()));
     }
-    return dev_->optimizer_step(u, p, g, s0, s1, nullptr);
+    return dev_->optimizer_step(u, p, g, s0, s1);
   };
   if (mask == nullptr) {
     SHARDLAB_RETURN_IF_ERROR(update(0, param.numel()));

@@ -806,41 +806,26 @@ Status CpuDevice::dropout_mask(const Tensor& mask, float p, const Rng& base, std
 }
 
 namespace {
-// AdamW over n elements; with kMasked, an element whose mask byte is 0 keeps its values
-// (frozen). Branch-free (a blend, not a skip), and the operands are distinct tensors
-// (optimizer_step checks they do not overlap), so both forms vectorize: FSDP passes a
-// mask on every step. This file is built with -fno-math-errno, so sqrt has a vector form;
-// IEEE sqrt and division are correctly rounded either way: the bits equal the scalar loop's.
-template <bool kMasked>
+// AdamW over n elements. The operands are distinct tensors (optimizer_step checks they do
+// not overlap), so the loop vectorizes. This file is built with -fno-math-errno, so sqrt
+// has a vector form; IEEE sqrt and division are correctly rounded either way: the bits
+// equal the scalar loop's.
 void adamw_update(std::int64_t n, float* __restrict p, const float* __restrict g, float* __restrict m,
-                  float* __restrict v, const std::uint8_t* __restrict mask, float decay, float beta1, float beta2,
-                  float eps, float step_size, float bc2_sqrt) {
+                  float* __restrict v, float decay, float beta1, float beta2, float eps, float step_size,
+                  float bc2_sqrt) {
   for (std::int64_t i = 0; i < n; ++i) {
     const float mi = beta1 * m[i] + (1.0f - beta1) * g[i];
     const float vi = beta2 * v[i] + (1.0f - beta2) * g[i] * g[i];
     const float pi = p[i] * decay - step_size * mi / (std::sqrt(vi) / bc2_sqrt + eps);
-    if constexpr (kMasked) {
-      // A bitwise select (all ones keeps the new value): no conditional store, so no
-      // control flow for the vectorizer, and exact for every value, NaN and inf included.
-      const std::uint32_t on = 0u - static_cast<std::uint32_t>(mask[i] != 0);
-      const auto pick = [on](float fresh, float old) {
-        return std::bit_cast<float>((std::bit_cast<std::uint32_t>(fresh) & on) |
-                                    (std::bit_cast<std::uint32_t>(old) & ~on));
-      };
-      m[i] = pick(mi, m[i]);
-      v[i] = pick(vi, v[i]);
-      p[i] = pick(pi, p[i]);
-    } else {
-      m[i] = mi;
-      v[i] = vi;
-      p[i] = pi;
-    }
+    m[i] = mi;
+    v[i] = vi;
+    p[i] = pi;
   }
 }
 }  // namespace
 
 Status CpuDevice::optimizer_step(const OptimizerUpdate& u, const Tensor& param, const Tensor& grad, const Tensor& state0,
-                                 const Tensor& state1, const std::uint8_t* mask, StreamId stream) {
+                                 const Tensor& state1, StreamId stream) {
   SHARDLAB_RETURN_IF_ERROR(check_views("optimizer_step", param, grad, state0, state1));
   constexpr std::string_view kOp = "optimizer_step";
   SHARDLAB_RETURN_IF_ERROR(check_stream(kOp, stream));
@@ -856,7 +841,6 @@ Status CpuDevice::optimizer_step(const OptimizerUpdate& u, const Tensor& param, 
   if (!adamw) {
     float* buf = n_state == 1 ? state0.data<float>() : nullptr;
     for (std::int64_t i = 0; i < n; ++i) {
-      if (mask && !mask[i]) continue;
       float d = g[i];
       if (u.weight_decay != 0.0f) d += u.weight_decay * p[i];
       if (buf) {
@@ -874,11 +858,7 @@ Status CpuDevice::optimizer_step(const OptimizerUpdate& u, const Tensor& param, 
   const float step_size = static_cast<float>(u.lr / bc1);
   const float bc2_sqrt = static_cast<float>(std::sqrt(bc2));
   const float decay = 1.0f - u.lr * u.weight_decay;
-  if (mask == nullptr) {
-    adamw_update<false>(n, p, g, m, v, nullptr, decay, u.beta1, u.beta2, u.eps, step_size, bc2_sqrt);
-  } else {
-    adamw_update<true>(n, p, g, m, v, mask, decay, u.beta1, u.beta2, u.eps, step_size, bc2_sqrt);
-  }
+  adamw_update(n, p, g, m, v, decay, u.beta1, u.beta2, u.eps, step_size, bc2_sqrt);
   return Status::ok();
 }
 

@@ -84,7 +84,7 @@ class CpuDevice final : public Device {
   Status dropout_mask(const Tensor& mask, float p, const Rng& base, std::int64_t first_row, std::uint64_t site,
                       StreamId stream) override;
   Status optimizer_step(const OptimizerUpdate& update, const Tensor& param, const Tensor& grad, const Tensor& state0,
-                        const Tensor& state1, const std::uint8_t* mask, StreamId stream) override;
+                        const Tensor& state1, StreamId stream) override;
 
  private:
   Status check_stream(std::string_view op, StreamId stream) const;

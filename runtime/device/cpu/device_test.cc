@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "runtime/core/rng.h"
+#include "runtime/optim/optimizer.h"
 
 namespace shardlab::runtime::device::cpu {
 namespace {
@@ -821,7 +822,7 @@ TEST(CpuGemmTest, EigenBlocksForThePinnedCacheSizesWhateverTheHost) {
 
 // ---- optimizer_step -------------------------------------------------------------------------
 
-TEST(CpuOptimizerStepTest, AdamWFirstStepIsLrTimesTheSignAndTheMaskFreezes) {
+TEST(CpuOptimizerStepTest, AdamWFirstStepIsLrTimesTheSignAndElementsOutsideTheViewStay) {
   CpuDevice dev;
   const Tensor p = make_f32(dev, {4}, {1.0f, 2.0f, -1.0f, 0.5f}, "p");
   const Tensor g = make_f32(dev, {4}, {0.5f, -2.0f, 1e-3f, 0.25f}, "g");
@@ -831,8 +832,8 @@ TEST(CpuOptimizerStepTest, AdamWFirstStepIsLrTimesTheSignAndTheMaskFreezes) {
   u.lr = 0.1f;
   u.weight_decay = 0.01f;
   u.step = 1;
-  const std::uint8_t mask[4] = {1, 1, 1, 0};
-  ASSERT_TRUE(dev.optimizer_step(u, p, g, m, v, mask, kComputeStream).is_ok());
+  const auto first3 = [](const Tensor& t) { return *t.narrow(0, 3); };
+  ASSERT_TRUE(dev.optimizer_step(u, first3(p), first3(g), first3(m), first3(v), kComputeStream).is_ok());
   // Step 1: bias correction makes m̂ = g and v̂ = g², so p ← p·(1 − lr·wd) − lr·g / (|g| + eps).
   const std::vector<float> gs = {0.5f, -2.0f, 1e-3f};
   const std::vector<float> ps = {1.0f, 2.0f, -1.0f};
@@ -842,14 +843,15 @@ TEST(CpuOptimizerStepTest, AdamWFirstStepIsLrTimesTheSignAndTheMaskFreezes) {
     EXPECT_NEAR(get(m)[i], 0.1 * gs[i], 1e-7) << i;
     EXPECT_NEAR(get(v)[i], 0.001 * gs[i] * gs[i], 2e-5 * 0.001 * gs[i] * gs[i]) << i;  // 1 - 0.999f in fp32
   }
-  EXPECT_EQ(get(p)[3], 0.5f);  // masked: untouched, state included
+  EXPECT_EQ(get(p)[3], 0.5f);  // outside the view: untouched, state included
   EXPECT_EQ(get(m)[3], 0.0f);
   EXPECT_EQ(get(v)[3], 0.0f);
 }
 
-// The update loop is vectorized (masked and unmasked forms, CpuDevice::optimizer_step);
-// every element must still get the bits of the element-by-element formula, and a frozen
-// element keeps its bits exactly — NaN and inf included. Odd sizes exercise the loop tails.
+// The update loop is vectorized (CpuDevice::optimizer_step); every element must still get
+// the bits of the element-by-element formula, NaN and inf included. Odd sizes exercise the
+// loop tails. With a mask (Optimizer::step: the runs of kept elements, one device update
+// each) a frozen element keeps its bits exactly, state included.
 RC_GTEST_PROP(CpuOptimizerStepTest, VectorizedAdamWEqualsTheScalarFormulaBitwise, ()) {
   const std::int64_t n = *rc::gen::inRange<std::int64_t>(1, 300);
   const int step = *rc::gen::inRange(1, 50);
@@ -860,6 +862,10 @@ RC_GTEST_PROP(CpuOptimizerStepTest, VectorizedAdamWEqualsTheScalarFormulaBitwise
   for (std::int64_t i = 0; i < n; ++i) v0.data<float>()[i] = std::fabs(v0.data<float>()[i]);  // a second moment
   std::vector<std::uint8_t> mask(static_cast<std::size_t>(n));
   for (auto& b : mask) b = static_cast<std::uint8_t>(*rc::gen::inRange(0, 3) != 0);
+  optim::OptimizerConfig config;
+  config.kind = OptimizerKind::kAdamW;
+  config.lr = 1e-3f;
+  config.weight_decay = 0.01f;
   p0.data<float>()[0] = std::numeric_limits<float>::quiet_NaN();  // frozen or not, NaN stays NaN
   if (n > 1) p0.data<float>()[1] = std::numeric_limits<float>::infinity();
   OptimizerUpdate u;
@@ -877,8 +883,14 @@ RC_GTEST_PROP(CpuOptimizerStepTest, VectorizedAdamWEqualsTheScalarFormulaBitwise
     return c;
   };
   for (const bool masked : {false, true}) {
-    const Tensor p = copy_of(p0, "p"), m = copy_of(m0, "m"), v = copy_of(v0, "v");
-    RC_ASSERT(dev.optimizer_step(u, p, g, m, v, masked ? mask.data() : nullptr, kComputeStream).is_ok());
+    const Tensor p = copy_of(p0, "p");
+    auto opt = optim::Optimizer::create(dev, config, n, "opt");
+    RC_ASSERT(opt.is_ok());
+    const Tensor m = opt->state()[0], v = opt->state()[1];
+    std::memcpy(m.data<float>(), m0.data<float>(), static_cast<std::size_t>(n) * 4);
+    std::memcpy(v.data<float>(), v0.data<float>(), static_cast<std::size_t>(n) * 4);
+    opt->set_steps(step - 1);
+    RC_ASSERT(opt->step(p, g, masked ? &mask : nullptr).is_ok());
     for (std::int64_t i = 0; i < n; ++i) {
       float pe = p0.data<float>()[i], me = m0.data<float>()[i], ve = v0.data<float>()[i];
       if (!masked || mask[static_cast<std::size_t>(i)]) {
@@ -904,11 +916,11 @@ TEST(CpuOptimizerStepTest, SgdMomentumStartsFromTheGradient) {
   u.kind = OptimizerKind::kSgd;
   u.lr = 0.1f;
   u.momentum = 0.9f;
-  ASSERT_TRUE(dev.optimizer_step(u, p, g, buf, Tensor(), nullptr, kComputeStream).is_ok());
+  ASSERT_TRUE(dev.optimizer_step(u, p, g, buf, Tensor(), kComputeStream).is_ok());
   EXPECT_FLOAT_EQ(get(buf)[0], 0.5f);
   EXPECT_FLOAT_EQ(get(p)[0], 0.95f);
   u.step = 2;
-  ASSERT_TRUE(dev.optimizer_step(u, p, g, buf, Tensor(), nullptr, kComputeStream).is_ok());
+  ASSERT_TRUE(dev.optimizer_step(u, p, g, buf, Tensor(), kComputeStream).is_ok());
   EXPECT_FLOAT_EQ(get(buf)[0], 0.95f);
   EXPECT_FLOAT_EQ(get(p)[0], 0.855f);
 }
@@ -922,19 +934,19 @@ TEST(CpuOptimizerStepTest, RejectsBadOperandsWithoutWriting) {
   OptimizerUpdate adamw;
   adamw.kind = OptimizerKind::kAdamW;
   const auto msg = [&](const Status& s) { return s.is_ok() ? std::string("ok") : s.to_string(); };
-  EXPECT_THAT(msg(dev.optimizer_step(adamw, p, g, m, Tensor(), nullptr, kComputeStream)),
+  EXPECT_THAT(msg(dev.optimizer_step(adamw, p, g, m, Tensor(), kComputeStream)),
               HasSubstr("AdamW needs 2 state tensor(s)"));
-  EXPECT_THAT(msg(dev.optimizer_step(adamw, p, g, m, v2, nullptr, kComputeStream)), HasSubstr("expected 3"));
-  EXPECT_THAT(msg(dev.optimizer_step(adamw, p, b, m, v, nullptr, kComputeStream)),
+  EXPECT_THAT(msg(dev.optimizer_step(adamw, p, g, m, v2, kComputeStream)), HasSubstr("expected 3"));
+  EXPECT_THAT(msg(dev.optimizer_step(adamw, p, b, m, v, kComputeStream)),
               HasSubstr("must be fp32"));
-  EXPECT_THAT(msg(dev.optimizer_step(adamw, p, g, m, m, nullptr, kComputeStream)), HasSubstr("overlaps"));
+  EXPECT_THAT(msg(dev.optimizer_step(adamw, p, g, m, m, kComputeStream)), HasSubstr("overlaps"));
   OptimizerUpdate sgd;
-  EXPECT_THAT(msg(dev.optimizer_step(sgd, p, g, m, Tensor(), nullptr, kComputeStream)),
+  EXPECT_THAT(msg(dev.optimizer_step(sgd, p, g, m, Tensor(), kComputeStream)),
               HasSubstr("SGD needs 0 state tensor(s)"));
   sgd.step = 0;
-  EXPECT_THAT(msg(dev.optimizer_step(sgd, p, g, Tensor(), Tensor(), nullptr, kComputeStream)),
+  EXPECT_THAT(msg(dev.optimizer_step(sgd, p, g, Tensor(), Tensor(), kComputeStream)),
               HasSubstr("step must be >= 1"));
-  EXPECT_THAT(msg(dev.optimizer_step(sgd, p, g, Tensor(), Tensor(), nullptr, 7)), HasSubstr("stream"));
+  EXPECT_THAT(msg(dev.optimizer_step(sgd, p, g, Tensor(), Tensor(), 7)), HasSubstr("stream"));
   EXPECT_EQ(get(p), (std::vector<float>{1, 2, 3}));
 }
 

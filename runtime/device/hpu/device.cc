@@ -1357,17 +1357,10 @@ Status HpuDevice::multiply(const Tensor& a, const Tensor& b, const Tensor& c, St
 // per-step scalars (beta1, 1 - beta1, bias corrections, lr, decay) are computed on the host
 // exactly as the cpu backend computes them and uploaded as 1-element tensors, so one recipe
 // serves every step. Masks never reach the device: Optimizer::step runs the update on the
-// runs of elements a mask keeps. A mask given here is a host op.
+// runs of elements a mask keeps.
 Status HpuDevice::optimizer_step(const OptimizerUpdate& update, const Tensor& param, const Tensor& grad,
-                                 const Tensor& state0, const Tensor& state1, const std::uint8_t* mask,
-                                 StreamId stream) {
+                                 const Tensor& state0, const Tensor& state1, StreamId stream) {
   constexpr std::string_view kOp = "optimizer_step";
-  if (mask != nullptr) {
-    return host_op(kOp, stream, {{&param, true}, {&grad, false}, {&state0, true}, {&state1, true}},
-                   [&](const std::vector<Tensor>& h) {
-                     return host_math_.optimizer_step(update, h[0], h[1], h[2], h[3], mask, kComputeStream);
-                   });
-  }
   SHARDLAB_RETURN_IF_ERROR(check_stream(kOp, stream));
   SHARDLAB_RETURN_IF_ERROR(check_optimizer_step(kOp, update, param, grad, state0, state1));
   for (const Tensor* t : {&param, &grad, &state0, &state1}) {

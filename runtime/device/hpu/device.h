@@ -37,7 +37,7 @@
 // (softmax_fwd/bwd_f32), cross-entropy (NOTE [HPU cross entropy]: only the per-row losses
 // come down, for the fp64 sum), bias and embedding gradients (reduce_sum_fwd_f32,
 // unsorted_scatter_add_fwd_f32) and the optimizer (NOTE [HPU optimizer step]). Host ops
-// today: a masked optimizer update, cross-entropy with a grad_scale that is not positive,
+// today: cross-entropy with a grad_scale that is not positive,
 // int64 fills, overlapping copies, and the degenerate shapes (K = 0 gemms, 0-row LayerNorm
 // backward). Device-to-device copies are DMA (DRAM_TO_DRAM).
 //
@@ -155,7 +155,7 @@ class HpuDevice final : public Device {
   Status transpose_1_2(const Tensor& x, const Tensor& y, StreamId stream) override;
   Status multiply(const Tensor& a, const Tensor& b, const Tensor& c, StreamId stream) override;
   Status optimizer_step(const OptimizerUpdate& update, const Tensor& param, const Tensor& grad, const Tensor& state0,
-                        const Tensor& state1, const std::uint8_t* mask, StreamId stream) override;
+                        const Tensor& state1, StreamId stream) override;
   Status dropout_mask(const Tensor& mask, float p, const Rng& base, std::int64_t first_row, std::uint64_t site,
                       StreamId stream) override;
 
