@@ -59,6 +59,7 @@
 // the same-run ratios absorb). Thread variables are set only in the commands of
 // bench/README.md.
 #include <benchmark/benchmark.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include <Eigen/Core>
@@ -376,16 +377,23 @@ void BM_Step(benchmark::State& state, BertConfig config, double peak_gflops) {
     return;
   }
   ThreadCpuClock clock;
-  double total = 0, embeddings = 0, encoder = 0, head = 0;
+  double total = 0, embeddings = 0, encoder = 0, head = 0, faults = 0, system = 0;
   std::int64_t step = 1;
   for (auto _ : state) {
     timing.reset();
+    rusage before{};
+    getrusage(RUSAGE_THREAD, &before);
     const Nanos t0 = clock.now();
     if (const Status s = t.step(timing, step++, true); !s.is_ok()) {
       state.SkipWithError(s.to_string().c_str());
       break;
     }
     const double seconds = static_cast<double>(clock.now() - t0) / 1e9;
+    rusage after{};
+    getrusage(RUSAGE_THREAD, &after);
+    faults += static_cast<double>(after.ru_minflt - before.ru_minflt);
+    system += static_cast<double>(after.ru_stime.tv_sec - before.ru_stime.tv_sec) +
+              static_cast<double>(after.ru_stime.tv_usec - before.ru_stime.tv_usec) / 1e6;
     state.SetIterationTime(seconds);
     total += seconds;
     embeddings += timing.seconds(0);
@@ -397,6 +405,11 @@ void BM_Step(benchmark::State& state, BertConfig config, double peak_gflops) {
   set_peak_fraction(state, flops, total, peak_gflops);
   // Where the step's time goes, as fractions: the hooks' layers, and the rest (zeroing the
   // gradients, the optimizer, forward_backward's own setup).
+  // Steady state (after the warm-up step): page faults and kernel time per step, from
+  // getrusage of this thread (the allocator's cache should leave both near zero).
+  const double iterations = static_cast<double>(std::max<benchmark::IterationCount>(1, state.iterations()));
+  state.counters["minor_faults_per_step"] = faults / iterations;
+  state.counters["system_s_per_step"] = system / iterations;
   if (total > 0) {
     state.counters["share_embeddings"] = embeddings / total;
     state.counters["share_encoder"] = encoder / total;

@@ -1,6 +1,8 @@
 #include "runtime/device/cpu/device.h"
 
 #include <Eigen/Core>
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -165,22 +167,55 @@ void pin_eigen_blocking() {
 
 CpuDevice::~CpuDevice() { cache_->clear(); }
 
-void* CpuDevice::BlockCache::take(std::size_t rounded) {
+namespace {
+// Blocks of at least kHugeBytes are 2 MiB aligned and asked to be backed by transparent
+// huge pages (MADV_HUGEPAGE; a no-op where THP is off): a first touch then costs one page
+// fault per 2 MiB instead of per 4 KiB, and the TLB covers the GEMM's operands.
+constexpr std::size_t kHugePage = std::size_t{2} << 20;
+constexpr std::size_t kHugeBytes = std::size_t{4} << 20;
+void* allocate_block(std::size_t bytes) {
+  if (bytes < kHugeBytes) return std::aligned_alloc(kAlignment, bytes);
+  void* p = std::aligned_alloc(kHugePage, (bytes + kHugePage - 1) / kHugePage * kHugePage);
+  if (p != nullptr) madvise(p, bytes, MADV_HUGEPAGE);
+  return p;
+}
+}  // namespace
+
+// NOTE [Host block cache].
+std::size_t CpuDevice::size_class(std::size_t bytes) {
+  const std::size_t aligned = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+  constexpr std::size_t kSmall = std::size_t{1} << 20;
+  if (aligned <= kSmall) return aligned;
+  const std::size_t step = std::bit_floor(aligned) / 8;  // eight classes per power of two
+  return (aligned + step - 1) / step * step;
+}
+
+void* CpuDevice::BlockCache::take(std::size_t size) {
   std::lock_guard<std::mutex> lock(mu);
-  auto it = blocks.find(rounded);
+  auto it = blocks.find(size);
   if (it == blocks.end()) return nullptr;
   void* p = it->second;
   blocks.erase(it);
-  cached -= rounded;
+  cached -= size;
+  live += size;
+  peak_live = std::max(peak_live, live);
   return p;
 }
 
-void CpuDevice::BlockCache::give(void* p, std::size_t rounded) {
+void CpuDevice::BlockCache::note_new(std::size_t size) {
+  std::lock_guard<std::mutex> lock(mu);
+  live += size;
+  peak_live = std::max(peak_live, live);
+}
+
+void CpuDevice::BlockCache::give(void* p, std::size_t size) {
   {
     std::lock_guard<std::mutex> lock(mu);
-    if (cached + rounded <= kLimitBytes) {
-      blocks.emplace(rounded, p);
-      cached += rounded;
+    live -= size;
+    const std::size_t limit = std::max(peak_live - live, kMinLimitBytes);
+    if (cached + size <= limit) {
+      blocks.emplace(size, p);
+      cached += size;
       return;
     }
   }
@@ -192,6 +227,13 @@ void CpuDevice::BlockCache::clear() {
   for (auto& [size, p] : blocks) std::free(p);
   blocks.clear();
   cached = 0;
+}
+
+void CpuDevice::release_cached_blocks() { cache_->clear(); }
+
+std::size_t CpuDevice::cached_bytes() const {
+  std::lock_guard<std::mutex> lock(cache_->mu);
+  return cache_->cached;
 }
 
 Result<std::shared_ptr<Storage>> CpuDevice::allocate(std::int64_t nbytes, MemoryCategory category,
@@ -207,9 +249,16 @@ Result<std::shared_ptr<Storage>> CpuDevice::allocate_charging(std::int64_t nbyte
   }
   // A negative size is refused by reserve (INVALID_ARGUMENT naming the request).
   SHARDLAB_RETURN_IF_ERROR(memory_.reserve(nbytes < 0 ? nbytes : charged_bytes, category, label));
-  const std::size_t rounded = (static_cast<std::size_t>(nbytes) + kAlignment - 1) / kAlignment * kAlignment;
+  const std::size_t rounded = size_class(static_cast<std::size_t>(nbytes));
   void* p = rounded == 0 ? nullptr : cache_->take(rounded);
-  if (rounded != 0 && p == nullptr) p = std::aligned_alloc(kAlignment, rounded);
+  if (rounded != 0 && p == nullptr) {
+    p = allocate_block(rounded);
+    if (p == nullptr) {  // the cache's blocks may be what is missing
+      cache_->clear();
+      p = allocate_block(rounded);
+    }
+    if (p != nullptr) cache_->note_new(rounded);
+  }
   if (rounded != 0 && p == nullptr) {
     memory_.release(charged_bytes, category);
     return Status::out_of_memory("host allocation of " + format_bytes(nbytes) + " for '" + std::string(label) +

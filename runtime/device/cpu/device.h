@@ -89,17 +89,33 @@ class CpuDevice final : public Device {
  private:
   Status check_stream(std::string_view op, StreamId stream) const;
 
-  // Freed host blocks kept for reuse by size (like PyTorch's caching allocator): FSDP frees
-  // and re-allocates the same unsharded buffers every iteration, and fresh pages cost a
-  // page fault each. Accounting (MemoryTracker) counts live storages only; the cache holds
-  // at most kLimitBytes. Thread-safe: storages die on any thread.
+ public:
+  // NOTE [Host block cache]: freed blocks are kept for reuse (like PyTorch's caching
+  // allocator): FSDP frees and re-allocates the same buffers every iteration, a BERT step
+  // frees its activations in backward while it allocates their gradients, and fresh pages
+  // cost a page fault each (plus an munmap/mmap pair for glibc's large blocks). Requests
+  // are rounded up to size classes (the alignment below 1 MiB; above, eight classes per
+  // power of two, so at most 12.5% more than asked), and a block is reused for its class
+  // only. The cache never makes the device hold more than its peak: cached + live bytes
+  // stay within max(the peak of live bytes, live + kMinLimitBytes). Accounting
+  // (MemoryTracker) counts the requested bytes of live storages only, as before.
+  // Thread-safe: storages die on any thread.
+  static std::size_t size_class(std::size_t bytes);
+  // Frees every cached block (torch.cuda.empty_cache); live storages are untouched.
+  void release_cached_blocks();
+  std::size_t cached_bytes() const;
+
+ private:
   struct BlockCache {
-    static constexpr std::size_t kLimitBytes = std::size_t{256} << 20;  // per device: worlds have many
-    std::mutex mu;
+    static constexpr std::size_t kMinLimitBytes = std::size_t{256} << 20;
+    mutable std::mutex mu;
     std::multimap<std::size_t, void*> blocks;
-    std::size_t cached = 0;
-    void* take(std::size_t rounded);            // a cached block of exactly that size, or null
-    void give(void* p, std::size_t rounded);    // caches or frees
+    std::size_t cached = 0;     // bytes in `blocks`
+    std::size_t live = 0;       // bytes of blocks handed out and not yet given back
+    std::size_t peak_live = 0;  // the most `live` has been
+    void* take(std::size_t size);            // a cached block of that size class, or null
+    void note_new(std::size_t size);         // a fresh block of that class was handed out
+    void give(void* p, std::size_t size);    // caches or frees
     void clear();
   };
 

@@ -87,6 +87,50 @@ TEST(CpuLaunchCheckTest, CorruptViewsAreRefusedBeforeTheKernel) {
   EXPECT_TRUE(check_launch_view("gemm", Tensor()).is_ok());
 }
 
+// NOTE [Host block cache]: a class holds the request, wastes at most 1/8 of it above 1 MiB,
+// and sizes never shrink as requests grow.
+RC_GTEST_PROP(CpuBlockCacheTest, SizeClassesCoverTheRequestWithBoundedWaste, ()) {
+  const auto bytes = *rc::gen::inRange<std::size_t>(1, std::size_t{1} << 34);
+  const std::size_t c = CpuDevice::size_class(bytes);
+  RC_ASSERT(c >= bytes);
+  RC_ASSERT(c % 64 == 0);
+  if (bytes > (std::size_t{1} << 20)) RC_ASSERT(c - bytes <= bytes / 8 + 64);
+  RC_ASSERT(CpuDevice::size_class(bytes + 1) >= c);
+  RC_ASSERT(CpuDevice::size_class(c) == c);
+}
+
+// Freed blocks come back for requests of the same class (no fresh pages per step); the
+// cache stays within the device's peak of live bytes (above its 256 MiB floor), and
+// release_cached_blocks empties it. The accounting sees requested bytes only.
+TEST(CpuBlockCacheTest, ReusesBlocksOfAClassAndStaysWithinThePeak) {
+  CpuDevice dev;
+  const void* first = nullptr;
+  {
+    Tensor t = make(dev, {3'000'000}, DType::kF32, "a");  // 12 MB
+    first = t.data<float>();
+  }
+  EXPECT_EQ(dev.memory().stats().current_total, 0);
+  EXPECT_EQ(dev.cached_bytes(), CpuDevice::size_class(12'000'000));
+  {
+    Tensor again = make(dev, {2'950'000}, DType::kF32, "b");  // 11.8 MB: the same class
+    EXPECT_EQ(static_cast<const void*>(again.data<float>()), first);
+    EXPECT_EQ(dev.cached_bytes(), 0u);
+    EXPECT_EQ(dev.memory().stats().current_total, 11'800'000);
+  }
+  // 4 × 100 MiB live at once, then freed: cached + live never exceeds that peak, so with
+  // the 12 MB block still cached one of the four goes back to the system.
+  const std::size_t block = CpuDevice::size_class(std::size_t{100} << 20);
+  {
+    std::vector<Tensor> big;
+    for (int i = 0; i < 4; ++i) big.push_back(make(dev, {25 << 20}, DType::kF32, "big"));
+  }
+  const std::size_t after_peak = dev.cached_bytes();
+  EXPECT_EQ(after_peak, 3 * block + CpuDevice::size_class(12'000'000));
+  EXPECT_LE(after_peak, 4 * block);
+  dev.release_cached_blocks();
+  EXPECT_EQ(dev.cached_bytes(), 0u);
+}
+
 TEST(CpuMemoryTest, AllocateAccountsAndReleasesOnDestruction) {
   CpuDevice dev({"cpu", 0}, 0);
   EXPECT_EQ(dev.id().to_string(), "cpu:0");
