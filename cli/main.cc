@@ -14,6 +14,7 @@
 #include "cli/grads_command.h"
 #include "cli/run_command.h"
 #include "cli/scenario.h"
+#include "runtime/device/cpu/gemm.h"
 #include "runtime/device/hpu/hpu_runtime.h"
 #include "sim/calibrate.h"
 #include "sim/profiles.h"
@@ -478,6 +479,16 @@ int main_impl(int argc, char** argv) {
       auto t = shardlab::sim::load_topology(name);
       if (t.is_ok()) std::printf("  %-16s %s\n", name.c_str(), t->description.c_str());
     }
+    {
+      namespace cpu = shardlab::runtime::device::cpu;
+      const cpu::GemmIsa best = cpu::best_gemm_isa(), used = *cpu::gemm_isa();
+      std::printf("cpu backend: GEMM kernels %s%s on %d thread(s) (SHARDLAB_CPU_ISA=scalar|avx2|avx512 forces a lower "
+                  "level, SHARDLAB_CPU_THREADS the count; the bits are the same on every path)\n",
+                  std::string(cpu::gemm_isa_name(used)).c_str(),
+                  used == best ? " (the best this CPU has)"
+                               : (" (forced; this CPU has " + std::string(cpu::gemm_isa_name(best)) + ")").c_str(),
+                  cpu::gemm_threads());
+    }
     const auto probe = shardlab::runtime::device::hpu::probe_hpu();
     std::string searched;
     for (const auto& p : probe.searched) searched += (searched.empty() ? "" : ", ") + p;
@@ -555,7 +566,29 @@ int main_impl(int argc, char** argv) {
 
 }  // namespace
 
+// NOTE [Huge pages for host buffers]: a BERT run's host buffers (checkpoints read and
+// written, the host-built model, gathered results) are hundreds of MiB each, and on
+// first touch every 4 KiB page costs a fault: `shardlab grads` on bert-base took 1.0 M
+// faults and 9 s of system time. glibc backs its large blocks with transparent huge pages
+// when the tunable glibc.malloc.hugetlb=1 is set, but it reads tunables only at start-up,
+// so the process sets it and executes itself again, once. A GLIBC_TUNABLES that already
+// names the tunable (=0 to opt out) is left as it is; a failed exec just goes on.
+void reexec_with_huge_page_malloc(char** argv) {
+  const char* current = std::getenv("GLIBC_TUNABLES");
+  std::string tunables = current ? current : "";
+  if (tunables.find("glibc.malloc.hugetlb") != std::string::npos) return;
+  tunables += tunables.empty() ? "glibc.malloc.hugetlb=1" : ":glibc.malloc.hugetlb=1";
+  if (setenv("GLIBC_TUNABLES", tunables.c_str(), 1) != 0) return;
+  execv("/proc/self/exe", argv);
+}
+
 int main(int argc, char** argv) {
+  reexec_with_huge_page_malloc(argv);
+  // SHARDLAB_CPU_ISA / SHARDLAB_CPU_THREADS are read once; a bad level is bad input.
+  if (const auto isa = shardlab::runtime::device::cpu::gemm_isa(); !isa.is_ok()) {
+    std::fprintf(stderr, "shardlab: %s\n", isa.status().message().c_str());
+    return 2;
+  }
   try {
     return main_impl(argc, argv);
   } catch (const shardlab::CheckFailure& e) {

@@ -1,5 +1,7 @@
 #include "runtime/device/cpu/device.h"
 
+#include "runtime/device/cpu/gemm.h"
+
 #include <Eigen/Core>
 #include <sys/mman.h>
 
@@ -371,6 +373,29 @@ Status CpuDevice::scale(const Tensor& x, float alpha, StreamId stream) {
   return Status::ok();
 }
 
+namespace {
+// The GemmArgs of row-major contiguous matrices a [ar, ac], b [br, bc], c [·, cc].
+GemmArgs gemm_args(const Tensor& a, std::int64_t, std::int64_t ac, bool trans_a, const Tensor& b, std::int64_t,
+                   std::int64_t bc, bool trans_b, const Tensor& c, std::int64_t cc, std::int64_t m, std::int64_t n,
+                   std::int64_t k, float alpha, float beta) {
+  GemmArgs g;
+  g.a = a.data<float>();
+  g.lda = ac;
+  g.trans_a = trans_a;
+  g.b = b.data<float>();
+  g.ldb = bc;
+  g.trans_b = trans_b;
+  g.c = c.data<float>();
+  g.ldc = cc;
+  g.m = m;
+  g.n = n;
+  g.k = k;
+  g.alpha = alpha;
+  g.beta = beta;
+  return g;
+}
+}  // namespace
+
 Status CpuDevice::gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c, float alpha,
                        float beta, StreamId stream) {
   SHARDLAB_RETURN_IF_ERROR(check_views("gemm", a, b, c));
@@ -387,17 +412,8 @@ Status CpuDevice::gemm(const Tensor& a, bool trans_a, const Tensor& b, bool tran
                                     shape_to_string(c.shape()) + "; expected op(a) [M, K] × op(b) [K, N] = c [M, N]");
   }
   if (c.overlaps(a) || c.overlaps(b)) return Status::invalid_argument("gemm: c overlaps an input");
-  MatMap A(a.data<float>(), ar, ac), B(b.data<float>(), br, bc), C(c.data<float>(), cr, cc);
-  if (beta == 0.0f) {
-    C.setZero();
-  } else if (beta != 1.0f) {
-    C *= beta;
-  }
-  if (m == 0 || n == 0 || k == 0) return Status::ok();
-  if (!trans_a && !trans_b) C.noalias() += alpha * A * B;
-  else if (trans_a && !trans_b) C.noalias() += alpha * A.transpose() * B;
-  else if (!trans_a && trans_b) C.noalias() += alpha * A * B.transpose();
-  else C.noalias() += alpha * A.transpose() * B.transpose();
+  SHARDLAB_ASSIGN_OR_RETURN(const GemmIsa isa, gemm_isa());
+  cpu::gemm(gemm_args(a, ar, ac, trans_a, b, br, bc, trans_b, c, cc, m, n, k, alpha, beta), isa, gemm_threads());
   return Status::ok();
 }
 
@@ -424,20 +440,9 @@ Status CpuDevice::batched_gemm(const Tensor& a, bool trans_a, const Tensor& b, b
                                     "]; expected [batch, M, K] × [batch, K, N] = c [batch, M, N]");
   }
   if (c.overlaps(a) || c.overlaps(b)) return Status::invalid_argument(std::string(kOp) + ": c overlaps an input");
-  for (std::int64_t i = 0; i < batch; ++i) {
-    MatMap A(a.data<float>() + i * ar * ac, ar, ac), B(b.data<float>() + i * br * bc, br, bc),
-        C(c.data<float>() + i * cr * cc, cr, cc);
-    if (beta == 0.0f) {
-      C.setZero();
-    } else if (beta != 1.0f) {
-      C *= beta;
-    }
-    if (m == 0 || n == 0 || k == 0) continue;
-    if (!trans_a && !trans_b) C.noalias() += alpha * A * B;
-    else if (trans_a && !trans_b) C.noalias() += alpha * A.transpose() * B;
-    else if (!trans_a && trans_b) C.noalias() += alpha * A * B.transpose();
-    else C.noalias() += alpha * A.transpose() * B.transpose();
-  }
+  SHARDLAB_ASSIGN_OR_RETURN(const GemmIsa isa, gemm_isa());
+  cpu::gemm_batched(gemm_args(a, ar, ac, trans_a, b, br, bc, trans_b, c, cc, m, n, k, alpha, beta), batch, ar * ac,
+                    br * bc, cr * cc, isa, gemm_threads());
   return Status::ok();
 }
 

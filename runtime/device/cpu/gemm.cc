@@ -1,0 +1,347 @@
+// The cpu backend's GEMM (gemm.h): NOTE [GEMM bits], the blocking driver, the scalar
+// kernel, run-time dispatch and the thread pool. Built with -ffp-contract=off.
+#include "runtime/device/cpu/gemm.h"
+
+#include <sched.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <condition_variable>
+#include <cstdlib>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "runtime/device/cpu/gemm_kernels.h"
+
+namespace shardlab::runtime::device::cpu {
+namespace {
+
+using gemm_detail::KernelInfo;
+
+// ---- kernels -------------------------------------------------------------------------------
+
+constexpr int kScalarMr = 4, kScalarNr = 16;
+
+void scalar_kernel(std::int64_t kc, const float* ap, const float* bp, float* acc) {
+  for (int i = 0; i < kScalarMr * kScalarNr; ++i) acc[i] = 0.0f;
+  for (std::int64_t k = 0; k < kc; ++k) {
+    for (int r = 0; r < kScalarMr; ++r) {
+      const float a = ap[k * kScalarMr + r];
+      for (int j = 0; j < kScalarNr; ++j) {
+        acc[r * kScalarNr + j] = std::fma(a, bp[k * kScalarNr + j], acc[r * kScalarNr + j]);
+      }
+    }
+  }
+}
+
+KernelInfo kernel_for(GemmIsa isa) {
+  switch (isa) {
+    case GemmIsa::kAvx512: return gemm_detail::avx512_kernel();
+    case GemmIsa::kAvx2: return gemm_detail::avx2_kernel();
+    case GemmIsa::kScalar: break;
+  }
+  return {kScalarMr, kScalarNr, &scalar_kernel};
+}
+
+// ---- the blocking driver -----------------------------------------------------------------
+
+constexpr std::int64_t kMc = 96;    // rows of A per packed block (a multiple of every mr)
+constexpr std::int64_t kNc = 1024;  // columns of B per packed panel (a multiple of every nr)
+
+float a_at(const GemmArgs& g, std::int64_t i, std::int64_t k) {
+  return g.trans_a ? g.a[k * g.lda + i] : g.a[i * g.lda + k];
+}
+float b_at(const GemmArgs& g, std::int64_t k, std::int64_t j) {
+  return g.trans_b ? g.b[j * g.ldb + k] : g.b[k * g.ldb + j];
+}
+
+// B[pc : pc+kc, jc : jc+nc] as strips of nr columns, k-major, zero-padded.
+void pack_b(const GemmArgs& g, std::int64_t pc, std::int64_t kc, std::int64_t jc, std::int64_t nc, int nr,
+            float* out) {
+  for (std::int64_t js = 0; js < nc; js += nr) {
+    const std::int64_t w = std::min<std::int64_t>(nr, nc - js);
+    for (std::int64_t k = 0; k < kc; ++k) {
+      float* row = out + k * nr;
+      if (!g.trans_b) {
+        const float* src = g.b + (pc + k) * g.ldb + jc + js;
+        for (std::int64_t j = 0; j < w; ++j) row[j] = src[j];
+      } else {
+        for (std::int64_t j = 0; j < w; ++j) row[j] = b_at(g, pc + k, jc + js + j);
+      }
+      for (std::int64_t j = w; j < nr; ++j) row[j] = 0.0f;
+    }
+    out += kc * nr;
+  }
+}
+
+// A[ic : ic+mc, pc : pc+kc] as strips of mr rows, k-major, zero-padded.
+void pack_a(const GemmArgs& g, std::int64_t ic, std::int64_t mc, std::int64_t pc, std::int64_t kc, int mr,
+            float* out) {
+  for (std::int64_t is = 0; is < mc; is += mr) {
+    const std::int64_t h = std::min<std::int64_t>(mr, mc - is);
+    for (std::int64_t k = 0; k < kc; ++k) {
+      float* col = out + k * mr;
+      if (g.trans_a) {
+        const float* src = g.a + (pc + k) * g.lda + ic + is;
+        for (std::int64_t r = 0; r < h; ++r) col[r] = src[r];
+      } else {
+        for (std::int64_t r = 0; r < h; ++r) col[r] = a_at(g, ic + is + r, pc + k);
+      }
+      for (std::int64_t r = h; r < mr; ++r) col[r] = 0.0f;
+    }
+    out += kc * mr;
+  }
+}
+
+// NOTE [GEMM bits] for the block of c at rows [m0, m1) and columns [n0, n1): the panel
+// sums P build up in c itself when beta == 0 (c's old values are never read), else in a
+// scratch block, and c = alpha·P (+ beta·c) is applied once at the end.
+void gemm_block(const GemmArgs& g, const KernelInfo& kern, std::int64_t m0, std::int64_t m1, std::int64_t n0,
+                std::int64_t n1) {
+  if (m1 <= m0 || n1 <= n0) return;
+  const std::int64_t rows = m1 - m0, cols = n1 - n0;
+  thread_local std::vector<float> bpack, apack, tile, scratch;
+  float* p = g.c + m0 * g.ldc + n0;  // P[i][j] at p[i * ldp + j]
+  std::int64_t ldp = g.ldc;
+  if (g.beta != 0.0f) {
+    scratch.resize(static_cast<std::size_t>(rows * cols));
+    p = scratch.data();
+    ldp = cols;
+  }
+  for (std::int64_t i = 0; i < rows; ++i) {
+    for (std::int64_t j = 0; j < cols; ++j) p[i * ldp + j] = 0.0f;
+  }
+  const int mr = kern.mr, nr = kern.nr;
+  bpack.resize(static_cast<std::size_t>(kGemmKc * kNc));
+  apack.resize(static_cast<std::size_t>(kGemmKc * kMc));
+  tile.resize(static_cast<std::size_t>(mr * nr));
+  for (std::int64_t jc = n0; jc < n1; jc += kNc) {
+    const std::int64_t nc = std::min(kNc, n1 - jc);
+    for (std::int64_t pc = 0; pc < g.k; pc += kGemmKc) {  // panels in ascending k
+      const std::int64_t kc = std::min(kGemmKc, g.k - pc);
+      pack_b(g, pc, kc, jc, nc, nr, bpack.data());
+      for (std::int64_t ic = m0; ic < m1; ic += kMc) {
+        const std::int64_t mc = std::min(kMc, m1 - ic);
+        pack_a(g, ic, mc, pc, kc, mr, apack.data());
+        for (std::int64_t js = 0; js < nc; js += nr) {
+          const std::int64_t w = std::min<std::int64_t>(nr, nc - js);
+          for (std::int64_t is = 0; is < mc; is += mr) {
+            const std::int64_t h = std::min<std::int64_t>(mr, mc - is);
+            kern.run(kc, apack.data() + is * kc, bpack.data() + js * kc, tile.data());
+            for (std::int64_t r = 0; r < h; ++r) {
+              float* out = p + (ic - m0 + is + r) * ldp + (jc - n0 + js);
+              const float* acc = tile.data() + r * nr;
+              for (std::int64_t j = 0; j < w; ++j) out[j] = out[j] + acc[j];
+            }
+          }
+        }
+      }
+    }
+  }
+  for (std::int64_t i = 0; i < rows; ++i) {
+    float* out = g.c + (m0 + i) * g.ldc + n0;
+    const float* sum = p + i * ldp;
+    if (g.beta == 0.0f) {
+      if (g.alpha != 1.0f) {
+        for (std::int64_t j = 0; j < cols; ++j) out[j] = g.alpha * sum[j];
+      }
+    } else {
+      for (std::int64_t j = 0; j < cols; ++j) {
+        const float scaled = g.alpha * sum[j];
+        const float kept = g.beta * out[j];
+        out[j] = scaled + kept;
+      }
+    }
+  }
+}
+
+// ---- the pool --------------------------------------------------------------------------------
+
+// Workers that run one caller's tasks at a time; the caller takes tasks too. A caller
+// that finds the pool busy (another rank thread, or a task calling gemm) runs its tasks
+// itself: the bits never depend on who runs what.
+class Pool {
+ public:
+  explicit Pool(int threads) {
+    for (int t = 1; t < threads; ++t) workers_.emplace_back([this] { work(); });
+  }
+  ~Pool() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (auto& w : workers_) w.join();
+  }
+  int size() const { return static_cast<int>(workers_.size()) + 1; }
+
+  void run(std::int64_t tasks, const std::function<void(std::int64_t)>& fn) {
+    std::unique_lock<std::mutex> busy(run_mu_, std::try_to_lock);
+    if (tasks <= 1 || workers_.empty() || !busy.owns_lock()) {
+      for (std::int64_t t = 0; t < tasks; ++t) fn(t);
+      return;
+    }
+    auto job = std::make_shared<Job>(fn, tasks);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      job_ = job;
+    }
+    cv_.notify_all();
+    const std::int64_t mine = job->drain_count();
+    std::unique_lock<std::mutex> lock(mu_);
+    job->done += mine;
+    done_cv_.wait(lock, [&] { return job->done == job->tasks; });
+    job_.reset();
+  }
+
+ private:
+  // One run's tasks; a worker that wakes late holds the job it saw and finds it empty.
+  struct Job {
+    Job(const std::function<void(std::int64_t)>& f, std::int64_t n) : fn(f), tasks(n) {}
+    const std::function<void(std::int64_t)>& fn;
+    const std::int64_t tasks;
+    std::atomic<std::int64_t> next{0};
+    std::int64_t done = 0;  // under Pool::mu_
+    std::int64_t drain_count() {
+      std::int64_t n = 0;
+      for (std::int64_t t = next.fetch_add(1); t < tasks; t = next.fetch_add(1), ++n) fn(t);
+      return n;
+    }
+  };
+
+  void work() {
+    std::shared_ptr<Job> seen;
+    for (;;) {
+      std::shared_ptr<Job> job;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return stop_ || (job_ && job_ != seen); });
+        if (stop_) return;
+        job = seen = job_;
+      }
+      const std::int64_t n = job->drain_count();
+      std::lock_guard<std::mutex> lock(mu_);
+      job->done += n;
+      if (job->done == job->tasks) done_cv_.notify_all();
+    }
+  }
+
+  std::mutex run_mu_;  // one caller at a time
+  std::mutex mu_;
+  std::condition_variable cv_, done_cv_;
+  std::vector<std::thread> workers_;
+  std::shared_ptr<Job> job_;
+  bool stop_ = false;
+};
+
+int cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+Pool& pool() {
+  static Pool p(gemm_threads());
+  return p;
+}
+
+}  // namespace
+
+std::string_view gemm_isa_name(GemmIsa isa) {
+  switch (isa) {
+    case GemmIsa::kScalar: return "scalar";
+    case GemmIsa::kAvx2: return "avx2";
+    case GemmIsa::kAvx512: return "avx512";
+  }
+  return "?";
+}
+
+Result<GemmIsa> parse_gemm_isa(std::string_view text) {
+  for (GemmIsa isa : {GemmIsa::kScalar, GemmIsa::kAvx2, GemmIsa::kAvx512}) {
+    if (text == gemm_isa_name(isa)) return isa;
+  }
+  return Status::invalid_argument("unknown cpu kernel level '" + std::string(text) + "'; allowed: scalar, avx2, avx512");
+}
+
+GemmIsa best_gemm_isa() {
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f")) return GemmIsa::kAvx512;
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return GemmIsa::kAvx2;
+  return GemmIsa::kScalar;
+}
+
+Result<GemmIsa> gemm_isa() {
+  static const Result<GemmIsa> chosen = []() -> Result<GemmIsa> {
+    const GemmIsa best = best_gemm_isa();
+    const char* env = std::getenv("SHARDLAB_CPU_ISA");
+    if (env == nullptr || env[0] == '\0') return best;
+    auto forced = parse_gemm_isa(env);
+    if (!forced.is_ok()) return forced.status().with_context("SHARDLAB_CPU_ISA");
+    if (static_cast<int>(*forced) > static_cast<int>(best)) {
+      return Status::invalid_argument("SHARDLAB_CPU_ISA=" + std::string(env) + ": this CPU supports at most " +
+                                      std::string(gemm_isa_name(best)) + "; allowed: a level up to it");
+    }
+    return *forced;
+  }();
+  return chosen;
+}
+
+int gemm_threads() {
+  static const int n = [] {
+    const char* env = std::getenv("SHARDLAB_CPU_THREADS");
+    if (env != nullptr && env[0] != '\0') {
+      char* end = nullptr;
+      const long v = std::strtol(env, &end, 10);
+      if (end != env && *end == '\0' && v >= 1 && v <= 1024) return static_cast<int>(v);
+    }
+    return cores();
+  }();
+  return n;
+}
+
+void gemm(const GemmArgs& g, GemmIsa isa, int threads) {
+  const KernelInfo kern = kernel_for(isa);
+  const int t = std::max(1, std::min(threads, pool().size()));
+  // Split the larger of M and N (never K) into one chunk per thread, aligned to the tile.
+  const bool by_rows = g.m >= g.n;
+  const std::int64_t extent = by_rows ? g.m : g.n;
+  const std::int64_t unit = by_rows ? kern.mr : kern.nr;
+  const std::int64_t units = (extent + unit - 1) / unit;
+  const std::int64_t chunks = std::min<std::int64_t>(t, std::max<std::int64_t>(1, units));
+  if (chunks <= 1 || 2 * g.m * g.n * g.k < (std::int64_t{1} << 20)) {  // too small to share
+    gemm_block(g, kern, 0, g.m, 0, g.n);
+    return;
+  }
+  pool().run(chunks, [&](std::int64_t c) {
+    const std::int64_t lo = std::min(extent, (units * c / chunks) * unit);
+    const std::int64_t hi = std::min(extent, (units * (c + 1) / chunks) * unit);
+    if (by_rows) gemm_block(g, kern, lo, hi, 0, g.n); else gemm_block(g, kern, 0, g.m, lo, hi);
+  });
+}
+
+void gemm_batched(const GemmArgs& g, std::int64_t batch, std::int64_t stride_a, std::int64_t stride_b,
+                  std::int64_t stride_c, GemmIsa isa, int threads) {
+  const auto item = [&](std::int64_t i) {
+    GemmArgs one = g;
+    one.a = g.a + i * stride_a;
+    one.b = g.b + i * stride_b;
+    one.c = g.c + i * stride_c;
+    return one;
+  };
+  if (batch < 2 || threads <= 1) {
+    for (std::int64_t i = 0; i < batch; ++i) gemm(item(i), isa, threads);
+    return;
+  }
+  const KernelInfo kern = kernel_for(isa);
+  pool().run(batch, [&](std::int64_t i) {
+    const GemmArgs one = item(i);
+    gemm_block(one, kern, 0, one.m, 0, one.n);
+  });
+}
+
+}  // namespace shardlab::runtime::device::cpu

@@ -1,0 +1,133 @@
+// NOTE [GEMM bits]: every kernel path this CPU has and every thread count give exactly the
+// bits of the definition, computed here by the plainest loops.
+#include "runtime/device/cpu/gemm.h"
+
+#include <gtest/gtest.h>
+#include <rapidcheck/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "runtime/core/rng.h"
+
+namespace shardlab::runtime::device::cpu {
+namespace {
+
+// The definition, element by element.
+std::vector<float> reference(const GemmArgs& g, const std::vector<float>& c0) {
+  std::vector<float> c = c0;
+  for (std::int64_t i = 0; i < g.m; ++i) {
+    for (std::int64_t j = 0; j < g.n; ++j) {
+      float sum = 0.0f;
+      for (std::int64_t p = 0; p < g.k; p += kGemmKc) {
+        float acc = 0.0f;
+        for (std::int64_t k = p; k < std::min(g.k, p + kGemmKc); ++k) {
+          const float a = g.trans_a ? g.a[k * g.lda + i] : g.a[i * g.lda + k];
+          const float b = g.trans_b ? g.b[j * g.ldb + k] : g.b[k * g.ldb + j];
+          acc = std::fma(a, b, acc);
+        }
+        sum = sum + acc;
+      }
+      const float scaled = g.alpha * sum;
+      if (g.beta == 0.0f) {
+        c[i * g.ldc + j] = scaled;
+      } else {
+        const float kept = g.beta * c[i * g.ldc + j];
+        c[i * g.ldc + j] = scaled + kept;
+      }
+    }
+  }
+  return c;
+}
+
+std::vector<GemmIsa> available() {
+  std::vector<GemmIsa> out;
+  for (GemmIsa isa : {GemmIsa::kScalar, GemmIsa::kAvx2, GemmIsa::kAvx512}) {
+    if (static_cast<int>(isa) <= static_cast<int>(best_gemm_isa())) out.push_back(isa);
+  }
+  return out;
+}
+
+RC_GTEST_PROP(CpuGemmBits, EveryPathAndThreadCountGivesTheDefinitionsBits, ()) {
+  const std::int64_t m = *rc::gen::inRange<std::int64_t>(0, 140);
+  const std::int64_t n = *rc::gen::inRange<std::int64_t>(0, 140);
+  const std::int64_t k = *rc::gen::oneOf(rc::gen::inRange<std::int64_t>(0, 40), rc::gen::inRange<std::int64_t>(250, 600));
+  GemmArgs g;
+  g.m = m;
+  g.n = n;
+  g.k = k;
+  g.trans_a = *rc::gen::arbitrary<bool>();
+  g.trans_b = *rc::gen::arbitrary<bool>();
+  g.alpha = *rc::gen::element(1.0f, 0.125f, -0.7f);
+  g.beta = *rc::gen::element(0.0f, 1.0f, 0.3f);
+  g.lda = (g.trans_a ? m : k) + *rc::gen::inRange<std::int64_t>(0, 3);
+  g.ldb = (g.trans_b ? k : n) + *rc::gen::inRange<std::int64_t>(0, 3);
+  g.ldc = n + *rc::gen::inRange<std::int64_t>(0, 3);
+  Rng rng(*rc::gen::arbitrary<std::uint64_t>());
+  std::vector<float> a(static_cast<std::size_t>(std::max<std::int64_t>(1, (g.trans_a ? k : m) * g.lda)));
+  std::vector<float> b(static_cast<std::size_t>(std::max<std::int64_t>(1, (g.trans_b ? n : k) * g.ldb)));
+  std::vector<float> c0(static_cast<std::size_t>(std::max<std::int64_t>(1, m * g.ldc)));
+  for (auto& v : a) v = rng.uniform(-1.0f, 1.0f);
+  for (auto& v : b) v = rng.uniform(-1.0f, 1.0f);
+  for (auto& v : c0) v = rng.uniform(-1.0f, 1.0f);
+  g.a = a.data();
+  g.b = b.data();
+  const std::vector<float> want = reference(g, c0);
+  for (GemmIsa isa : available()) {
+    for (int threads : {1, 2, 3}) {
+      std::vector<float> c = c0;
+      g.c = c.data();
+      gemm(g, isa, threads);
+      RC_ASSERT(std::memcmp(c.data(), want.data(), c.size() * sizeof(float)) == 0);
+    }
+  }
+}
+
+// The batched form splits the batch over the pool; each item keeps the definition's bits.
+TEST(CpuGemmBits, BatchedItemsGiveTheDefinitionsBitsOnEveryPath) {
+  const std::int64_t batch = 5, m = 37, n = 70, k = 300;
+  Rng rng(11);
+  std::vector<float> a(batch * m * k), b(batch * k * n), c0(batch * m * n, 0.0f);
+  for (auto& v : a) v = rng.uniform(-1.0f, 1.0f);
+  for (auto& v : b) v = rng.uniform(-1.0f, 1.0f);
+  GemmArgs g;
+  g.m = m;
+  g.n = n;
+  g.k = k;
+  g.lda = k;
+  g.ldb = n;
+  g.ldc = n;
+  std::vector<float> want;
+  for (std::int64_t i = 0; i < batch; ++i) {
+    GemmArgs one = g;
+    one.a = a.data() + i * m * k;
+    one.b = b.data() + i * k * n;
+    const std::vector<float> item(static_cast<std::size_t>(m * n), 0.0f);
+    const std::vector<float> r = reference(one, item);
+    want.insert(want.end(), r.begin(), r.end());
+  }
+  for (GemmIsa isa : available()) {
+    for (int threads : {1, 2}) {
+      std::vector<float> c = c0;
+      g.a = a.data();
+      g.b = b.data();
+      g.c = c.data();
+      gemm_batched(g, batch, m * k, k * n, m * n, isa, threads);
+      EXPECT_EQ(std::memcmp(c.data(), want.data(), c.size() * sizeof(float)), 0)
+          << gemm_isa_name(isa) << ", " << threads << " thread(s)";
+    }
+  }
+}
+
+TEST(CpuGemmIsa, NamesParseAndUnknownOnesAreRefused) {
+  for (GemmIsa isa : {GemmIsa::kScalar, GemmIsa::kAvx2, GemmIsa::kAvx512}) {
+    EXPECT_EQ(*parse_gemm_isa(gemm_isa_name(isa)), isa);
+  }
+  const auto bad = parse_gemm_isa("sse9");
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("allowed: scalar, avx2, avx512"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace shardlab::runtime::device::cpu
