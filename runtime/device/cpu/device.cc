@@ -159,9 +159,10 @@ CpuDevice::CpuDevice(DeviceId id, std::int64_t capacity_bytes)
 // decides the order in which each output sums its k products. Hosts with different caches
 // (this project's 2-core EPYC VM reports a 32 KiB L1, the host the goldens were made on
 // 48 KiB) therefore produced different fp32 bits for the same program, and golden scenarios
-// made on one failed on the other. The cpu backend fixes the sizes Eigen blocks for, once
-// per process before any product, so results depend on the build only, not on the host.
-// The values (48 KiB L1, 2 MiB L2, 32 MiB L3) reproduce the goldens' host.
+// made on one failed on the other. The cpu backend's own products no longer go through
+// Eigen (NOTE [GEMM bits] in gemm.h fixes their panels), but any Eigen product in a
+// process that makes a CpuDevice (the benchmarks' references) still blocks for these
+// sizes, once per process before any product, so it does not depend on the host either.
 void pin_eigen_blocking() {
   static std::once_flag once;
   std::call_once(once, [] { Eigen::setCpuCacheSizes(kPinnedL1Bytes, kPinnedL2Bytes, kPinnedL3Bytes); });

@@ -18,8 +18,8 @@
 namespace shardlab::runtime::device::cpu {
 
 // The cache sizes Eigen's GEMM blocking is computed from in every process that makes a
-// CpuDevice (NOTE [Pinned GEMM blocking] in device.cc): fp32 results do not depend on the
-// host's caches. Idempotent and thread-safe; the CpuDevice constructor calls it.
+// CpuDevice (NOTE [Pinned GEMM blocking] in device.cc): Eigen products' fp32 results do
+// not depend on the host's caches. The backend's own GEMM is gemm.h's. Idempotent and thread-safe; the CpuDevice constructor calls it.
 inline constexpr std::ptrdiff_t kPinnedL1Bytes = 48 << 10, kPinnedL2Bytes = 2 << 20, kPinnedL3Bytes = 32 << 20;
 void pin_eigen_blocking();
 

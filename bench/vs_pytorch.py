@@ -1,0 +1,231 @@
+#!/usr/bin/python3
+"""shardlab against PyTorch on this machine: the same BERT checkpoint and batch, one
+forward + backward (fp32, training mode, dropout 0), gradients written to a file.
+
+Usage (as root it installs Debian's python3-torch when `import torch` fails; the tests and
+CI never run this):
+    /usr/bin/python3 bench/vs_pytorch.py [--shardlab build/bin/shardlab] [--preset bert-base]
+        [--batch 8] [--seq 128] [--runs 3] [--work DIR]
+
+Both sides do the same work in a fresh process, timed from the outside (wall clock): read
+config.json + model.safetensors and the batch, forward + backward of BertForMaskedLM
+(labels on 15% of the tokens, -100 elsewhere), write every gradient as F32 safetensors.
+shardlab is `shardlab grads --dropout 0` (one simulated rank); PyTorch is a plain
+torch.nn model with Hugging Face's parameter names and BertForMaskedLM's math (exact-erf
+GELU, LayerNorm eps 1e-12, decoder tied to the word embeddings). Runs alternate
+(shardlab, PyTorch, shardlab, ...) and each side's best of --runs is reported, with the
+ratio PyTorch time / shardlab time (> 1: shardlab is faster) and the largest gradient
+difference relative to each tensor's largest |gradient|.
+
+The checkpoint is shardlab's seeded initialization (`shardlab run ... checkpoint.dir`),
+the batch seeded synthetic tokens: nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+PRESETS = {  # hidden, layers, heads, intermediate (BERT's published sizes)
+    "bert-tiny": (128, 2, 2, 512),
+    "bert-mini": (256, 4, 4, 1024),
+    "bert-small": (512, 4, 8, 2048),
+    "bert-base": (768, 12, 12, 3072),
+    "bert-large": (1024, 24, 16, 4096),
+}
+
+PYTORCH_SIDE = r'''
+import json, struct, sys, time
+import numpy as np
+import torch
+
+def load(path):
+    with open(path, "rb") as f:
+        raw = f.read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    header = json.loads(raw[8:8 + n])
+    out = {}
+    for k, v in header.items():
+        if k == "__metadata__":
+            continue
+        s, e = v["data_offsets"]
+        dt = {"F32": np.float32, "I64": np.int64}[v["dtype"]]
+        out[k] = torch.from_numpy(np.frombuffer(raw[8 + n + s:8 + n + e], dt).reshape(v["shape"]).copy())
+    return out
+
+def save(path, tensors, meta):
+    header, blobs, off = {"__metadata__": meta}, [], 0
+    for k in sorted(tensors):
+        b = tensors[k].detach().contiguous().numpy().astype(np.float32).tobytes()
+        header[k] = {"dtype": "F32", "shape": list(tensors[k].shape), "data_offsets": [off, off + len(b)]}
+        off += len(b)
+        blobs.append(b)
+    h = json.dumps(header).encode()
+    h += b" " * ((8 - len(h) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+
+model_dir, batch_path, out_path = sys.argv[1:4]
+cfg = json.load(open(model_dir + "/config.json"))
+p = {k: torch.nn.Parameter(v) for k, v in load(model_dir + "/model.safetensors").items()}
+batch = load(batch_path)
+ids, mask, labels = batch["input_ids"], batch["attention_mask"], batch["labels"]
+H, A = cfg["hidden_size"], cfg["num_attention_heads"]
+d = H // A
+B, T = ids.shape
+t0 = time.perf_counter()
+ln = lambda x, pre: torch.nn.functional.layer_norm(x, (H,), p[pre + ".weight"], p[pre + ".bias"], 1e-12)
+lin = lambda x, pre: torch.nn.functional.linear(x, p[pre + ".weight"], p[pre + ".bias"])
+gelu = lambda x: torch.nn.functional.gelu(x)
+e = "bert.embeddings."
+x = p[e + "word_embeddings.weight"][ids] + p[e + "position_embeddings.weight"][:T] + p[e + "token_type_embeddings.weight"][torch.zeros_like(ids)]
+x = ln(x, e + "LayerNorm")
+bias = (1.0 - mask.to(torch.float32))[:, None, None, :] * torch.finfo(torch.float32).min
+for l in range(cfg["num_hidden_layers"]):
+    pre = "bert.encoder.layer.%d." % l
+    heads = lambda t: t.view(B, T, A, d).transpose(1, 2)
+    q, k, v = (heads(lin(x, pre + "attention.self." + n)) for n in ("query", "key", "value"))
+    probs = torch.softmax(q @ k.transpose(-1, -2) / d ** 0.5 + bias, dim=-1)
+    ctx = (probs @ v).transpose(1, 2).reshape(B, T, H)
+    x = ln(lin(ctx, pre + "attention.output.dense") + x, pre + "attention.output.LayerNorm")
+    x = ln(lin(gelu(lin(x, pre + "intermediate.dense")), pre + "output.dense") + x, pre + "output.LayerNorm")
+h = ln(gelu(lin(x, "cls.predictions.transform.dense")), "cls.predictions.transform.LayerNorm")
+logits = h @ p[e + "word_embeddings.weight"].t() + p["cls.predictions.bias"]
+loss = torch.nn.functional.cross_entropy(logits.view(-1, logits.shape[-1]), labels.view(-1), ignore_index=-100)
+loss.backward()
+t1 = time.perf_counter()
+save(out_path, {k: v.grad for k, v in p.items()}, {"loss": "%.9g" % loss.item()})
+print(json.dumps({"forward_backward_s": t1 - t0, "loss": loss.item(), "threads": torch.get_num_threads(),
+                  "torch": torch.__version__}))
+'''
+
+
+# Debian's python3-torch calls the BLAS that libblas.so.3 points to; without OpenBLAS that
+# is the reference BLAS (one core, no vector kernels), which made PyTorch ~50x slower here.
+PACKAGES = {"python3-torch": "import torch", "libopenblas0-pthread": None}
+
+
+def ensure_torch() -> None:
+    probe = subprocess.run([sys.executable, "-c", "import torch"], capture_output=True)
+    have_blas = os.path.exists("/usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3")
+    if probe.returncode == 0 and have_blas:
+        return
+    if os.geteuid() != 0:
+        sys.exit("vs_pytorch.py: PyTorch or OpenBLAS is missing; install Debian's python3-torch and "
+                 "libopenblas0-pthread (apt-get install python3-torch libopenblas0-pthread)")
+    print("installing Debian's python3-torch and libopenblas0-pthread (apt-get) ...", flush=True)
+    subprocess.run(["apt-get", "install", "-y", "-q", *PACKAGES], check=True,
+                   env=dict(os.environ, DEBIAN_FRONTEND="noninteractive"))
+
+
+def read_safetensors(path: str) -> dict[str, np.ndarray]:
+    with open(path, "rb") as f:
+        raw = f.read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    header = json.loads(raw[8:8 + n])
+    return {k: np.frombuffer(raw[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]], np.float32)
+            for k, v in header.items() if k != "__metadata__"}
+
+
+def make_inputs(args, work: str) -> tuple[str, str]:
+    model_dir, batch_path = os.path.join(work, "model"), os.path.join(work, "batch.safetensors")
+    if os.path.exists(os.path.join(model_dir, "model.safetensors")) and os.path.exists(batch_path):
+        return model_dir, batch_path
+    hidden, layers, heads, inter = PRESETS[args.preset]
+    ckpt = os.path.join(work, "ckpt")
+    shutil.rmtree(ckpt, ignore_errors=True)
+    subprocess.run([args.shardlab, "run", "--set", "model.preset=" + args.preset, "--set", "model.head=mlm",
+                    "--set", "train.steps=1", "--set", "world.devices_per_node=1",
+                    "--set", "data.batch_size_per_rank=1", "--set", "data.seq_len=8",
+                    "--set", "expect.grads_match_unsharded=false", "--set", "checkpoint.dir=" + ckpt,
+                    "--out", os.path.join(work, "ckpt_run")], check=True, stdout=subprocess.DEVNULL)
+    os.makedirs(model_dir, exist_ok=True)
+    shutil.copy(os.path.join(ckpt, "step-00000001", "model.safetensors"), model_dir)
+    config = {"model_type": "bert", "architectures": ["BertForMaskedLM"], "vocab_size": 30522,
+              "hidden_size": hidden, "num_hidden_layers": layers, "num_attention_heads": heads,
+              "intermediate_size": inter, "hidden_act": "gelu", "hidden_dropout_prob": 0.1,
+              "attention_probs_dropout_prob": 0.1, "max_position_embeddings": 512, "type_vocab_size": 2,
+              "initializer_range": 0.02, "layer_norm_eps": 1e-12, "pad_token_id": 0}
+    with open(os.path.join(model_dir, "config.json"), "w") as f:
+        json.dump(config, f)
+    rng = np.random.default_rng(0)
+    ids = rng.integers(1, 30522, (args.batch, args.seq)).astype(np.int64)
+    labels = np.where(rng.random((args.batch, args.seq)) < 0.15, ids, -100).astype(np.int64)
+    tensors = {"input_ids": ids, "attention_mask": np.ones_like(ids), "labels": labels}
+    header, blobs, off = {}, [], 0
+    for k, v in tensors.items():
+        b = v.tobytes()
+        header[k] = {"dtype": "I64", "shape": list(v.shape), "data_offsets": [off, off + len(b)]}
+        off += len(b)
+        blobs.append(b)
+    h = json.dumps(header).encode()
+    h += b" " * ((8 - len(h) % 8) % 8)
+    with open(batch_path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+    return model_dir, batch_path
+
+
+def timed(cmd: list[str]) -> tuple[float, str]:
+    t0 = time.perf_counter()
+    done = subprocess.run(cmd, check=True, capture_output=True, text=True)
+    return time.perf_counter() - t0, done.stdout
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--shardlab", default="build/bin/shardlab")
+    ap.add_argument("--preset", default="bert-base", choices=sorted(PRESETS))
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--seq", type=int, default=128)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--work", default="/tmp/shardlab_vs_pytorch")
+    args = ap.parse_args()
+    if args.batch < 1 or args.seq < 1 or args.seq > 512 or args.runs < 1:
+        print("vs_pytorch.py: --batch and --runs must be >= 1, --seq 1..512", file=sys.stderr)
+        return 2
+    ensure_torch()
+    work = os.path.join(args.work, "%s_b%d_t%d" % (args.preset, args.batch, args.seq))
+    os.makedirs(work, exist_ok=True)
+    model_dir, batch_path = make_inputs(args, work)
+    side = os.path.join(work, "pytorch_side.py")
+    with open(side, "w") as f:
+        f.write(PYTORCH_SIDE)
+    ours_out, theirs_out = os.path.join(work, "grads_shardlab.safetensors"), os.path.join(work, "grads_torch.safetensors")
+    ours, theirs, inside = [], [], []
+    for _ in range(args.runs):
+        ours.append(timed([args.shardlab, "grads", "--model", model_dir, "--inputs", batch_path, "--out", ours_out,
+                           "--dropout", "0"])[0])
+        t, out = timed([sys.executable, side, model_dir, batch_path, theirs_out])
+        theirs.append(t)
+        inside.append(json.loads(out.strip().splitlines()[-1]))
+    a, b = read_safetensors(ours_out), read_safetensors(theirs_out)
+    worst, where = 0.0, ""
+    for k in sorted(a):
+        scale = float(np.max(np.abs(b[k]))) or 1.0
+        if scale < 1e-6:  # analytically zero gradients (the key bias): rounding noise only
+            continue
+        diff = float(np.max(np.abs(a[k] - b[k]))) / scale
+        if diff > worst:
+            worst, where = diff, k
+    best_ours, best_theirs = min(ours), min(theirs)
+    info = inside[-1]
+    print(f"{args.preset}, batch {args.batch} x {args.seq} tokens, fp32 forward + backward, one process each:")
+    print(f"  shardlab grads   best {best_ours:.2f} s of {', '.join('%.2f' % t for t in ours)}")
+    print(f"  PyTorch {info['torch']} ({info['threads']} threads) best {best_theirs:.2f} s of "
+          f"{', '.join('%.2f' % t for t in theirs)} (forward + backward alone "
+          f"{min(i['forward_backward_s'] for i in inside):.2f} s)")
+    print(f"  speed ratio PyTorch / shardlab: {best_theirs / best_ours:.2f}x")
+    print(f"  largest gradient difference: {worst:.2e} of the tensor's largest |gradient| ({where})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
