@@ -6,7 +6,6 @@
 // worst result of the world.
 #include "runtime/comm/hccl/communicator.h"
 
-#include <dlfcn.h>
 #include <mpi.h>
 
 #include <cstdio>
@@ -119,21 +118,8 @@ TEST_F(HcclCommunicatorTest, AnAsynchronousFailureAbortsOnEveryRankWithoutHangin
   EXPECT_EQ(comm_->all_reduce(out, ReduceOp::kSum)->wait(kLong).code(), StatusCode::kFailedPrecondition);
 }
 
-// The double's call log (fake mode only).
-std::string fake_log() {
-  void* h = dlopen(SHARDLAB_FAKE_SYNAPSE_PATH, RTLD_NOW | RTLD_NOLOAD);
-  if (!h) return "";
-  auto fn = reinterpret_cast<const char* (*)()>(dlsym(h, "shardlab_fake_synapse_log"));
-  std::string out = fn ? fn() : "";
-  dlclose(h);
-  return out;
-}
-void clear_fake_log() {
-  void* h = dlopen(SHARDLAB_FAKE_SYNAPSE_PATH, RTLD_NOW | RTLD_NOLOAD);
-  if (!h) return;
-  if (auto fn = reinterpret_cast<void (*)()>(dlsym(h, "shardlab_fake_synapse_clear_log"))) fn();
-  dlclose(h);
-}
+using device::hpu::testing::clear_fake_log;
+using device::hpu::testing::fake_log;
 
 // wait_on_compute orders the compute stream after the collective on the device: the
 // host never polls the completion event, and with the double's lazy streams (nothing

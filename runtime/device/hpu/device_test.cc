@@ -49,21 +49,9 @@ class ScopedEnv {
   bool had_ = false;
 };
 
-// The double's call log (fake mode only).
-std::string fake_log() {
-  void* h = dlopen(SHARDLAB_FAKE_SYNAPSE_PATH, RTLD_NOW | RTLD_NOLOAD);
-  if (!h) return "";
-  auto fn = reinterpret_cast<const char* (*)()>(dlsym(h, "shardlab_fake_synapse_log"));
-  std::string out = fn ? fn() : "";
-  dlclose(h);
-  return out;
-}
-void clear_fake_log() {
-  void* h = dlopen(SHARDLAB_FAKE_SYNAPSE_PATH, RTLD_NOW | RTLD_NOLOAD);
-  if (!h) return;
-  if (auto fn = reinterpret_cast<void (*)()>(dlsym(h, "shardlab_fake_synapse_clear_log"))) fn();
-  dlclose(h);
-}
+using testing::clear_fake_log;
+using testing::fake_log;
+
 int count_calls(const std::string& log, const std::string& call) {
   int n = 0;
   std::size_t pos = 0;

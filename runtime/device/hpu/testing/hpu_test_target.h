@@ -9,6 +9,8 @@
 // need the double's knobs skip with "fake-only".
 #pragma once
 
+#include <dlfcn.h>
+
 #include <cstdlib>
 #include <string>
 
@@ -37,6 +39,23 @@ inline std::string gaudi_missing_reason() {
   if (probe.device_count == 0) return "skipped: no Gaudi device (Synapse loaded from " + probe.library +
                                       " but synDeviceGetCount reports 0 cards)";
   return "";
+}
+
+// The double's call log, one call name per line (fake mode only; "" when the double is
+// not loaded), and clearing it.
+inline std::string fake_log() {
+  void* h = dlopen(SHARDLAB_FAKE_SYNAPSE_PATH, RTLD_NOW | RTLD_NOLOAD);
+  if (!h) return "";
+  auto fn = reinterpret_cast<const char* (*)()>(dlsym(h, "shardlab_fake_synapse_log"));
+  std::string out = fn ? fn() : "";
+  dlclose(h);
+  return out;
+}
+inline void clear_fake_log() {
+  void* h = dlopen(SHARDLAB_FAKE_SYNAPSE_PATH, RTLD_NOW | RTLD_NOLOAD);
+  if (!h) return;
+  if (auto fn = reinterpret_cast<void (*)()>(dlsym(h, "shardlab_fake_synapse_clear_log"))) fn();
+  dlclose(h);
 }
 
 }  // namespace shardlab::runtime::device::hpu::testing
