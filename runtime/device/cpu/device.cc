@@ -375,6 +375,13 @@ Status CpuDevice::scale(const Tensor& x, float alpha, StreamId stream) {
 }
 
 namespace {
+// NOTE [Element-wise ops on the pool]: loops whose iterations are independent (one
+// element, or one row with its own fixed-order reduction) run on the GEMM's thread pool in
+// contiguous chunks (parallel_for in gemm.h); every element is computed by the same code
+// whatever the split, so the bits do not depend on the thread count.
+constexpr std::int64_t kElementGrain = std::int64_t{1} << 15;
+std::int64_t row_grain(std::int64_t row_length) { return std::max<std::int64_t>(1, kElementGrain / std::max<std::int64_t>(1, row_length)); }
+
 // The GemmArgs of row-major contiguous matrices a [ar, ac], b [br, bc], c [·, cc].
 GemmArgs gemm_args(const Tensor& a, std::int64_t, std::int64_t ac, bool trans_a, const Tensor& b, std::int64_t,
                    std::int64_t bc, bool trans_b, const Tensor& c, std::int64_t cc, std::int64_t m, std::int64_t n,
@@ -495,22 +502,23 @@ Status CpuDevice::activation(Activation act, const Tensor& x, const Tensor& y, S
   SHARDLAB_RETURN_IF_ERROR(expect_numel("activation", y, x.numel(), "x's element count"));
   const float* in = x.data<float>();
   float* out = y.data<float>();
-  const std::int64_t n = x.numel();
-  switch (act) {
-    case Activation::kRelu:
-      // NaN propagates (as in PyTorch) so a diverged activation is not silently zeroed.
-      for (std::int64_t i = 0; i < n; ++i) out[i] = in[i] > 0.0f || std::isnan(in[i]) ? in[i] : 0.0f;
-      break;
-    case Activation::kGelu:
-      for (std::int64_t i = 0; i < n; ++i) out[i] = gelu_erf(in[i]);
-      break;
-    case Activation::kGeluTanh:
-      for (std::int64_t i = 0; i < n; ++i) out[i] = gelu_tanh(in[i]);
-      break;
-    case Activation::kTanh:
-      for (std::int64_t i = 0; i < n; ++i) out[i] = std::tanh(in[i]);
-      break;
-  }
+  parallel_for(x.numel(), kElementGrain, [&](std::int64_t lo, std::int64_t hi) {
+    switch (act) {
+      case Activation::kRelu:
+        // NaN propagates (as in PyTorch) so a diverged activation is not silently zeroed.
+        for (std::int64_t i = lo; i < hi; ++i) out[i] = in[i] > 0.0f || std::isnan(in[i]) ? in[i] : 0.0f;
+        break;
+      case Activation::kGelu:
+        for (std::int64_t i = lo; i < hi; ++i) out[i] = gelu_erf(in[i]);
+        break;
+      case Activation::kGeluTanh:
+        for (std::int64_t i = lo; i < hi; ++i) out[i] = gelu_tanh(in[i]);
+        break;
+      case Activation::kTanh:
+        for (std::int64_t i = lo; i < hi; ++i) out[i] = std::tanh(in[i]);
+        break;
+    }
+  });
   return Status::ok();
 }
 
@@ -526,24 +534,25 @@ Status CpuDevice::activation_backward(Activation act, const Tensor& x, const Ten
   const float* in = x.data<float>();
   const float* g = dy.data<float>();
   float* out = dx.data<float>();
-  const std::int64_t n = x.numel();
-  switch (act) {
-    case Activation::kRelu:
-      for (std::int64_t i = 0; i < n; ++i) out[i] = in[i] > 0.0f ? g[i] : 0.0f;
-      break;
-    case Activation::kGelu:
-      for (std::int64_t i = 0; i < n; ++i) out[i] = g[i] * gelu_erf_grad(in[i]);
-      break;
-    case Activation::kGeluTanh:
-      for (std::int64_t i = 0; i < n; ++i) out[i] = g[i] * gelu_tanh_grad(in[i]);
-      break;
-    case Activation::kTanh:
-      for (std::int64_t i = 0; i < n; ++i) {
-        const float t = std::tanh(in[i]);
-        out[i] = g[i] * (1.0f - t * t);
-      }
-      break;
-  }
+  parallel_for(x.numel(), kElementGrain, [&](std::int64_t lo, std::int64_t hi) {
+    switch (act) {
+      case Activation::kRelu:
+        for (std::int64_t i = lo; i < hi; ++i) out[i] = in[i] > 0.0f ? g[i] : 0.0f;
+        break;
+      case Activation::kGelu:
+        for (std::int64_t i = lo; i < hi; ++i) out[i] = g[i] * gelu_erf_grad(in[i]);
+        break;
+      case Activation::kGeluTanh:
+        for (std::int64_t i = lo; i < hi; ++i) out[i] = g[i] * gelu_tanh_grad(in[i]);
+        break;
+      case Activation::kTanh:
+        for (std::int64_t i = lo; i < hi; ++i) {
+          const float t = std::tanh(in[i]);
+          out[i] = g[i] * (1.0f - t * t);
+        }
+        break;
+    }
+  });
   return Status::ok();
 }
 
@@ -571,20 +580,22 @@ Status CpuDevice::layer_norm(const Tensor& x, const Tensor& gamma, const Tensor&
   const float* g = gamma.data<float>();
   const float* bt = beta.data<float>();
   float* out = y.data<float>();
-  for (std::int64_t r = 0; r < n; ++r) {
-    const float* row = in + r * h;
-    float* orow = out + r * h;
-    double sum = 0.0;
-    for (std::int64_t j = 0; j < h; ++j) sum += row[j];
-    const double mu = sum / static_cast<double>(h);
-    double sq = 0.0;
-    for (std::int64_t j = 0; j < h; ++j) sq += (row[j] - mu) * (row[j] - mu);
-    const float mu_f = static_cast<float>(mu);
-    const float rs = static_cast<float>(1.0 / std::sqrt(sq / static_cast<double>(h) + static_cast<double>(eps)));
-    for (std::int64_t j = 0; j < h; ++j) orow[j] = (row[j] - mu_f) * rs * g[j] + bt[j];
-    mean.data<float>()[r] = mu_f;
-    rstd.data<float>()[r] = rs;
-  }
+  parallel_for(n, row_grain(h), [&](std::int64_t lo, std::int64_t hi) {
+    for (std::int64_t r = lo; r < hi; ++r) {
+      const float* row = in + r * h;
+      float* orow = out + r * h;
+      double sum = 0.0;
+      for (std::int64_t j = 0; j < h; ++j) sum += row[j];
+      const double mu = sum / static_cast<double>(h);
+      double sq = 0.0;
+      for (std::int64_t j = 0; j < h; ++j) sq += (row[j] - mu) * (row[j] - mu);
+      const float mu_f = static_cast<float>(mu);
+      const float rs = static_cast<float>(1.0 / std::sqrt(sq / static_cast<double>(h) + static_cast<double>(eps)));
+      for (std::int64_t j = 0; j < h; ++j) orow[j] = (row[j] - mu_f) * rs * g[j] + bt[j];
+      mean.data<float>()[r] = mu_f;
+      rstd.data<float>()[r] = rs;
+    }
+  });
   return Status::ok();
 }
 
@@ -670,10 +681,10 @@ Status CpuDevice::attention_softmax(const Tensor& scores, const Tensor& attentio
   const float* s = scores.data<float>();
   const float* mask = attention_mask.data<float>();
   float* p = probs.data<float>();
-  for (std::int64_t b = 0; b < batch; ++b) {
-    const float* mrow = mask + b * tk;
-    for (std::int64_t r = 0; r < heads * tq; ++r) {
-      const std::int64_t off = (b * heads * tq + r) * tk;
+  parallel_for(batch * heads * tq, row_grain(tk), [&](std::int64_t lo, std::int64_t hi) {
+    for (std::int64_t r = lo; r < hi; ++r) {
+      const float* mrow = mask + (r / (heads * tq)) * tk;
+      const std::int64_t off = r * tk;
       const float* srow = s + off;
       float* prow = p + off;
       // The fp32 sum is deliberate (as HF): lowest absorbs any moderate score, so a fully
@@ -690,7 +701,7 @@ Status CpuDevice::attention_softmax(const Tensor& scores, const Tensor& attentio
       const float inv = static_cast<float>(1.0 / sum);
       for (std::int64_t j = 0; j < tk; ++j) prow[j] *= inv;
     }
-  }
+  });
   return Status::ok();
 }
 
@@ -705,14 +716,16 @@ Status CpuDevice::attention_softmax_backward(const Tensor& probs, const Tensor& 
   const float* p = probs.data<float>();
   const float* dp = dprobs.data<float>();
   float* ds = dscores.data<float>();
-  for (std::int64_t r = 0; r < rows; ++r) {
-    const std::int64_t off = r * cols;
-    double dot = 0.0;
-    for (std::int64_t j = 0; j < cols; ++j) dot += static_cast<double>(p[off + j]) * dp[off + j];
-    const float d = static_cast<float>(dot);
-    // PyTorch's order: the softmax backward p·(dp − d), then the scaling's backward.
-    for (std::int64_t j = 0; j < cols; ++j) ds[off + j] = scale * (p[off + j] * (dp[off + j] - d));
-  }
+  parallel_for(rows, row_grain(cols), [&](std::int64_t lo, std::int64_t hi) {
+    for (std::int64_t r = lo; r < hi; ++r) {
+      const std::int64_t off = r * cols;
+      double dot = 0.0;
+      for (std::int64_t j = 0; j < cols; ++j) dot += static_cast<double>(p[off + j]) * dp[off + j];
+      const float d = static_cast<float>(dot);
+      // PyTorch's order: the softmax backward p·(dp − d), then the scaling's backward.
+      for (std::int64_t j = 0; j < cols; ++j) ds[off + j] = scale * (p[off + j] * (dp[off + j] - d));
+    }
+  });
   return Status::ok();
 }
 
@@ -844,7 +857,12 @@ Status CpuDevice::multiply(const Tensor& a, const Tensor& b, const Tensor& c, St
   if ((c.overlaps(a) && !c.same_view(a)) || (c.overlaps(b) && !c.same_view(b))) {
     return Status::invalid_argument(std::string(kOp) + ": c partially overlaps an input");
   }
-  VecMap(c.data<float>(), c.numel()) = VecMap(a.data<float>(), a.numel()).cwiseProduct(VecMap(b.data<float>(), b.numel()));
+  const float* pa = a.data<float>();
+  const float* pb = b.data<float>();
+  float* pc = c.data<float>();
+  parallel_for(a.numel(), kElementGrain, [&](std::int64_t lo, std::int64_t hi) {
+    for (std::int64_t i = lo; i < hi; ++i) pc[i] = pa[i] * pb[i];
+  });
   return Status::ok();
 }
 
@@ -856,7 +874,12 @@ Status CpuDevice::dropout_mask(const Tensor& mask, float p, const Rng& base, std
   SHARDLAB_RETURN_IF_ERROR(expect_dtype(kOp, mask, DType::kF32));
   SHARDLAB_RETURN_IF_ERROR(check_dropout_args(kOp, mask, p, first_row));
   if (mask.numel() == 0) return Status::ok();
-  draw_dropout_mask(mask.data<float>(), mask.dim(0), mask.numel() / mask.dim(0), p, base, first_row, site);
+  // Rows draw from their own counter-based streams, so any split of the rows is the same mask.
+  const std::int64_t per_row = mask.numel() / mask.dim(0);
+  float* out = mask.data<float>();
+  parallel_for(mask.dim(0), row_grain(per_row), [&](std::int64_t lo, std::int64_t hi) {
+    draw_dropout_mask(out + lo * per_row, hi - lo, per_row, p, base, first_row + lo, site);
+  });
   return Status::ok();
 }
 
@@ -913,7 +936,9 @@ Status CpuDevice::optimizer_step(const OptimizerUpdate& u, const Tensor& param, 
   const float step_size = static_cast<float>(u.lr / bc1);
   const float bc2_sqrt = static_cast<float>(std::sqrt(bc2));
   const float decay = 1.0f - u.lr * u.weight_decay;
-  adamw_update(n, p, g, m, v, decay, u.beta1, u.beta2, u.eps, step_size, bc2_sqrt);
+  parallel_for(n, kElementGrain, [&](std::int64_t lo, std::int64_t hi) {
+    adamw_update(hi - lo, p + lo, g + lo, m + lo, v + lo, decay, u.beta1, u.beta2, u.eps, step_size, bc2_sqrt);
+  });
   return Status::ok();
 }
 

@@ -52,27 +52,26 @@ KernelInfo kernel_for(GemmIsa isa) {
 constexpr std::int64_t kMc = 96;    // rows of A per packed block (a multiple of every mr)
 constexpr std::int64_t kNc = 1024;  // columns of B per packed panel (a multiple of every nr)
 
-float a_at(const GemmArgs& g, std::int64_t i, std::int64_t k) {
-  return g.trans_a ? g.a[k * g.lda + i] : g.a[i * g.lda + k];
-}
-float b_at(const GemmArgs& g, std::int64_t k, std::int64_t j) {
-  return g.trans_b ? g.b[j * g.ldb + k] : g.b[k * g.ldb + j];
-}
-
 // B[pc : pc+kc, jc : jc+nc] as strips of nr columns, k-major, zero-padded.
 void pack_b(const GemmArgs& g, std::int64_t pc, std::int64_t kc, std::int64_t jc, std::int64_t nc, int nr,
             float* out) {
   for (std::int64_t js = 0; js < nc; js += nr) {
     const std::int64_t w = std::min<std::int64_t>(nr, nc - js);
-    for (std::int64_t k = 0; k < kc; ++k) {
-      float* row = out + k * nr;
-      if (!g.trans_b) {
+    if (!g.trans_b) {
+      for (std::int64_t k = 0; k < kc; ++k) {
+        float* row = out + k * nr;
         const float* src = g.b + (pc + k) * g.ldb + jc + js;
         for (std::int64_t j = 0; j < w; ++j) row[j] = src[j];
-      } else {
-        for (std::int64_t j = 0; j < w; ++j) row[j] = b_at(g, pc + k, jc + js + j);
+        for (std::int64_t j = w; j < nr; ++j) row[j] = 0.0f;
       }
-      for (std::int64_t j = w; j < nr; ++j) row[j] = 0.0f;
+    } else {  // b's rows are op(b)'s columns: read each along k, contiguously
+      for (std::int64_t j = 0; j < w; ++j) {
+        const float* src = g.b + (jc + js + j) * g.ldb + pc;
+        for (std::int64_t k = 0; k < kc; ++k) out[k * nr + j] = src[k];
+      }
+      for (std::int64_t k = 0; k < kc; ++k) {
+        for (std::int64_t j = w; j < nr; ++j) out[k * nr + j] = 0.0f;
+      }
     }
     out += kc * nr;
   }
@@ -83,46 +82,60 @@ void pack_a(const GemmArgs& g, std::int64_t ic, std::int64_t mc, std::int64_t pc
             float* out) {
   for (std::int64_t is = 0; is < mc; is += mr) {
     const std::int64_t h = std::min<std::int64_t>(mr, mc - is);
-    for (std::int64_t k = 0; k < kc; ++k) {
-      float* col = out + k * mr;
-      if (g.trans_a) {
+    if (g.trans_a) {
+      for (std::int64_t k = 0; k < kc; ++k) {
+        float* col = out + k * mr;
         const float* src = g.a + (pc + k) * g.lda + ic + is;
         for (std::int64_t r = 0; r < h; ++r) col[r] = src[r];
-      } else {
-        for (std::int64_t r = 0; r < h; ++r) col[r] = a_at(g, ic + is + r, pc + k);
+        for (std::int64_t r = h; r < mr; ++r) col[r] = 0.0f;
       }
-      for (std::int64_t r = h; r < mr; ++r) col[r] = 0.0f;
+    } else {  // a's rows: read each along k, contiguously
+      for (std::int64_t r = 0; r < h; ++r) {
+        const float* src = g.a + (ic + is + r) * g.lda + pc;
+        for (std::int64_t k = 0; k < kc; ++k) out[k * mr + r] = src[k];
+      }
+      for (std::int64_t k = 0; k < kc; ++k) {
+        for (std::int64_t r = h; r < mr; ++r) out[k * mr + r] = 0.0f;
+      }
     }
     out += kc * mr;
   }
 }
 
-// NOTE [GEMM bits] for the block of c at rows [m0, m1) and columns [n0, n1): the panel
-// sums P build up in c itself when beta == 0 (c's old values are never read), else in a
-// scratch block, and c = alpha·P (+ beta·c) is applied once at the end.
+// NOTE [GEMM bits] for the block of c at rows [m0, m1) and columns [n0, n1). The running
+// panel sum P lives in c itself when beta == 0 (c's old values are never read), else in a
+// scratch block (only when there is more than one panel). The first panel stores its sums
+// (0 + acc is acc: an fma chain from +0 never ends at -0), the last one writes
+// alpha·P (+ beta·c) straight into c, so no pass over c is spent on zeroing or scaling.
 void gemm_block(const GemmArgs& g, const KernelInfo& kern, std::int64_t m0, std::int64_t m1, std::int64_t n0,
                 std::int64_t n1) {
   if (m1 <= m0 || n1 <= n0) return;
   const std::int64_t rows = m1 - m0, cols = n1 - n0;
+  if (g.k == 0) {  // P = 0
+    for (std::int64_t i = 0; i < rows; ++i) {
+      float* out = g.c + (m0 + i) * g.ldc + n0;
+      for (std::int64_t j = 0; j < cols; ++j) out[j] = g.beta == 0.0f ? g.alpha * 0.0f : g.alpha * 0.0f + g.beta * out[j];
+    }
+    return;
+  }
   thread_local std::vector<float> bpack, apack, tile, scratch;
   float* p = g.c + m0 * g.ldc + n0;  // P[i][j] at p[i * ldp + j]
   std::int64_t ldp = g.ldc;
-  if (g.beta != 0.0f) {
+  if (g.beta != 0.0f && g.k > kGemmKc) {
     scratch.resize(static_cast<std::size_t>(rows * cols));
     p = scratch.data();
     ldp = cols;
-  }
-  for (std::int64_t i = 0; i < rows; ++i) {
-    for (std::int64_t j = 0; j < cols; ++j) p[i * ldp + j] = 0.0f;
   }
   const int mr = kern.mr, nr = kern.nr;
   bpack.resize(static_cast<std::size_t>(kGemmKc * kNc));
   apack.resize(static_cast<std::size_t>(kGemmKc * kMc));
   tile.resize(static_cast<std::size_t>(mr * nr));
+  const float alpha = g.alpha, beta = g.beta;
   for (std::int64_t jc = n0; jc < n1; jc += kNc) {
     const std::int64_t nc = std::min(kNc, n1 - jc);
     for (std::int64_t pc = 0; pc < g.k; pc += kGemmKc) {  // panels in ascending k
       const std::int64_t kc = std::min(kGemmKc, g.k - pc);
+      const bool first = pc == 0, last = pc + kc >= g.k;
       pack_b(g, pc, kc, jc, nc, nr, bpack.data());
       for (std::int64_t ic = m0; ic < m1; ic += kMc) {
         const std::int64_t mc = std::min(kMc, m1 - ic);
@@ -133,27 +146,33 @@ void gemm_block(const GemmArgs& g, const KernelInfo& kern, std::int64_t m0, std:
             const std::int64_t h = std::min<std::int64_t>(mr, mc - is);
             kern.run(kc, apack.data() + is * kc, bpack.data() + js * kc, tile.data());
             for (std::int64_t r = 0; r < h; ++r) {
-              float* out = p + (ic - m0 + is + r) * ldp + (jc - n0 + js);
+              const std::int64_t i = ic - m0 + is + r, j0 = jc - n0 + js;
+              float* sum = p + i * ldp + j0;
+              float* out = g.c + (m0 + i) * g.ldc + n0 + j0;
               const float* acc = tile.data() + r * nr;
-              for (std::int64_t j = 0; j < w; ++j) out[j] = out[j] + acc[j];
+              if (!last) {
+                if (first) {
+                  for (std::int64_t j = 0; j < w; ++j) sum[j] = acc[j];
+                } else {
+                  for (std::int64_t j = 0; j < w; ++j) sum[j] = sum[j] + acc[j];
+                }
+              } else if (beta == 0.0f) {
+                if (first) {
+                  for (std::int64_t j = 0; j < w; ++j) out[j] = alpha * acc[j];
+                } else {
+                  for (std::int64_t j = 0; j < w; ++j) out[j] = alpha * (sum[j] + acc[j]);
+                }
+              } else {
+                for (std::int64_t j = 0; j < w; ++j) {
+                  const float total = first ? acc[j] : sum[j] + acc[j];
+                  const float scaled = alpha * total;
+                  const float kept = beta * out[j];
+                  out[j] = scaled + kept;
+                }
+              }
             }
           }
         }
-      }
-    }
-  }
-  for (std::int64_t i = 0; i < rows; ++i) {
-    float* out = g.c + (m0 + i) * g.ldc + n0;
-    const float* sum = p + i * ldp;
-    if (g.beta == 0.0f) {
-      if (g.alpha != 1.0f) {
-        for (std::int64_t j = 0; j < cols; ++j) out[j] = g.alpha * sum[j];
-      }
-    } else {
-      for (std::int64_t j = 0; j < cols; ++j) {
-        const float scaled = g.alpha * sum[j];
-        const float kept = g.beta * out[j];
-        out[j] = scaled + kept;
       }
     }
   }
@@ -322,6 +341,15 @@ void gemm(const GemmArgs& g, GemmIsa isa, int threads) {
     const std::int64_t hi = std::min(extent, (units * (c + 1) / chunks) * unit);
     if (by_rows) gemm_block(g, kern, lo, hi, 0, g.n); else gemm_block(g, kern, 0, g.m, lo, hi);
   });
+}
+
+void parallel_for(std::int64_t n, std::int64_t grain, const std::function<void(std::int64_t, std::int64_t)>& body) {
+  const std::int64_t chunks = std::min<std::int64_t>(pool().size(), n / std::max<std::int64_t>(1, grain));
+  if (chunks <= 1) {
+    if (n > 0) body(0, n);
+    return;
+  }
+  pool().run(chunks, [&](std::int64_t c) { body(n * c / chunks, n * (c + 1) / chunks); });
 }
 
 void gemm_batched(const GemmArgs& g, std::int64_t batch, std::int64_t stride_a, std::int64_t stride_b,

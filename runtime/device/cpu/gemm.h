@@ -24,6 +24,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -63,6 +64,12 @@ struct GemmArgs {
 // c = beta·c + alpha·op(a)·op(b) per NOTE [GEMM bits], on `isa` with up to `threads`
 // threads of the pool (1: the calling thread only).
 void gemm(const GemmArgs& args, GemmIsa isa, int threads);
+// Runs body(begin, end) over [0, n) split into at most gemm_threads() contiguous chunks of
+// at least `grain` indices, on the pool (or all on the calling thread when the pool is
+// busy or n < 2·grain). For loops whose iterations are independent — element-wise ops and
+// per-row reductions — so the bits never depend on the split.
+void parallel_for(std::int64_t n, std::int64_t grain, const std::function<void(std::int64_t, std::int64_t)>& body);
+
 // `batch` independent products whose operands are `stride_*` floats apart; the pool
 // splits the batch first.
 void gemm_batched(const GemmArgs& args, std::int64_t batch, std::int64_t stride_a, std::int64_t stride_b,

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "runtime/core/rng.h"
+#include "runtime/device/cpu/device.h"
 
 namespace shardlab::runtime::device::cpu {
 namespace {
@@ -127,6 +128,87 @@ TEST(CpuGemmIsa, NamesParseAndUnknownOnesAreRefused) {
   const auto bad = parse_gemm_isa("sse9");
   EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(bad.status().message().find("allowed: scalar, avx2, avx512"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace shardlab::runtime::device::cpu
+
+namespace shardlab::runtime::device::cpu {
+namespace {
+
+bool same_bits(const Tensor& a, const Tensor& b) {
+  return a.nbytes() == b.nbytes() && std::memcmp(a.data<float>(), b.data<float>(), static_cast<std::size_t>(a.nbytes())) == 0;
+}
+
+// NOTE [Element-wise ops on the pool]: an op over a large tensor (split over the pool)
+// gives the bits of the same op over small slices of it (each below the split's grain, so
+// computed in one piece): chunk boundaries change nothing.
+TEST(CpuElementwiseSplit, LargeTensorsGiveTheBitsOfTheirSlices) {
+  CpuDevice cpu_device;
+  Device& dev = cpu_device;  // the seam's default streams
+  Rng rng(5);
+  const std::int64_t rows = 512, cols = 384;  // 196,608 elements: several chunks
+  auto make = [&](const Shape& s) {
+    Tensor t = *dev.empty(s, DType::kF32, MemoryCategory::kActivations, "t");
+    for (std::int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = rng.uniform(-3.0f, 3.0f);
+    return t;
+  };
+  const Tensor x = make({rows, cols}), dy = make({rows, cols});
+  const auto slice = [](const Tensor& t, std::int64_t r) {  // t[r : r+1] along the first dim
+    Shape one = t.shape();
+    one[0] = 1;
+    const std::int64_t per = t.numel() / t.dim(0);
+    return *t.narrow(r * per, one, "slice");
+  };
+  // GELU forward and backward, element-wise multiply.
+  {
+    const Tensor y = make({rows, cols}), dx = make({rows, cols}), c = make({rows, cols});
+    ASSERT_TRUE(dev.activation(Activation::kGelu, x, y).is_ok());
+    ASSERT_TRUE(dev.activation_backward(Activation::kGelu, x, dy, dx).is_ok());
+    ASSERT_TRUE(dev.multiply(x, dy, c).is_ok());
+    const Tensor y1 = make({rows, cols}), dx1 = make({rows, cols}), c1 = make({rows, cols});
+    for (std::int64_t r = 0; r < rows; ++r) {
+      ASSERT_TRUE(dev.activation(Activation::kGelu, slice(x, r), slice(y1, r)).is_ok());
+      ASSERT_TRUE(dev.activation_backward(Activation::kGelu, slice(x, r), slice(dy, r), slice(dx1, r)).is_ok());
+      ASSERT_TRUE(dev.multiply(slice(x, r), slice(dy, r), slice(c1, r)).is_ok());
+    }
+    EXPECT_TRUE(same_bits(y, y1));
+    EXPECT_TRUE(same_bits(dx, dx1));
+    EXPECT_TRUE(same_bits(c, c1));
+  }
+  // LayerNorm rows.
+  {
+    const Tensor g = make({cols}), b = make({cols}), y = make({rows, cols}), mean = make({rows}), rstd = make({rows});
+    const Tensor y1 = make({rows, cols}), mean1 = make({rows}), rstd1 = make({rows});
+    ASSERT_TRUE(dev.layer_norm(x, g, b, 1e-12f, y, mean, rstd).is_ok());
+    for (std::int64_t r = 0; r < rows; ++r) {
+      ASSERT_TRUE(dev.layer_norm(slice(x, r), g, b, 1e-12f, slice(y1, r), slice(mean1, r), slice(rstd1, r)).is_ok());
+    }
+    EXPECT_TRUE(same_bits(y, y1));
+    EXPECT_TRUE(same_bits(mean, mean1));
+    EXPECT_TRUE(same_bits(rstd, rstd1));
+  }
+  // Attention softmax over [B, A, T, T] and its backward; dropout rows keep their streams.
+  {
+    const std::int64_t batch = 4, heads = 4, t = 96;
+    const Tensor scores = make({batch, heads, t, t}), dprobs = make({batch, heads, t, t});
+    Tensor mask = *dev.empty({batch, t}, DType::kF32, MemoryCategory::kActivations, "mask");
+    for (std::int64_t i = 0; i < mask.numel(); ++i) mask.data<float>()[i] = (i % 7) != 3 ? 1.0f : 0.0f;
+    const Tensor probs = make({batch, heads, t, t}), ds = make({batch, heads, t, t});
+    ASSERT_TRUE(dev.attention_softmax(scores, mask, 0.125f, probs).is_ok());
+    ASSERT_TRUE(dev.attention_softmax_backward(probs, dprobs, 0.125f, ds).is_ok());
+    const Tensor probs1 = make({batch, heads, t, t}), ds1 = make({batch, heads, t, t});
+    for (std::int64_t b = 0; b < batch; ++b) {
+      ASSERT_TRUE(dev.attention_softmax(slice(scores, b), slice(mask, b), 0.125f, slice(probs1, b)).is_ok());
+      ASSERT_TRUE(dev.attention_softmax_backward(slice(probs, b), slice(dprobs, b), 0.125f, slice(ds1, b)).is_ok());
+    }
+    EXPECT_TRUE(same_bits(probs, probs1));
+    EXPECT_TRUE(same_bits(ds, ds1));
+    const Tensor drop = make({rows, cols}), drop1 = make({rows, cols});
+    ASSERT_TRUE(dev.dropout_mask(drop, 0.1f, Rng(9), 1000, 3).is_ok());
+    for (std::int64_t r = 0; r < rows; ++r) ASSERT_TRUE(dev.dropout_mask(slice(drop1, r), 0.1f, Rng(9), 1000 + r, 3).is_ok());
+    EXPECT_TRUE(same_bits(drop, drop1));
+  }
 }
 
 }  // namespace
