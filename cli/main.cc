@@ -584,9 +584,9 @@ void reexec_with_huge_page_malloc(char** argv) {
 
 int main(int argc, char** argv) {
   reexec_with_huge_page_malloc(argv);
-  // SHARDLAB_CPU_ISA / SHARDLAB_CPU_THREADS are read once; a bad level is bad input.
-  if (const auto isa = shardlab::runtime::device::cpu::gemm_isa(); !isa.is_ok()) {
-    std::fprintf(stderr, "shardlab: %s\n", isa.status().message().c_str());
+  // SHARDLAB_CPU_ISA / SHARDLAB_CPU_THREADS are read once; a bad value is bad input.
+  if (const shardlab::Status s = shardlab::runtime::device::cpu::check_cpu_settings(); !s.is_ok()) {
+    std::fprintf(stderr, "shardlab: %s\n", s.message().c_str());
     return 2;
   }
   try {

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cmath>
 #include <condition_variable>
 #include <cstdlib>
@@ -310,17 +311,33 @@ Result<GemmIsa> gemm_isa() {
   return chosen;
 }
 
+namespace {
+// SHARDLAB_CPU_THREADS: unset or empty → the cores; else an integer 1 … 1024.
+Result<int> threads_setting() {
+  const char* env = std::getenv("SHARDLAB_CPU_THREADS");
+  if (env == nullptr || env[0] == '\0') return cores();
+  char* end = nullptr;
+  errno = 0;
+  const long v = std::strtol(env, &end, 10);
+  if (end == env || *end != '\0' || errno != 0 || v < 1 || v > 1024) {
+    return Status::invalid_argument("SHARDLAB_CPU_THREADS: '" + std::string(env) +
+                                    "' is not a thread count; allowed: an integer from 1 to 1024");
+  }
+  return static_cast<int>(v);
+}
+}  // namespace
+
 int gemm_threads() {
   static const int n = [] {
-    const char* env = std::getenv("SHARDLAB_CPU_THREADS");
-    if (env != nullptr && env[0] != '\0') {
-      char* end = nullptr;
-      const long v = std::strtol(env, &end, 10);
-      if (end != env && *end == '\0' && v >= 1 && v <= 1024) return static_cast<int>(v);
-    }
-    return cores();
+    const Result<int> v = threads_setting();
+    return v.is_ok() ? *v : cores();  // check_cpu_settings reports the bad value
   }();
   return n;
+}
+
+Status check_cpu_settings() {
+  SHARDLAB_RETURN_IF_ERROR(gemm_isa().status());
+  return threads_setting().status();
 }
 
 void gemm(const GemmArgs& g, GemmIsa isa, int threads) {

@@ -47,6 +47,9 @@ Result<GemmIsa> gemm_isa();
 // Threads the pool offers one caller: SHARDLAB_CPU_THREADS when set (1 … 1024), else the
 // cores this process may run on.
 int gemm_threads();
+// INVALID_ARGUMENT naming the variable and what is allowed when SHARDLAB_CPU_ISA or
+// SHARDLAB_CPU_THREADS is bad (the cli checks this first and exits 2).
+Status check_cpu_settings();
 
 struct GemmArgs {
   const float* a = nullptr;  // row-major; op(a) is [m, k]: a is [m, k] (lda ≥ k) or, trans_a, [k, m] (lda ≥ m)
