@@ -484,9 +484,12 @@ Status CpuDevice::bias_grad(const Tensor& dy, const Tensor& dbias, bool accumula
   // Eigen would vectorize a reduction) and are added to dbias once when accumulating: a
   // backend can reduce, then add, for the same bits.
   std::vector<float> sum(static_cast<std::size_t>(f), 0.0f);
-  for (std::int64_t r = 0; r < rows; ++r) {
-    for (std::int64_t j = 0; j < f; ++j) sum[static_cast<std::size_t>(j)] += g[r * f + j];
-  }
+  parallel_for(f, std::max<std::int64_t>(1, kElementGrain / std::max<std::int64_t>(1, rows)),
+               [&](std::int64_t lo, std::int64_t hi) {  // columns split; each sums its rows in order
+                 for (std::int64_t r = 0; r < rows; ++r) {
+                   for (std::int64_t j = lo; j < hi; ++j) sum[static_cast<std::size_t>(j)] += g[r * f + j];
+                 }
+               });
   for (std::int64_t j = 0; j < f; ++j) {
     const float col = sum[static_cast<std::size_t>(j)];
     out[j] = accumulate ? out[j] + col : col;
@@ -638,28 +641,42 @@ Status CpuDevice::layer_norm_backward(const Tensor& x, const Tensor& dy, const T
   float* dw = dw_rows.data();
   float* db = db_rows.data();
   const double inv_h = h == 0 ? 0.0 : 1.0 / static_cast<double>(h);
-  for (std::int64_t r = 0; r < n; ++r) {
-    const float* row = in + r * h;
-    const float* grow = g + r * h;
-    float* orow = out + r * h;
-    // dx = rstd * (g·w - mean(g·w) - xhat * mean(g·w·xhat)); every read of the row
-    // (including dgamma/dbeta) happens before dx is written, so dx may alias dy.
-    double sum_gw = 0.0, sum_gw_xhat = 0.0;
-    for (std::int64_t j = 0; j < h; ++j) {
-      const float xhat = (row[j] - mu[r]) * rs[r];
-      const float gw = grow[j] * w[j];
-      sum_gw += gw;
-      sum_gw_xhat += static_cast<double>(gw) * xhat;
-      dw[j] += grow[j] * xhat;
-      db[j] += grow[j];
+  // dgamma/dbeta first, split by columns (each column sums its rows in order), then dx
+  // split by rows: dx may alias dy, so every read of dy for the sums comes before any
+  // write (NOTE [Element-wise ops on the pool]).
+  parallel_for(h, std::max<std::int64_t>(1, kElementGrain / std::max<std::int64_t>(1, n)),
+               [&](std::int64_t lo, std::int64_t hi) {
+                 for (std::int64_t r = 0; r < n; ++r) {
+                   const float* row = in + r * h;
+                   const float* grow = g + r * h;
+                   for (std::int64_t j = lo; j < hi; ++j) {
+                     const float xhat = (row[j] - mu[r]) * rs[r];
+                     dw[j] += grow[j] * xhat;
+                     db[j] += grow[j];
+                   }
+                 }
+               });
+  parallel_for(n, row_grain(h), [&](std::int64_t lo, std::int64_t hi) {
+    for (std::int64_t r = lo; r < hi; ++r) {
+      const float* row = in + r * h;
+      const float* grow = g + r * h;
+      float* orow = out + r * h;
+      // dx = rstd * (g·w - mean(g·w) - xhat * mean(g·w·xhat)).
+      double sum_gw = 0.0, sum_gw_xhat = 0.0;
+      for (std::int64_t j = 0; j < h; ++j) {
+        const float xhat = (row[j] - mu[r]) * rs[r];
+        const float gw = grow[j] * w[j];
+        sum_gw += gw;
+        sum_gw_xhat += static_cast<double>(gw) * xhat;
+      }
+      const float mean_gw = static_cast<float>(sum_gw * inv_h);
+      const float mean_gw_xhat = static_cast<float>(sum_gw_xhat * inv_h);
+      for (std::int64_t j = 0; j < h; ++j) {
+        const float xhat = (row[j] - mu[r]) * rs[r];
+        orow[j] = rs[r] * (grow[j] * w[j] - mean_gw - xhat * mean_gw_xhat);
+      }
     }
-    const float mean_gw = static_cast<float>(sum_gw * inv_h);
-    const float mean_gw_xhat = static_cast<float>(sum_gw_xhat * inv_h);
-    for (std::int64_t j = 0; j < h; ++j) {
-      const float xhat = (row[j] - mu[r]) * rs[r];
-      orow[j] = rs[r] * (grow[j] * w[j] - mean_gw - xhat * mean_gw_xhat);
-    }
-  }
+  });
   float* gamma_out = dgamma.data<float>();
   float* beta_out = dbeta.data<float>();
   for (std::int64_t j = 0; j < h; ++j) {

@@ -270,6 +270,8 @@ Pool& pool() {
   return p;
 }
 
+thread_local bool t_serial = false;  // SerialScope
+
 }  // namespace
 
 std::string_view gemm_isa_name(GemmIsa isa) {
@@ -340,7 +342,11 @@ Status check_cpu_settings() {
   return threads_setting().status();
 }
 
+SerialScope::SerialScope() : previous_(t_serial) { t_serial = true; }
+SerialScope::~SerialScope() { t_serial = previous_; }
+
 void gemm(const GemmArgs& g, GemmIsa isa, int threads) {
+  if (t_serial) threads = 1;
   const KernelInfo kern = kernel_for(isa);
   const int t = std::max(1, std::min(threads, pool().size()));
   // Split the larger of M and N (never K) into one chunk per thread, aligned to the tile.
@@ -361,7 +367,8 @@ void gemm(const GemmArgs& g, GemmIsa isa, int threads) {
 }
 
 void parallel_for(std::int64_t n, std::int64_t grain, const std::function<void(std::int64_t, std::int64_t)>& body) {
-  const std::int64_t chunks = std::min<std::int64_t>(pool().size(), n / std::max<std::int64_t>(1, grain));
+  const std::int64_t chunks =
+      t_serial ? 1 : std::min<std::int64_t>(pool().size(), n / std::max<std::int64_t>(1, grain));
   if (chunks <= 1) {
     if (n > 0) body(0, n);
     return;
@@ -378,7 +385,7 @@ void gemm_batched(const GemmArgs& g, std::int64_t batch, std::int64_t stride_a, 
     one.c = g.c + i * stride_c;
     return one;
   };
-  if (batch < 2 || threads <= 1) {
+  if (batch < 2 || threads <= 1 || t_serial) {
     for (std::int64_t i = 0; i < batch; ++i) gemm(item(i), isa, threads);
     return;
   }

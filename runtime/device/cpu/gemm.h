@@ -73,6 +73,19 @@ void gemm(const GemmArgs& args, GemmIsa isa, int threads);
 // per-row reductions — so the bits never depend on the split.
 void parallel_for(std::int64_t n, std::int64_t grain, const std::function<void(std::int64_t, std::int64_t)>& body);
 
+// While one lives, gemm and parallel_for called from this thread run on it alone (tests
+// compare that with the pool's result, bit for bit).
+class SerialScope {
+ public:
+  SerialScope();
+  ~SerialScope();
+  SerialScope(const SerialScope&) = delete;
+  SerialScope& operator=(const SerialScope&) = delete;
+
+ private:
+  bool previous_;
+};
+
 // `batch` independent products whose operands are `stride_*` floats apart; the pool
 // splits the batch first.
 void gemm_batched(const GemmArgs& args, std::int64_t batch, std::int64_t stride_a, std::int64_t stride_b,

@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <vector>
 
 #include "runtime/core/rng.h"
@@ -209,6 +210,39 @@ TEST(CpuElementwiseSplit, LargeTensorsGiveTheBitsOfTheirSlices) {
     for (std::int64_t r = 0; r < rows; ++r) ASSERT_TRUE(dev.dropout_mask(slice(drop1, r), 0.1f, Rng(9), 1000 + r, 3).is_ok());
     EXPECT_TRUE(same_bits(drop, drop1));
   }
+}
+
+// Ops with reductions across rows (LayerNorm's dgamma/dbeta, bias gradients) split by
+// columns: on the pool they give the bits of the same call on one thread (SerialScope).
+TEST(CpuElementwiseSplit, ColumnReductionsOnThePoolGiveTheSerialBits) {
+  CpuDevice cpu_device;
+  Device& dev = cpu_device;
+  Rng rng(6);
+  const std::int64_t rows = 1024, cols = 768;
+  auto make = [&](const Shape& s) {
+    Tensor t = *dev.empty(s, DType::kF32, MemoryCategory::kActivations, "t");
+    for (std::int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = rng.uniform(-2.0f, 2.0f);
+    return t;
+  };
+  const Tensor x = make({rows, cols}), dy = make({rows, cols}), gamma = make({cols}), beta = make({cols});
+  const Tensor y = make({rows, cols}), mean = make({rows}), rstd = make({rows});
+  ASSERT_TRUE(dev.layer_norm(x, gamma, beta, 1e-12f, y, mean, rstd).is_ok());
+  struct Out {
+    Tensor dx, dgamma, dbeta, dbias;
+  };
+  const auto run = [&](bool serial) {
+    Out o{make({rows, cols}), make({cols}), make({cols}), make({cols})};
+    std::optional<SerialScope> scope;
+    if (serial) scope.emplace();
+    EXPECT_TRUE(dev.layer_norm_backward(x, dy, mean, rstd, gamma, o.dx, o.dgamma, o.dbeta, false).is_ok());
+    EXPECT_TRUE(dev.bias_grad(dy, o.dbias, false).is_ok());
+    return o;
+  };
+  const Out pooled = run(false), alone = run(true);
+  EXPECT_TRUE(same_bits(pooled.dx, alone.dx));
+  EXPECT_TRUE(same_bits(pooled.dgamma, alone.dgamma));
+  EXPECT_TRUE(same_bits(pooled.dbeta, alone.dbeta));
+  EXPECT_TRUE(same_bits(pooled.dbias, alone.dbias));
 }
 
 }  // namespace
