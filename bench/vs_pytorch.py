@@ -43,36 +43,13 @@ PRESETS = {  # hidden, layers, heads, intermediate (BERT's published sizes)
 }
 
 PYTORCH_SIDE = r'''
-import json, struct, sys, time
+import json, sys, time
 import numpy as np
 import torch
+sys.path.insert(0, sys.argv[4])  # bench/: this script's safetensors reader and writer
+from vs_pytorch import read_safetensors, write_safetensors
 
-def load(path):
-    with open(path, "rb") as f:
-        raw = f.read()
-    n = struct.unpack("<Q", raw[:8])[0]
-    header = json.loads(raw[8:8 + n])
-    out = {}
-    for k, v in header.items():
-        if k == "__metadata__":
-            continue
-        s, e = v["data_offsets"]
-        dt = {"F32": np.float32, "I64": np.int64}[v["dtype"]]
-        out[k] = torch.from_numpy(np.frombuffer(raw[8 + n + s:8 + n + e], dt).reshape(v["shape"]).copy())
-    return out
-
-def save(path, tensors, meta):
-    header, blobs, off = {"__metadata__": meta}, [], 0
-    for k in sorted(tensors):
-        b = tensors[k].detach().contiguous().numpy().astype(np.float32).tobytes()
-        header[k] = {"dtype": "F32", "shape": list(tensors[k].shape), "data_offsets": [off, off + len(b)]}
-        off += len(b)
-        blobs.append(b)
-    h = json.dumps(header).encode()
-    h += b" " * ((8 - len(h) % 8) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
-
+load = lambda path: {k: torch.from_numpy(v.copy()) for k, v in read_safetensors(path).items()}
 model_dir, batch_path, out_path = sys.argv[1:4]
 cfg = json.load(open(model_dir + "/config.json"))
 p = {k: torch.nn.Parameter(v) for k, v in load(model_dir + "/model.safetensors").items()}
@@ -102,7 +79,7 @@ logits = h @ p[e + "word_embeddings.weight"].t() + p["cls.predictions.bias"]
 loss = torch.nn.functional.cross_entropy(logits.view(-1, logits.shape[-1]), labels.view(-1), ignore_index=-100)
 loss.backward()
 t1 = time.perf_counter()
-save(out_path, {k: v.grad for k, v in p.items()}, {"loss": "%.9g" % loss.item()})
+write_safetensors(out_path, {k: v.grad.detach().numpy() for k, v in p.items()}, {"loss": "%.9g" % loss.item()})
 print(json.dumps({"forward_backward_s": t1 - t0, "loss": loss.item(), "threads": torch.get_num_threads(),
                   "torch": torch.__version__}))
 '''
@@ -126,13 +103,40 @@ def ensure_torch() -> None:
                    env=dict(os.environ, DEBIAN_FRONTEND="noninteractive"))
 
 
+DTYPES = {"F32": np.float32, "I64": np.int64}
+
+
 def read_safetensors(path: str) -> dict[str, np.ndarray]:
+    """Every F32 / I64 tensor of a safetensors file, shaped."""
     with open(path, "rb") as f:
         raw = f.read()
     n = struct.unpack("<Q", raw[:8])[0]
     header = json.loads(raw[8:8 + n])
-    return {k: np.frombuffer(raw[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]], np.float32)
-            for k, v in header.items() if k != "__metadata__"}
+    out = {}
+    for k, v in header.items():
+        if k == "__metadata__":
+            continue
+        s, e = v["data_offsets"]
+        out[k] = np.frombuffer(raw[8 + n + s:8 + n + e], DTYPES[v["dtype"]]).reshape(v["shape"])
+    return out
+
+
+def write_safetensors(path: str, tensors: dict[str, np.ndarray], meta: dict[str, str] | None = None) -> None:
+    """F32 / I64 arrays (others are written as F32), in key order."""
+    header, blobs, off = ({"__metadata__": meta} if meta else {}), [], 0
+    for k in sorted(tensors):
+        v = np.ascontiguousarray(tensors[k])
+        if v.dtype != np.int64:
+            v = v.astype(np.float32)
+        b = v.tobytes()
+        header[k] = {"dtype": "I64" if v.dtype == np.int64 else "F32", "shape": list(v.shape),
+                     "data_offsets": [off, off + len(b)]}
+        off += len(b)
+        blobs.append(b)
+    h = json.dumps(header).encode()
+    h += b" " * ((8 - len(h) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
 
 
 def make_inputs(args, work: str) -> tuple[str, str]:
@@ -159,17 +163,7 @@ def make_inputs(args, work: str) -> tuple[str, str]:
     rng = np.random.default_rng(0)
     ids = rng.integers(1, 30522, (args.batch, args.seq)).astype(np.int64)
     labels = np.where(rng.random((args.batch, args.seq)) < 0.15, ids, -100).astype(np.int64)
-    tensors = {"input_ids": ids, "attention_mask": np.ones_like(ids), "labels": labels}
-    header, blobs, off = {}, [], 0
-    for k, v in tensors.items():
-        b = v.tobytes()
-        header[k] = {"dtype": "I64", "shape": list(v.shape), "data_offsets": [off, off + len(b)]}
-        off += len(b)
-        blobs.append(b)
-    h = json.dumps(header).encode()
-    h += b" " * ((8 - len(h) % 8) % 8)
-    with open(batch_path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+    write_safetensors(batch_path, {"input_ids": ids, "attention_mask": np.ones_like(ids), "labels": labels})
     return model_dir, batch_path
 
 
@@ -203,13 +197,13 @@ def main() -> int:
     for _ in range(args.runs):
         ours.append(timed([args.shardlab, "grads", "--model", model_dir, "--inputs", batch_path, "--out", ours_out,
                            "--dropout", "0"])[0])
-        t, out = timed([sys.executable, side, model_dir, batch_path, theirs_out])
+        t, out = timed([sys.executable, side, model_dir, batch_path, theirs_out, os.path.dirname(os.path.abspath(__file__))])
         theirs.append(t)
         inside.append(json.loads(out.strip().splitlines()[-1]))
     a, b = read_safetensors(ours_out), read_safetensors(theirs_out)
     worst, where = 0.0, ""
     for k in sorted(a):
-        scale = float(np.max(np.abs(b[k]))) or 1.0
+        scale = float(np.max(np.abs(b[k]))) or 1.0  # per tensor, any shape
         if scale < 1e-6:  # analytically zero gradients (the key bias): rounding noise only
             continue
         diff = float(np.max(np.abs(a[k] - b[k]))) / scale

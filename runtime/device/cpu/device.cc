@@ -380,6 +380,7 @@ namespace {
 // contiguous chunks (parallel_for in gemm.h); every element is computed by the same code
 // whatever the split, so the bits do not depend on the thread count.
 constexpr std::int64_t kElementGrain = std::int64_t{1} << 15;
+// Rows (or, for column sums, columns) per chunk when each is `row_length` elements long.
 std::int64_t row_grain(std::int64_t row_length) { return std::max<std::int64_t>(1, kElementGrain / std::max<std::int64_t>(1, row_length)); }
 
 // The GemmArgs of row-major contiguous matrices a [ar, ac], b [br, bc], c [·, cc].
@@ -484,7 +485,7 @@ Status CpuDevice::bias_grad(const Tensor& dy, const Tensor& dbias, bool accumula
   // Eigen would vectorize a reduction) and are added to dbias once when accumulating: a
   // backend can reduce, then add, for the same bits.
   std::vector<float> sum(static_cast<std::size_t>(f), 0.0f);
-  parallel_for(f, std::max<std::int64_t>(1, kElementGrain / std::max<std::int64_t>(1, rows)),
+  parallel_for(f, row_grain(rows),
                [&](std::int64_t lo, std::int64_t hi) {  // columns split; each sums its rows in order
                  for (std::int64_t r = 0; r < rows; ++r) {
                    for (std::int64_t j = lo; j < hi; ++j) sum[static_cast<std::size_t>(j)] += g[r * f + j];
@@ -644,7 +645,7 @@ Status CpuDevice::layer_norm_backward(const Tensor& x, const Tensor& dy, const T
   // dgamma/dbeta first, split by columns (each column sums its rows in order), then dx
   // split by rows: dx may alias dy, so every read of dy for the sums comes before any
   // write (NOTE [Element-wise ops on the pool]).
-  parallel_for(h, std::max<std::int64_t>(1, kElementGrain / std::max<std::int64_t>(1, n)),
+  parallel_for(h, row_grain(n),
                [&](std::int64_t lo, std::int64_t hi) {
                  for (std::int64_t r = 0; r < n; ++r) {
                    const float* row = in + r * h;

@@ -53,54 +53,44 @@ KernelInfo kernel_for(GemmIsa isa) {
 constexpr std::int64_t kMc = 96;    // rows of A per packed block (a multiple of every mr)
 constexpr std::int64_t kNc = 1024;  // columns of B per packed panel (a multiple of every nr)
 
-// B[pc : pc+kc, jc : jc+nc] as strips of nr columns, k-major, zero-padded.
-void pack_b(const GemmArgs& g, std::int64_t pc, std::int64_t kc, std::int64_t jc, std::int64_t nc, int nr,
-            float* out) {
-  for (std::int64_t js = 0; js < nc; js += nr) {
-    const std::int64_t w = std::min<std::int64_t>(nr, nc - js);
-    if (!g.trans_b) {
+// Packs a [count × kc] slice of an operand as strips of `width` (rows of A, columns of B),
+// each k-major and zero-padded to `width`: element (s, k) of the operand is x[k·ld + s]
+// when `along_strip` (contiguous across the strip), else x[s·ld + k] (contiguous along k).
+// Both cases read their source contiguously.
+void pack_strips(const float* x, std::int64_t ld, bool along_strip, std::int64_t s0, std::int64_t count,
+                 std::int64_t k0, std::int64_t kc, int width, float* out) {
+  for (std::int64_t ss = 0; ss < count; ss += width) {
+    const std::int64_t w = std::min<std::int64_t>(width, count - ss);
+    if (along_strip) {
       for (std::int64_t k = 0; k < kc; ++k) {
-        float* row = out + k * nr;
-        const float* src = g.b + (pc + k) * g.ldb + jc + js;
-        for (std::int64_t j = 0; j < w; ++j) row[j] = src[j];
-        for (std::int64_t j = w; j < nr; ++j) row[j] = 0.0f;
+        float* dst = out + k * width;
+        const float* src = x + (k0 + k) * ld + s0 + ss;
+        for (std::int64_t j = 0; j < w; ++j) dst[j] = src[j];
+        for (std::int64_t j = w; j < width; ++j) dst[j] = 0.0f;
       }
-    } else {  // b's rows are op(b)'s columns: read each along k, contiguously
+    } else {
       for (std::int64_t j = 0; j < w; ++j) {
-        const float* src = g.b + (jc + js + j) * g.ldb + pc;
-        for (std::int64_t k = 0; k < kc; ++k) out[k * nr + j] = src[k];
+        const float* src = x + (s0 + ss + j) * ld + k0;
+        for (std::int64_t k = 0; k < kc; ++k) out[k * width + j] = src[k];
       }
       for (std::int64_t k = 0; k < kc; ++k) {
-        for (std::int64_t j = w; j < nr; ++j) out[k * nr + j] = 0.0f;
+        for (std::int64_t j = w; j < width; ++j) out[k * width + j] = 0.0f;
       }
     }
-    out += kc * nr;
+    out += kc * width;
   }
 }
 
-// A[ic : ic+mc, pc : pc+kc] as strips of mr rows, k-major, zero-padded.
+// B[pc : pc+kc, jc : jc+nc] as strips of nr columns (b is [k, n], or [n, k] when trans_b).
+void pack_b(const GemmArgs& g, std::int64_t pc, std::int64_t kc, std::int64_t jc, std::int64_t nc, int nr,
+            float* out) {
+  pack_strips(g.b, g.ldb, !g.trans_b, jc, nc, pc, kc, nr, out);
+}
+
+// A[ic : ic+mc, pc : pc+kc] as strips of mr rows (a is [m, k], or [k, m] when trans_a).
 void pack_a(const GemmArgs& g, std::int64_t ic, std::int64_t mc, std::int64_t pc, std::int64_t kc, int mr,
             float* out) {
-  for (std::int64_t is = 0; is < mc; is += mr) {
-    const std::int64_t h = std::min<std::int64_t>(mr, mc - is);
-    if (g.trans_a) {
-      for (std::int64_t k = 0; k < kc; ++k) {
-        float* col = out + k * mr;
-        const float* src = g.a + (pc + k) * g.lda + ic + is;
-        for (std::int64_t r = 0; r < h; ++r) col[r] = src[r];
-        for (std::int64_t r = h; r < mr; ++r) col[r] = 0.0f;
-      }
-    } else {  // a's rows: read each along k, contiguously
-      for (std::int64_t r = 0; r < h; ++r) {
-        const float* src = g.a + (ic + is + r) * g.lda + pc;
-        for (std::int64_t k = 0; k < kc; ++k) out[k * mr + r] = src[k];
-      }
-      for (std::int64_t k = 0; k < kc; ++k) {
-        for (std::int64_t r = h; r < mr; ++r) out[k * mr + r] = 0.0f;
-      }
-    }
-    out += kc * mr;
-  }
+  pack_strips(g.a, g.lda, g.trans_a, ic, mc, pc, kc, mr, out);
 }
 
 // NOTE [GEMM bits] for the block of c at rows [m0, m1) and columns [n0, n1). The running
