@@ -462,6 +462,8 @@ TEST(ScenarioErrors, WrongTypes) {
   expect_error(parse("name: a\ntrain:\n  optimizer: {lr: fast}\n"),
                "s.yaml:3:19:", {"train.optimizer.lr", "expected a number"});
   expect_error(parse("name: a\nfsdp:\n  forward_prefetch: maybe\n"), "s.yaml:3:21:", {"expected true or false"});
+  expect_error(parse("name: a\nfsdp:\n  async_reduction: 2\n"), "s.yaml:3:20:",
+               {"fsdp.async_reduction", "expected true or false"});
   expect_error(parse("name: {first: a}\n"), "s.yaml:1:7:", {"name: expected a string, got a map"});
   expect_error(parse("name: a\ntrain: 5\n"), "s.yaml:2:8:", {"train: expected a map of keys", "steps"});
   expect_error(parse("name: a\ntrain:\n  steps:\n"), "s.yaml:", {"train.steps: expected an integer, got nothing"});
