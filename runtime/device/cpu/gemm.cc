@@ -19,43 +19,9 @@
 #include "runtime/device/cpu/gemm_kernels.h"
 
 namespace shardlab::runtime::device::cpu {
-namespace {
 
-using gemm_detail::KernelInfo;
+namespace gemm_detail {
 
-// ---- kernels -------------------------------------------------------------------------------
-
-constexpr int kScalarMr = 4, kScalarNr = 16;
-
-void scalar_kernel(std::int64_t kc, const float* ap, const float* bp, float* acc) {
-  for (int i = 0; i < kScalarMr * kScalarNr; ++i) acc[i] = 0.0f;
-  for (std::int64_t k = 0; k < kc; ++k) {
-    for (int r = 0; r < kScalarMr; ++r) {
-      const float a = ap[k * kScalarMr + r];
-      for (int j = 0; j < kScalarNr; ++j) {
-        acc[r * kScalarNr + j] = std::fma(a, bp[k * kScalarNr + j], acc[r * kScalarNr + j]);
-      }
-    }
-  }
-}
-
-KernelInfo kernel_for(GemmIsa isa) {
-  switch (isa) {
-    case GemmIsa::kAvx512: return gemm_detail::avx512_kernel();
-    case GemmIsa::kAvx2: return gemm_detail::avx2_kernel();
-    case GemmIsa::kScalar: break;
-  }
-  return {kScalarMr, kScalarNr, &scalar_kernel};
-}
-
-// ---- the blocking driver -----------------------------------------------------------------
-
-constexpr std::int64_t kMc = 96;    // rows of A per packed block (a multiple of every mr)
-constexpr std::int64_t kNc = 1024;  // columns of B per packed panel (a multiple of every nr)
-
-// Packs a [count × kc] slice of an operand as strips of `width` (rows of A, columns of B),
-// each k-major and zero-padded to `width`: element (s, k) of the operand is x[k·ld + s]
-// when `along_strip` (contiguous across the strip), else x[s·ld + k] (contiguous along k).
 // Both cases read their source contiguously.
 void pack_strips(const float* x, std::int64_t ld, bool along_strip, std::int64_t s0, std::int64_t count,
                  std::int64_t k0, std::int64_t kc, int width, float* out) {
@@ -81,23 +47,88 @@ void pack_strips(const float* x, std::int64_t ld, bool along_strip, std::int64_t
   }
 }
 
-// B[pc : pc+kc, jc : jc+nc] as strips of nr columns (b is [k, n], or [n, k] when trans_b).
-void pack_b(const GemmArgs& g, std::int64_t pc, std::int64_t kc, std::int64_t jc, std::int64_t nc, int nr,
-            float* out) {
-  pack_strips(g.b, g.ldb, !g.trans_b, jc, nc, pc, kc, nr, out);
+}  // namespace gemm_detail
+
+namespace {
+
+using gemm_detail::KernelInfo;
+
+// ---- kernels -------------------------------------------------------------------------------
+
+using gemm_detail::TileArgs;
+using gemm_detail::TileStep;
+
+// TileArgs' step for the top-left h × w of an mr × nr tile whose acc is in `acc` (row
+// stride nr): the portable epilogue, for the scalar path and for tiles cut by C's edge.
+void apply_step(const float* acc, int nr, std::int64_t h, std::int64_t w, const TileArgs& t) {
+  for (std::int64_t r = 0; r < h; ++r) {
+    const float* a = acc + r * nr;
+    float* sum = t.sum + r * t.ldsum;
+    switch (t.step) {
+      case TileStep::kStoreAcc:
+        for (std::int64_t j = 0; j < w; ++j) t.tile[r * nr + j] = a[j];
+        break;
+      case TileStep::kFirst:
+        for (std::int64_t j = 0; j < w; ++j) sum[j] = a[j];
+        break;
+      case TileStep::kMiddle:
+        for (std::int64_t j = 0; j < w; ++j) sum[j] = sum[j] + a[j];
+        break;
+      case TileStep::kLast:
+      case TileStep::kLastBeta: {
+        float* out = t.out + r * t.ldc;
+        for (std::int64_t j = 0; j < w; ++j) {
+          const float total = t.first ? a[j] : sum[j] + a[j];
+          const float scaled = t.alpha * total;
+          if (t.step == TileStep::kLast) {
+            out[j] = scaled;
+          } else {
+            const float kept = t.beta * out[j];
+            out[j] = scaled + kept;
+          }
+        }
+        break;
+      }
+    }
+  }
 }
 
-// A[ic : ic+mc, pc : pc+kc] as strips of mr rows (a is [m, k], or [k, m] when trans_a).
-void pack_a(const GemmArgs& g, std::int64_t ic, std::int64_t mc, std::int64_t pc, std::int64_t kc, int mr,
-            float* out) {
-  pack_strips(g.a, g.lda, g.trans_a, ic, mc, pc, kc, mr, out);
+constexpr int kScalarMr = 4, kScalarNr = 16;
+
+void scalar_kernel(std::int64_t kc, const float* ap, const float* bp, const TileArgs& t) {
+  float acc[kScalarMr * kScalarNr] = {};
+  for (std::int64_t k = 0; k < kc; ++k) {
+    for (int r = 0; r < kScalarMr; ++r) {
+      const float a = ap[k * kScalarMr + r];
+      for (int j = 0; j < kScalarNr; ++j) {
+        acc[r * kScalarNr + j] = std::fma(a, bp[k * kScalarNr + j], acc[r * kScalarNr + j]);
+      }
+    }
+  }
+  apply_step(acc, kScalarNr, kScalarMr, kScalarNr, t);
 }
+
+KernelInfo kernel_for(GemmIsa isa) {
+  switch (isa) {
+    case GemmIsa::kAvx512: return gemm_detail::avx512_kernel();
+    case GemmIsa::kAvx2: return gemm_detail::avx2_kernel();
+    case GemmIsa::kScalar: break;
+  }
+  return {kScalarMr, kScalarNr, &scalar_kernel, &gemm_detail::pack_strips};
+}
+
+// ---- the blocking driver -----------------------------------------------------------------
+
+constexpr std::int64_t kMc = 96;    // rows of A per packed block (a multiple of every mr)
+constexpr std::int64_t kNc = 1024;  // columns of B per packed panel (a multiple of every nr)
 
 // NOTE [GEMM bits] for the block of c at rows [m0, m1) and columns [n0, n1). The running
 // panel sum P lives in c itself when beta == 0 (c's old values are never read), else in a
 // scratch block (only when there is more than one panel). The first panel stores its sums
 // (0 + acc is acc: an fma chain from +0 never ends at -0), the last one writes
 // alpha·P (+ beta·c) straight into c, so no pass over c is spent on zeroing or scaling.
+// Full tiles take their panel step in the kernel's registers; tiles cut by the block's
+// edge store acc and take it in apply_step.
 void gemm_block(const GemmArgs& g, const KernelInfo& kern, std::int64_t m0, std::int64_t m1, std::int64_t n0,
                 std::int64_t n1) {
   if (m1 <= m0 || n1 <= n0) return;
@@ -121,46 +152,39 @@ void gemm_block(const GemmArgs& g, const KernelInfo& kern, std::int64_t m0, std:
   bpack.resize(static_cast<std::size_t>(kGemmKc * kNc));
   apack.resize(static_cast<std::size_t>(kGemmKc * kMc));
   tile.resize(static_cast<std::size_t>(mr * nr));
-  const float alpha = g.alpha, beta = g.beta;
   for (std::int64_t jc = n0; jc < n1; jc += kNc) {
     const std::int64_t nc = std::min(kNc, n1 - jc);
     for (std::int64_t pc = 0; pc < g.k; pc += kGemmKc) {  // panels in ascending k
       const std::int64_t kc = std::min(kGemmKc, g.k - pc);
       const bool first = pc == 0, last = pc + kc >= g.k;
-      pack_b(g, pc, kc, jc, nc, nr, bpack.data());
+      TileArgs step;
+      step.step = !last ? (first ? TileStep::kFirst : TileStep::kMiddle)
+                        : (g.beta == 0.0f ? TileStep::kLast : TileStep::kLastBeta);
+      step.first = first;
+      step.ldsum = ldp;
+      step.ldc = g.ldc;
+      step.alpha = g.alpha;
+      step.beta = g.beta;
+      kern.pack(g.b, g.ldb, !g.trans_b, jc, nc, pc, kc, nr, bpack.data());  // B[pc:+kc, jc:+nc]
       for (std::int64_t ic = m0; ic < m1; ic += kMc) {
         const std::int64_t mc = std::min(kMc, m1 - ic);
-        pack_a(g, ic, mc, pc, kc, mr, apack.data());
+        kern.pack(g.a, g.lda, g.trans_a, ic, mc, pc, kc, mr, apack.data());  // A[ic:+mc, pc:+kc]
         for (std::int64_t js = 0; js < nc; js += nr) {
           const std::int64_t w = std::min<std::int64_t>(nr, nc - js);
           for (std::int64_t is = 0; is < mc; is += mr) {
             const std::int64_t h = std::min<std::int64_t>(mr, mc - is);
-            kern.run(kc, apack.data() + is * kc, bpack.data() + js * kc, tile.data());
-            for (std::int64_t r = 0; r < h; ++r) {
-              const std::int64_t i = ic - m0 + is + r, j0 = jc - n0 + js;
-              float* sum = p + i * ldp + j0;
-              float* out = g.c + (m0 + i) * g.ldc + n0 + j0;
-              const float* acc = tile.data() + r * nr;
-              if (!last) {
-                if (first) {
-                  for (std::int64_t j = 0; j < w; ++j) sum[j] = acc[j];
-                } else {
-                  for (std::int64_t j = 0; j < w; ++j) sum[j] = sum[j] + acc[j];
-                }
-              } else if (beta == 0.0f) {
-                if (first) {
-                  for (std::int64_t j = 0; j < w; ++j) out[j] = alpha * acc[j];
-                } else {
-                  for (std::int64_t j = 0; j < w; ++j) out[j] = alpha * (sum[j] + acc[j]);
-                }
-              } else {
-                for (std::int64_t j = 0; j < w; ++j) {
-                  const float total = first ? acc[j] : sum[j] + acc[j];
-                  const float scaled = alpha * total;
-                  const float kept = beta * out[j];
-                  out[j] = scaled + kept;
-                }
-              }
+            const std::int64_t i = ic - m0 + is, j0 = jc - n0 + js;
+            step.sum = p + i * ldp + j0;
+            step.out = g.c + (m0 + i) * g.ldc + n0 + j0;
+            const float* ap = apack.data() + is * kc;
+            const float* bp = bpack.data() + js * kc;
+            if (h == mr && w == nr) {
+              kern.run(kc, ap, bp, step);
+            } else {
+              TileArgs store;
+              store.tile = tile.data();
+              kern.run(kc, ap, bp, store);
+              apply_step(tile.data(), nr, h, w, step);
             }
           }
         }
