@@ -15,7 +15,8 @@ torch.nn model with Hugging Face's parameter names and BertForMaskedLM's math (e
 GELU, LayerNorm eps 1e-12, decoder tied to the word embeddings). Runs alternate
 (shardlab, PyTorch, shardlab, ...) and each side's best of --runs is reported, with the
 ratio PyTorch time / shardlab time (> 1: shardlab is faster) and the largest gradient
-difference relative to each tensor's largest |gradient|.
+difference relative to each tensor's largest |gradient|. Both sides use every core the
+process may run on (torch.set_num_threads; shardlab's pool does by default).
 
 The checkpoint is shardlab's seeded initialization (`shardlab run ... checkpoint.dir`),
 the batch seeded synthetic tokens: nothing is downloaded.
@@ -43,9 +44,16 @@ PRESETS = {  # hidden, layers, heads, intermediate (BERT's published sizes)
 }
 
 PYTORCH_SIDE = r'''
-import json, sys, time
+import ctypes, json, os, sys, time
 import numpy as np
 import torch
+# Every core, as shardlab uses: Debian's build otherwise starts with one intra-op thread
+# here (its OpenBLAS GEMMs use every core either way).
+torch.set_num_threads(len(os.sched_getaffinity(0)))
+try:
+    blas_threads = ctypes.CDLL("libblas.so.3").openblas_get_num_threads()
+except (OSError, AttributeError):
+    blas_threads = None
 sys.path.insert(0, sys.argv[4])  # bench/: this script's safetensors reader and writer
 from vs_pytorch import read_safetensors, write_safetensors
 
@@ -81,7 +89,7 @@ loss.backward()
 t1 = time.perf_counter()
 write_safetensors(out_path, {k: v.grad.detach().numpy() for k, v in p.items()}, {"loss": "%.9g" % loss.item()})
 print(json.dumps({"forward_backward_s": t1 - t0, "loss": loss.item(), "threads": torch.get_num_threads(),
-                  "torch": torch.__version__}))
+                  "blas_threads": blas_threads, "torch": torch.__version__}))
 '''
 
 
@@ -212,8 +220,10 @@ def main() -> int:
     best_ours, best_theirs = min(ours), min(theirs)
     info = inside[-1]
     print(f"{args.preset}, batch {args.batch} x {args.seq} tokens, fp32 forward + backward, one process each:")
-    print(f"  shardlab grads   best {best_ours:.2f} s of {', '.join('%.2f' % t for t in ours)}")
-    print(f"  PyTorch {info['torch']} ({info['threads']} threads) best {best_theirs:.2f} s of "
+    print(f"  shardlab grads ({len(os.sched_getaffinity(0))} threads) best {best_ours:.2f} s of "
+          f"{', '.join('%.2f' % t for t in ours)}")
+    blas = "" if info.get("blas_threads") is None else f", OpenBLAS {info['blas_threads']}"
+    print(f"  PyTorch {info['torch']} ({info['threads']} intra-op threads{blas}) best {best_theirs:.2f} s of "
           f"{', '.join('%.2f' % t for t in theirs)} (forward + backward alone "
           f"{min(i['forward_backward_s'] for i in inside):.2f} s)")
     print(f"  speed ratio PyTorch / shardlab: {best_theirs / best_ours:.2f}x")

@@ -1,6 +1,7 @@
 #include "cli/grads_command.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdio>
 #include <memory>
@@ -39,28 +40,54 @@ std::string index_text(std::int64_t flat, const Shape& shape) {
   return "[" + out + "]";
 }
 
-NonFinite find_non_finite(const std::vector<runtime::model::ParamSpec>& specs, const float* values) {
+// Non-finite values per tensor, and the largest |value| of the finite ones. One integer
+// pass over the bits (vectorizable: IEEE magnitudes order like their bit patterns), the
+// per-element walk only for tensors that hold a NaN or an infinity.
+NonFinite find_non_finite(const std::vector<runtime::model::ParamSpec>& specs, const float* values,
+                          double* max_abs = nullptr) {
   NonFinite r;
+  std::uint32_t largest = 0;
   std::int64_t offset = 0;
   for (const auto& spec : specs) {
     const std::int64_t n = *checked_numel(spec.shape);  // the specs of a validated config
+    const float* v = values + offset;
+    offset += n;
+    std::uint32_t top = 0, any_bad = 0;
+    for (std::int64_t i = 0; i < n; ++i) {
+      const std::uint32_t magnitude = std::bit_cast<std::uint32_t>(v[i]) & 0x7fffffffu;
+      top = std::max(top, magnitude);
+      any_bad |= magnitude >= 0x7f800000u ? 1u : 0u;
+    }
+    if (any_bad == 0) {
+      largest = std::max(largest, top);
+      continue;
+    }
     std::int64_t bad = 0, first = -1;
     for (std::int64_t i = 0; i < n; ++i) {
-      const float v = values[offset + i];
-      if (std::isfinite(v)) continue;
-      (std::isnan(v) ? r.nan : r.inf) += 1;
+      if (std::isfinite(v[i])) {
+        largest = std::max(largest, std::bit_cast<std::uint32_t>(v[i]) & 0x7fffffffu);
+        continue;
+      }
+      (std::isnan(v[i]) ? r.nan : r.inf) += 1;
       if (bad++ == 0) first = i;
     }
-    if (bad > 0) {
-      ++r.tensors;
-      if (r.where.size() < NonFinite::kListed) {
-        r.where.push_back(spec.name + " (" + std::to_string(bad) + " of " + std::to_string(n) + ", first at " +
-                          index_text(first, spec.shape) + ")");
-      }
+    ++r.tensors;
+    if (r.where.size() < NonFinite::kListed) {
+      r.where.push_back(spec.name + " (" + std::to_string(bad) + " of " + std::to_string(n) + ", first at " +
+                        index_text(first, spec.shape) + ")");
     }
-    offset += n;
   }
+  if (max_abs != nullptr) *max_abs = std::bit_cast<float>(largest);
   return r;
+}
+
+// A tensor over `values` (which must outlive it): the host buffers grads reads into and
+// writes from, without a copy into device-owned memory.
+Tensor host_view(std::vector<float>& values, MemoryCategory category, const std::string& name) {
+  auto storage = std::make_shared<Storage>(reinterpret_cast<std::byte*>(values.data()), 0,
+                                           static_cast<std::int64_t>(values.size() * sizeof(float)), category, name,
+                                           "cpu:0", nullptr);
+  return *Tensor::view_of(std::move(storage), DType::kF32, {static_cast<std::int64_t>(values.size())}, 0, name);
 }
 
 std::string describe(const NonFinite& f, std::int64_t of, std::size_t tensors) {
@@ -118,22 +145,24 @@ int grads_command(const GradsArgs& a) {
   // Weights.
   const auto specs = model::bert_param_specs(o.bert.config, o.bert.head);
   const std::int64_t total = model::total_numel(specs);
-  auto params = host.empty({total}, DType::kF32, MemoryCategory::kParameters, "checkpoint");
-  auto scratch = host.empty({total}, DType::kF32, MemoryCategory::kOther, "scratch");
-  if (!params.is_ok() || !scratch.is_ok()) return fail(params.is_ok() ? scratch.status() : params.status());
-  model::FlatParamAccess views(specs, *params, *scratch);
+  // The weights are read straight into the buffer training starts from (no copies).
+  auto initial = std::make_shared<std::vector<float>>(static_cast<std::size_t>(total));
+  const Tensor params = host_view(*initial, MemoryCategory::kParameters, "checkpoint");
+  model::FlatParamAccess views(specs, params, params);
   if (Status s = model::load_bert_weights(a.model_dir + "/model.safetensors", specs, views.params()); !s.is_ok()) {
     return fail(s);
   }
   // Weights with NaN or ±Inf compute (as in PyTorch) but explain a non-finite result below.
-  const NonFinite bad_weights = find_non_finite(specs, params->data<float>());
-  o.initial_params = std::make_shared<const std::vector<float>>(params->data<float>(), params->data<float>() + total);
+  const NonFinite bad_weights = find_non_finite(specs, initial->data());
+  o.initial_params = initial;
+  // Only the gradients are wanted: no update after them, no gather of the parameters.
+  o.skip_last_optimizer_step = true;
+  o.gather_params = false;
   o.global_batch = B;
   o.steps = 1;
   o.seed = a.seed;
   o.wrap = train::WrapPolicy::kByClass;
-  o.optimizer.kind = optim::OptimizerConfig::Kind::kSgd;
-  o.optimizer.lr = 1e-3f;  // the step after the gradients are taken does not matter here
+  o.optimizer.kind = optim::OptimizerConfig::Kind::kSgd;  // set up, never stepped
   o.fsdp.strategy = a.strategy;
   if (fsdp::is_hybrid(a.strategy)) {
     o.fsdp.devices_per_node = a.devices_per_node > 0 ? a.devices_per_node : std::max(1, a.world_size / 2);
@@ -157,16 +186,15 @@ int grads_command(const GradsArgs& a) {
     if (!results[r].status.is_ok()) return fail(results[r].status.with_context("rank " + std::to_string(r)));
   }
   // Write the gradients under their Hugging Face names.
-  auto grads = host.empty({total}, DType::kF32, MemoryCategory::kGradients, "grads");
-  if (!grads.is_ok()) return fail(grads.status());
-  std::copy(result.last_grads.begin(), result.last_grads.end(), grads->data<float>());
-  model::FlatParamAccess out_views(specs, *grads, *scratch);
+  const Tensor grads = host_view(result.last_grads, MemoryCategory::kGradients, "grads");
+  model::FlatParamAccess out_views(specs, grads, grads);
   char loss[64];
   std::snprintf(loss, sizeof loss, "%.9g", result.losses.at(0));
   if (Status s = model::save_bert_tensors(a.out, specs, out_views.params(), {{"loss", loss}}); !s.is_ok()) return fail(s);
   // A non-finite loss or gradient is a failed result (exit 3), said with how many and where;
   // the file is still written, for inspection.
-  const NonFinite bad_grads = find_non_finite(specs, result.last_grads.data());
+  double max_abs = 0;
+  const NonFinite bad_grads = find_non_finite(specs, result.last_grads.data(), &max_abs);
   const double loss_value = result.losses.at(0);
   if (bad_grads.total() > 0 || !std::isfinite(loss_value)) {
     std::fprintf(stderr, "shardlab grads: non-finite result (gradients written to %s for inspection):\n", a.out.c_str());
@@ -187,8 +215,6 @@ int grads_command(const GradsArgs& a) {
     return 3;
   }
   if (!a.quiet) {
-    double max_abs = 0;
-    for (float g : result.last_grads) max_abs = std::max(max_abs, static_cast<double>(std::fabs(g)));
     std::printf("shardlab grads: %s (%s, %lld parameters) · batch %lld × %lld · %d simulated rank%s, FSDP %s, %s\n",
                 std::string(model::bert_architecture_name(o.bert.head)).c_str(), a.model_dir.c_str(),
                 static_cast<long long>(total), static_cast<long long>(B), static_cast<long long>(T), a.world_size,

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <utility>
 #include <nlohmann/json.hpp>
 
 namespace shardlab::runtime::io {
@@ -54,9 +55,9 @@ const char* file_kind(mode_t mode) {
 
 namespace {
 
-// read_file's rule (NOTE [Safe file input]) into any byte container.
-template <class Bytes>
-Result<Bytes> read_regular_file(const std::string& path, std::uint64_t max_bytes) {
+// read_file's rule (NOTE [Safe file input]): an open descriptor of a regular file of at
+// most max_bytes, and its size.
+Result<int> open_regular_file(const std::string& path, std::uint64_t max_bytes, std::uint64_t* size_out) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) return Status::invalid_argument(path + ": cannot open (" + std::strerror(errno) + ")");
   struct stat st {};
@@ -71,26 +72,35 @@ Result<Bytes> read_regular_file(const std::string& path, std::uint64_t max_bytes
     return Status::invalid_argument(path + ": is " + std::to_string(size) + " bytes; allowed: at most " +
                                     std::to_string(max_bytes));
   }
-  Bytes s(static_cast<std::size_t>(size), typename Bytes::value_type{});
+  *size_out = size;
+  return fd;
+}
+
+// Exactly out.size() bytes from `offset`; a file that ends early is an error.
+Status read_at(int fd, const std::string& path, std::uint64_t offset, std::span<std::byte> out) {
   std::size_t done = 0;
-  while (done < s.size()) {
-    const ssize_t n = ::read(fd, reinterpret_cast<char*>(s.data()) + done, s.size() - done);
+  while (done < out.size()) {
+    const ssize_t n = ::pread(fd, out.data() + done, out.size() - done, static_cast<off_t>(offset + done));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
       const std::string why = n < 0 ? std::strerror(errno) : "it shrank while being read";
-      ::close(fd);
       return Status::invalid_argument(path + ": read error (" + why + ")");
     }
     done += static_cast<std::size_t>(n);
   }
-  ::close(fd);
-  return s;
+  return Status::ok();
 }
 
 }  // namespace
 
 Result<std::string> read_file(const std::string& path, std::uint64_t max_bytes) {
-  return read_regular_file<std::string>(path, max_bytes);
+  std::uint64_t size = 0;
+  SHARDLAB_ASSIGN_OR_RETURN(const int fd, open_regular_file(path, max_bytes, &size));
+  std::string s(static_cast<std::size_t>(size), '\0');
+  const Status read = read_at(fd, path, 0, std::as_writable_bytes(std::span<char>(s)));
+  ::close(fd);
+  SHARDLAB_RETURN_IF_ERROR(read);
+  return s;
 }
 
 Status check_replaceable(const std::string& path) {
@@ -101,37 +111,37 @@ Status check_replaceable(const std::string& path) {
                                   "; shardlab writes only new or regular files and never replaces anything else");
 }
 
-Result<SafetensorsFile> read_safetensors(const std::string& path) {
-  // Read straight into the buffer the parser takes: the file's size once, plus the
-  // tensors parsed out of it (not three copies).
-  SHARDLAB_ASSIGN_OR_RETURN(std::vector<std::byte> bytes, read_regular_file<std::vector<std::byte>>(path, kMaxInputFileBytes));
-  return parse_safetensors(path, bytes);
-}
+namespace {
 
-Result<SafetensorsFile> parse_safetensors(const std::string& path, const std::vector<std::byte>& bytes) {
-  if (bytes.size() < 8) {
-    return bad(path, "file is " + std::to_string(bytes.size()) + " bytes; a safetensors file starts with an 8-byte header length");
+// The 8-byte little-endian header length at the start of a file of `size` bytes, checked
+// against what follows it.
+Result<std::uint64_t> header_length(const std::string& path, const std::byte* first8, std::uint64_t size) {
+  if (size < 8) {
+    return bad(path, "file is " + std::to_string(size) + " bytes; a safetensors file starts with an 8-byte header length");
   }
   std::uint64_t n = 0;
-  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<std::uint8_t>(bytes[static_cast<std::size_t>(i)]);
-  const std::uint64_t available = bytes.size() - 8;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<std::uint8_t>(first8[i]);
+  const std::uint64_t available = size - 8;
   if (n > available || n > kMaxHeaderBytes) {
     return bad(path, "header length " + std::to_string(n) + " exceeds the " + std::to_string(available) +
                          " bytes after it (limit " + std::to_string(kMaxHeaderBytes) + ")");
   }
-  const char* h = reinterpret_cast<const char*>(bytes.data() + 8);
+  return n;
+}
+
+struct ParsedHeader {
+  std::vector<TensorEntry> tensors;  // in data order
+  std::map<std::string, std::string> metadata;
+};
+
+// The n-byte JSON header, every entry checked against a data section of data_size bytes:
+// dtypes, shapes, offsets inside the data, byte counts, no overlap, no gap, no trailing bytes.
+Result<ParsedHeader> parse_header(const std::string& path, const char* h, std::uint64_t n, std::uint64_t data_size) {
   nlohmann::json header = nlohmann::json::parse(h, h + n, nullptr, /*allow_exceptions=*/false);
   if (header.is_discarded() || !header.is_object()) {
     return bad(path, "the " + std::to_string(n) + "-byte header is not a JSON object");
   }
-  const std::uint64_t data_size = available - n;
-  const std::byte* data = bytes.data() + 8 + n;
-  SafetensorsFile file;
-  struct Range {
-    std::uint64_t begin, end;
-    std::string name;
-  };
-  std::vector<Range> ranges;
+  ParsedHeader out;
   for (auto it = header.begin(); it != header.end(); ++it) {
     const std::string& name = it.key();
     const auto& v = it.value();
@@ -139,7 +149,7 @@ Result<SafetensorsFile> parse_safetensors(const std::string& path, const std::ve
       if (!v.is_object()) return bad(path, "__metadata__ must be an object of strings");
       for (auto m = v.begin(); m != v.end(); ++m) {
         if (!m.value().is_string()) return bad(path, "__metadata__ value for '" + m.key() + "' is not a string");
-        file.metadata[m.key()] = m.value().get<std::string>();
+        out.metadata[m.key()] = m.value().get<std::string>();
       }
       continue;
     }
@@ -149,14 +159,13 @@ Result<SafetensorsFile> parse_safetensors(const std::string& path, const std::ve
     }
     if (!v["dtype"].is_string()) return bad(path, where + ": dtype is not a string");
     const std::string dt = v["dtype"].get<std::string>();
-    StoredTensor t;
+    TensorEntry t;
     t.name = name;
-    bool widen_i32 = false;
     if (dt == "F32") t.dtype = DType::kF32;
     else if (dt == "BF16") t.dtype = DType::kBF16;
     else if (dt == "F16") t.dtype = DType::kF16;
     else if (dt == "I64") t.dtype = DType::kI64;
-    else if (dt == "I32") { t.dtype = DType::kI64; widen_i32 = true; }
+    else if (dt == "I32") { t.dtype = DType::kI64; t.widened_i32 = true; }
     else return bad(path, where + ": unknown dtype '" + dt + "'; allowed: F32, BF16, F16, I64, I32");
     if (!v["shape"].is_array()) return bad(path, where + ": shape is not an array");
     for (const auto& d : v["shape"]) {
@@ -176,7 +185,7 @@ Result<SafetensorsFile> parse_safetensors(const std::string& path, const std::ve
       return bad(path, where + ": data_offsets [" + std::to_string(b) + ", " + std::to_string(e) +
                            "] are outside the " + std::to_string(data_size) + " data bytes");
     }
-    const std::uint64_t stored_elem = widen_i32 ? 4 : element_size(t.dtype);
+    const std::uint64_t stored_elem = t.widened_i32 ? 4 : element_size(t.dtype);
     std::uint64_t want = 0;
     const bool overflow = __builtin_mul_overflow(static_cast<std::uint64_t>(*numel), stored_elem, &want);
     if (overflow || want != e - b) {
@@ -184,58 +193,140 @@ Result<SafetensorsFile> parse_safetensors(const std::string& path, const std::ve
                            (overflow ? std::string("more than 2^64") : std::to_string(want)) +
                            " bytes but data_offsets span " + std::to_string(e - b));
     }
-    if (widen_i32) {
-      t.data.resize(static_cast<std::size_t>(*numel) * 8);
-      for (std::int64_t i = 0; i < *numel; ++i) {
-        std::int32_t x;
-        std::memcpy(&x, data + b + 4 * static_cast<std::uint64_t>(i), 4);
-        const std::int64_t y = x;
-        std::memcpy(t.data.data() + 8 * i, &y, 8);
-      }
-    } else {
-      t.data.assign(data + b, data + e);
-    }
-    ranges.push_back({b, e, name});
-    file.tensors.push_back(std::move(t));
+    t.begin = b;
+    t.end = e;
+    out.tensors.push_back(std::move(t));
   }
-  std::sort(ranges.begin(), ranges.end(), [](const Range& a, const Range& b) { return a.begin < b.begin; });
+  // File order = data order (the JSON object's key order is not preserved by the parser).
+  std::stable_sort(out.tensors.begin(), out.tensors.end(),
+                   [](const TensorEntry& a, const TensorEntry& b) { return a.begin < b.begin; });
   std::uint64_t cursor = 0;
-  for (const Range& r : ranges) {
+  for (const TensorEntry& r : out.tensors) {
     if (r.begin < cursor) return bad(path, "tensor '" + r.name + "' overlaps the tensor before it");
     if (r.begin > cursor) return bad(path, "a gap of " + std::to_string(r.begin - cursor) + " bytes precedes tensor '" + r.name + "'");
     cursor = r.end;
   }
   if (cursor != data_size) return bad(path, std::to_string(data_size - cursor) + " trailing bytes follow the last tensor");
-  // File order = data order (the JSON object's key order is not preserved by the parser).
-  std::vector<StoredTensor> ordered;
-  for (const Range& r : ranges) {
-    for (auto& t : file.tensors) {
-      if (t.name == r.name) {
-        ordered.push_back(std::move(t));
-        break;
-      }
-    }
+  return out;
+}
+
+// Stored bytes → the entry's in-memory bytes (I32 widened to I64).
+void unpack(const TensorEntry& t, const std::byte* stored, std::byte* out) {
+  if (!t.widened_i32) {
+    std::memcpy(out, stored, t.end - t.begin);
+    return;
   }
-  file.tensors = std::move(ordered);
+  const std::uint64_t count = (t.end - t.begin) / 4;
+  for (std::uint64_t i = 0; i < count; ++i) {
+    std::int32_t x;
+    std::memcpy(&x, stored + 4 * i, 4);
+    const std::int64_t y = x;
+    std::memcpy(out + 8 * i, &y, 8);
+  }
+}
+
+StoredTensor stored_tensor(const TensorEntry& t) {
+  StoredTensor s;
+  s.name = t.name;
+  s.dtype = t.dtype;
+  s.shape = t.shape;
+  s.data.resize(static_cast<std::size_t>(t.nbytes()));
+  return s;
+}
+
+}  // namespace
+
+Result<SafetensorsFile> read_safetensors(const std::string& path) {
+  SHARDLAB_ASSIGN_OR_RETURN(SafetensorsReader reader, SafetensorsReader::open(path));
+  SafetensorsFile file;
+  file.metadata = reader.metadata();
+  file.tensors.reserve(reader.tensors().size());
+  for (const TensorEntry& t : reader.tensors()) {
+    StoredTensor s = stored_tensor(t);
+    SHARDLAB_RETURN_IF_ERROR(reader.read(t, s.data));
+    file.tensors.push_back(std::move(s));
+  }
   return file;
 }
 
-Status write_file_atomic(const std::string& path, const std::string& bytes) {
+Result<SafetensorsFile> parse_safetensors(const std::string& path, const std::vector<std::byte>& bytes) {
+  SHARDLAB_ASSIGN_OR_RETURN(const std::uint64_t n, header_length(path, bytes.data(), bytes.size()));
+  SHARDLAB_ASSIGN_OR_RETURN(ParsedHeader parsed, parse_header(path, reinterpret_cast<const char*>(bytes.data() + 8), n,
+                                                              bytes.size() - 8 - n));
+  SafetensorsFile file;
+  file.metadata = std::move(parsed.metadata);
+  for (const TensorEntry& t : parsed.tensors) {
+    StoredTensor s = stored_tensor(t);
+    unpack(t, bytes.data() + 8 + n + t.begin, s.data.data());
+    file.tensors.push_back(std::move(s));
+  }
+  return file;
+}
+
+const TensorEntry* SafetensorsReader::find(const std::string& name) const {
+  for (const auto& t : tensors_)
+    if (t.name == name) return &t;
+  return nullptr;
+}
+
+SafetensorsReader::SafetensorsReader(SafetensorsReader&& o) noexcept
+    : path_(std::move(o.path_)), fd_(std::exchange(o.fd_, -1)), data_start_(o.data_start_),
+      tensors_(std::move(o.tensors_)), metadata_(std::move(o.metadata_)) {}
+
+SafetensorsReader::~SafetensorsReader() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+Result<SafetensorsReader> SafetensorsReader::open(const std::string& path) {
+  SafetensorsReader r;
+  r.path_ = path;
+  std::uint64_t size = 0;
+  SHARDLAB_ASSIGN_OR_RETURN(r.fd_, open_regular_file(path, kMaxInputFileBytes, &size));
+  std::byte first8[8] = {};
+  SHARDLAB_RETURN_IF_ERROR(read_at(r.fd_, path, 0, std::span<std::byte>(first8, size < 8 ? size : 8)));
+  SHARDLAB_ASSIGN_OR_RETURN(const std::uint64_t n, header_length(path, first8, size));
+  std::string header(static_cast<std::size_t>(n), '\0');
+  SHARDLAB_RETURN_IF_ERROR(read_at(r.fd_, path, 8, std::as_writable_bytes(std::span<char>(header))));
+  SHARDLAB_ASSIGN_OR_RETURN(ParsedHeader parsed, parse_header(path, header.data(), n, size - 8 - n));
+  r.data_start_ = 8 + n;
+  r.tensors_ = std::move(parsed.tensors);
+  r.metadata_ = std::move(parsed.metadata);
+  return r;
+}
+
+Status SafetensorsReader::read(const TensorEntry& t, std::span<std::byte> out) const {
+  if (out.size() != t.nbytes()) {
+    return Status::invalid_argument(path_ + ": tensor '" + t.name + "' holds " + std::to_string(t.nbytes()) +
+                                    " bytes; the destination has " + std::to_string(out.size()));
+  }
+  if (!t.widened_i32) return read_at(fd_, path_, data_start_ + t.begin, out);
+  std::vector<std::byte> stored(static_cast<std::size_t>(t.end - t.begin));
+  SHARDLAB_RETURN_IF_ERROR(read_at(fd_, path_, data_start_ + t.begin, stored));
+  unpack(t, stored.data(), out.data());
+  return Status::ok();
+}
+
+namespace {
+
+// Writes the pieces, in order, to path atomically (NOTE [Safe file output]).
+Status write_pieces_atomic(const std::string& path, const std::vector<std::span<const std::byte>>& pieces) {
   SHARDLAB_RETURN_IF_ERROR(check_replaceable(path));
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (fd < 0) return Status::unavailable(tmp + ": cannot create (" + std::strerror(errno) + ")");
-  std::size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t w = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      const std::string why = std::strerror(errno);
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      return Status::unavailable(tmp + ": write failed (" + why + ")");
+  for (const auto& piece : pieces) {
+    std::size_t done = 0;
+    while (done < piece.size()) {
+      const ssize_t w = ::write(fd, piece.data() + done, piece.size() - done);
+      if (w < 0) {
+        if (errno == EINTR) continue;
+        const std::string why = std::strerror(errno);
+        ::close(fd);
+        ::unlink(tmp.c_str());
+        return Status::unavailable(tmp + ": write failed (" + why + ")");
+      }
+      done += static_cast<std::size_t>(w);
     }
-    done += static_cast<std::size_t>(w);
   }
   if (::fsync(fd) != 0 || ::close(fd) != 0) {
     ::unlink(tmp.c_str());
@@ -249,25 +340,52 @@ Status write_file_atomic(const std::string& path, const std::string& bytes) {
   return Status::ok();
 }
 
-Status write_safetensors(const std::string& path, const SafetensorsFile& file) {
-  return write_file_atomic(path, serialize_safetensors(file));
-}
-
-std::string serialize_safetensors(const SafetensorsFile& file) {
+// The 8-byte length and the JSON header (padded so the data starts 8-byte aligned, as the
+// reference writer does) of a file holding `tensors` back to back in order.
+std::string header_image(const std::vector<TensorRef>& tensors, const std::map<std::string, std::string>& metadata) {
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
-  if (!file.metadata.empty()) header["__metadata__"] = file.metadata;
+  if (!metadata.empty()) header["__metadata__"] = metadata;
   std::uint64_t offset = 0;
-  for (const auto& t : file.tensors) {
+  for (const auto& t : tensors) {
     const std::uint64_t n = t.data.size();
     header[t.name] = {{"dtype", st_dtype_name(t.dtype)}, {"shape", t.shape}, {"data_offsets", {offset, offset + n}}};
     offset += n;
   }
   std::string h = header.dump();
-  while ((8 + h.size()) % 8 != 0) h += ' ';  // align the data to 8 bytes, as the reference writer does
+  while ((8 + h.size()) % 8 != 0) h += ' ';
   std::string out(8, '\0');
   const std::uint64_t len = h.size();
   for (int i = 0; i < 8; ++i) out[static_cast<std::size_t>(i)] = static_cast<char>((len >> (8 * i)) & 0xff);
-  out += h;
+  return out + h;
+}
+
+std::vector<TensorRef> refs_of(const SafetensorsFile& file) {
+  std::vector<TensorRef> refs;
+  refs.reserve(file.tensors.size());
+  for (const auto& t : file.tensors) refs.push_back({t.name, t.dtype, t.shape, t.data});
+  return refs;
+}
+
+}  // namespace
+
+Status write_file_atomic(const std::string& path, const std::string& bytes) {
+  return write_pieces_atomic(path, {std::as_bytes(std::span<const char>(bytes))});
+}
+
+Status write_safetensors(const std::string& path, const std::vector<TensorRef>& tensors,
+                         const std::map<std::string, std::string>& metadata) {
+  const std::string header = header_image(tensors, metadata);
+  std::vector<std::span<const std::byte>> pieces{std::as_bytes(std::span<const char>(header))};
+  for (const auto& t : tensors) pieces.push_back(t.data);
+  return write_pieces_atomic(path, pieces);
+}
+
+Status write_safetensors(const std::string& path, const SafetensorsFile& file) {
+  return write_safetensors(path, refs_of(file), file.metadata);
+}
+
+std::string serialize_safetensors(const SafetensorsFile& file) {
+  std::string out = header_image(refs_of(file), file.metadata);
   for (const auto& t : file.tensors) out.append(reinterpret_cast<const char*>(t.data.data()), t.data.size());
   return out;
 }

@@ -17,6 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -47,10 +48,56 @@ struct SafetensorsFile {
 inline constexpr std::uint64_t kMaxInputFileBytes = std::uint64_t{64} << 30;  // 64 GiB: a large model's weights
 Result<std::string> read_file(const std::string& path, std::uint64_t max_bytes = kMaxInputFileBytes);
 
+// Reads the whole file (every tensor's data) into memory.
 Result<SafetensorsFile> read_safetensors(const std::string& path);
+
+// A tensor's place in a file: its dtype (I32 is read as I64, widened_i32), shape and byte
+// range [begin, end) in the data section (after the header).
+struct TensorEntry {
+  std::string name;
+  DType dtype = DType::kF32;
+  Shape shape;
+  std::uint64_t begin = 0, end = 0;
+  bool widened_i32 = false;
+  std::uint64_t nbytes() const { return widened_i32 ? 2 * (end - begin) : end - begin; }  // once read
+};
+
+// A file opened for reading tensor by tensor, straight into the caller's memory (a model's
+// weights need no second copy of the file). open() reads and checks the header exactly as
+// read_safetensors does (NOTE [Safe file input], every rule above); read() fills `out`,
+// which must hold entry.nbytes() bytes, and fails with INVALID_ARGUMENT if the file shrank.
+class SafetensorsReader {
+ public:
+  static Result<SafetensorsReader> open(const std::string& path);
+  SafetensorsReader(SafetensorsReader&& other) noexcept;
+  SafetensorsReader& operator=(SafetensorsReader&&) = delete;
+  ~SafetensorsReader();
+  const std::vector<TensorEntry>& tensors() const { return tensors_; }  // in file order
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  const TensorEntry* find(const std::string& name) const;
+  Status read(const TensorEntry& t, std::span<std::byte> out) const;
+
+ private:
+  SafetensorsReader() = default;
+  std::string path_;
+  int fd_ = -1;
+  std::uint64_t data_start_ = 0;
+  std::vector<TensorEntry> tensors_;
+  std::map<std::string, std::string> metadata_;
+};
+
 // Parses an in-memory image (the whole file); `path` is only used in messages.
 Result<SafetensorsFile> parse_safetensors(const std::string& path, const std::vector<std::byte>& bytes);
 Status write_safetensors(const std::string& path, const SafetensorsFile& file);
+// The same file, written from the callers' buffers in order (no copy of the data).
+struct TensorRef {
+  std::string name;
+  DType dtype = DType::kF32;
+  Shape shape;
+  std::span<const std::byte> data;  // element_size(dtype) × numel bytes
+};
+Status write_safetensors(const std::string& path, const std::vector<TensorRef>& tensors,
+                         const std::map<std::string, std::string>& metadata);
 // The file's bytes, as write_safetensors writes them.
 std::string serialize_safetensors(const SafetensorsFile& file);
 

@@ -23,10 +23,35 @@ std::vector<std::byte> image(const std::string& header, std::size_t data_bytes, 
   return out;
 }
 
+std::string temp_path(const std::string& name) {
+  return (std::filesystem::temp_directory_path() / ("shardlab_" + std::to_string(::getpid()) + "_" + name)).string();
+}
+
+void write_bytes(const std::string& path, const std::vector<std::byte>& bytes) {
+  ASSERT_TRUE(write_file_atomic(path, std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size())).is_ok());
+}
+
+// The in-memory parser's message; the same image as a file must fail with the same one
+// through read_safetensors and through SafetensorsReader (header checks shared).
 std::string error_of(const std::vector<std::byte>& bytes) {
   auto r = parse_safetensors("x.safetensors", bytes);
   EXPECT_FALSE(r.is_ok());
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  const std::string path = temp_path("x.safetensors");
+  write_bytes(path, bytes);
+  auto whole = read_safetensors(path);
+  auto reader = SafetensorsReader::open(path);
+  std::filesystem::remove(path);
+  EXPECT_FALSE(whole.is_ok());
+  EXPECT_FALSE(reader.is_ok());
+  const auto as_file = [&](const std::string& m) {  // the messages start with the path
+    const std::string prefix = "x.safetensors: ";
+    return m.rfind(prefix, 0) == 0 ? path + ": " + m.substr(prefix.size()) : m;
+  };
+  if (!r.is_ok() && !whole.is_ok() && !reader.is_ok()) {
+    EXPECT_EQ(whole.status().message(), as_file(r.status().message()));
+    EXPECT_EQ(reader.status().message(), as_file(r.status().message()));
+  }
   return r.status().message();
 }
 
@@ -125,6 +150,48 @@ TEST(Safetensors, WidensI32ToI64) {
   std::memcpy(w, f->tensors[0].data.data(), 16);
   EXPECT_EQ(w[0], -3);
   EXPECT_EQ(w[1], 70000);
+}
+
+TEST(Safetensors, ReaderReadsEachTensorIntoTheCallersBuffer) {
+  SafetensorsFile f;
+  f.metadata["k"] = "v";
+  for (int i = 0; i < 3; ++i) {
+    StoredTensor t;
+    t.name = "t" + std::to_string(i);
+    t.shape = {i + 1, 2};
+    t.data.resize(static_cast<std::size_t>((i + 1) * 2 * 4));
+    for (std::size_t b = 0; b < t.data.size(); ++b) t.data[b] = static_cast<std::byte>(b * 13 + i);
+    f.tensors.push_back(t);
+  }
+  std::vector<TensorRef> refs;
+  for (const auto& t : f.tensors) refs.push_back({t.name, t.dtype, t.shape, t.data});
+  const std::string path = temp_path("refs.safetensors");
+  ASSERT_TRUE(write_safetensors(path, refs, f.metadata).is_ok());
+  // Written from the callers' buffers, the file is byte for byte the serialized image.
+  auto raw = read_file(path);
+  ASSERT_TRUE(raw.is_ok());
+  EXPECT_EQ(*raw, serialize_safetensors(f));
+  auto r = SafetensorsReader::open(path);
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  EXPECT_EQ(r->metadata(), f.metadata);
+  ASSERT_EQ(r->tensors().size(), 3u);
+  const TensorEntry* t1 = r->find("t1");
+  ASSERT_NE(t1, nullptr);
+  EXPECT_EQ(t1->shape, (Shape{2, 2}));
+  std::vector<std::byte> out(16);
+  ASSERT_TRUE(r->read(*t1, out).is_ok());
+  EXPECT_EQ(out, f.tensors[1].data);
+  std::vector<std::byte> small(15);
+  const Status wrong = r->read(*t1, small);
+  EXPECT_EQ(wrong.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(wrong.message().find("tensor 't1' holds 16 bytes; the destination has 15"), std::string::npos) << wrong.message();
+  // A file cut short after its header was read: an error naming the file, never a read past its end.
+  ASSERT_EQ(::truncate(path.c_str(), static_cast<off_t>(raw->size() - 4)), 0);
+  std::vector<std::byte> last(24);
+  const Status cut = r->read(r->tensors()[2], last);
+  std::filesystem::remove(path);
+  EXPECT_EQ(cut.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(cut.message().find(path + ": read error (it shrank while being read)"), std::string::npos) << cut.message();
 }
 
 TEST(Safetensors, AMissingFileNamesThePath) {

@@ -382,9 +382,10 @@ Result<HfBertConfig> read_bert_config(const std::string& path, BertHead default_
 
 Status load_bert_weights(const std::string& path, const std::vector<ParamSpec>& specs, const std::vector<Tensor>& params) {
   SHARDLAB_RETURN_IF_ERROR(check_views("load_bert_weights(" + path + ")", specs, params));
-  SHARDLAB_ASSIGN_OR_RETURN(const io::SafetensorsFile file, io::read_safetensors(path));
+  // Read tensor by tensor straight into the views: a model's weights need no second copy.
+  SHARDLAB_ASSIGN_OR_RETURN(const io::SafetensorsReader file, io::SafetensorsReader::open(path));
   // Resolve and check every parameter before writing any, so a bad file changes nothing.
-  std::vector<const io::StoredTensor*> found(specs.size(), nullptr);
+  std::vector<const io::TensorEntry*> found(specs.size(), nullptr);
   for (std::size_t i = 0; i < specs.size(); ++i) {
     const ParamSpec& spec = specs[i];
     const std::vector<std::string> names = checkpoint_names(spec.name);
@@ -397,7 +398,7 @@ Status load_bert_weights(const std::string& path, const std::vector<ParamSpec>& 
       return bad(path, "missing parameter '" + spec.name + "' " + shape_to_string(spec.shape) + " (looked for: " + tried +
                            ")");
     }
-    const io::StoredTensor& t = *found[i];
+    const io::TensorEntry& t = *found[i];
     const std::string which = "tensor '" + t.name + "'" + (t.name == spec.name ? "" : " (for '" + spec.name + "')");
     if (!is_floating(t.dtype)) {
       return bad(path, which + " has dtype " + dtype_label(t.dtype) + "; expected a float dtype (F32, BF16 or F16)");
@@ -406,26 +407,35 @@ Status load_bert_weights(const std::string& path, const std::vector<ParamSpec>& 
       return bad(path, which + " has shape " + shape_to_string(t.shape) + "; expected " + shape_to_string(spec.shape));
     }
   }
-  for (std::size_t i = 0; i < specs.size(); ++i) to_f32(*found[i], params[i].data<float>());
+  std::vector<std::uint16_t> halves;
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    const io::TensorEntry& t = *found[i];
+    float* out = params[i].data<float>();
+    const std::int64_t n = params[i].numel();
+    if (t.dtype == DType::kF32) {
+      SHARDLAB_RETURN_IF_ERROR(file.read(t, std::as_writable_bytes(std::span<float>(out, static_cast<std::size_t>(n)))));
+      continue;
+    }
+    halves.resize(static_cast<std::size_t>(n));
+    SHARDLAB_RETURN_IF_ERROR(file.read(t, std::as_writable_bytes(std::span<std::uint16_t>(halves))));
+    for (std::int64_t k = 0; k < n; ++k) {
+      const std::uint16_t h = halves[static_cast<std::size_t>(k)];
+      out[k] = t.dtype == DType::kBF16 ? bf16_to_float(h) : fp16_to_float(h);
+    }
+  }
   return Status::ok();
 }
 
 Status save_bert_tensors(const std::string& path, const std::vector<ParamSpec>& specs, const std::vector<Tensor>& tensors,
                          const std::map<std::string, std::string>& metadata) {
   SHARDLAB_RETURN_IF_ERROR(check_views("save_bert_tensors(" + path + ")", specs, tensors));
-  io::SafetensorsFile file;
-  file.metadata = metadata;
-  file.tensors.reserve(specs.size());
+  std::vector<io::TensorRef> refs;
+  refs.reserve(specs.size());
   for (std::size_t i = 0; i < specs.size(); ++i) {
-    io::StoredTensor t;
-    t.name = specs[i].name;
-    t.dtype = DType::kF32;
-    t.shape = specs[i].shape;
-    t.data.resize(static_cast<std::size_t>(tensors[i].nbytes()));
-    std::memcpy(t.data.data(), tensors[i].bytes(), t.data.size());
-    file.tensors.push_back(std::move(t));
+    refs.push_back({specs[i].name, DType::kF32, specs[i].shape,
+                    std::span<const std::byte>(tensors[i].bytes(), static_cast<std::size_t>(tensors[i].nbytes()))});
   }
-  return io::write_safetensors(path, file);
+  return io::write_safetensors(path, refs, metadata);
 }
 
 Result<Batch> read_bert_batch(const std::string& path, const Bert& bert, device::Device& dev) {

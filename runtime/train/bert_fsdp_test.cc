@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -321,6 +322,40 @@ TEST(BertFsdp, ResultGathersAreNotPartOfTraining) {
   auto oracle = train_oracle(dev, o, 4);
   ASSERT_TRUE(oracle.is_ok());
   EXPECT_TRUE(compare(*with, *oracle).bitwise);
+}
+
+// `shardlab grads`'s run: the last step's gradients, gathered alone, without the
+// optimizer step after them — the same gradients as a full run's, and the parameters the
+// step found (a one-step run's: the initial ones).
+TEST(BertFsdp, GradientsOnlyRunsSkipTheLastUpdateAndTheParameterGather) {
+  FsdpTrainOptions o = bert_run(BertHead::kMaskedLM);
+  o.steps = 2;
+  auto full = run_sim(o, 2);
+  o.gather_params = false;
+  o.skip_last_optimizer_step = true;
+  auto grads_only = run_sim(o, 2);
+  ASSERT_TRUE(full.is_ok() && grads_only.is_ok()) << grads_only.status().to_string();
+  EXPECT_EQ(full->losses, grads_only->losses);
+  ASSERT_FALSE(grads_only->last_grads.empty());
+  EXPECT_TRUE(std::equal(full->last_grads.begin(), full->last_grads.end(), grads_only->last_grads.begin(),
+                         grads_only->last_grads.end(), [](float a, float b) { return std::bit_cast<std::uint32_t>(a) == std::bit_cast<std::uint32_t>(b); }));
+  EXPECT_TRUE(grads_only->final_params.empty());
+  // Gathered anyway, the parameters are those the last step started from: given initial
+  // parameters (a full run's result), a 1-step gradients-only run ends with them exactly.
+  o.steps = 1;
+  o.gather_params = true;
+  o.initial_params = std::make_shared<const std::vector<float>>(full->final_params);
+  auto kept = run_sim(o, 2);
+  o.skip_last_optimizer_step = false;
+  auto moved = run_sim(o, 2);
+  ASSERT_TRUE(kept.is_ok() && moved.is_ok());
+  EXPECT_EQ(kept->final_params, full->final_params);
+  EXPECT_NE(moved->final_params, full->final_params);
+  EXPECT_EQ(kept->last_grads, moved->last_grads);
+  // Checkpoints would save the step without its update: refused.
+  o.skip_last_optimizer_step = true;
+  o.checkpoint.dir = "/tmp/never_written";
+  EXPECT_EQ(validate(o, 2).code(), StatusCode::kInvalidArgument);
 }
 
 // Regression: a collective's operation kept references to the members' buffers until the

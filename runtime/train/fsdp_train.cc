@@ -30,15 +30,22 @@ Result<Tensor> init_on_host(device::Device& host, const model::Model& m, const F
                                                   [](Storage&) {}),
                            DType::kF32, {total}, 0, "init");
   }
-  SHARDLAB_ASSIGN_OR_RETURN(Tensor full, host.empty({total}, DType::kF32, MemoryCategory::kParameters, "init"));
   if (o.initial_params) {
     if (static_cast<std::int64_t>(o.initial_params->size()) != total) {
       return Status::invalid_argument("initial parameters hold " + std::to_string(o.initial_params->size()) +
                                       " values; the model has " + std::to_string(total));
     }
-    SHARDLAB_RETURN_IF_ERROR(device::values_from_host(host, *o.initial_params, full));
-    return full;
+    // Viewed in place, not copied (a model's size in host memory and one pass less): its
+    // readers (FullyShardedModel::create, the oracle's copy to its device) only read it,
+    // and the storage holds the vector alive.
+    std::shared_ptr<const std::vector<float>> keep = o.initial_params;
+    auto* bytes = reinterpret_cast<std::byte*>(const_cast<float*>(keep->data()));
+    auto storage = std::make_shared<Storage>(bytes, 0, total * static_cast<std::int64_t>(sizeof(float)),
+                                             MemoryCategory::kParameters, "init", host.id().to_string(),
+                                             [keep](Storage&) {});
+    return Tensor::view_of(std::move(storage), DType::kF32, {total}, 0, "init");
   }
+  SHARDLAB_ASSIGN_OR_RETURN(Tensor full, host.empty({total}, DType::kF32, MemoryCategory::kParameters, "init"));
   SHARDLAB_ASSIGN_OR_RETURN(Tensor scratch, host.empty({total}, DType::kF32, MemoryCategory::kGradients, "init_grads"));
   FlatParamAccess access(m.params(), full, scratch);
   SHARDLAB_RETURN_IF_ERROR(m.init_params(host, access.params(), o.seed));
@@ -183,6 +190,10 @@ Status validate(const FsdpTrainOptions& o, int world) {
                                     " micro-batches; use a multiple of " +
                                     std::to_string(static_cast<std::int64_t>(world) * std::max(o.grad_accumulation, 1)));
   }
+  if (o.skip_last_optimizer_step && !o.checkpoint.dir.empty()) {
+    return Status::invalid_argument("skip_last_optimizer_step cannot be combined with checkpoints (checkpoint.dir '" +
+                                    o.checkpoint.dir + "'): the last one would save a step without its update");
+  }
   if (fsdp::is_hybrid(o.fsdp.strategy) && (o.fsdp.devices_per_node < 1 || world % o.fsdp.devices_per_node != 0)) {
     return Status::invalid_argument(std::string(fsdp::strategy_name(o.fsdp.strategy)) +
                                     " needs devices_per_node dividing the world size " + std::to_string(world));
@@ -321,7 +332,7 @@ Status FsdpTrainer::step() {
     SHARDLAB_ASSIGN_OR_RETURN(double norm, fsdp_->clip_grad_norm(o.max_grad_norm, o.clip_inf_norm));
     result_.grad_norms.push_back(loss_.is_deferred() ? std::nan("") : norm);
   }
-  SHARDLAB_RETURN_IF_ERROR(fsdp_->optimizer_step());
+  if (!(o.skip_last_optimizer_step && step_ + 1 == o.steps)) SHARDLAB_RETURN_IF_ERROR(fsdp_->optimizer_step());
   SHARDLAB_RETURN_IF_ERROR(dev_.synchronize(device::kComputeStream));
   if (sample_memory) {
     MemorySampler::record(result_.memory_timeline, dev_, clock_, step_, "optimizer_step", o);
@@ -413,10 +424,12 @@ Result<FsdpTrainResult> train_to_end(FsdpTrainer* t, device::Device& dev, const 
         SHARDLAB_ASSIGN_OR_RETURN(result.last_grads, device::values_to_host<float>(dev, g));
       }
     }
-    SHARDLAB_ASSIGN_OR_RETURN(Tensor p, dev.empty({total}, DType::kF32, MemoryCategory::kOther, "params_out"));
-    SHARDLAB_RETURN_IF_ERROR(t->model().gather_full_params(p));
-    if (!p.is_deferred()) {
-      SHARDLAB_ASSIGN_OR_RETURN(result.final_params, device::values_to_host<float>(dev, p));
+    if (o.gather_params) {
+      SHARDLAB_ASSIGN_OR_RETURN(Tensor p, dev.empty({total}, DType::kF32, MemoryCategory::kOther, "params_out"));
+      SHARDLAB_RETURN_IF_ERROR(t->model().gather_full_params(p));
+      if (!p.is_deferred()) {
+        SHARDLAB_ASSIGN_OR_RETURN(result.final_params, device::values_to_host<float>(dev, p));
+      }
     }
   }
   return std::move(result);

@@ -117,6 +117,13 @@ struct FsdpTrainOptions {
   // include them. Off in timing mode (phantom tensors hold no values, and two full-size
   // fp32 buffers could exceed a device that the training itself fits).
   bool gather_results = true;
+  // With gather_results, whether final_params is gathered too (false: left empty, for
+  // callers that want only the gradients, e.g. `shardlab grads`).
+  bool gather_params = true;
+  // The last step ends once its gradients are reduced (and clipped): no optimizer step, so
+  // the parameters stay where the step found them. Checkpoints cannot be combined with it
+  // (validate: INVALID_ARGUMENT), since they would save a step that did not update.
+  bool skip_last_optimizer_step = false;
   // Checkpoints (runtime/fsdp/checkpoint.h): save into `dir` every `every_steps` steps and
   // after the last; with `resume`, continue from the checkpoint `dir/latest` names (its
   // parameters, optimizer state and step count), so the run ends exactly where an
