@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <bit>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "runtime/device/cpu/device.h"
@@ -163,8 +165,12 @@ int grads_command(const GradsArgs& a) {
   o.seed = a.seed;
   o.wrap = train::WrapPolicy::kByClass;
   o.optimizer.kind = optim::OptimizerConfig::Kind::kSgd;  // set up, never stepped
-  o.fsdp.strategy = a.strategy;
-  if (fsdp::is_hybrid(a.strategy)) {
+  // PyTorch FSDP runs NO_SHARD whatever strategy it is given when the world size is 1
+  // (with a warning): one rank has nothing to shard, and the unsharded copies and the
+  // reduce-scatter would only cost memory and passes. The gradients are the same bits.
+  const bool switched = a.world_size == 1 && a.strategy != fsdp::ShardingStrategy::kNoShard;
+  o.fsdp.strategy = switched ? fsdp::ShardingStrategy::kNoShard : a.strategy;
+  if (fsdp::is_hybrid(o.fsdp.strategy)) {
     o.fsdp.devices_per_node = a.devices_per_node > 0 ? a.devices_per_node : std::max(1, a.world_size / 2);
   }
   const model::Batch& full = *batch;
@@ -173,6 +179,17 @@ int grads_command(const GradsArgs& a) {
   };
   if (Status s = train::validate(o, a.world_size); !s.is_ok()) return fail(s);
 
+  // The step's wall time (forward, backward, gradient reduction; first rank in to last
+  // out), printed for benchmarks that compare the numerics alone (bench/vs_pytorch.py).
+  using WallClock = std::chrono::steady_clock;
+  std::mutex step_mu;
+  WallClock::time_point step_begin = WallClock::time_point::max(), step_end = WallClock::time_point::min();
+  o.on_marker = [&](train::TrainMarker m, int) {
+    const auto now = WallClock::now();
+    std::lock_guard<std::mutex> lock(step_mu);
+    if (m == train::TrainMarker::kStepBegin) step_begin = std::min(step_begin, now);
+    if (m == train::TrainMarker::kStepEnd) step_end = std::max(step_end, now);
+  };
   sim::WorldOptions wo;
   wo.world_size = a.world_size;
   sim::World world(wo);
@@ -218,9 +235,15 @@ int grads_command(const GradsArgs& a) {
     std::printf("shardlab grads: %s (%s, %lld parameters) · batch %lld × %lld · %d simulated rank%s, FSDP %s, %s\n",
                 std::string(model::bert_architecture_name(o.bert.head)).c_str(), a.model_dir.c_str(),
                 static_cast<long long>(total), static_cast<long long>(B), static_cast<long long>(T), a.world_size,
-                a.world_size == 1 ? "" : "s", std::string(fsdp::strategy_name(a.strategy)).c_str(), a.dtype.c_str());
+                a.world_size == 1 ? "" : "s", std::string(fsdp::strategy_name(o.fsdp.strategy)).c_str(), a.dtype.c_str());
+    if (switched) {
+      std::printf("note: FSDP runs NO_SHARD instead of %s since the world size is 1, as PyTorch FSDP does\n",
+                  std::string(fsdp::strategy_name(a.strategy)).c_str());
+    }
     std::printf("loss %s · max |grad| %.6g · %zu gradient tensors written to %s\n", loss, max_abs, specs.size(),
                 a.out.c_str());
+    std::printf("forward + backward + gradient reduction: %.3f s wall\n",
+                std::chrono::duration<double>(step_end - step_begin).count());
   }
   return 0;
 }

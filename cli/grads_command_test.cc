@@ -134,6 +134,29 @@ TEST_P(GradsCommand, FourShardedRanksEqualOneRankForEveryStrategy) {
   }
 }
 
+// One rank: FSDP runs NO_SHARD whatever was asked, as PyTorch FSDP does, and says so.
+TEST_P(GradsCommand, OneRankRunsNoShardAndSaysSo) {
+  const BertHead head = GetParam();
+  Files files(head, std::string(runtime::model::bert_head_name(head)) + "_one_rank");
+  GradsArgs a = files.args(1, "full.safetensors");
+  a.quiet = false;
+  a.strategy = runtime::fsdp::ShardingStrategy::kFullShard;
+  ::testing::internal::CaptureStdout();
+  const int rc = grads_command(a);
+  const std::string said = ::testing::internal::GetCapturedStdout();
+  ASSERT_EQ(rc, 0);
+  EXPECT_NE(said.find("FSDP NO_SHARD"), std::string::npos) << said;
+  EXPECT_NE(said.find("note: FSDP runs NO_SHARD instead of FULL_SHARD since the world size is 1"), std::string::npos)
+      << said;
+  EXPECT_NE(said.find("forward + backward + gradient reduction: "), std::string::npos) << said;
+  a.strategy = runtime::fsdp::ShardingStrategy::kNoShard;
+  a.out = (files.dir / "no.safetensors").string();
+  ::testing::internal::CaptureStdout();
+  ASSERT_EQ(grads_command(a), 0);
+  EXPECT_EQ(::testing::internal::GetCapturedStdout().find("note:"), std::string::npos);
+  EXPECT_EQ(*io::read_file((files.dir / "full.safetensors").string()), *io::read_file(a.out));
+}
+
 TEST_P(GradsCommand, DropoutZeroAndBf16Run) {
   const BertHead head = GetParam();
   Files files(head, std::string(runtime::model::bert_head_name(head)) + "_bf16");
