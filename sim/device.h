@@ -99,6 +99,8 @@ class SimDevice final : public runtime::device::Device {
   std::int64_t ops_charged() const { return ops_; }
   // Bytes charged at the profile's host link (CPU offload's copies and casts).
   std::int64_t host_transfer_bytes() const override { return host_bytes_; }
+  // Its ops run on a CpuDevice; host operands are charged at the host link (copy, cast).
+  bool host_addressable() const override { return !inner_.skip; }
   // Records every op (name, virtual start, duration) into `trace` when set (not owned).
   void set_trace(TraceRecorder* trace) { trace_ = trace; }
   TraceRecorder* trace() const { return trace_; }

@@ -114,6 +114,10 @@ class Device {
   // a copy or cast between a host tensor and a device tensor). 0 on a device whose memory is the host's (cpu). The
   // trainer reports it per step (host_transfer_bytes_per_step in metrics.json).
   virtual std::int64_t host_transfer_bytes() const { return 0; }
+  // True when this device's ops take host memory as operands directly (any storage with
+  // host bytes, e.g. a caller's vector): the cpu backend and the simulator over it, where
+  // results can be gathered straight into host buffers. False on accelerators (hpu).
+  virtual bool host_addressable() const { return false; }
 
   // ---- host access (NOTE [Host access]) ----------------------------------------------
   // to_host: waits for everything enqueued on `stream` so far, then copies src's bytes into

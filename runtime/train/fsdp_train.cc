@@ -415,21 +415,33 @@ Result<FsdpTrainResult> train_to_end(FsdpTrainer* t, device::Device& dev, const 
   result.memory = dev.memory().stats();
   if (o.gather_results) {
     const std::int64_t total = model::total_numel(t->model().specs());
+    // Gathers into `out` (full, fp32, spec order). A device that takes host operands
+    // writes straight into it; others gather into device memory and copy it over.
+    const auto gather = [&](const auto& gather_into, std::vector<float>& out, const char* name) -> Status {
+      if (dev.host_addressable()) {
+        out.assign(static_cast<std::size_t>(total), 0.0f);
+        auto storage = std::make_shared<Storage>(reinterpret_cast<std::byte*>(out.data()), 0,
+                                                 total * static_cast<std::int64_t>(sizeof(float)),
+                                                 MemoryCategory::kOther, name, "host", nullptr);
+        SHARDLAB_ASSIGN_OR_RETURN(Tensor host, Tensor::view_of(std::move(storage), DType::kF32, {total}, 0, name));
+        return gather_into(host);
+      }
+      SHARDLAB_ASSIGN_OR_RETURN(Tensor d, dev.empty({total}, DType::kF32, MemoryCategory::kOther, name));
+      SHARDLAB_RETURN_IF_ERROR(gather_into(d));
+      if (!d.is_deferred()) {
+        SHARDLAB_ASSIGN_OR_RETURN(out, device::values_to_host<float>(dev, d));
+      }
+      return Status::ok();
+    };
     if (t->steps_done() > first) {
       // The last step's gradients are still in their shards (the optimizer only reads
       // them; the next step's zero_grad would clear them).
-      SHARDLAB_ASSIGN_OR_RETURN(Tensor g, dev.empty({total}, DType::kF32, MemoryCategory::kOther, "grads_out"));
-      SHARDLAB_RETURN_IF_ERROR(t->model().gather_full_grads(g));
-      if (!g.is_deferred()) {
-        SHARDLAB_ASSIGN_OR_RETURN(result.last_grads, device::values_to_host<float>(dev, g));
-      }
+      SHARDLAB_RETURN_IF_ERROR(
+          gather([&](const Tensor& g) { return t->model().gather_full_grads(g); }, result.last_grads, "grads_out"));
     }
     if (o.gather_params) {
-      SHARDLAB_ASSIGN_OR_RETURN(Tensor p, dev.empty({total}, DType::kF32, MemoryCategory::kOther, "params_out"));
-      SHARDLAB_RETURN_IF_ERROR(t->model().gather_full_params(p));
-      if (!p.is_deferred()) {
-        SHARDLAB_ASSIGN_OR_RETURN(result.final_params, device::values_to_host<float>(dev, p));
-      }
+      SHARDLAB_RETURN_IF_ERROR(
+          gather([&](const Tensor& p) { return t->model().gather_full_params(p); }, result.final_params, "params_out"));
     }
   }
   return std::move(result);

@@ -308,6 +308,20 @@ Status CpuDevice::from_host(std::span<const std::byte> src, const Tensor& dst, S
   return Status::ok();
 }
 
+namespace {
+// NOTE [Element-wise ops on the pool]: loops whose iterations are independent (one
+// element, or one row with its own fixed-order reduction) run on the GEMM's thread pool in
+// contiguous chunks (parallel_for in gemm.h); every element is computed by the same code
+// whatever the split, so the bits do not depend on the thread count.
+constexpr std::int64_t kElementGrain = std::int64_t{1} << 15;
+// Rows (or, for column sums, columns) per chunk when each is `row_length` elements long.
+std::int64_t row_grain(std::int64_t row_length) { return std::max<std::int64_t>(1, kElementGrain / std::max<std::int64_t>(1, row_length)); }
+
+// Bytes per chunk for copies and fills: large enough that a chunk dwarfs the hand-off,
+// and a model-sized buffer's first-touch page faults are taken by every core.
+constexpr std::int64_t kByteGrain = std::int64_t{1} << 20;
+}  // namespace
+
 Status CpuDevice::copy(const Tensor& src, const Tensor& dst, StreamId stream) {
   SHARDLAB_RETURN_IF_ERROR(check_views("copy", src, dst));
   SHARDLAB_RETURN_IF_ERROR(check_stream("copy", stream));
@@ -318,7 +332,16 @@ Status CpuDevice::copy(const Tensor& src, const Tensor& dst, StreamId stream) {
   }
   SHARDLAB_RETURN_IF_ERROR(expect_numel("copy", dst, src.numel(), "the source's element count"));
   if (src.is_phantom() || dst.is_phantom()) return Status::invalid_argument("copy: phantom tensors have no data");
-  if (src.nbytes() > 0 && !src.same_view(dst)) std::memmove(dst.bytes(), src.bytes(), static_cast<std::size_t>(src.nbytes()));
+  if (src.nbytes() == 0 || src.same_view(dst)) return Status::ok();
+  std::byte* d = dst.bytes();
+  const std::byte* from = src.bytes();
+  if (src.overlaps(dst)) {
+    std::memmove(d, from, static_cast<std::size_t>(src.nbytes()));
+    return Status::ok();
+  }
+  parallel_for(src.nbytes(), kByteGrain, [&](std::int64_t lo, std::int64_t hi) {
+    std::memcpy(d + lo, from + lo, static_cast<std::size_t>(hi - lo));
+  });
   return Status::ok();
 }
 
@@ -332,7 +355,7 @@ Status CpuDevice::fill(const Tensor& dst, float value, StreamId stream) {
   }
   if (dst.dtype() == DType::kF32) {
     float* f = dst.data<float>();
-    std::fill(f, f + dst.numel(), value);
+    parallel_for(dst.numel(), kByteGrain / 4, [&](std::int64_t lo, std::int64_t hi) { std::fill(f + lo, f + hi, value); });
     return Status::ok();
   }
   for (std::int64_t i = 0; i < dst.numel(); ++i) store_from_float(dst.dtype(), p, i, value);
@@ -362,7 +385,13 @@ Status CpuDevice::axpy(float alpha, const Tensor& x, const Tensor& y, StreamId s
   SHARDLAB_RETURN_IF_ERROR(expect_dtype("axpy", x, DType::kF32));
   SHARDLAB_RETURN_IF_ERROR(expect_dtype("axpy", y, DType::kF32));
   SHARDLAB_RETURN_IF_ERROR(expect_numel("axpy", y, x.numel(), "x's element count"));
-  VecMap(y.data<float>(), y.numel()) += alpha * VecMap(x.data<float>(), x.numel());
+  float* yp = y.data<float>();
+  float* xp = x.data<float>();
+  // Chunks are independent unless x and y partially overlap: then one pass, in order.
+  const std::int64_t grain = x.overlaps(y) && !x.same_view(y) ? y.numel() + 1 : kElementGrain;
+  parallel_for(y.numel(), grain, [&](std::int64_t lo, std::int64_t hi) {
+    VecMap(yp + lo, hi - lo) += alpha * VecMap(xp + lo, hi - lo);
+  });
   return Status::ok();
 }
 
@@ -370,18 +399,12 @@ Status CpuDevice::scale(const Tensor& x, float alpha, StreamId stream) {
   SHARDLAB_RETURN_IF_ERROR(check_views("scale", x));
   SHARDLAB_RETURN_IF_ERROR(check_stream("scale", stream));
   SHARDLAB_RETURN_IF_ERROR(expect_dtype("scale", x, DType::kF32));
-  VecMap(x.data<float>(), x.numel()) *= alpha;
+  float* xp = x.data<float>();
+  parallel_for(x.numel(), kElementGrain, [&](std::int64_t lo, std::int64_t hi) { VecMap(xp + lo, hi - lo) *= alpha; });
   return Status::ok();
 }
 
 namespace {
-// NOTE [Element-wise ops on the pool]: loops whose iterations are independent (one
-// element, or one row with its own fixed-order reduction) run on the GEMM's thread pool in
-// contiguous chunks (parallel_for in gemm.h); every element is computed by the same code
-// whatever the split, so the bits do not depend on the thread count.
-constexpr std::int64_t kElementGrain = std::int64_t{1} << 15;
-// Rows (or, for column sums, columns) per chunk when each is `row_length` elements long.
-std::int64_t row_grain(std::int64_t row_length) { return std::max<std::int64_t>(1, kElementGrain / std::max<std::int64_t>(1, row_length)); }
 
 // The GemmArgs of row-major contiguous matrices a [ar, ac], b [br, bc], c [·, cc].
 GemmArgs gemm_args(const Tensor& a, std::int64_t, std::int64_t ac, bool trans_a, const Tensor& b, std::int64_t,

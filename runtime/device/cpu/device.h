@@ -32,6 +32,7 @@ class CpuDevice final : public Device {
   CpuDevice& operator=(const CpuDevice&) = delete;
 
   DeviceId id() const override { return id_; }
+  bool host_addressable() const override { return true; }
   MemoryTracker& memory() override { return memory_; }
 
   Result<std::shared_ptr<Storage>> allocate(std::int64_t nbytes, MemoryCategory category,
