@@ -131,21 +131,24 @@ def read_safetensors(path: str) -> dict[str, np.ndarray]:
 
 
 def write_safetensors(path: str, tensors: dict[str, np.ndarray], meta: dict[str, str] | None = None) -> None:
-    """F32 / I64 arrays (others are written as F32), in key order."""
-    header, blobs, off = ({"__metadata__": meta} if meta else {}), [], 0
+    """F32 / I64 arrays (others are written as F32), in key order, each written from its
+    own buffer (no copy of the data when it is already contiguous F32 / I64)."""
+    header, arrays, off = ({"__metadata__": meta} if meta else {}), [], 0
     for k in sorted(tensors):
         v = np.ascontiguousarray(tensors[k])
-        if v.dtype != np.int64:
+        if v.dtype != np.int64 and v.dtype != np.float32:
             v = v.astype(np.float32)
-        b = v.tobytes()
         header[k] = {"dtype": "I64" if v.dtype == np.int64 else "F32", "shape": list(v.shape),
-                     "data_offsets": [off, off + len(b)]}
-        off += len(b)
-        blobs.append(b)
+                     "data_offsets": [off, off + v.nbytes]}
+        off += v.nbytes
+        arrays.append(v)
     h = json.dumps(header).encode()
     h += b" " * ((8 - len(h) % 8) % 8)
     with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+        f.write(struct.pack("<Q", len(h)) + h)
+        for v in arrays:
+            if v.size:
+                f.write(memoryview(v.reshape(-1)).cast("B"))
 
 
 def make_inputs(args, work: str) -> tuple[str, str]:
