@@ -841,25 +841,33 @@ Status CpuDevice::softmax_cross_entropy(const Tensor& logits, const Tensor& labe
       check_labels(kOp, std::span<const std::int64_t>(lab, static_cast<std::size_t>(n)), c, ignore_index));
   const float* z = logits.data<float>();
   float* dz = dlogits.data<float>();
+  // Rows on the pool (NOTE [Element-wise ops on the pool]); each row's loss term is kept
+  // and the terms are summed afterwards in row order, as one pass would.
+  std::vector<float> term(static_cast<std::size_t>(n), 0.0f);
+  parallel_for(n, row_grain(c), [&](std::int64_t lo, std::int64_t hi) {
+    for (std::int64_t r = lo; r < hi; ++r) {
+      const float* row = z + r * c;
+      float* drow = dz + r * c;
+      if (lab[r] == ignore_index) {
+        std::fill(drow, drow + c, 0.0f);
+        continue;
+      }
+      float mx = row[0];
+      for (std::int64_t j = 1; j < c; ++j) mx = std::max(mx, row[j]);
+      float sum = 0.0f;
+      for (std::int64_t j = 0; j < c; ++j) {
+        drow[j] = std::exp(row[j] - mx);
+        sum += drow[j];
+      }
+      const float inv = 1.0f / sum;
+      term[static_cast<std::size_t>(r)] = std::log(sum) + mx - row[lab[r]];
+      for (std::int64_t j = 0; j < c; ++j) drow[j] = drow[j] * inv * grad_scale;
+      drow[lab[r]] -= grad_scale;
+    }
+  });
   double total = 0.0;
   for (std::int64_t r = 0; r < n; ++r) {
-    const float* row = z + r * c;
-    float* drow = dz + r * c;
-    if (lab[r] == ignore_index) {
-      std::fill(drow, drow + c, 0.0f);
-      continue;
-    }
-    float mx = row[0];
-    for (std::int64_t j = 1; j < c; ++j) mx = std::max(mx, row[j]);
-    float sum = 0.0f;
-    for (std::int64_t j = 0; j < c; ++j) {
-      drow[j] = std::exp(row[j] - mx);
-      sum += drow[j];
-    }
-    const float inv = 1.0f / sum;
-    total += static_cast<double>(std::log(sum) + mx - row[lab[r]]);
-    for (std::int64_t j = 0; j < c; ++j) drow[j] = drow[j] * inv * grad_scale;
-    drow[lab[r]] -= grad_scale;
+    if (lab[r] != ignore_index) total += static_cast<double>(term[static_cast<std::size_t>(r)]);
   }
   loss_sum.data<float>()[0] = static_cast<float>(total);
   return Status::ok();
@@ -881,9 +889,12 @@ Status CpuDevice::transpose_1_2(const Tensor& x, const Tensor& y, StreamId strea
   const float* in = x.data<float>();
   float* out = y.data<float>();
   const std::size_t row = static_cast<std::size_t>(S) * sizeof(float);
-  for (std::int64_t p = 0; p < P; ++p)
-    for (std::int64_t r = 0; r < R; ++r)
+  parallel_for(P * R, row_grain(Q * S), [&](std::int64_t lo, std::int64_t hi) {
+    for (std::int64_t pr = lo; pr < hi; ++pr) {
+      const std::int64_t p = pr / R, r = pr % R;
       for (std::int64_t q = 0; q < Q; ++q) std::memcpy(out + ((p * R + r) * Q + q) * S, in + ((p * Q + q) * R + r) * S, row);
+    }
+  });
   return Status::ok();
 }
 

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cerrno>
 #include <cmath>
 #include <condition_variable>
@@ -223,12 +224,13 @@ class Pool {
     {
       std::lock_guard<std::mutex> lock(mu_);
       job_ = job;
+      posted_.fetch_add(1, std::memory_order_release);
     }
     cv_.notify_all();
-    const std::int64_t mine = job->drain_count();
+    job->done.fetch_add(job->drain_count(), std::memory_order_acq_rel);
+    spin_until([&] { return job->done.load(std::memory_order_acquire) == job->tasks; });
     std::unique_lock<std::mutex> lock(mu_);
-    job->done += mine;
-    done_cv_.wait(lock, [&] { return job->done == job->tasks; });
+    done_cv_.wait(lock, [&] { return job->done.load(std::memory_order_acquire) == job->tasks; });
     job_.reset();
   }
 
@@ -239,7 +241,7 @@ class Pool {
     const std::function<void(std::int64_t)>& fn;
     const std::int64_t tasks;
     std::atomic<std::int64_t> next{0};
-    std::int64_t done = 0;  // under Pool::mu_
+    std::atomic<std::int64_t> done{0};
     std::int64_t drain_count() {
       std::int64_t n = 0;
       for (std::int64_t t = next.fetch_add(1); t < tasks; t = next.fetch_add(1), ++n) fn(t);
@@ -247,20 +249,41 @@ class Pool {
     }
   };
 
+  // A thread that has just finished its share spins this long for the next job (a worker)
+  // or for the other shares (the caller) before it sleeps: a training step issues its ops
+  // back to back, and a thread woken from sleep is often too late for a short op, whose
+  // shares the caller then runs alone while a core idles. Blocking afterwards keeps an
+  // idle pool from burning the cores that simulated ranks (threads) need.
+  static constexpr std::chrono::microseconds kSpin{200};
+  template <class Done>
+  static void spin_until(const Done& done) {
+    const auto until = std::chrono::steady_clock::now() + kSpin;
+    for (int i = 0; !done(); ++i) {
+#if defined(__x86_64__)
+      __builtin_ia32_pause();
+#endif
+      if ((i & 63) == 63 && std::chrono::steady_clock::now() >= until) return;
+    }
+  }
+
   void work() {
     std::shared_ptr<Job> seen;
+    std::uint64_t last = 0;
     for (;;) {
+      spin_until([&] { return posted_.load(std::memory_order_acquire) != last; });
       std::shared_ptr<Job> job;
       {
         std::unique_lock<std::mutex> lock(mu_);
         cv_.wait(lock, [&] { return stop_ || (job_ && job_ != seen); });
         if (stop_) return;
         job = seen = job_;
+        last = posted_.load(std::memory_order_relaxed);
       }
       const std::int64_t n = job->drain_count();
-      std::lock_guard<std::mutex> lock(mu_);
-      job->done += n;
-      if (job->done == job->tasks) done_cv_.notify_all();
+      if (job->done.fetch_add(n, std::memory_order_acq_rel) + n == job->tasks) {
+        std::lock_guard<std::mutex> lock(mu_);
+        done_cv_.notify_all();
+      }
     }
   }
 
@@ -269,6 +292,7 @@ class Pool {
   std::condition_variable cv_, done_cv_;
   std::vector<std::thread> workers_;
   std::shared_ptr<Job> job_;
+  std::atomic<std::uint64_t> posted_{0};  // jobs posted so far (what a spinning worker watches)
   bool stop_ = false;
 };
 

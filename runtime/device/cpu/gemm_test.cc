@@ -245,5 +245,55 @@ TEST(CpuElementwiseSplit, ColumnReductionsOnThePoolGiveTheSerialBits) {
   EXPECT_TRUE(same_bits(pooled.dbias, alone.dbias));
 }
 
+// Cross-entropy rows (the loss summed in row order afterwards), the head transpose,
+// copies, fills, scale and axpy on the pool: the bits of one thread.
+TEST(CpuElementwiseSplit, RowOpsCopiesAndFillsOnThePoolGiveTheSerialBits) {
+  CpuDevice cpu_device;
+  Device& dev = cpu_device;
+  Rng rng(7);
+  const std::int64_t rows = 256, classes = 3001;
+  auto make = [&](const Shape& s) {
+    Tensor t = *dev.empty(s, DType::kF32, MemoryCategory::kActivations, "t");
+    for (std::int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = rng.uniform(-4.0f, 4.0f);
+    return t;
+  };
+  const Tensor logits = make({rows, classes});
+  Tensor labels = *dev.empty({rows}, DType::kI64, MemoryCategory::kActivations, "labels");
+  for (std::int64_t r = 0; r < rows; ++r) labels.data<std::int64_t>()[r] = r % 5 == 2 ? -100 : (r * 37) % classes;
+  const Tensor heads = make({4, 96, 12, 64});
+  struct Out {
+    Tensor loss, dlogits, transposed, copied, filled, scaled, summed;
+  };
+  const auto run = [&](bool serial) {
+    Out o{make({1}), make({rows, classes}), make({4, 12, 96, 64}), make({rows, classes}), make({rows, classes}),
+          make({rows, classes}), make({rows, classes})};
+    std::optional<SerialScope> scope;
+    if (serial) scope.emplace();
+    EXPECT_TRUE(dev.softmax_cross_entropy(logits, labels, o.loss, o.dlogits, 0.01f, -100).is_ok());
+    EXPECT_TRUE(dev.transpose_1_2(heads, o.transposed).is_ok());
+    EXPECT_TRUE(dev.copy(logits, o.copied).is_ok());
+    EXPECT_TRUE(dev.fill(o.filled, 0.375f).is_ok());
+    EXPECT_TRUE(dev.copy(logits, o.scaled).is_ok());
+    EXPECT_TRUE(dev.scale(o.scaled, -0.3f).is_ok());
+    EXPECT_TRUE(dev.copy(logits, o.summed).is_ok());
+    EXPECT_TRUE(dev.axpy(0.7f, o.dlogits, o.summed).is_ok());
+    return o;
+  };
+  const Out pooled = run(false), alone = run(true);
+  EXPECT_TRUE(same_bits(pooled.loss, alone.loss));
+  EXPECT_TRUE(same_bits(pooled.dlogits, alone.dlogits));
+  EXPECT_TRUE(same_bits(pooled.transposed, alone.transposed));
+  EXPECT_TRUE(same_bits(pooled.copied, logits));
+  EXPECT_TRUE(same_bits(pooled.filled, alone.filled));
+  EXPECT_TRUE(same_bits(pooled.scaled, alone.scaled));
+  EXPECT_TRUE(same_bits(pooled.summed, alone.summed));
+  // The transpose moved each row where the definition puts it.
+  for (std::int64_t b = 0; b < 4; ++b)
+    for (std::int64_t q = 0; q < 96; q += 31)
+      for (std::int64_t r = 0; r < 12; r += 5)
+        EXPECT_EQ(pooled.transposed.data<float>()[((b * 12 + r) * 96 + q) * 64 + 3],
+                  heads.data<float>()[((b * 96 + q) * 12 + r) * 64 + 3]);
+}
+
 }  // namespace
 }  // namespace shardlab::runtime::device::cpu
