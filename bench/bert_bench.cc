@@ -56,7 +56,7 @@
 // Times are wall time, reported as manual time: the GEMMs use every core, so the CPU time
 // of one thread would undercount them; the same-run ratios absorb a shared machine's
 // noise. bert_step reports minor_faults_per_step and system_s_per_step (getrusage of the
-// benchmark thread, steady state). Thread variables are set only in the commands of
+// process, steady state). Thread variables are set only in the commands of
 // bench/README.md.
 #include <benchmark/benchmark.h>
 #include <sys/resource.h>
@@ -182,12 +182,13 @@ Tensor random_buffer(CpuDevice& device, std::int64_t numel, const char* name, st
   return *t;
 }
 
-// Runs `gemms` through the native Eigen reference (bench/eigen_native.h, every core) on
-// buffers large enough for the biggest operand (the data
-// is irrelevant to the speed; the buffers are reused, as the model's allocator does).
+// Runs `gemms` through the native Eigen reference (bench/eigen_native.h, every core), or
+// with `ours` through the cpu backend's GEMM (gemm.h, the path and pool the model uses),
+// on buffers large enough for the biggest operand (the data is irrelevant to the speed;
+// the buffers are reused, as the model's allocator does).
 class EigenGemmPlan {
  public:
-  explicit EigenGemmPlan(std::vector<GemmShape> gemms) : gemms_(std::move(gemms)) {
+  explicit EigenGemmPlan(std::vector<GemmShape> gemms, bool ours = false) : gemms_(std::move(gemms)), ours_(ours) {
     std::int64_t a = 0, b = 0, c = 0;
     for (const GemmShape& s : gemms_) {
       a = std::max(a, s.batch * s.m * s.k);
@@ -200,6 +201,22 @@ class EigenGemmPlan {
   }
   void run() {
     for (const GemmShape& s : gemms_) {
+      if (ours_) {
+        runtime::device::cpu::GemmArgs g;
+        g.a = a_.data<float>();
+        g.lda = s.trans_a ? s.m : s.k;
+        g.trans_a = s.trans_a;
+        g.b = b_.data<float>();
+        g.ldb = s.trans_b ? s.k : s.n;
+        g.trans_b = s.trans_b;
+        g.c = c_.data<float>();
+        g.ldc = s.n;
+        g.m = s.m;
+        g.n = s.n;
+        g.k = s.k;
+        runtime::device::cpu::gemm_batched(g, s.batch, s.m * s.k, s.k * s.n, s.m * s.n, isa_, threads_);
+        continue;
+      }
       if (s.batch > 1) {
         eigen_native_gemm_batched(a_.data<float>(), s.trans_a, b_.data<float>(), s.trans_b, c_.data<float>(), s.batch,
                                   s.m, s.n, s.k, threads_);
@@ -216,8 +233,11 @@ class EigenGemmPlan {
  private:
   CpuDevice device_;
   std::vector<GemmShape> gemms_;
+  bool ours_;
   Tensor a_, b_, c_;
   int threads_ = runtime::device::cpu::gemm_threads();
+  runtime::device::cpu::GemmIsa isa_ = runtime::device::cpu::gemm_isa().is_ok() ? *runtime::device::cpu::gemm_isa()
+                                                                                 : runtime::device::cpu::GemmIsa::kScalar;
 };
 
 void set_rate_counters(benchmark::State& state, double flops) {
@@ -234,8 +254,8 @@ void set_peak_fraction(benchmark::State& state, double flops, double seconds, do
   state.counters["peak_GFLOPS"] = peak_gflops;
 }
 
-void BM_EigenPlan(benchmark::State& state, std::vector<GemmShape> gemms, double peak_gflops) {
-  EigenGemmPlan plan(std::move(gemms));
+void BM_EigenPlan(benchmark::State& state, std::vector<GemmShape> gemms, double peak_gflops, bool ours) {
+  EigenGemmPlan plan(std::move(gemms), ours);
   plan.run();  // warm-up
   WallClock clock;
   double total = 0;
@@ -382,7 +402,7 @@ void BM_Step(benchmark::State& state, BertConfig config, double peak_gflops) {
   for (auto _ : state) {
     timing.reset();
     rusage before{};
-    getrusage(RUSAGE_THREAD, &before);
+    getrusage(RUSAGE_SELF, &before);
     const Nanos t0 = clock.now();
     if (const Status s = t.step(timing, step++, true); !s.is_ok()) {
       state.SkipWithError(s.to_string().c_str());
@@ -390,7 +410,7 @@ void BM_Step(benchmark::State& state, BertConfig config, double peak_gflops) {
     }
     const double seconds = static_cast<double>(clock.now() - t0) / 1e9;
     rusage after{};
-    getrusage(RUSAGE_THREAD, &after);
+    getrusage(RUSAGE_SELF, &after);
     faults += static_cast<double>(after.ru_minflt - before.ru_minflt);
     system += static_cast<double>(after.ru_stime.tv_sec - before.ru_stime.tv_sec) +
               static_cast<double>(after.ru_stime.tv_usec - before.ru_stime.tv_usec) / 1e6;
@@ -406,7 +426,8 @@ void BM_Step(benchmark::State& state, BertConfig config, double peak_gflops) {
   // Where the step's time goes, as fractions: the hooks' layers, and the rest (zeroing the
   // gradients, the optimizer, forward_backward's own setup).
   // Steady state (after the warm-up step): page faults and kernel time per step, from
-  // getrusage of this thread (the allocator's cache should leave both near zero).
+  // getrusage of the process, every pool thread included (the allocator's cache should
+  // leave both near zero).
   const double iterations = static_cast<double>(std::max<benchmark::IterationCount>(1, state.iterations()));
   state.counters["minor_faults_per_step"] = faults / iterations;
   state.counters["system_s_per_step"] = system / iterations;
@@ -466,17 +487,23 @@ void register_bert_benchmarks(const std::string& preset_name, double peak_gflops
   const std::int64_t n = kBatch * kSeqLen, h = config.hidden_size, i = config.intermediate_size;
   for (const GemmShape& s : {GemmShape{1, n, h, h, false, true}, GemmShape{1, n, i, h, false, true},
                              GemmShape{1, n, h, i, false, true}}) {
-    benchmark::RegisterBenchmark(("bert_peak/eigen/" + shape_name(s)).c_str(), BM_EigenPlan, std::vector<GemmShape>{s}, peak_gflops)
+    benchmark::RegisterBenchmark(("bert_peak/eigen/" + shape_name(s)).c_str(), BM_EigenPlan, std::vector<GemmShape>{s}, peak_gflops, false)
         ->UseManualTime()
         ->Unit(benchmark::kMillisecond);
   }
-  benchmark::RegisterBenchmark(("bert_layer/eigen/" + size).c_str(), BM_EigenPlan, layer_gemms(config), peak_gflops)
+  benchmark::RegisterBenchmark(("bert_layer/eigen/" + size).c_str(), BM_EigenPlan, layer_gemms(config), peak_gflops, false)
+      ->UseManualTime()
+      ->Unit(benchmark::kMillisecond);
+  // The layer's GEMMs alone through the cpu backend's GEMM: what the layer would take
+  // if everything but its GEMMs were free.
+  benchmark::RegisterBenchmark(("bert_layer/cpu_gemm/" + size).c_str(), BM_EigenPlan, layer_gemms(config), peak_gflops,
+                               true)
       ->UseManualTime()
       ->Unit(benchmark::kMillisecond);
   benchmark::RegisterBenchmark(("bert_layer/cpu_device/" + size).c_str(), BM_Layer, config, peak_gflops)
       ->UseManualTime()
       ->Unit(benchmark::kMillisecond);
-  benchmark::RegisterBenchmark(("bert_step/eigen/" + size).c_str(), BM_EigenPlan, step_gemms(config), peak_gflops)
+  benchmark::RegisterBenchmark(("bert_step/eigen/" + size).c_str(), BM_EigenPlan, step_gemms(config), peak_gflops, false)
       ->UseManualTime()
       ->Unit(benchmark::kMillisecond);
   benchmark::RegisterBenchmark(("bert_step/cpu_device/" + size).c_str(), BM_Step, config, peak_gflops)

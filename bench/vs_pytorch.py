@@ -180,6 +180,10 @@ def make_inputs(args, work: str) -> tuple[str, str]:
 
 
 def timed(cmd: list[str]) -> tuple[float, str]:
+    # The previous run's output file is flushed first, so that its write-back does not
+    # land in this run's time (shardlab fsyncs its own output inside its time; PyTorch's
+    # side does not).
+    os.sync()
     t0 = time.perf_counter()
     done = subprocess.run(cmd, check=True, capture_output=True, text=True)
     return time.perf_counter() - t0, done.stdout
