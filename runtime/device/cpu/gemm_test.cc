@@ -141,6 +141,13 @@ bool same_bits(const Tensor& a, const Tensor& b) {
   return a.nbytes() == b.nbytes() && std::memcmp(a.data<float>(), b.data<float>(), static_cast<std::size_t>(a.nbytes())) == 0;
 }
 
+// A fresh fp32 tensor of uniform values in [-bound, bound).
+Tensor random_tensor(Device& dev, Rng& rng, const Shape& shape, float bound) {
+  Tensor t = *dev.empty(shape, DType::kF32, MemoryCategory::kActivations, "t");
+  for (std::int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = rng.uniform(-bound, bound);
+  return t;
+}
+
 // NOTE [Element-wise ops on the pool]: an op over a large tensor (split over the pool)
 // gives the bits of the same op over small slices of it (each below the split's grain, so
 // computed in one piece): chunk boundaries change nothing.
@@ -149,11 +156,7 @@ TEST(CpuElementwiseSplit, LargeTensorsGiveTheBitsOfTheirSlices) {
   Device& dev = cpu_device;  // the seam's default streams
   Rng rng(5);
   const std::int64_t rows = 512, cols = 384;  // 196,608 elements: several chunks
-  auto make = [&](const Shape& s) {
-    Tensor t = *dev.empty(s, DType::kF32, MemoryCategory::kActivations, "t");
-    for (std::int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = rng.uniform(-3.0f, 3.0f);
-    return t;
-  };
+  auto make = [&](const Shape& s) { return random_tensor(dev, rng, s, 3.0f); };
   const Tensor x = make({rows, cols}), dy = make({rows, cols});
   const auto slice = [](const Tensor& t, std::int64_t r) {  // t[r : r+1] along the first dim
     Shape one = t.shape();
@@ -219,11 +222,7 @@ TEST(CpuElementwiseSplit, ColumnReductionsOnThePoolGiveTheSerialBits) {
   Device& dev = cpu_device;
   Rng rng(6);
   const std::int64_t rows = 1024, cols = 768;
-  auto make = [&](const Shape& s) {
-    Tensor t = *dev.empty(s, DType::kF32, MemoryCategory::kActivations, "t");
-    for (std::int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = rng.uniform(-2.0f, 2.0f);
-    return t;
-  };
+  auto make = [&](const Shape& s) { return random_tensor(dev, rng, s, 2.0f); };
   const Tensor x = make({rows, cols}), dy = make({rows, cols}), gamma = make({cols}), beta = make({cols});
   const Tensor y = make({rows, cols}), mean = make({rows}), rstd = make({rows});
   ASSERT_TRUE(dev.layer_norm(x, gamma, beta, 1e-12f, y, mean, rstd).is_ok());
@@ -252,11 +251,7 @@ TEST(CpuElementwiseSplit, RowOpsCopiesAndFillsOnThePoolGiveTheSerialBits) {
   Device& dev = cpu_device;
   Rng rng(7);
   const std::int64_t rows = 256, classes = 3001;
-  auto make = [&](const Shape& s) {
-    Tensor t = *dev.empty(s, DType::kF32, MemoryCategory::kActivations, "t");
-    for (std::int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = rng.uniform(-4.0f, 4.0f);
-    return t;
-  };
+  auto make = [&](const Shape& s) { return random_tensor(dev, rng, s, 4.0f); };
   const Tensor logits = make({rows, classes});
   Tensor labels = *dev.empty({rows}, DType::kI64, MemoryCategory::kActivations, "labels");
   for (std::int64_t r = 0; r < rows; ++r) labels.data<std::int64_t>()[r] = r % 5 == 2 ? -100 : (r * 37) % classes;
