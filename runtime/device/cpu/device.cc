@@ -215,7 +215,7 @@ void CpuDevice::BlockCache::give(void* p, std::size_t size) {
   {
     std::lock_guard<std::mutex> lock(mu);
     live -= size;
-    const std::size_t limit = std::max(peak_live - live, kMinLimitBytes);
+    const std::size_t limit = std::max(peak_live + peak_live / 8 - live, kMinLimitBytes);
     if (cached + size <= limit) {
       blocks.emplace(size, p);
       cached += size;

@@ -97,9 +97,11 @@ class CpuDevice final : public Device {
   // cost a page fault each (plus an munmap/mmap pair for glibc's large blocks). Requests
   // are rounded up to size classes (the alignment below 1 MiB; above, eight classes per
   // power of two, so at most 12.5% more than asked), and a block is reused for its class
-  // only. The cache never makes the device hold more than its peak: cached + live bytes
-  // stay within max(the peak of live bytes, live + kMinLimitBytes). Accounting
-  // (MemoryTracker) counts the requested bytes of live storages only, as before.
+  // only. The cache never makes the device hold much more than its peak: cached + live
+  // bytes stay within max(9/8 of the peak of live bytes, live + kMinLimitBytes) — the 1/8
+  // (the size classes' own rounding) lets a repeating step find a block of every class it
+  // needs instead of returning one to the system and faulting its pages in again each
+  // step. Accounting (MemoryTracker) counts the requested bytes of live storages only.
   // Thread-safe: storages die on any thread.
   static std::size_t size_class(std::size_t bytes);
   // Frees every cached block (torch.cuda.empty_cache); live storages are untouched.
