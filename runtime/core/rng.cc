@@ -51,6 +51,50 @@ std::uint32_t Rng::next_u32() {
   return buffer_[4 - buffered_--];
 }
 
+namespace {
+// Philox4x32-10 of counters first, first+1, ... (the high 64 bits zero), kLanes at a time:
+// independent lanes in structure-of-arrays form, so the rounds interleave (and vectorize).
+constexpr int kLanes = 8;
+void philox_lanes(std::array<std::uint32_t, 2> key, std::uint64_t first, std::uint32_t* out) {
+  std::uint32_t c0[kLanes], c1[kLanes], c2[kLanes], c3[kLanes];
+  for (int j = 0; j < kLanes; ++j) {
+    const std::uint64_t ctr = first + static_cast<std::uint64_t>(j);
+    c0[j] = static_cast<std::uint32_t>(ctr);
+    c1[j] = static_cast<std::uint32_t>(ctr >> 32);
+    c2[j] = 0u;
+    c3[j] = 0u;
+  }
+  for (int round = 0; round < 10; ++round) {
+    for (int j = 0; j < kLanes; ++j) {
+      const std::uint64_t p0 = static_cast<std::uint64_t>(kMul0) * c0[j];
+      const std::uint64_t p1 = static_cast<std::uint64_t>(kMul1) * c2[j];
+      const std::uint32_t n0 = static_cast<std::uint32_t>(p1 >> 32) ^ c1[j] ^ key[0];
+      const std::uint32_t n2 = static_cast<std::uint32_t>(p0 >> 32) ^ c3[j] ^ key[1];
+      c1[j] = static_cast<std::uint32_t>(p1);
+      c3[j] = static_cast<std::uint32_t>(p0);
+      c0[j] = n0;
+      c2[j] = n2;
+    }
+    key[0] += kWeyl0;
+    key[1] += kWeyl1;
+  }
+  for (int j = 0; j < kLanes; ++j) {
+    out[4 * j + 0] = c0[j];
+    out[4 * j + 1] = c1[j];
+    out[4 * j + 2] = c2[j];
+    out[4 * j + 3] = c3[j];
+  }
+}
+}  // namespace
+
+void Rng::fill_u32(std::uint32_t* out, std::int64_t n) {
+  std::int64_t i = 0;
+  while (i < n && buffered_ > 0) out[i++] = next_u32();  // what is left of the current block
+  const std::array<std::uint32_t, 2> k = {static_cast<std::uint32_t>(key_), static_cast<std::uint32_t>(key_ >> 32)};
+  for (; n - i >= 4 * kLanes; i += 4 * kLanes, counter_ += kLanes) philox_lanes(k, counter_, out + i);
+  while (i < n) out[i++] = next_u32();  // the rest through the buffer, as single calls would
+}
+
 std::uint64_t Rng::next_u64() {
   const std::uint64_t hi = next_u32();
   return (hi << 32) | next_u32();

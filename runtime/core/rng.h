@@ -33,6 +33,10 @@ class Rng {
   Rng split(std::uint64_t id) const;
 
   std::uint32_t next_u32();
+  // out[0 .. n) = the next n values of next_u32(), leaving the stream where n calls
+  // would; whole Philox blocks are computed several counters at a time (faster, the same
+  // integers).
+  void fill_u32(std::uint32_t* out, std::int64_t n);
   std::uint64_t next_u64();
   // Uniform in [0, 1) with 24 random bits.
   float uniform01();

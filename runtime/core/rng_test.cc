@@ -239,6 +239,20 @@ TEST(RngTest, UniformIntIsUnbiasedForLargeN) {
   EXPECT_NEAR(static_cast<double>(low) / draws, 1.0 / 3.0, 0.02);  // sd ~0.0027
 }
 
+// fill_u32 is n calls of next_u32: the same integers, and the stream left in the same
+// place (whatever was already drawn, whole blocks or not).
+RC_GTEST_PROP(RngProperty, FillU32IsNextU32CallsInOrder, (std::uint64_t seed, std::uint64_t stream)) {
+  const int before = *rc::gen::inRange(0, 9);
+  const int n = *rc::gen::oneOf(rc::gen::inRange(0, 40), rc::gen::inRange(60, 300));
+  const int after = *rc::gen::inRange(1, 9);
+  Rng a(seed, stream), b(seed, stream);
+  for (int i = 0; i < before; ++i) RC_ASSERT(a.next_u32() == b.next_u32());
+  std::vector<std::uint32_t> filled(static_cast<std::size_t>(n));
+  a.fill_u32(filled.data(), n);
+  for (int i = 0; i < n; ++i) RC_ASSERT(filled[static_cast<std::size_t>(i)] == b.next_u32());
+  for (int i = 0; i < after; ++i) RC_ASSERT(a.next_u32() == b.next_u32());
+}
+
 RC_GTEST_PROP(RngProperty, UniformIntIsBelowN, (std::uint64_t seed, std::uint64_t n)) {
   RC_PRE(n > 0);
   Rng r(seed);

@@ -90,16 +90,19 @@ void draw_dropout_mask(float* out, std::int64_t rows, std::int64_t per_row, floa
                        std::int64_t first_row, std::uint64_t site) {
   const auto threshold = static_cast<std::uint32_t>(std::lround(static_cast<double>(p) * 65536.0));
   const float keep = 1.0f / (1.0f - p);
+  // Two 16-bit draws per 32-bit value of the row's stream, low half first.
+  std::vector<std::uint32_t> words(static_cast<std::size_t>((per_row + 1) / 2));
   for (std::int64_t b = 0; b < rows; ++b) {
     Rng rng = base.split(static_cast<std::uint64_t>(first_row + b)).split(site);
+    rng.fill_u32(words.data(), static_cast<std::int64_t>(words.size()));
     float* row = out + b * per_row;
-    std::int64_t i = 0;
-    for (; i + 1 < per_row; i += 2) {
-      const std::uint32_t r = rng.next_u32();
-      row[i] = (r & 0xffffu) >= threshold ? keep : 0.0f;
-      row[i + 1] = (r >> 16) >= threshold ? keep : 0.0f;
+    const std::int64_t pairs = per_row / 2;
+    for (std::int64_t w = 0; w < pairs; ++w) {
+      const std::uint32_t r = words[static_cast<std::size_t>(w)];
+      row[2 * w] = (r & 0xffffu) >= threshold ? keep : 0.0f;
+      row[2 * w + 1] = (r >> 16) >= threshold ? keep : 0.0f;
     }
-    if (i < per_row) row[i] = (rng.next_u32() & 0xffffu) >= threshold ? keep : 0.0f;
+    if (per_row % 2 != 0) row[per_row - 1] = (words[static_cast<std::size_t>(pairs)] & 0xffffu) >= threshold ? keep : 0.0f;
   }
 }
 
