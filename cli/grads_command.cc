@@ -83,15 +83,6 @@ NonFinite find_non_finite(const std::vector<runtime::model::ParamSpec>& specs, c
   return r;
 }
 
-// A tensor over `values` (which must outlive it): the host buffers grads reads into and
-// writes from, without a copy into device-owned memory.
-Tensor host_view(std::vector<float>& values, MemoryCategory category, const std::string& name) {
-  auto storage = std::make_shared<Storage>(reinterpret_cast<std::byte*>(values.data()), 0,
-                                           static_cast<std::int64_t>(values.size() * sizeof(float)), category, name,
-                                           "cpu:0", nullptr);
-  return *Tensor::view_of(std::move(storage), DType::kF32, {static_cast<std::int64_t>(values.size())}, 0, name);
-}
-
 std::string describe(const NonFinite& f, std::int64_t of, std::size_t tensors) {
   std::string list;
   for (const auto& w : f.where) list += (list.empty() ? "" : ", ") + w;
@@ -149,7 +140,7 @@ int grads_command(const GradsArgs& a) {
   const std::int64_t total = model::total_numel(specs);
   // The weights are read straight into the buffer training starts from (no copies).
   auto initial = std::make_shared<std::vector<float>>(static_cast<std::size_t>(total));
-  const Tensor params = host_view(*initial, MemoryCategory::kParameters, "checkpoint");
+  const Tensor params = Tensor::host_floats(initial->data(), total, MemoryCategory::kParameters, "checkpoint", "cpu:0");
   model::FlatParamAccess views(specs, params, params);
   if (Status s = model::load_bert_weights(a.model_dir + "/model.safetensors", specs, views.params()); !s.is_ok()) {
     return fail(s);
@@ -203,7 +194,8 @@ int grads_command(const GradsArgs& a) {
     if (!results[r].status.is_ok()) return fail(results[r].status.with_context("rank " + std::to_string(r)));
   }
   // Write the gradients under their Hugging Face names.
-  const Tensor grads = host_view(result.last_grads, MemoryCategory::kGradients, "grads");
+  const Tensor grads = Tensor::host_floats(result.last_grads.data(), static_cast<std::int64_t>(result.last_grads.size()),
+                                           MemoryCategory::kGradients, "grads", "cpu:0");
   model::FlatParamAccess out_views(specs, grads, grads);
   char loss[64];
   std::snprintf(loss, sizeof loss, "%.9g", result.losses.at(0));

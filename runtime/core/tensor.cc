@@ -92,6 +92,16 @@ Status check_view_bounds(const std::string& what, std::int64_t offset, std::int6
   return Status::ok();
 }
 
+Tensor Tensor::host_floats(float* data, std::int64_t count, MemoryCategory category, std::string name,
+                           std::string device_name, std::shared_ptr<const void> keep_alive) {
+  Storage::Release release;
+  if (keep_alive) release = [keep_alive](Storage&) {};
+  auto storage = std::make_shared<Storage>(reinterpret_cast<std::byte*>(data), 0,
+                                           count * static_cast<std::int64_t>(sizeof(float)), category, name,
+                                           std::move(device_name), std::move(release));
+  return *view_of(std::move(storage), DType::kF32, {count}, 0, std::move(name));  // whole storage: in bounds
+}
+
 Result<Tensor> Tensor::view_of(std::shared_ptr<Storage> storage, DType dtype, Shape shape, std::int64_t offset,
                                std::string name) {
   if (!storage) return Status::invalid_argument("view '" + name + "': no storage");

@@ -116,6 +116,13 @@ class Tensor {
   static Result<Tensor> view_of(std::shared_ptr<Storage> storage, DType dtype, Shape shape, std::int64_t offset,
                                 std::string name);
 
+  // A 1-D fp32 view of `count` floats of host memory the tensor does not own (a caller's
+  // buffer, e.g. a std::vector): `keep_alive` (may be null) is held by the storage, so
+  // the memory must otherwise outlive every view of it. For backends whose ops take host
+  // operands (Device::host_addressable) and host-side I/O.
+  static Tensor host_floats(float* data, std::int64_t count, MemoryCategory category, std::string name,
+                            std::string device_name, std::shared_ptr<const void> keep_alive = nullptr);
+
   // A 1-D view of [begin, begin + count) elements of this tensor, checked against this
   // tensor's own extent (not just the storage).
   Result<Tensor> narrow(std::int64_t begin, std::int64_t count, std::string name = "") const;

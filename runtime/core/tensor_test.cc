@@ -67,6 +67,26 @@ TEST(ShapeTest, NumelRejectsNegativeDimsAndOverflow) {
 
 // ---- view_of ---------------------------------------------------------------------------
 
+// host_floats views a caller's buffer in place, 1-D fp32, and keeps `keep_alive` alive
+// as long as any view of it.
+TEST(ViewTest, HostFloatsViewsACallersBufferInPlace) {
+  auto values = std::make_shared<std::vector<float>>(std::vector<float>{1.0f, 2.0f, 3.0f});
+  std::weak_ptr<std::vector<float>> watch = values;
+  Tensor t = Tensor::host_floats(values->data(), 3, MemoryCategory::kOther, "v", "cpu:0", values);
+  EXPECT_EQ(t.shape(), (Shape{3}));
+  EXPECT_EQ(t.dtype(), DType::kF32);
+  EXPECT_EQ(t.data<float>(), values->data());
+  EXPECT_EQ(t.nbytes(), 12);
+  values.reset();
+  EXPECT_FALSE(watch.expired());  // held by the storage
+  EXPECT_EQ(t.data<float>()[2], 3.0f);
+  t = Tensor();
+  EXPECT_TRUE(watch.expired());
+  std::vector<float> plain(4, 0.5f);
+  const Tensor u = Tensor::host_floats(plain.data(), 4, MemoryCategory::kOther, "u", "cpu:0");
+  EXPECT_EQ(u.data<float>(), plain.data());
+}
+
 TEST(ViewTest, ValidViewReportsItsGeometry) {
   auto s = host_storage(400, "params");
   const Tensor t = view(s, DType::kF32, {4, 8}, 10, "w1");

@@ -38,12 +38,8 @@ Result<Tensor> init_on_host(device::Device& host, const model::Model& m, const F
     // Viewed in place, not copied (a model's size in host memory and one pass less): its
     // readers (FullyShardedModel::create, the oracle's copy to its device) only read it,
     // and the storage holds the vector alive.
-    std::shared_ptr<const std::vector<float>> keep = o.initial_params;
-    auto* bytes = reinterpret_cast<std::byte*>(const_cast<float*>(keep->data()));
-    auto storage = std::make_shared<Storage>(bytes, 0, total * static_cast<std::int64_t>(sizeof(float)),
-                                             MemoryCategory::kParameters, "init", host.id().to_string(),
-                                             [keep](Storage&) {});
-    return Tensor::view_of(std::move(storage), DType::kF32, {total}, 0, "init");
+    return Tensor::host_floats(const_cast<float*>(o.initial_params->data()), total, MemoryCategory::kParameters,
+                               "init", host.id().to_string(), o.initial_params);
   }
   SHARDLAB_ASSIGN_OR_RETURN(Tensor full, host.empty({total}, DType::kF32, MemoryCategory::kParameters, "init"));
   SHARDLAB_ASSIGN_OR_RETURN(Tensor scratch, host.empty({total}, DType::kF32, MemoryCategory::kGradients, "init_grads"));
@@ -420,11 +416,7 @@ Result<FsdpTrainResult> train_to_end(FsdpTrainer* t, device::Device& dev, const 
     const auto gather = [&](const auto& gather_into, std::vector<float>& out, const char* name) -> Status {
       if (dev.host_addressable()) {
         out.assign(static_cast<std::size_t>(total), 0.0f);
-        auto storage = std::make_shared<Storage>(reinterpret_cast<std::byte*>(out.data()), 0,
-                                                 total * static_cast<std::int64_t>(sizeof(float)),
-                                                 MemoryCategory::kOther, name, "host", nullptr);
-        SHARDLAB_ASSIGN_OR_RETURN(Tensor host, Tensor::view_of(std::move(storage), DType::kF32, {total}, 0, name));
-        return gather_into(host);
+        return gather_into(Tensor::host_floats(out.data(), total, MemoryCategory::kOther, name, "host"));
       }
       SHARDLAB_ASSIGN_OR_RETURN(Tensor d, dev.empty({total}, DType::kF32, MemoryCategory::kOther, name));
       SHARDLAB_RETURN_IF_ERROR(gather_into(d));

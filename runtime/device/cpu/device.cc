@@ -404,30 +404,6 @@ Status CpuDevice::scale(const Tensor& x, float alpha, StreamId stream) {
   return Status::ok();
 }
 
-namespace {
-
-// The GemmArgs of row-major contiguous matrices a [ar, ac], b [br, bc], c [·, cc].
-GemmArgs gemm_args(const Tensor& a, std::int64_t, std::int64_t ac, bool trans_a, const Tensor& b, std::int64_t,
-                   std::int64_t bc, bool trans_b, const Tensor& c, std::int64_t cc, std::int64_t m, std::int64_t n,
-                   std::int64_t k, float alpha, float beta) {
-  GemmArgs g;
-  g.a = a.data<float>();
-  g.lda = ac;
-  g.trans_a = trans_a;
-  g.b = b.data<float>();
-  g.ldb = bc;
-  g.trans_b = trans_b;
-  g.c = c.data<float>();
-  g.ldc = cc;
-  g.m = m;
-  g.n = n;
-  g.k = k;
-  g.alpha = alpha;
-  g.beta = beta;
-  return g;
-}
-}  // namespace
-
 Status CpuDevice::gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c, float alpha,
                        float beta, StreamId stream) {
   SHARDLAB_RETURN_IF_ERROR(check_views("gemm", a, b, c));
@@ -445,7 +421,8 @@ Status CpuDevice::gemm(const Tensor& a, bool trans_a, const Tensor& b, bool tran
   }
   if (c.overlaps(a) || c.overlaps(b)) return Status::invalid_argument("gemm: c overlaps an input");
   SHARDLAB_ASSIGN_OR_RETURN(const GemmIsa isa, gemm_isa());
-  cpu::gemm(gemm_args(a, ar, ac, trans_a, b, br, bc, trans_b, c, cc, m, n, k, alpha, beta), isa, gemm_threads());
+  cpu::gemm(contiguous_gemm(a.data<float>(), trans_a, b.data<float>(), trans_b, c.data<float>(), m, n, k, alpha, beta),
+            isa, gemm_threads());
   return Status::ok();
 }
 
@@ -473,8 +450,9 @@ Status CpuDevice::batched_gemm(const Tensor& a, bool trans_a, const Tensor& b, b
   }
   if (c.overlaps(a) || c.overlaps(b)) return Status::invalid_argument(std::string(kOp) + ": c overlaps an input");
   SHARDLAB_ASSIGN_OR_RETURN(const GemmIsa isa, gemm_isa());
-  cpu::gemm_batched(gemm_args(a, ar, ac, trans_a, b, br, bc, trans_b, c, cc, m, n, k, alpha, beta), batch, ar * ac,
-                    br * bc, cr * cc, isa, gemm_threads());
+  cpu::gemm_batched(
+      contiguous_gemm(a.data<float>(), trans_a, b.data<float>(), trans_b, c.data<float>(), m, n, k, alpha, beta), batch,
+      ar * ac, br * bc, cr * cc, isa, gemm_threads());
   return Status::ok();
 }
 

@@ -383,6 +383,25 @@ Status check_cpu_settings() {
 SerialScope::SerialScope() : previous_(t_serial) { t_serial = true; }
 SerialScope::~SerialScope() { t_serial = previous_; }
 
+GemmArgs contiguous_gemm(const float* a, bool trans_a, const float* b, bool trans_b, float* c, std::int64_t m,
+                         std::int64_t n, std::int64_t k, float alpha, float beta) {
+  GemmArgs g;
+  g.a = a;
+  g.lda = trans_a ? m : k;
+  g.trans_a = trans_a;
+  g.b = b;
+  g.ldb = trans_b ? k : n;
+  g.trans_b = trans_b;
+  g.c = c;
+  g.ldc = n;
+  g.m = m;
+  g.n = n;
+  g.k = k;
+  g.alpha = alpha;
+  g.beta = beta;
+  return g;
+}
+
 void gemm(const GemmArgs& g, GemmIsa isa, int threads) {
   if (t_serial) threads = 1;
   const KernelInfo kern = kernel_for(isa);

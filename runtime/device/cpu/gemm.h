@@ -64,6 +64,11 @@ struct GemmArgs {
   float alpha = 1.0f, beta = 0.0f;
 };
 
+// The GemmArgs of contiguous row-major operands: a is [m, k] ([k, m] when trans_a), b is
+// [k, n] ([n, k] when trans_b), c is [m, n].
+GemmArgs contiguous_gemm(const float* a, bool trans_a, const float* b, bool trans_b, float* c, std::int64_t m,
+                         std::int64_t n, std::int64_t k, float alpha = 1.0f, float beta = 0.0f);
+
 // c = beta·c + alpha·op(a)·op(b) per NOTE [GEMM bits], on `isa` with up to `threads`
 // threads of the pool (1: the calling thread only).
 void gemm(const GemmArgs& args, GemmIsa isa, int threads);
