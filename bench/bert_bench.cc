@@ -64,6 +64,7 @@
 
 #include <Eigen/Core>
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <memory>
@@ -186,9 +187,9 @@ Tensor random_buffer(CpuDevice& device, std::int64_t numel, const char* name, st
 // with `ours` through the cpu backend's GEMM (gemm.h, the path and pool the model uses),
 // on buffers large enough for the biggest operand (the data is irrelevant to the speed;
 // the buffers are reused, as the model's allocator does).
-class EigenGemmPlan {
+class GemmPlan {
  public:
-  explicit EigenGemmPlan(std::vector<GemmShape> gemms, bool ours = false) : gemms_(std::move(gemms)), ours_(ours) {
+  explicit GemmPlan(std::vector<GemmShape> gemms, bool ours = false) : gemms_(std::move(gemms)), ours_(ours) {
     std::int64_t a = 0, b = 0, c = 0;
     for (const GemmShape& s : gemms_) {
       a = std::max(a, s.batch * s.m * s.k);
@@ -202,18 +203,8 @@ class EigenGemmPlan {
   void run() {
     for (const GemmShape& s : gemms_) {
       if (ours_) {
-        runtime::device::cpu::GemmArgs g;
-        g.a = a_.data<float>();
-        g.lda = s.trans_a ? s.m : s.k;
-        g.trans_a = s.trans_a;
-        g.b = b_.data<float>();
-        g.ldb = s.trans_b ? s.k : s.n;
-        g.trans_b = s.trans_b;
-        g.c = c_.data<float>();
-        g.ldc = s.n;
-        g.m = s.m;
-        g.n = s.n;
-        g.k = s.k;
+        const runtime::device::cpu::GemmArgs g = runtime::device::cpu::contiguous_gemm(
+            a_.data<float>(), s.trans_a, b_.data<float>(), s.trans_b, c_.data<float>(), s.m, s.n, s.k);
         runtime::device::cpu::gemm_batched(g, s.batch, s.m * s.k, s.k * s.n, s.m * s.n, isa_, threads_);
         continue;
       }
@@ -255,7 +246,7 @@ void set_peak_fraction(benchmark::State& state, double flops, double seconds, do
 }
 
 void BM_EigenPlan(benchmark::State& state, std::vector<GemmShape> gemms, double peak_gflops, bool ours) {
-  EigenGemmPlan plan(std::move(gemms), ours);
+  GemmPlan plan(std::move(gemms), ours);
   plan.run();  // warm-up
   WallClock clock;
   double total = 0;
@@ -460,7 +451,7 @@ double measure_peak(const BertConfig& config, int runs) {
   double best = 0;
   for (const GemmShape& s : {GemmShape{1, n, h, h, false, true}, GemmShape{1, n, i, h, false, true},
                              GemmShape{1, n, h, i, false, true}}) {
-    EigenGemmPlan plan({s});
+    GemmPlan plan({s});
     plan.run();
     WallClock clock;
     for (int r = 0; r < runs; ++r) {
@@ -477,6 +468,40 @@ namespace {
 std::string shape_name(const GemmShape& s) {
   return std::to_string(s.m) + "x" + std::to_string(s.n) + "x" + std::to_string(s.k);
 }
+// The hidden dropout mask of one layer ([B·T, H], p = 0.1) on the calling thread: through
+// draw_dropout_mask (Rng::fill_u32, Philox eight counters at a time) against the
+// reference, the same mask drawn with one next_u32 call per two elements (the draw before
+// fill_u32; the bits are equal, RngProperty.FillU32IsNextU32CallsInOrder).
+void draw_per_call(float* out, std::int64_t rows, std::int64_t per_row, float p, const Rng& base, std::uint64_t site) {
+  const auto threshold = static_cast<std::uint32_t>(std::lround(static_cast<double>(p) * 65536.0));
+  const float keep = 1.0f / (1.0f - p);
+  for (std::int64_t b = 0; b < rows; ++b) {
+    Rng rng = base.split(static_cast<std::uint64_t>(b)).split(site);
+    float* row = out + b * per_row;
+    for (std::int64_t i = 0; i + 1 < per_row; i += 2) {
+      const std::uint32_t r = rng.next_u32();
+      row[i] = (r & 0xffffu) >= threshold ? keep : 0.0f;
+      row[i + 1] = (r >> 16) >= threshold ? keep : 0.0f;
+    }
+  }
+}
+
+void BM_Dropout(benchmark::State& state, BertConfig config, bool per_call) {
+  const std::int64_t rows = kBatch * kSeqLen, per_row = config.hidden_size;
+  std::vector<float> mask(static_cast<std::size_t>(rows * per_row));
+  const Rng base(7);
+  for (auto _ : state) {
+    if (per_call) {
+      draw_per_call(mask.data(), rows, per_row, 0.1f, base, 3);
+    } else {
+      runtime::device::draw_dropout_mask(mask.data(), rows, per_row, 0.1f, base, 0, 3);
+    }
+    benchmark::DoNotOptimize(mask.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(state.iterations() * rows * per_row);
+}
+
 }  // namespace
 
 // Registers the cases for `preset_name` ("bert-base" → size "base"); peak_gflops is this
@@ -502,6 +527,10 @@ void register_bert_benchmarks(const std::string& preset_name, double peak_gflops
       ->Unit(benchmark::kMillisecond);
   benchmark::RegisterBenchmark(("bert_layer/cpu_device/" + size).c_str(), BM_Layer, config, peak_gflops)
       ->UseManualTime()
+      ->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark(("bert_dropout/next_u32/" + size).c_str(), BM_Dropout, config, true)
+      ->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark(("bert_dropout/fill_u32/" + size).c_str(), BM_Dropout, config, false)
       ->Unit(benchmark::kMillisecond);
   benchmark::RegisterBenchmark(("bert_step/eigen/" + size).c_str(), BM_EigenPlan, step_gemms(config), peak_gflops, false)
       ->UseManualTime()
