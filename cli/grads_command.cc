@@ -183,6 +183,9 @@ int grads_command(const GradsArgs& a) {
   };
   sim::WorldOptions wo;
   wo.world_size = a.world_size;
+  // One step: no block is used twice, so huge pages would only make the first touches
+  // dearer (CpuDevice::set_huge_pages).
+  wo.host_huge_pages = false;
   sim::World world(wo);
   train::FsdpTrainResult result;
   const auto results = world.run([&](sim::RankContext& ctx) -> Status {

@@ -566,24 +566,7 @@ int main_impl(int argc, char** argv) {
 
 }  // namespace
 
-// NOTE [Huge pages for host buffers]: a BERT run's host buffers (checkpoints read and
-// written, the host-built model, gathered results) are hundreds of MiB each, and on
-// first touch every 4 KiB page costs a fault: `shardlab grads` on bert-base took 1.0 M
-// faults and 9 s of system time. glibc backs its large blocks with transparent huge pages
-// when the tunable glibc.malloc.hugetlb=1 is set, but it reads tunables only at start-up,
-// so the process sets it and executes itself again, once. A GLIBC_TUNABLES that already
-// names the tunable (=0 to opt out) is left as it is; a failed exec just goes on.
-void reexec_with_huge_page_malloc(char** argv) {
-  const char* current = std::getenv("GLIBC_TUNABLES");
-  std::string tunables = current ? current : "";
-  if (tunables.find("glibc.malloc.hugetlb") != std::string::npos) return;
-  tunables += tunables.empty() ? "glibc.malloc.hugetlb=1" : ":glibc.malloc.hugetlb=1";
-  if (setenv("GLIBC_TUNABLES", tunables.c_str(), 1) != 0) return;
-  execv("/proc/self/exe", argv);
-}
-
 int main(int argc, char** argv) {
-  reexec_with_huge_page_malloc(argv);
   // SHARDLAB_CPU_ISA / SHARDLAB_CPU_THREADS are read once; a bad value is bad input.
   if (const shardlab::Status s = shardlab::runtime::device::cpu::check_cpu_settings(); !s.is_ok()) {
     std::fprintf(stderr, "shardlab: %s\n", s.message().c_str());

@@ -107,6 +107,8 @@ class SimDevice final : public runtime::device::Device {
   // Timing mode (see the top of this file); off by default. Set before the first allocation.
   void set_timing_mode(bool on) { inner_.skip = on; }
   bool timing_mode() const { return inner_.skip; }
+  // Whether the host blocks behind this device ask for huge pages (CpuDevice::set_huge_pages).
+  void set_host_huge_pages(bool on) { inner_.cpu().set_huge_pages(on); }
   // NOTE [Emulated low precision]
   // BERT's bf16 compute runs in fp32 on the host and rounds every stored activation to
   // bf16 (a cast to a bf16 scratch and back); an accelerator computes and streams those

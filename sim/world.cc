@@ -59,6 +59,7 @@ std::vector<RankResult> World::run(const std::function<Status(RankContext&)>& bo
     devices.push_back(std::make_unique<SimDevice>(r, slow == 1.0 ? options_.device : options_.device.slowed_by(slow),
                                                   clocks.back().get()));
     devices.back()->set_emulated_dtype(options_.emulated_dtype);
+    devices.back()->set_host_huge_pages(options_.host_huge_pages);
   }
   traces_.clear();
   {

@@ -64,6 +64,9 @@ struct WorldOptions {
   std::uint64_t perturb_seed = 0;
   // Record every device op and collective per rank (World::trace) for trace.json.
   bool trace = false;
+  // Whether the ranks' host memory asks for huge pages (CpuDevice::set_huge_pages): on for
+  // runs of many steps, off for a process that runs one.
+  bool host_huge_pages = true;
 };
 
 struct RankContext {

@@ -171,13 +171,13 @@ void pin_eigen_blocking() {
 CpuDevice::~CpuDevice() { cache_->clear(); }
 
 namespace {
-// Blocks of at least kHugeBytes are 2 MiB aligned and asked to be backed by transparent
-// huge pages (MADV_HUGEPAGE; a no-op where THP is off): a first touch then costs one page
-// fault per 2 MiB instead of per 4 KiB, and the TLB covers the GEMM's operands.
+// With `huge`, blocks of at least kHugeBytes are 2 MiB aligned and asked to be backed by
+// transparent huge pages (MADV_HUGEPAGE; a no-op where THP is off): one page fault per
+// 2 MiB instead of per 4 KiB, and the TLB covers the GEMM's operands (set_huge_pages).
 constexpr std::size_t kHugePage = std::size_t{2} << 20;
 constexpr std::size_t kHugeBytes = std::size_t{4} << 20;
-void* allocate_block(std::size_t bytes) {
-  if (bytes < kHugeBytes) return std::aligned_alloc(kAlignment, bytes);
+void* allocate_block(std::size_t bytes, bool huge) {
+  if (!huge || bytes < kHugeBytes) return std::aligned_alloc(kAlignment, bytes);
   void* p = std::aligned_alloc(kHugePage, (bytes + kHugePage - 1) / kHugePage * kHugePage);
   if (p != nullptr) madvise(p, bytes, MADV_HUGEPAGE);
   return p;
@@ -255,10 +255,10 @@ Result<std::shared_ptr<Storage>> CpuDevice::allocate_charging(std::int64_t nbyte
   const std::size_t rounded = size_class(static_cast<std::size_t>(nbytes));
   void* p = rounded == 0 ? nullptr : cache_->take(rounded);
   if (rounded != 0 && p == nullptr) {
-    p = allocate_block(rounded);
+    p = allocate_block(rounded, huge_pages());
     if (p == nullptr) {  // the cache's blocks may be what is missing
       cache_->clear();
-      p = allocate_block(rounded);
+      p = allocate_block(rounded, huge_pages());
     }
     if (p != nullptr) cache_->note_new(rounded);
   }

@@ -11,9 +11,12 @@
 #include <rapidcheck/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <limits>
 #include <numbers>
+#include <string>
 #include <vector>
 
 #include "runtime/core/rng.h"
@@ -132,6 +135,38 @@ TEST(CpuBlockCacheTest, ReusesBlocksOfAClassAndStaysWithinThePeak) {
   EXPECT_EQ(dev.cached_bytes(), after_peak);
   dev.release_cached_blocks();
   EXPECT_EQ(dev.cached_bytes(), 0u);
+}
+
+// The VmFlags of the mapping holding `p` in /proc/self/smaps ("" when not found).
+std::string vm_flags_of(const void* p) {
+  std::ifstream smaps("/proc/self/smaps");
+  const auto addr = reinterpret_cast<std::uintptr_t>(p);
+  bool inside = false;
+  for (std::string line; std::getline(smaps, line);) {
+    unsigned long long lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%llx-%llx ", &lo, &hi) == 2 && line.find('-') < line.find(' ')) {
+      inside = addr >= lo && addr < hi;
+    } else if (inside && line.rfind("VmFlags:", 0) == 0) {
+      return line.substr(8) + " ";
+    }
+  }
+  return "";
+}
+
+// set_huge_pages decides whether new large blocks are advised MADV_HUGEPAGE (the "hg"
+// VmFlag); small blocks never are.
+TEST(CpuBlockCacheTest, HugePagesAreAskedForLargeBlocksOnlyWhenOn) {
+  if (!std::ifstream("/sys/kernel/mm/transparent_hugepage/enabled")) GTEST_SKIP() << "kernel without THP";
+  CpuDevice on;
+  EXPECT_TRUE(on.huge_pages());
+  Tensor big_on = make(on, {3 << 20}, DType::kF32, "big");  // 12 MiB
+  EXPECT_THAT(vm_flags_of(big_on.data<float>()), testing::HasSubstr(" hg "));
+  CpuDevice off;
+  off.set_huge_pages(false);
+  Tensor big_off = make(off, {3 << 20}, DType::kF32, "big");
+  const std::string flags = vm_flags_of(big_off.data<float>());
+  EXPECT_THAT(flags, testing::HasSubstr(" rd "));  // the mapping was found
+  EXPECT_THAT(flags, testing::Not(testing::HasSubstr(" hg ")));
 }
 
 TEST(CpuMemoryTest, AllocateAccountsAndReleasesOnDestruction) {
