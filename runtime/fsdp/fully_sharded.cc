@@ -557,9 +557,14 @@ Status FullyShardedModel::pre_backward(int layer) {
     SHARDLAB_RETURN_IF_ERROR(wait_unsharded(u));
     FlatParameter& fp = units_[static_cast<std::size_t>(u)];
     if (fp.has_trainable && !fp.full_grad.defined()) {
-      SHARDLAB_ASSIGN_OR_RETURN(fp.full_grad, dev_.zeros({fp.layout.total_numel()}, DType::kF32,
-                                                         MemoryCategory::kGradients,
-                                                         "unit" + std::to_string(u) + ".unsharded_grad"));
+      if (reduces_in_place(fp)) {
+        fp.full_grad = fp.grad_shard;
+        SHARDLAB_RETURN_IF_ERROR(dev_.fill(fp.full_grad, 0.0f));
+      } else {
+        SHARDLAB_ASSIGN_OR_RETURN(fp.full_grad, dev_.zeros({fp.layout.total_numel()}, DType::kF32,
+                                                           MemoryCategory::kGradients,
+                                                           "unit" + std::to_string(u) + ".unsharded_grad"));
+      }
     }
     if (options_.backward_prefetch == BackwardPrefetch::kBackwardPre && !recorded_order_.empty()) {
       const int next = next_in_backward(recorded_order_, u);
@@ -638,6 +643,16 @@ Status FullyShardedModel::reduce_grad(int unit) {
     if (!finished) ++i;
   }
   return Status::ok();
+}
+
+// NO_SHARD's gradient shard is the whole unit: PyTorch computes the unsharded gradient in
+// the flat parameter's .grad and all-reduces it there. So does this when nothing has to
+// be kept apart: the shard holds no gradient yet (else the reduced one is added to it),
+// and it is an fp32 tensor on this device (not an offloaded or low-precision one). The
+// bits are the same; the unit's separate unsharded buffer and the copy out of it are not.
+bool FullyShardedModel::reduces_in_place(const FlatParameter& fp) const {
+  return options_.strategy == ShardingStrategy::kNoShard && !fp.grad_shard_valid && options_.offload_device == nullptr &&
+         fp.grad_shard.dtype() == DType::kF32 && fp.grad_shard.numel() == fp.layout.total_numel();
 }
 
 Status FullyShardedModel::drain_reductions() {

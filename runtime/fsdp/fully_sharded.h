@@ -165,6 +165,7 @@ class FullyShardedModel final : public model::ParamAccess {
   Status reduce_grad(int unit);
   Status advance_reduction(std::size_t i, bool& finished);
   Status drain_reductions();
+  bool reduces_in_place(const FlatParameter& fp) const;
   bool reshard_after_forward() const;
   int live_non_root() const;
   void delay(DelayPoint p) const;

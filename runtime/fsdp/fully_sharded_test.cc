@@ -476,6 +476,41 @@ TEST(FsdpMemory, UnshardedBuffersAreFreedAndCpuOffloadKeepsShardsOnTheHost) {
   EXPECT_GT(host_optimizer_bytes, 0);
 }
 
+// NO_SHARD computes each unit's gradient in its gradient shard (the whole unit) and
+// all-reduces it there, as PyTorch does with the flat parameter's .grad: the device never
+// holds a second copy of the gradients, and the parameters are bitwise FULL_SHARD's, with
+// and without micro-batches accumulated under no_sync.
+TEST(FsdpMemory, NoShardReducesInTheGradientShard) {
+  for (int accumulation : {1, 2}) {
+    std::vector<float> final_params[2];
+    std::int64_t grad_peak = 0, grad_shards = 0;
+    for (ShardingStrategy strategy : {ShardingStrategy::kFullShard, ShardingStrategy::kNoShard}) {
+      sim::WorldOptions wo;
+      wo.world_size = 4;
+      sim::World w(wo);
+      const bool no_shard = strategy == ShardingStrategy::kNoShard;
+      expect_ok(w.run([&](sim::RankContext& ctx) -> Status {
+        train::FsdpTrainOptions o = small_run();
+        o.fsdp.strategy = strategy;
+        o.grad_accumulation = accumulation;
+        SHARDLAB_ASSIGN_OR_RETURN(train::FsdpTrainResult r, train::train_fsdp(ctx.comm, ctx.device, ctx.clock, o));
+        if (ctx.rank == 0) {
+          final_params[no_shard ? 1 : 0] = r.final_params;
+          if (no_shard) {
+            grad_peak = r.memory.peak[static_cast<int>(MemoryCategory::kGradients)];
+            grad_shards = 4 * static_cast<std::int64_t>(r.final_params.size());
+          }
+        }
+        return Status::ok();
+      }));
+    }
+    EXPECT_EQ(final_params[0], final_params[1]) << "grad_accumulation " << accumulation;
+    EXPECT_FALSE(final_params[1].empty());
+    // One fp32 gradient per parameter (the MLP's units need no alignment padding).
+    EXPECT_EQ(grad_peak, grad_shards) << "grad_accumulation " << accumulation;
+  }
+}
+
 // NOTE [Initialization unit by unit]: a model built on the host moves to the device one
 // unit at a time, so the device's parameter peak during create() is the largest of
 // (shards made so far + the unit's moved parameters + its padded flat parameter), never
