@@ -482,7 +482,7 @@ int main_impl(int argc, char** argv) {
     {
       namespace cpu = shardlab::runtime::device::cpu;
       const cpu::GemmIsa best = cpu::best_gemm_isa(), used = *cpu::gemm_isa();
-      std::printf("cpu backend: GEMM kernels %s%s on %d thread(s) (SHARDLAB_CPU_ISA=scalar|avx2|avx512 forces a lower "
+      std::printf("cpu backend: GEMM and GELU kernels %s%s on %d thread(s) (SHARDLAB_CPU_ISA=scalar|avx2|avx512 forces a lower "
                   "level, SHARDLAB_CPU_THREADS the count; the bits are the same on every path)\n",
                   std::string(cpu::gemm_isa_name(used)).c_str(),
                   used == best ? " (the best this CPU has)"

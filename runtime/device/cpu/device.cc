@@ -1,6 +1,7 @@
 #include "runtime/device/cpu/device.h"
 
 #include "runtime/device/cpu/gemm.h"
+#include "runtime/device/cpu/vmath.h"
 
 #include <Eigen/Core>
 #include <sys/mman.h>
@@ -89,12 +90,6 @@ Status expect_ids_in_range(std::string_view op, const Tensor& ids, std::int64_t 
   return Status::ok();
 }
 
-float gelu_erf(float x) { return 0.5f * x * (1.0f + std::erf(x * 0.70710678118654752f)); }
-float gelu_erf_grad(float x) {
-  const float cdf = 0.5f * (1.0f + std::erf(x * 0.70710678118654752f));
-  const float pdf = 0.39894228040143268f * std::exp(-0.5f * x * x);
-  return cdf + x * pdf;
-}
 constexpr float kSqrt2OverPi = 0.79788456080286536f;
 float gelu_tanh(float x) {
   const float inner = kSqrt2OverPi * (x + 0.044715f * x * x * x);
@@ -514,7 +509,7 @@ Status CpuDevice::activation(Activation act, const Tensor& x, const Tensor& y, S
         for (std::int64_t i = lo; i < hi; ++i) out[i] = in[i] > 0.0f || std::isnan(in[i]) ? in[i] : 0.0f;
         break;
       case Activation::kGelu:
-        for (std::int64_t i = lo; i < hi; ++i) out[i] = gelu_erf(in[i]);
+        gelu_erf(in + lo, out + lo, hi - lo);  // NOTE [Element-wise math bits]
         break;
       case Activation::kGeluTanh:
         for (std::int64_t i = lo; i < hi; ++i) out[i] = gelu_tanh(in[i]);
@@ -545,7 +540,7 @@ Status CpuDevice::activation_backward(Activation act, const Tensor& x, const Ten
         for (std::int64_t i = lo; i < hi; ++i) out[i] = in[i] > 0.0f ? g[i] : 0.0f;
         break;
       case Activation::kGelu:
-        for (std::int64_t i = lo; i < hi; ++i) out[i] = g[i] * gelu_erf_grad(in[i]);
+        gelu_erf_backward(in + lo, g + lo, out + lo, hi - lo);
         break;
       case Activation::kGeluTanh:
         for (std::int64_t i = lo; i < hi; ++i) out[i] = g[i] * gelu_tanh_grad(in[i]);
@@ -712,11 +707,11 @@ Status CpuDevice::attention_softmax(const Tensor& scores, const Tensor& attentio
       auto logit = [&](std::int64_t j) { return std::max(scale * srow[j] + (1.0f - mrow[j]) * kLowest, kLowest); };
       float mx = kLowest;
       for (std::int64_t j = 0; j < tk; ++j) mx = std::max(mx, logit(j));
+      // logit(j) reads srow[j] before prow[j] is written: in place is fine.
+      for (std::int64_t j = 0; j < tk; ++j) prow[j] = logit(j) - mx;
+      exp_nonpositive(prow, prow, tk);  // NOTE [Element-wise math bits]
       double sum = 0.0;
-      for (std::int64_t j = 0; j < tk; ++j) {
-        prow[j] = std::exp(logit(j) - mx);  // reads srow[j] before writing prow[j]: in place is fine
-        sum += prow[j];
-      }
+      for (std::int64_t j = 0; j < tk; ++j) sum += prow[j];
       const float inv = static_cast<float>(1.0 / sum);
       for (std::int64_t j = 0; j < tk; ++j) prow[j] *= inv;
     }
@@ -832,11 +827,10 @@ Status CpuDevice::softmax_cross_entropy(const Tensor& logits, const Tensor& labe
       }
       float mx = row[0];
       for (std::int64_t j = 1; j < c; ++j) mx = std::max(mx, row[j]);
+      for (std::int64_t j = 0; j < c; ++j) drow[j] = row[j] - mx;
+      exp_nonpositive(drow, drow, c);  // NOTE [Element-wise math bits]
       float sum = 0.0f;
-      for (std::int64_t j = 0; j < c; ++j) {
-        drow[j] = std::exp(row[j] - mx);
-        sum += drow[j];
-      }
+      for (std::int64_t j = 0; j < c; ++j) sum += drow[j];
       const float inv = 1.0f / sum;
       term[static_cast<std::size_t>(r)] = std::log(sum) + mx - row[lab[r]];
       for (std::int64_t j = 0; j < c; ++j) drow[j] = drow[j] * inv * grad_scale;

@@ -53,6 +53,7 @@
 
 #include "runtime/comm/communicator.h"
 #include "runtime/device/cpu/device.h"
+#include "runtime/device/cpu/vmath.h"
 #include "runtime/device/hpu/synapse_api.h"
 
 #define FAKE_EXPORT extern "C" __attribute__((visibility("default")))
@@ -301,7 +302,7 @@ bool reduce(const Tensor& in, const Tensor& out, unsigned dim, bool max) {
 }
 
 // softmax_fwd_f32 / softmax_bwd_f32 along the innermost dim (the only `dim` supported).
-// Our reading: forward y = exp(x − mx) · fp32(1 / Σ) with mx folded from the lowest finite
+// Our reading: forward y = exp(x − mx) · fp32(1 / Σ) (exp: vmath.h's exp_nonpositive) with mx folded from the lowest finite
 // float and Σ summed in fp64 in index order; backward dx = y · (dy − fp32(Σ y·dy)), the dot
 // in fp64. (The cpu backend's attention softmax contract; hardware sums differently, within
 // the hpu label's tolerance.)
@@ -314,11 +315,10 @@ void softmax_rows(const Tensor& x, const Tensor& y) {
     float* orow = out + r * cols;
     float mx = std::numeric_limits<float>::lowest();
     for (std::int64_t j = 0; j < cols; ++j) mx = std::max(mx, row[j]);
+    for (std::int64_t j = 0; j < cols; ++j) orow[j] = row[j] - mx;
+    device::cpu::exp_nonpositive(orow, orow, cols);  // the cpu backend's e^y (vmath.h)
     double sum = 0.0;
-    for (std::int64_t j = 0; j < cols; ++j) {
-      orow[j] = std::exp(row[j] - mx);
-      sum += orow[j];
-    }
+    for (std::int64_t j = 0; j < cols; ++j) sum += orow[j];
     const float inv = static_cast<float>(1.0 / sum);
     for (std::int64_t j = 0; j < cols; ++j) orow[j] *= inv;
   }
@@ -404,7 +404,12 @@ bool run_node(const Node& n, const std::vector<Tensor>& t) {
     const float* x = in(0).data<float>();
     float* y = out(0).data<float>();
     for (std::int64_t i = 0; i < out(0).numel(); ++i) {
-      y[i] = g[0] == 's' ? std::sqrt(x[i]) : g[0] == 'e' ? std::exp(x[i]) : std::log(x[i]);
+      // exp: the cpu backend's e^y where it has one (y <= 0, vmath.h), so a softmax built
+      // from these nodes gives the cpu backend's bits; libm's above.
+      y[i] = g[0] == 's'   ? std::sqrt(x[i])
+             : g[0] == 'l' ? std::log(x[i])
+             : x[i] > 0.0f ? std::exp(x[i])
+                           : device::cpu::exp_nonpositive_f32(x[i]);
     }
   } else if (g == "reduce_sum_fwd_f32" || g == "reduce_max_fwd_f32") {
     ShardlabReductionParams p{};
