@@ -140,10 +140,12 @@ int grads_command(const GradsArgs& a) {
   const std::int64_t total = model::total_numel(specs);
   // The weights are read straight into the buffer training starts from (no copies).
   auto initial = std::make_shared<std::vector<float>>(static_cast<std::size_t>(total));
-  const Tensor params = Tensor::host_floats(initial->data(), total, MemoryCategory::kParameters, "checkpoint", "cpu:0");
-  model::FlatParamAccess views(specs, params, params);
-  if (Status s = model::load_bert_weights(a.model_dir + "/model.safetensors", specs, views.params()); !s.is_ok()) {
-    return fail(s);
+  {
+    const Tensor params = Tensor::host_floats(initial->data(), total, MemoryCategory::kParameters, "checkpoint", "cpu:0");
+    model::FlatParamAccess views(specs, params, params);
+    if (Status s = model::load_bert_weights(a.model_dir + "/model.safetensors", specs, views.params()); !s.is_ok()) {
+      return fail(s);
+    }
   }
   // Weights with NaN or ±Inf compute (as in PyTorch) but explain a non-finite result below.
   const NonFinite bad_weights = find_non_finite(specs, initial->data());
@@ -188,8 +190,16 @@ int grads_command(const GradsArgs& a) {
   wo.host_huge_pages = false;
   sim::World world(wo);
   train::FsdpTrainResult result;
+  // Each rank gets its own copy of the options, holding the only references to the
+  // weights read: they are freed once every rank has built its model, before the step,
+  // which then reuses their pages (FsdpTrainOptions::initial_params).
+  std::vector<train::FsdpTrainOptions> rank_options(static_cast<std::size_t>(a.world_size), o);
+  o.initial_params.reset();
+  initial.reset();
   const auto results = world.run([&](sim::RankContext& ctx) -> Status {
-    SHARDLAB_ASSIGN_OR_RETURN(train::FsdpTrainResult r, train::train_fsdp(ctx.comm, ctx.device, ctx.clock, o));
+    SHARDLAB_ASSIGN_OR_RETURN(train::FsdpTrainResult r,
+                              train::train_fsdp(ctx.comm, ctx.device, ctx.clock,
+                                                std::move(rank_options[static_cast<std::size_t>(ctx.rank)])));
     if (ctx.rank == 0) result = std::move(r);
     return Status::ok();
   });

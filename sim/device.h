@@ -109,6 +109,8 @@ class SimDevice final : public runtime::device::Device {
   bool timing_mode() const { return inner_.skip; }
   // Whether the host blocks behind this device ask for huge pages (CpuDevice::set_huge_pages).
   void set_host_huge_pages(bool on) { inner_.cpu().set_huge_pages(on); }
+  // The host blocks behind this device (simulated time is not charged: no device op).
+  void empty_cache() override { inner_.cpu().release_cached_blocks(); }
   // NOTE [Emulated low precision]
   // BERT's bf16 compute runs in fp32 on the host and rounds every stored activation to
   // bf16 (a cast to a bf16 scratch and back); an accelerator computes and streams those

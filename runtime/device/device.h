@@ -114,6 +114,9 @@ class Device {
   // a copy or cast between a host tensor and a device tensor). 0 on a device whose memory is the host's (cpu). The
   // trainer reports it per step (host_transfer_bytes_per_step in metrics.json).
   virtual std::int64_t host_transfer_bytes() const { return 0; }
+  // Returns the memory a caching allocator keeps for reuse (freed blocks) to the system, as
+  // torch.cuda.empty_cache() does; live tensors are untouched. Default: nothing cached.
+  virtual void empty_cache() {}
   // True when this device's ops take host memory as operands directly (any storage with
   // host bytes, e.g. a caller's vector): the cpu backend and the simulator over it, where
   // results can be gathered straight into host buffers. False on accelerators (hpu).

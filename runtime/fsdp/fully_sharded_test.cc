@@ -2,6 +2,7 @@
 // CPU offload, state-machine misuse, memory release — each pinned by a regression test.
 #include "runtime/fsdp/fully_sharded.h"
 
+#include <atomic>
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -474,6 +475,36 @@ TEST(FsdpMemory, UnshardedBuffersAreFreedAndCpuOffloadKeepsShardsOnTheHost) {
   EXPECT_EQ(plain_params, offload_params);
   EXPECT_LT(offload_param_peak, plain_param_peak);
   EXPECT_GT(host_optimizer_bytes, 0);
+}
+
+// Initial parameters handed over to train_fsdp are freed once every rank has built its
+// model, before the first step (FsdpTrainOptions::initial_params); a caller that keeps its
+// reference keeps them.
+TEST(FsdpMemory, GivenInitialParametersAreFreedBeforeTheFirstStep) {
+  for (bool keep : {false, true}) {
+    train::FsdpTrainOptions o = small_run();
+    o.steps = 1;
+    auto init = std::make_shared<std::vector<float>>(static_cast<std::size_t>(model::total_numel(model::Mlp(o.model).params())), 0.01f);
+    std::weak_ptr<const std::vector<float>> watch = init;
+    std::vector<train::FsdpTrainOptions> per_rank(2, o);
+    for (auto& r : per_rank) r.initial_params = init;
+    std::shared_ptr<const std::vector<float>> kept = keep ? init : nullptr;
+    init.reset();
+    std::atomic<int> alive_at_step{0};
+    sim::WorldOptions wo;
+    wo.world_size = 2;
+    sim::World w(wo);
+    expect_ok(w.run([&](sim::RankContext& ctx) -> Status {
+      train::FsdpTrainOptions mine = std::move(per_rank[static_cast<std::size_t>(ctx.rank)]);
+      // Every rank has built its model once its first collective of the step is issued;
+      // checked at the step's end, after the step's collectives.
+      mine.on_marker = [&](train::TrainMarker m, int) {
+        if (m == train::TrainMarker::kStepEnd && !watch.expired()) ++alive_at_step;
+      };
+      return train::train_fsdp(ctx.comm, ctx.device, ctx.clock, std::move(mine)).status();
+    }));
+    EXPECT_EQ(alive_at_step.load(), keep ? 2 : 0) << (keep ? "kept by the caller" : "handed over");
+  }
 }
 
 // NO_SHARD computes each unit's gradient in its gradient shard (the whole unit) and

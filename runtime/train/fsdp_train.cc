@@ -274,6 +274,7 @@ Result<std::unique_ptr<FsdpTrainer>> FsdpTrainer::create(comm::Communicator& com
     SHARDLAB_ASSIGN_OR_RETURN(t->fsdp_, fsdp::FullyShardedModel::create(comm, dev, t->model_->params(), plan,
                                                                         o.fsdp, full));
   }  // the host copy is freed here: only shards remain
+  t->options_.initial_params.reset();  // and so is a given one, unless its owner keeps it
   SHARDLAB_RETURN_IF_ERROR(t->fsdp_->set_optimizer(o.optimizer));
   if (o.record_memory_timeline) {
     t->sampler_ = std::make_unique<MemorySampler>(*t->fsdp_, dev, clock, t->step_, t->result_.memory_timeline,
@@ -410,6 +411,9 @@ Result<FsdpTrainResult> train_to_end(FsdpTrainer* t, device::Device& dev, const 
   // The training's memory, before the gathers below: they serve the checks, not training.
   result.memory = dev.memory().stats();
   if (o.gather_results) {
+    // Training's cached blocks go back to the system first: the result buffers below then
+    // reuse pages this process has touched instead of first-touching fresh ones.
+    dev.empty_cache();
     const std::int64_t total = model::total_numel(t->model().specs());
     // Gathers into `out` (full, fp32, spec order). A device that takes host operands
     // writes straight into it; others gather into device memory and copy it over.
@@ -442,8 +446,9 @@ Result<FsdpTrainResult> train_to_end(FsdpTrainer* t, device::Device& dev, const 
 }  // namespace
 
 Result<FsdpTrainResult> train_fsdp(comm::Communicator& comm, device::Device& dev, const Clock& clock,
-                                   const FsdpTrainOptions& o) {
+                                   FsdpTrainOptions o) {
   SHARDLAB_ASSIGN_OR_RETURN(std::unique_ptr<FsdpTrainer> t, FsdpTrainer::create(comm, dev, clock, o));
+  o.initial_params.reset();  // the model is built (FsdpTrainOptions::initial_params)
   Result<FsdpTrainResult> r = train_to_end(t.get(), dev, o);
   if (!r.is_ok() && o.progress_on_failure != nullptr) {
     *o.progress_on_failure = t->result();

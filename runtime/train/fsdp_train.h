@@ -88,7 +88,9 @@ struct FsdpTrainOptions {
   model::BertOptions bert;  // kBert
   DataSource data;          // empty: the model's seeded synthetic batches
   // Initial parameters (flat fp32, spec order, e.g. loaded from a checkpoint); empty: the
-  // model's seeded initialization.
+  // model's seeded initialization. Read once, when the FSDP model is built: the trainer
+  // and train_fsdp drop their references then, so a caller that hands over the last one
+  // (train_fsdp(…, std::move(options))) has the host copy freed before the first step.
   std::shared_ptr<const std::vector<float>> initial_params;
   int steps = 3;
   std::int64_t global_batch = 32;  // divisible by world size × grad_accumulation
@@ -236,7 +238,7 @@ class FsdpTrainer {
 
 // Runs options.steps steps, then gathers the final parameters (and the last step's gradients).
 Result<FsdpTrainResult> train_fsdp(comm::Communicator& comm, device::Device& dev, const Clock& clock,
-                                   const FsdpTrainOptions& options);
+                                   FsdpTrainOptions options);
 // With `start_from` (a checkpoint step directory, FsdpTrainResult::resumed_from), the
 // oracle starts where the resumed run did: parameters, optimizer state and step count
 // loaded unsharded from the same files (fsdp::load_checkpoint_unsharded), then trains the

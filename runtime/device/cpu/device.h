@@ -107,6 +107,7 @@ class CpuDevice final : public Device {
   static std::size_t size_class(std::size_t bytes);
   // Frees every cached block (torch.cuda.empty_cache); live storages are untouched.
   void release_cached_blocks();
+  void empty_cache() override { release_cached_blocks(); }
   // Whether new blocks of 4 MiB and more ask for transparent huge pages (MADV_HUGEPAGE).
   // On by default: a training run reuses its blocks every step (NOTE [Host block cache]),
   // and 2 MiB pages keep the GEMM operands in the TLB. A process that runs one step

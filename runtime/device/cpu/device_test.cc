@@ -135,6 +135,11 @@ TEST(CpuBlockCacheTest, ReusesBlocksOfAClassAndStaysWithinThePeak) {
   EXPECT_EQ(dev.cached_bytes(), after_peak);
   dev.release_cached_blocks();
   EXPECT_EQ(dev.cached_bytes(), 0u);
+  // The seam's empty_cache does the same.
+  { Tensor again = make(dev, {25 << 20}, DType::kF32, "again"); }
+  EXPECT_GT(dev.cached_bytes(), 0u);
+  static_cast<Device&>(dev).empty_cache();
+  EXPECT_EQ(dev.cached_bytes(), 0u);
 }
 
 // The VmFlags of the mapping holding `p` in /proc/self/smaps ("" when not found).
