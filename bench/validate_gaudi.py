@@ -1,0 +1,88 @@
+#!/usr/bin/env python3
+"""Predicts each published Gaudi training run in timing mode and prints the error.
+
+The published figures are optimum-habana's regression baselines
+(`train_samples_per_second`, which leaves the warm-up steps and graph compilation out):
+bert-large SQuAD fine-tuning with run_qa.py on 1 and 8 Gaudi1 (HLS-1) and Gaudi2
+(HLS-2) cards, DDP, bf16 autocast, HPU lazy mode. Each configuration is a scenario
+under scenarios/published/ (its header says how it maps the run); this script runs
+`shardlab run` on each in timing mode (a few seconds in all) and prints configuration,
+published samples/s, predicted, and the error (predicted / published - 1).
+
+Nothing in the model is fitted to these figures: the device profiles and the network
+come from vendor specifications and first principles (sim/profiles/README.md), so
+there is no leave-one-out table to print. The verdict line says how many points are
+within the target (10%); --check makes the exit code say it too (1 when any point is
+outside).
+
+Usage: /usr/bin/python3 bench/validate_gaudi.py [--shardlab build/bin/shardlab] [--check]
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCENARIOS = os.path.join(os.path.dirname(HERE), "scenarios", "published")
+
+# (scenario, configuration, published samples/s: newer baseline, older baseline)
+PUBLISHED = [
+    ("bert_large_squad_ddp_1x_gaudi1.yaml", "Gaudi1 x1 (HLS-1), bert-large SQuAD, batch 24", 54.101, 52.704),
+    ("bert_large_squad_ddp_8x_gaudi1.yaml", "Gaudi1 x8 (HLS-1), bert-large SQuAD, batch 24", 398.459, 397.945),
+    ("bert_large_squad_ddp_1x_gaudi2.yaml", "Gaudi2 x1 (HLS-2), bert-large SQuAD, batch 32", 286.435, 278.791),
+    ("bert_large_squad_ddp_8x_gaudi2.yaml", "Gaudi2 x8 (HLS-2), bert-large SQuAD, batch 32", 2150.333, 2069.857),
+]
+TARGET = 0.10
+
+
+def predict(shardlab: str, scenario: str, out: str) -> dict:
+    done = subprocess.run([shardlab, "run", scenario, "--out", out], capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit("validate_gaudi.py: shardlab run %s exited %d:\n%s" % (scenario, done.returncode, done.stderr))
+    with open(os.path.join(out, "metrics.json")) as f:
+        m = json.load(f)
+    if m.get("mode") != "timing":
+        sys.exit("validate_gaudi.py: %s did not run in timing mode (mode %r)" % (scenario, m.get("mode")))
+    return m
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--shardlab", default=os.path.join(os.path.dirname(HERE), "build", "bin", "shardlab"))
+    ap.add_argument("--check", action="store_true", help="exit 1 when a point is outside the target")
+    args = ap.parse_args()
+    if not os.access(args.shardlab, os.X_OK):
+        print("validate_gaudi.py: no shardlab binary at %s (build first, or pass --shardlab)" % args.shardlab,
+              file=sys.stderr)
+        return 2
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="validate_gaudi_") as work:
+        for scenario, label, newer, older in PUBLISHED:
+            m = predict(args.shardlab, os.path.join(SCENARIOS, scenario), os.path.join(work, scenario))
+            predicted = float(m["samples_per_s"])
+            b = m["step_breakdown_s"]
+            step = float(m["step_time_s"]["median"])
+            rows.append((label, newer, older, predicted, predicted / newer - 1.0, step, float(b["exposed_comm"]),
+                         float(m["mfu"])))
+    print("Published Gaudi runs (optimum-habana baselines, newer figure) against the simulator, timing mode:")
+    print()
+    print("| configuration | published samples/s | predicted | error | step (s) | exposed comm (s) | MFU |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for label, newer, older, predicted, err, step, comm, mfu in rows:
+        print("| %s | %.1f (older %.1f) | %.1f | %+.1f%% | %.4f | %.4f | %.2f |" %
+              (label, newer, older, predicted, 100 * err, step, comm, mfu))
+    inside = sum(1 for r in rows if abs(r[4]) <= TARGET)
+    worst = max(rows, key=lambda r: abs(r[4]))
+    print()
+    print("within %d%%: %d of %d points; mean |error| %.1f%%; worst %+.1f%% (%s)" %
+          (round(100 * TARGET), inside, len(rows), 100 * sum(abs(r[4]) for r in rows) / len(rows),
+           100 * worst[4], worst[0]))
+    print("fitted parameters: none (profiles from specifications; sim/profiles/README.md)")
+    return 1 if args.check and inside < len(rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
