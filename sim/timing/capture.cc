@@ -1,5 +1,6 @@
 #include "sim/timing/capture.h"
 
+#include <map>
 #include <memory>
 
 #include "sim/device.h"
@@ -134,6 +135,7 @@ RankProgram build_program(const Recording& rec, const std::vector<TraceEvent>& t
   p.markers = rec.markers;
   std::size_t next = 0;
   Nanos expected = trace.empty() ? 0 : trace.front().start;
+  std::map<std::vector<std::vector<std::int64_t>>, std::int32_t> shape_ids;
   auto flush = [&](Nanos before, bool all) {
     Node n;
     n.kind = NodeKind::kCompute;
@@ -143,7 +145,16 @@ RankProgram build_program(const Recording& rec, const std::vector<TraceEvent>& t
       // Ops run back to back on the capture clock: only ops advance it.
       SHARDLAB_CHECK_EQ(e.start, expected);
       expected = e.start + e.duration;
-      p.ops.push_back({e.name, e.duration});
+      std::int32_t shapes = -1;
+      if (!e.shapes.empty()) {
+        auto it = shape_ids.find(e.shapes);
+        if (it == shape_ids.end()) {
+          it = shape_ids.emplace(e.shapes, static_cast<std::int32_t>(p.shapes.size())).first;
+          p.shapes.push_back(e.shapes);
+        }
+        shapes = it->second;
+      }
+      p.ops.push_back({e.name, e.duration, shapes});
       ++n.count;
       n.duration += e.duration;
     }

@@ -19,7 +19,7 @@ using runtime::train::TrainMarker;
 namespace {
 
 constexpr const char* kFormat = "shardlab-op-graph";
-constexpr int kVersion = 1;
+constexpr int kVersion = 2;  // 2: ops carry their tensors' shapes
 
 const char* marker_name(TrainMarker m) {
   switch (m) {
@@ -70,15 +70,16 @@ Json stats_json(const MemoryStats& m) {
 
 Json program_json(const RankProgram& p) {
   Json j;
-  // Op names once, ops as [name index, duration].
+  // Op names and shape lists once, ops as [name index, duration, shapes index or -1].
   std::map<std::string, int> name_ids;
   Json names = Json::array(), ops = Json::array();
   for (const ComputeOp& op : p.ops) {
     auto [it, fresh] = name_ids.emplace(op.name, static_cast<int>(name_ids.size()));
     if (fresh) names.push_back(op.name);
-    ops.push_back(Json::array({it->second, op.duration}));
+    ops.push_back(Json::array({it->second, op.duration, op.shapes}));
   }
   j["op_names"] = std::move(names);
+  j["op_shapes"] = p.shapes;
   j["ops"] = std::move(ops);
   Json cs = Json::array();
   for (const CollectiveDesc& c : p.collectives) {
@@ -193,17 +194,41 @@ Result<RankProgram> read_program(const Reader& r, const Json& j, const std::stri
     if (!n.is_string()) return r.fail(f + "op_names", "expected strings");
     name_table.push_back(n.get<std::string>());
   }
+  // The shape lists before the ops that refer to them: lists of shapes of dimensions >= 0.
+  SHARDLAB_ASSIGN_OR_RETURN(const Json* shape_lists, r.array_at(j, "op_shapes", f));
+  for (std::size_t i = 0; i < shape_lists->size(); ++i) {
+    const std::string sf = f + "op_shapes[" + std::to_string(i) + "]";
+    const Json& list = (*shape_lists)[i];
+    if (!list.is_array()) return r.fail(sf, "expected a list of shapes (lists of dimensions >= 0)");
+    std::vector<std::vector<std::int64_t>> shapes;
+    for (const Json& shape : list) {
+      if (!shape.is_array()) return r.fail(sf, "expected a list of shapes (lists of dimensions >= 0)");
+      std::vector<std::int64_t> dims;
+      for (const Json& d : shape) {
+        SHARDLAB_ASSIGN_OR_RETURN(auto v, r.num<std::int64_t>(d, sf));
+        if (v < 0) return r.fail(sf, "dimension " + std::to_string(v) + " is negative");
+        dims.push_back(v);
+      }
+      shapes.push_back(std::move(dims));
+    }
+    p.shapes.push_back(std::move(shapes));
+  }
   SHARDLAB_ASSIGN_OR_RETURN(const Json* ops, r.array_at(j, "ops", f));
   for (std::size_t i = 0; i < ops->size(); ++i) {
     const Json& o = (*ops)[i];
     const std::string of = f + "ops[" + std::to_string(i) + "]";
-    if (!o.is_array() || o.size() != 2) return r.fail(of, "expected [name index, duration]");
+    if (!o.is_array() || o.size() != 3) return r.fail(of, "expected [name index, duration, shapes]");
     SHARDLAB_ASSIGN_OR_RETURN(auto name, r.num<std::int64_t>(o[0], of));
     SHARDLAB_ASSIGN_OR_RETURN(auto dur, r.num<Nanos>(o[1], of));
     if (name < 0 || name >= static_cast<std::int64_t>(name_table.size()) || dur < 0) {
       return r.fail(of, "name index or duration out of range");
     }
-    p.ops.push_back({name_table[static_cast<std::size_t>(name)], dur});
+    SHARDLAB_ASSIGN_OR_RETURN(auto shapes, r.num<std::int32_t>(o[2], of));
+    if (shapes < -1 || shapes >= static_cast<std::int64_t>(p.shapes.size())) {
+      return r.fail(of, "shapes index " + std::to_string(shapes) + " is outside -1.." +
+                            std::to_string(static_cast<std::int64_t>(p.shapes.size()) - 1));
+    }
+    p.ops.push_back({name_table[static_cast<std::size_t>(name)], dur, shapes});
   }
   SHARDLAB_ASSIGN_OR_RETURN(const Json* cs, r.array_at(j, "collectives", f));
   for (std::size_t i = 0; i < cs->size(); ++i) {
@@ -315,7 +340,7 @@ bool has_payload(const CollectiveDesc& d, int rank) {
 }
 
 bool RankProgram::same_program(const RankProgram& o) const {
-  return nodes == o.nodes && ops == o.ops && collectives == o.collectives && markers == o.markers &&
+  return nodes == o.nodes && ops == o.ops && shapes == o.shapes && collectives == o.collectives && markers == o.markers &&
          memory.peak == o.memory.peak && memory.current == o.memory.current && memory.capacity == o.memory.capacity &&
          memory_samples.size() == o.memory_samples.size() &&
          std::equal(memory_samples.begin(), memory_samples.end(), o.memory_samples.begin(),

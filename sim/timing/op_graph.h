@@ -134,6 +134,10 @@ struct Node {
 struct ComputeOp {
   std::string name;  // "gemm", "layer_norm", ...
   Nanos duration = 0;
+  // The shapes of the op's tensors in argument order, as the capture's trace recorded them
+  // (TraceEvent::shapes; trace.json of a timing run shows them as a numerics run's does):
+  // an index into RankProgram::shapes, -1 for none.
+  std::int32_t shapes = -1;
   friend bool operator==(const ComputeOp&, const ComputeOp&) = default;
 };
 
@@ -147,6 +151,8 @@ struct Marker {
 struct RankProgram {
   std::vector<Node> nodes;
   std::vector<ComputeOp> ops;
+  // The distinct shape lists of the ops (a layer's ops repeat them every layer and step).
+  std::vector<std::vector<std::vector<std::int64_t>>> shapes;
   std::vector<CollectiveDesc> collectives;
   std::vector<Marker> markers;
   // The trainer's memory samples (bytes per category; `time` is the capture clock's and is

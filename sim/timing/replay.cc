@@ -411,7 +411,9 @@ class Replayer {
             TraceRecorder& rec = *recorders_[r];
             for (int k = 0; k < n.count; ++k) {
               const ComputeOp& op = p.ops[static_cast<std::size_t>(n.index + k)];
-              rec.add_compute({op.name, kTraceCompute, at, op.duration, -1, {}, {}});
+              TraceEvent e{op.name, kTraceCompute, at, op.duration, -1, {}, {}};
+              if (op.shapes >= 0) e.shapes = p.shapes[static_cast<std::size_t>(op.shapes)];
+              rec.add_compute(std::move(e));
               at = add_time(at, op.duration);
             }
           }

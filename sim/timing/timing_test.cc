@@ -170,7 +170,7 @@ bool same_events(const std::vector<TraceEvent>& a, const std::vector<TraceEvent>
     const TraceEvent& x = a[i];
     const TraceEvent& y = b[i];
     if (x.name != y.name || x.stream != y.stream || x.start != y.start || x.duration != y.duration || x.bytes != y.bytes ||
-        x.group != y.group || x.algorithm != y.algorithm) {
+        x.group != y.group || x.algorithm != y.algorithm || x.shapes != y.shapes) {
       *why = "event " + std::to_string(i) + ": " + x.name + "@" + std::to_string(x.start) + "+" + std::to_string(x.duration) +
              " (stream " + std::to_string(x.stream) + ") vs " + y.name + "@" + std::to_string(y.start) + "+" +
              std::to_string(y.duration) + " (stream " + std::to_string(y.stream) + ")";
@@ -795,6 +795,26 @@ TEST(TimingMode, GraphReaderRejectsBrokenFilesNamingTheField) {
   EXPECT_EQ(graph_from_json_string("{", "g.json").status().code(), StatusCode::kInvalidArgument);
   expect_graph_rejected(text, "\"world_size\":2", "\"world_size\":0", "world_size");
   expect_graph_rejected(text, "\"kind\":\"all_gather\"", "\"kind\":\"all_gatherX\"", "].kind: 'all_gatherX'");
+  // Op shapes (format version 2): a table of shape lists (dimensions >= 0), ops index it.
+  {
+    auto j = nlohmann::json::parse(text);
+    ASSERT_FALSE(j["programs"][0]["op_shapes"].empty());
+    j["programs"][0]["op_shapes"][0] = nlohmann::json::array({nlohmann::json::array({4, -1})});
+    auto negative = graph_from_json_string(j.dump(), "g.json");
+    ASSERT_FALSE(negative.is_ok());
+    EXPECT_NE(negative.status().message().find("op_shapes[0]: dimension -1 is negative"), std::string::npos)
+        << negative.status().message();
+    j = nlohmann::json::parse(text);
+    j["programs"][0]["ops"][0][2] = j["programs"][0]["op_shapes"].size();
+    auto outside = graph_from_json_string(j.dump(), "g.json");
+    ASSERT_FALSE(outside.is_ok());
+    EXPECT_NE(outside.status().message().find("ops[0]: shapes index"), std::string::npos) << outside.status().message();
+    j["programs"][0]["ops"][0].erase(2);
+    auto old = graph_from_json_string(j.dump(), "g.json");
+    ASSERT_FALSE(old.is_ok());
+    EXPECT_NE(old.status().message().find("expected [name index, duration, shapes]"), std::string::npos)
+        << old.status().message();
+  }
   // Numbers beyond their type are an error, not a wrap (2^40 ranks once read as 0).
   expect_graph_rejected(text, "\"world_size\":2", "\"world_size\":1099511627776", "world_size: 1099511627776 is out of range");
   {
@@ -871,7 +891,8 @@ class FlatModel final : public NetworkCostModel {
 
 OpGraph two_all_gathers(int world) {
   RankProgram p;
-  p.ops = {{"gemm", 100}};
+  p.shapes = {{{8, 4}, {4, 8}, {8, 8}}};
+  p.ops = {{"gemm", 100, 0}};
   CollectiveDesc ag;
   ag.kind = OpKind::kAllGather;
   ag.bytes = 64;
@@ -895,6 +916,11 @@ TEST(Replay, CollectivesOnOneStreamRunOneAfterTheOther) {
   auto r = replay(two_all_gathers(1000), ro);
   ASSERT_TRUE(r.is_ok()) << r.status().to_string();
   EXPECT_EQ(r->collectives, 2);
+  // The traced rank's compute op carries its captured shapes into trace.json.
+  const auto& events = r->traces.at(0);
+  const auto gemm = std::find_if(events.begin(), events.end(), [](const TraceEvent& e) { return e.name == "gemm"; });
+  ASSERT_NE(gemm, events.end());
+  EXPECT_EQ(gemm->shapes, (std::vector<std::vector<std::int64_t>>{{8, 4}, {4, 8}, {8, 8}}));
   for (const RankTiming& t : r->ranks) {
     EXPECT_EQ(t.step_starts, std::vector<Nanos>{0});
     EXPECT_EQ(t.step_times, std::vector<Nanos>{100 + 1000 + 1000});
