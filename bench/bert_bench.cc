@@ -76,6 +76,7 @@
 #include "bench/eigen_native.h"
 #include "runtime/device/cpu/device.h"
 #include "runtime/device/cpu/gemm.h"
+#include "runtime/device/cpu/vmath.h"
 #include "runtime/model/bert.h"
 #include "runtime/model/module.h"
 #include "runtime/optim/optimizer.h"
@@ -502,6 +503,55 @@ void BM_Dropout(benchmark::State& state, BertConfig config, bool per_call) {
   state.SetItemsProcessed(state.iterations() * rows * per_row);
 }
 
+// GELU forward + backward over one layer's FFN activation ([B·T, I]) and e^y over its
+// attention logits ([B·A·T, T], y <= 0), on the calling thread: the cpu backend's
+// vectorized math (vmath.h, NOTE [Element-wise math bits]) against the reference, the
+// same formulas through libm one element at a time (what the backend did before; close
+// to, not the same bits as, vmath's).
+std::vector<float> ramp(std::int64_t n, float lo, float hi) {
+  std::vector<float> v(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) v[static_cast<std::size_t>(i)] = lo + (hi - lo) * static_cast<float>(i % 4099) / 4099.0f;
+  return v;
+}
+
+void BM_Gelu(benchmark::State& state, BertConfig config, bool libm) {
+  const std::int64_t n = kBatch * kSeqLen * config.intermediate_size;
+  const std::vector<float> x = ramp(n, -6.0f, 6.0f), dy = ramp(n, -1.0f, 1.0f);
+  std::vector<float> y(x.size()), dx(x.size());
+  for (auto _ : state) {
+    if (libm) {
+      for (std::int64_t i = 0; i < n; ++i) y[i] = 0.5f * x[i] * (1.0f + std::erf(x[i] * 0.70710678118654752f));
+      for (std::int64_t i = 0; i < n; ++i) {
+        const float cdf = 0.5f * (1.0f + std::erf(x[i] * 0.70710678118654752f));
+        dx[i] = dy[i] * (cdf + x[i] * 0.39894228040143268f * std::exp(-0.5f * x[i] * x[i]));
+      }
+    } else {
+      runtime::device::cpu::gelu_erf(x.data(), y.data(), n);
+      runtime::device::cpu::gelu_erf_backward(x.data(), dy.data(), dx.data(), n);
+    }
+    benchmark::DoNotOptimize(y.data());
+    benchmark::DoNotOptimize(dx.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(state.iterations() * n);
+}
+
+void BM_Exp(benchmark::State& state, BertConfig config, bool libm) {
+  const std::int64_t n = kBatch * config.num_attention_heads * kSeqLen * kSeqLen;
+  const std::vector<float> y = ramp(n, -30.0f, 0.0f);
+  std::vector<float> out(y.size());
+  for (auto _ : state) {
+    if (libm) {
+      for (std::int64_t i = 0; i < n; ++i) out[i] = std::exp(y[i]);
+    } else {
+      runtime::device::cpu::exp_nonpositive(y.data(), out.data(), n);
+    }
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(state.iterations() * n);
+}
+
 }  // namespace
 
 // Registers the cases for `preset_name` ("bert-base" → size "base"); peak_gflops is this
@@ -532,6 +582,13 @@ void register_bert_benchmarks(const std::string& preset_name, double peak_gflops
       ->Unit(benchmark::kMillisecond);
   benchmark::RegisterBenchmark(("bert_dropout/fill_u32/" + size).c_str(), BM_Dropout, config, false)
       ->Unit(benchmark::kMillisecond);
+  for (bool libm : {true, false}) {
+    const std::string variant = libm ? "libm/" : "vmath/";
+    benchmark::RegisterBenchmark(("bert_gelu/" + variant + size).c_str(), BM_Gelu, config, libm)
+        ->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark(("bert_exp/" + variant + size).c_str(), BM_Exp, config, libm)
+        ->Unit(benchmark::kMillisecond);
+  }
   benchmark::RegisterBenchmark(("bert_step/eigen/" + size).c_str(), BM_EigenPlan, step_gemms(config), peak_gflops, false)
       ->UseManualTime()
       ->Unit(benchmark::kMillisecond);
