@@ -93,13 +93,7 @@ TEST(CpuGemmBits, BatchedItemsGiveTheDefinitionsBitsOnEveryPath) {
   std::vector<float> a(batch * m * k), b(batch * k * n), c0(batch * m * n, 0.0f);
   for (auto& v : a) v = rng.uniform(-1.0f, 1.0f);
   for (auto& v : b) v = rng.uniform(-1.0f, 1.0f);
-  GemmArgs g;
-  g.m = m;
-  g.n = n;
-  g.k = k;
-  g.lda = k;
-  g.ldb = n;
-  g.ldc = n;
+  GemmArgs g = contiguous_gemm(nullptr, false, nullptr, false, nullptr, m, n, k, 1.0f, 0.0f);
   std::vector<float> want;
   for (std::int64_t i = 0; i < batch; ++i) {
     GemmArgs one = g;
