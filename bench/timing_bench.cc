@@ -11,6 +11,11 @@
 //                                   inside each node's group, gradients all-reduced across
 //                                   nodes (NOTE [Groups in timing mode]) — the cost of
 //                                   replaying per-group collectives, as a ratio to replay
+//   timing_step/stack_replay/<W>    the FULL_SHARD step captured and replayed under the
+//                                   pytorch_lazy software stack (NOTE [Host and device
+//                                   timelines] in sim/timing/replay.h: a host and a device
+//                                   timeline per rank) — the stack model's cost, as a
+//                                   ratio to replay (target ≤ 1.2 at 65,536 ranks)
 // Counters: events_per_s (program nodes executed over all ranks + collectives timed, per
 // second of wall time), events, ranks, simulated_step_s (rank 0's simulated step time),
 // peak_rss_MiB (the process's high-water mark so far: run one size per process with
@@ -30,6 +35,7 @@
 #include "runtime/train/fsdp_train.h"
 #include "sim/network.h"
 #include "sim/profiles.h"
+#include "sim/stack.h"
 #include "sim/timing/capture.h"
 #include "sim/timing/replay.h"
 
@@ -121,14 +127,25 @@ void BM_CaptureReplay(benchmark::State& state) {
   report(state, events, last, world);
 }
 
-void BM_Replay(benchmark::State& state, runtime::fsdp::ShardingStrategy strategy) {
+// `stack`: a software stack's name, "" for none (ideal).
+void BM_Replay(benchmark::State& state, runtime::fsdp::ShardingStrategy strategy, const char* stack) {
   const int world = static_cast<int>(state.range(0));
   auto w = gaudi2_world(world);
   if (!w.is_ok()) {
     state.SkipWithError(w.status().to_string().c_str());
     return;
   }
-  auto graph = sim::timing::capture_graph(bert_large_step(world, strategy), world, w->device);
+  sim::timing::CaptureOptions capture;
+  if (*stack != '\0') {
+    auto s = sim::load_stack(stack);
+    if (!s.is_ok()) {
+      state.SkipWithError(s.status().to_string().c_str());
+      return;
+    }
+    capture.stack = *s;
+    w->replay.stack = *s;
+  }
+  auto graph = sim::timing::capture_graph(bert_large_step(world, strategy), world, w->device, capture);
   if (!graph.is_ok()) {
     state.SkipWithError(graph.status().to_string().c_str());
     return;
@@ -148,11 +165,14 @@ void BM_Replay(benchmark::State& state, runtime::fsdp::ShardingStrategy strategy
 }
 
 // One iteration at the large sizes: a run is seconds long and its own measurement.
-BENCHMARK_CAPTURE(BM_Replay, full_shard, runtime::fsdp::ShardingStrategy::kFullShard)
+BENCHMARK_CAPTURE(BM_Replay, full_shard, runtime::fsdp::ShardingStrategy::kFullShard, "")
     ->Name("timing_step/replay")->Arg(256)->Arg(4096)->Arg(65536)->Unit(benchmark::kMillisecond)
     ->UseRealTime()->Iterations(1);
-BENCHMARK_CAPTURE(BM_Replay, hybrid_shard, runtime::fsdp::ShardingStrategy::kHybridShard)
+BENCHMARK_CAPTURE(BM_Replay, hybrid_shard, runtime::fsdp::ShardingStrategy::kHybridShard, "")
     ->Name("timing_step/hybrid_replay")->Arg(256)->Arg(4096)->Arg(65536)->Unit(benchmark::kMillisecond)
+    ->UseRealTime()->Iterations(1);
+BENCHMARK_CAPTURE(BM_Replay, stack, runtime::fsdp::ShardingStrategy::kFullShard, "pytorch_lazy")
+    ->Name("timing_step/stack_replay")->Arg(256)->Arg(4096)->Arg(65536)->Unit(benchmark::kMillisecond)
     ->UseRealTime()->Iterations(1);
 BENCHMARK(BM_CaptureReplay)->Name("timing_step/capture_replay")->Arg(256)->Arg(4096)->Arg(65536)
     ->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(1);

@@ -9,9 +9,10 @@ under scenarios/published/ (its header says how it maps the run); this script ru
 `shardlab run` on each in timing mode (a few seconds in all) and prints configuration,
 published samples/s, predicted, and the error (predicted / published - 1).
 
-Nothing in the model is fitted to these figures: the device profiles and the network
-come from vendor specifications and first principles (sim/profiles/README.md), so
-there is no leave-one-out table to print. The verdict line says how many points are
+Nothing in the model is fitted to these figures: the device profiles, the network and the
+software stack (world.stack: pytorch_lazy, the published runs' HPU lazy mode) come from
+vendor specifications, published micro-benchmarks and the framework's code path
+(sim/profiles/README.md), so there is no leave-one-out table to print. The verdict line says how many points are
 within the target (10%); --check makes the exit code say it too (1 when any point is
 outside).
 
@@ -80,7 +81,7 @@ def main() -> int:
     print("within %d%%: %d of %d points; mean |error| %.1f%%; worst %+.1f%% (%s)" %
           (round(100 * TARGET), inside, len(rows), 100 * sum(abs(r[4]) for r in rows) / len(rows),
            100 * worst[4], worst[0]))
-    print("fitted parameters: none (profiles from specifications; sim/profiles/README.md)")
+    print("fitted parameters: none (profiles and stacks from specifications; sim/profiles/README.md)")
     return 1 if args.check and inside < len(rows) else 0
 
 

@@ -116,6 +116,7 @@ void fill_provenance(const RunArgs& a, RunRecord& r) {
   } else {
     r.stack = {{"device", "cpu (one process per rank)"}, {"network", "Open MPI"}};
   }
+  if (!a.stack.ideal()) r.stack["software"] = a.stack.name;
   r.stack["cpu_offload"] = a.cpu_offload;
   if (a.cpu_offload) r.stack["offload_host"] = a.backend == "sim" ? a.offload_host.name + " (simulated)" : "this host";
   r.version = std::string(shardlab_version());

@@ -13,6 +13,7 @@
 #include "sim/faults.h"
 #include "sim/network.h"
 #include "sim/profiles.h"
+#include "sim/stack.h"
 
 namespace shardlab::cli {
 
@@ -30,6 +31,8 @@ struct RunArgs {
   bool cpu_offload = false;             // shards, gradients and optimizer state on a host device per rank
   // The simulated host of each rank under cpu_offload (world.offload_host).
   sim::DeviceProfile offload_host = sim::offload_host_profile();
+  // How the framework drives the device (world.stack; timing mode only when not ideal).
+  sim::SoftwareStack stack;
   // The oracle comparison's tolerance as the scenario gives it (expect.grads_match_unsharded
   // {rtol, atol}); unset: runtime::train::default_tolerance (NOTE [Default tolerance]).
   std::optional<double> rtol, atol;

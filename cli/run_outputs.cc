@@ -207,9 +207,20 @@ Json metrics_json(const RunRecord& r) {
     const std::size_t k0 = static_cast<std::size_t>(r.traced_rank(0));
     const FsdpTrainResult& rt = k0 < r.ranks.size() ? r.ranks[k0] : r0;
     const std::vector<double> compute = compute_per_step(rt, r.traces.front());
-    std::vector<double> exposed;
-    for (std::size_t s = 0; s < compute.size(); ++s) exposed.push_back(std::max(0.0, seconds(rt.step_times[s]) - compute[s]));
+    // Under a software stack the device also waits for its host: that time is host-bound,
+    // not communication.
+    const bool stack = !r.host_bound.empty();
+    std::vector<double> exposed, host_bound;
+    for (std::size_t s = 0; s < compute.size(); ++s) {
+      const double hb = stack && s < r.host_bound.size() ? seconds(r.host_bound[s]) : 0.0;
+      host_bound.push_back(hb);
+      exposed.push_back(std::max(0.0, seconds(rt.step_times[s]) - compute[s] - hb));
+    }
     j["step_breakdown_s"] = {{"compute", median(compute)}, {"exposed_comm", median(exposed)}, {"idle", 0.0}};
+    if (stack) {
+      j["step_breakdown_s"]["host_bound"] = median(host_bound);
+      j["host_bound_s_per_step"] = host_bound;
+    }
     j["exposed_comm_s"] = median(exposed);
     j["exposed_comm_s_per_step"] = exposed;
     // Every rank's breakdown when every rank was traced (the simulator): a straggler shows
@@ -302,7 +313,7 @@ std::string summary_text(const RunRecord& r) {
   if (!r.stack.empty()) {
     o << "stack: device " << r.stack.value("device", "?") << " · network " << r.stack.value("network", "?")
       << " · cpu offload " << (r.stack.value("cpu_offload", false) ? "on, host " + r.stack.value("offload_host", "?") : "off")
-      << "\n";
+      << (r.stack.contains("software") ? " · software " + r.stack.value("software", "?") : "") << "\n";
   }
   o << "provenance: shardlab " << (r.version.empty() ? "unknown" : r.version) << " on "
     << (r.host.empty() ? "unknown host" : r.host) << "\n";
@@ -344,6 +355,16 @@ std::string summary_text(const RunRecord& r) {
     std::snprintf(line, sizeof line, "throughput: %.1f samples/s, %.1f tokens/s, %.3g TFLOP/s per device\n",
                   m.value("samples_per_s", 0.0), m.value("tokens_per_s", 0.0), m.value("tflops_per_device", 0.0));
     o << line;
+    // NOTE [Host and device timelines]: how much of the step the device waited for its host.
+    if (m.contains("host_bound_s_per_step") && m.contains("step_time_s")) {
+      const auto hb = m["host_bound_s_per_step"].get<std::vector<double>>();
+      const double step = m["step_time_s"].value("median", 0.0), bound = median(hb);
+      std::snprintf(line, sizeof line,
+                    "host: %s stack · host-bound %.0f%% of the step (rank %d, median: the device waited %.6f s per step "
+                    "for its host)\n",
+                    r.host_stack.c_str(), step > 0 ? 100.0 * bound / step : 0.0, r.traced_rank(0), bound);
+      o << line;
+    }
     o << "peak memory per rank (rank 0): " << format_bytes(r0.memory.peak_total)
       << " (at the peak: " << r0.memory.breakdown(MemoryStats::Of::kAtPeak) << ")\n";
     o << "category peaks (rank 0, each at its own moment): " << r0.memory.breakdown(MemoryStats::Of::kCategoryPeaks)
@@ -515,11 +536,18 @@ Status write_run_files(const std::filesystem::path& dir, const RunRecord& r, std
   for (std::size_t i = 0; i < r.traces.size(); ++i) {
     const int rank = r.traced_rank(i);
     events.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", rank}, {"args", {{"name", "rank " + std::to_string(rank)}}}});
+    // The host stream only where a software stack put work on it.
+    const bool host = std::any_of(r.traces[i].begin(), r.traces[i].end(),
+                                  [](const sim::TraceEvent& e) { return e.stream == sim::kTraceHost; });
     for (int t = 0; t < sim::kNumTraceStreams; ++t) {
+      if (t == sim::kTraceHost && !host) continue;
       events.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", rank}, {"tid", t}, {"args", {{"name", sim::trace_stream_name(t)}}}});
     }
     for (const auto& e : r.traces[i]) {
-      const char* cat = e.stream == sim::kTraceCompute ? "compute" : e.stream == sim::kTraceFsdp ? "fsdp" : "comm";
+      const char* cat = e.stream == sim::kTraceCompute ? "compute"
+                        : e.stream == sim::kTraceFsdp  ? "fsdp"
+                        : e.stream == sim::kTraceHost  ? "host"
+                                                       : "comm";
       Json ev = {{"ph", "X"},
                  {"name", e.name},
                  {"cat", cat},
@@ -529,6 +557,7 @@ Status write_run_files(const std::filesystem::path& dir, const RunRecord& r, std
                  {"dur", static_cast<double>(e.duration) / 1e3}};
       if (e.stream == sim::kTraceCompute) {
         if (!e.shapes.empty()) ev["args"] = {{"shapes", e.shapes}};
+      } else if (e.stream == sim::kTraceHost) {
       } else if (e.stream == sim::kTraceFsdp) {
         ev["args"] = {{"unit", e.unit}, {"step", e.step}, {"phase", e.phase}};
         if (!e.collective.empty()) ev["args"]["collective"] = e.collective;

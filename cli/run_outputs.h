@@ -56,6 +56,10 @@ struct RunRecord {
   nlohmann::json stack = nlohmann::json::object();
   std::string version, host;  // shardlab's git describe; the host name
   std::string resumed;        // a resumed run: "DIR/step-N (step N, TYPE saved at world size W by {…})"
+  // Per step, the first traced rank's device time spent waiting for its host (NOTE [Host and
+  // device timelines] in sim/timing/replay.h); empty with the ideal stack.
+  std::vector<Nanos> host_bound;
+  std::string host_stack;  // that stack's name
 };
 
 // The version this binary was built from (`git describe --always --dirty`, "unknown"

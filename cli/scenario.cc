@@ -26,6 +26,7 @@
 #include "runtime/model/bert.h"
 #include "runtime/model/bert_io.h"
 #include "sim/profiles.h"
+#include "sim/stack.h"
 #include "sim/topology.h"
 
 namespace shardlab::cli {
@@ -1417,6 +1418,11 @@ std::vector<KeyDef> build_schema() {
                profile_setter([](S& s) -> std::string& { return s.world.topology; }, sim::list_topologies(),
                               "topology"),
                {"the simulated network (`shardlab devices` lists them)"}),
+          leaf("stack",
+               profile_setter([](S& s) -> std::string& { return s.world.stack; }, sim::list_stacks(), "stack"),
+               {"how the framework drives the device: ideal (no host time), pytorch_eager, pytorch_lazy, "
+                "pytorch_compile (timing mode)",
+                "PT_HPU_LAZY_MODE=1 (lazy) or 0 (eager); --torch_compile"}),
           leaf("network_model",
                enum_setter([](S& s) -> std::string& { return s.world.network_model; },
                            {{"alpha_beta", {}}, {"contention", {}}}),
@@ -2014,6 +2020,19 @@ void validate(const Scenario& s, const SourcePos& top, Problems& problems) {
     problems.add(check_file(s, "world.device", s.world.device,
                             "allowed: " + join(sim::device_profile_names()) + ", or an existing device profile file"));
   }
+  if (s.world.stack != "ideal") {
+    if (s.world.mode != "timing" || s.world.backend != "sim") {
+      problems.add(bad(s.where("world.stack"),
+                       "world.stack " + s.world.stack +
+                           " models the host beside the device, which the simulator's timing mode replays; this run is " +
+                           s.world.backend + " in " + s.world.mode + " mode",
+                       "allowed: world.stack: ideal (the default), or world.backend: sim with world.mode: timing"));
+    }
+    if (looks_like_path(s.world.stack)) {
+      problems.add(check_file(s, "world.stack", s.world.stack,
+                              "allowed: " + join(sim::list_stacks()) + ", or an existing stack file"));
+    }
+  }
   if (s.world.offload_host != "host") {
     if (!s.fsdp.cpu_offload) {
       problems.add(bad(s.where("world.offload_host"), "world.offload_host is set but fsdp.cpu_offload is false",
@@ -2270,6 +2289,7 @@ std::string to_yaml(const Scenario& s) {
   o << "  device: " << yaml_string(s.world.device) << "\n";
   o << "  topology: " << yaml_string(s.world.topology) << "\n";
   o << "  offload_host: " << yaml_string(s.world.offload_host) << "\n";
+  if (s.world.stack != "ideal") o << "  stack: " << yaml_string(s.world.stack) << "\n";
   o << "  collective_timeout_s: " << yaml_number(s.world.collective_timeout_s) << "\n";
   o << "  network_model: " << s.world.network_model << "\n";
   o << "  collective_algorithm: " << s.world.collective_algorithm << "\n";

@@ -109,6 +109,10 @@ struct Scenario {
     // cpu-sim's rates, unlimited memory) or a path to a device profile, e.g. one `shardlab
     // calibrate` wrote on the accelerator node's host; its host link is ignored (it is the host).
     std::string offload_host = "host";
+    // How the framework drives the device (NOTE [Software stack] in sim/stack.h): a built-in
+    // stack (ideal, pytorch_eager, pytorch_lazy, pytorch_compile) or a path to a stack file.
+    // Anything but ideal is timing mode's: the replay keeps a host timeline beside the device's.
+    std::string stack = "ideal";
     // How long a rank waits in a collective before it fails with a timeout (exit 3), as
     // torch.distributed.init_process_group(timeout=…); virtual time in the simulator.
     double collective_timeout_s = 30.0;

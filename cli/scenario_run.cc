@@ -119,6 +119,9 @@ Status scenario_to_run_args(const Scenario& s, RunArgs& a) {
       host->host_link_bytes_per_s = 0;  // it is the host
       a.offload_host = *host;
     }
+    auto stack = sim::load_stack(s.world.stack);
+    if (!stack.is_ok()) return Status::invalid_argument(s.where("world.stack").to_string() + ": " + stack.status().message());
+    a.stack = *stack;
     sim::NetworkSpec net;
     net.topology = s.world.topology;
     net.nodes = s.world.nodes;

@@ -72,6 +72,7 @@ Status fill_timing_record(const sim::timing::OpGraph& g, const TimingRunOptions&
   ro.network = network_of(options);
   ro.faults = options.faults;
   ro.collective_timeout = options.collective_timeout;
+  ro.stack = options.stack;
   if (options.trace_ranks.empty()) {
     for (int r = 0; r < std::clamp(options.traced_ranks, 0, g.world_size); ++r) ro.traced_ranks.push_back(r);
   } else {
@@ -106,6 +107,10 @@ Status fill_timing_record(const sim::timing::OpGraph& g, const TimingRunOptions&
   }
   record.traces.clear();
   record.traced_ranks = ro.traced_ranks;
+  if (!ro.stack.ideal() && !ro.traced_ranks.empty()) {
+    record.host_bound = rep.ranks[static_cast<std::size_t>(ro.traced_ranks.front())].host_bound;
+    record.host_stack = ro.stack.name;
+  }
   for (int r : ro.traced_ranks) record.traces.push_back(std::move(rep.traces[r]));
   // A failed replay still fills the record: the steps each rank completed, its memory and
   // trace up to the failure (the outputs keep what the run had).
@@ -130,7 +135,9 @@ Status run_timing(const RunArgs& a, const TimingRunOptions& options, RunRecord& 
     sim::timing::CaptureOptions capture;
     capture.cpu_offload = a.cpu_offload;
     capture.offload_host = a.offload_host;
+    capture.stack = a.stack;
     TimingRunOptions with_faults = options;
+    with_faults.stack = a.stack;
     if (a.faults) {
       SHARDLAB_RETURN_IF_ERROR(check_timing_faults(*a.faults));
       for (int r = 0; r < a.world_size; ++r) capture.slowdown.push_back(a.faults->slowdown(r));
@@ -150,6 +157,7 @@ Status run_timing(const RunArgs& a, const TimingRunOptions& options, RunRecord& 
     g.description = record.header;
     // NOTE [Replaying a graph]: what it was captured for.
     g.device = options.device.name;
+    g.stack = a.stack;
     if (a.network_spec) {
       g.network = sim::timing::CapturedNetwork{a.network_spec->topology, a.network_spec->nodes,
                                                a.network_spec->devices_per_node,
@@ -171,7 +179,9 @@ Status replay_graph_file(const std::string& path, const TimingRunOptions& option
     record.scenario = path;
     record.backend = "sim";
     record.header = g.description.empty() ? "shardlab replay of " + path : g.description + " (replayed from " + path + ")";
-    return fill_timing_record(g, options, record);
+    TimingRunOptions with_stack = options;
+    with_stack.stack = g.stack;  // the host the graph was captured for
+    return fill_timing_record(g, with_stack, record);
   }();
   if (!s.is_ok()) record.status = s.to_string();
   return s;

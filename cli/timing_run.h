@@ -38,6 +38,9 @@ struct TimingRunOptions {
   // both from its RunArgs (the scenario's faults, fsdp.collective_timeout).
   std::vector<sim::Fault> faults;
   Nanos collective_timeout = runtime::comm::kDefaultTimeout;
+  // The software stack the replay keeps a host timeline for (run_timing sets it from its
+  // RunArgs; NOTE [Software stack] in sim/stack.h).
+  sim::SoftwareStack stack;
 };
 
 // Runs args (backend "sim"; world_size, train, scenario, model_name as for numerics) in

@@ -15,6 +15,7 @@
 #include "cli/scenario_run.h"
 #include "runtime/model/bert.h"
 #include "sim/profiles.h"
+#include "sim/stack.h"
 
 namespace shardlab::cli {
 namespace {
@@ -168,6 +169,47 @@ TEST(TimingRun, CpuOffloadMovesTheOptimizerStateToTheHost) {
   EXPECT_GT(optimizer(plain), 0);
   EXPECT_EQ(optimizer(offloaded), 0);
   EXPECT_GT(offloaded.ranks[0].step_times.back(), plain.ranks[0].step_times.back());
+}
+
+// NOTE [Host and device timelines]: bert-tiny on gaudi2 under pytorch_eager — microsecond
+// device ops, 15 µs of dispatch each — is host-bound: its step is the host stream's time
+// (the host is busy for nearly all of it and the device waits for it most of the step);
+// under the ideal stack the same graph runs several times faster. The summary says so.
+TEST(TimingRun, AHostBoundToyStepIsTheHostStreamsTime) {
+  TimingRunOptions opts;
+  opts.device = *sim::load_device_profile("gaudi2");
+  opts.traced_ranks = 1;
+  RunArgs a = tiny_args(1);
+  a.stack = *sim::load_stack("pytorch_eager");
+  RunRecord eager, ideal;
+  ASSERT_TRUE(run_timing(a, opts, eager).is_ok()) << eager.status;
+  ASSERT_TRUE(run_timing(tiny_args(1), opts, ideal).is_ok()) << ideal.status;
+  const runtime::train::FsdpTrainResult& r0 = eager.ranks[0];
+  ASSERT_EQ(r0.step_times.size(), 2u);
+  ASSERT_EQ(eager.host_bound.size(), 2u);
+  EXPECT_TRUE(ideal.host_bound.empty());
+  const Nanos begin = r0.step_starts.back(), step = r0.step_times.back(), end = begin + step;
+  Nanos host_busy = 0;
+  for (const sim::TraceEvent& e : eager.traces.front()) {
+    if (e.stream != sim::kTraceHost) continue;
+    host_busy += std::max<Nanos>(0, std::min(end, e.start + e.duration) - std::max(begin, e.start));
+  }
+  EXPECT_GE(static_cast<double>(host_busy), 0.9 * static_cast<double>(step)) << host_busy << " of " << step;
+  EXPECT_LE(host_busy, step);
+  EXPECT_GT(static_cast<double>(eager.host_bound.back()), 0.5 * static_cast<double>(step));
+  EXPECT_GT(step, 2 * ideal.ranks[0].step_times.back());
+  // The breakdown and the summary name the host-bound share.
+  const std::string out = temp_path("host_bound");
+  std::filesystem::remove_all(out);
+  ASSERT_TRUE(write_run_outputs(out, eager).is_ok());
+  const std::string summary = slurp(out + "/summary.txt");
+  EXPECT_NE(summary.find("software pytorch_eager"), std::string::npos) << summary;
+  EXPECT_NE(summary.find("host: pytorch_eager stack · host-bound "), std::string::npos) << summary;
+  const auto m = nlohmann::json::parse(slurp(out + "/metrics.json"));
+  EXPECT_GT(m["step_breakdown_s"]["host_bound"].get<double>(), 0.0);
+  const std::string trace = slurp(out + "/trace.json");
+  EXPECT_NE(trace.find("\"name\":\"host\""), std::string::npos);  // the host stream's track
+  std::filesystem::remove_all(out);
 }
 
 // world.offload_host: a faster host shortens an offloaded step; its profile's host link is

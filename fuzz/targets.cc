@@ -18,6 +18,7 @@
 #include "sim/profiles.h"
 #include "sim/timing/capture.h"
 #include "sim/timing/op_graph.h"
+#include "sim/stack.h"
 #include "sim/topology.h"
 #include "sim/world.h"
 
@@ -137,6 +138,8 @@ std::vector<std::string> device_seeds() { return files_in(kSource / "sim/profile
 Status device_run(std::string_view in) { return sim::parse_device_profile(std::string(in), "device.json").status(); }
 std::vector<std::string> topology_seeds() { return files_in(kSource / "sim/profiles/topologies", ".json"); }
 Status topology_run(std::string_view in) { return sim::parse_topology(std::string(in), "topology.json").status(); }
+std::vector<std::string> stack_seeds() { return files_in(kSource / "sim/profiles/stacks", ".json"); }
+Status stack_run(std::string_view in) { return sim::parse_stack(std::string(in), "stack.json").status(); }
 
 // --- op graph --------------------------------------------------------------------------
 std::vector<std::string> op_graph_seeds() {
@@ -204,6 +207,7 @@ const std::vector<Target>& targets() {
       {"safetensors", safetensors_seeds, safetensors_run},
       {"device_profile", device_seeds, device_run},
       {"topology_profile", topology_seeds, topology_run},
+      {"software_stack", stack_seeds, stack_run},
       {"op_graph", op_graph_seeds, op_graph_run},
       {"checkpoint_index", checkpoint_seeds, checkpoint_run, /*accepts_data_loss=*/true},
   };

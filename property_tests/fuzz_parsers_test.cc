@@ -86,11 +86,12 @@ RC_GTEST_PROP(Fuzz, HuggingFaceConfigJson, ()) { check("hf_config_json"); }
 RC_GTEST_PROP(Fuzz, SafetensorsFile, ()) { check("safetensors"); }
 RC_GTEST_PROP(Fuzz, DeviceProfiles, ()) { check("device_profile"); }
 RC_GTEST_PROP(Fuzz, TopologyProfiles, ()) { check("topology_profile"); }
+RC_GTEST_PROP(Fuzz, SoftwareStacks, ()) { check("software_stack"); }
 RC_GTEST_PROP(Fuzz, OpGraph, ()) { check("op_graph"); }
 RC_GTEST_PROP(Fuzz, CheckpointIndex, ()) { check("checkpoint_index"); }
 
 // Every target is exercised here: a target added to the table without a property above fails.
-TEST(Fuzz, EveryTargetHasAProperty) { EXPECT_EQ(fuzz::targets().size(), 8u); }
+TEST(Fuzz, EveryTargetHasAProperty) { EXPECT_EQ(fuzz::targets().size(), 9u); }
 
 }  // namespace
 }  // namespace shardlab::property

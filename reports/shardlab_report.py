@@ -86,7 +86,8 @@ MAX_MEMORY_RANKS = 8
 OKABE_ITO = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000"]
 GREY = "#999999"
 
-STREAM_NAMES = {0: "compute", 1: "all_gather", 2: "reduce_scatter", 3: "all_reduce", 4: "other", 5: "fsdp"}
+STREAM_NAMES = {0: "compute", 1: "all_gather", 2: "reduce_scatter", 3: "all_reduce", 4: "other", 5: "fsdp",
+                6: "host"}
 STREAM_COLORS = {0: "#0072B2", 1: "#E69F00", 2: "#009E73", 3: "#CC79A7", 4: GREY}
 FSDP_PHASE_COLOR = "#000000"
 

@@ -109,6 +109,21 @@ Nanos DeviceProfile::op_time(std::string_view factor_key, double flops, double b
   return add_time(add_time(launch_ns, op_host_ns), to_nanos(t * 1e9));
 }
 
+double DeviceProfile::matrix_utilization(std::int64_t batch, std::int64_t m, std::int64_t n) const {
+  if (matrix_engines <= 0 || matrix_tiles.empty() || batch <= 0 || m <= 0 || n <= 0) return 1.0;
+  const double used = static_cast<double>(batch) * static_cast<double>(m) * static_cast<double>(n);
+  double best = 0;
+  for (const auto& [h, w] : matrix_tiles) {
+    // In doubles: a batch of large outputs overflows int64 tile counts long before it
+    // overflows a double's exact integers (2^53).
+    const double tiles = static_cast<double>(batch) * std::ceil(static_cast<double>(m) / static_cast<double>(h)) *
+                         std::ceil(static_cast<double>(n) / static_cast<double>(w));
+    const double waves = std::ceil(tiles / matrix_engines);
+    best = std::max(best, used / (waves * matrix_engines * static_cast<double>(h) * static_cast<double>(w)));
+  }
+  return std::min(best, 1.0);
+}
+
 Nanos DeviceProfile::host_transfer_time(double bytes) const {
   return add_time(add_time(launch_ns, op_host_ns), to_nanos(bytes / host_link_bytes_per_s * 1e9));
 }

@@ -136,6 +136,23 @@ struct DeviceProfile {
   //    passes when the operand does not fit in cache, 1 when the device streams it once.
   bool matrix_memory_overlap = true;
   double matrix_operand_passes = 1.0;
+  // NOTE [Matrix engine geometry]
+  // A matrix engine computes its output in tiles of a fixed shape: an h × w block of C
+  // takes as long whether every cell of it is a real output or padding. Gaudi2 has two
+  // logical MMEs, each configurable as 256 × 256, 128 × 512 or 512 × 128 (Habana's graph
+  // compiler picks per GEMM; sim/profiles/README.md cites the source). A GEMM with
+  // `batch` outputs of m × n fills, for a tile shape h × w, batch·⌈m/h⌉·⌈n/w⌉ tiles, which
+  // run `engines` at a time: waves = ⌈tiles / engines⌉, so its utilization is
+  //   batch·m·n / (waves · engines · h · w)
+  // and the best tile shape is taken. The op's compute time is its flops at the sustained
+  // rate (peak × efficiency.matrix, the large well-shaped GEMM's) divided by this
+  // utilization. K does not enter: each tile accumulates over all of K, and fill and drain
+  // of the array are overlapped with the next tile's. No engine given (the default, CPUs,
+  // Gaudi1 whose geometry the reference does not give): utilization 1 at every shape.
+  int matrix_engines = 0;
+  std::vector<std::pair<std::int64_t, std::int64_t>> matrix_tiles;  // {h, w}; empty when no engine
+  // The utilization above, in (0, 1]; 1 without an engine or for an empty GEMM.
+  double matrix_utilization(std::int64_t batch, std::int64_t m, std::int64_t n) const;
   std::vector<std::pair<std::int64_t, double>> small_dim_factors;  // sorted by dimension
 
   // The sustained rates the roofline uses (peak · efficiency).

@@ -37,8 +37,38 @@ double SimDevice::matrix_bytes(const Tensor& a, const Tensor& b, const Tensor& c
                                static_cast<double>(c.nbytes()));
 }
 
+void SimDevice::set_graph_compiler(const SoftwareStack& stack) {
+  graph_ = stack.graphs();
+  fold_transposes_ = graph_ && stack.fold_transposes;
+  fuse_elementwise_ = graph_ && stack.fuse_elementwise;
+  graph_node_ns_ = stack.graph_node_ns;
+}
+
+void SimDevice::note_io(std::initializer_list<const Tensor*> inputs, const Tensor& output) {
+  if (!fuse_elementwise_) return;
+  const auto place = [](const Tensor& t) { return Place{t.storage().get(), t.byte_offset(), t.nbytes()}; };
+  pending_in_.clear();
+  for (const Tensor* t : inputs) {
+    if (t->defined()) pending_in_.push_back(place(*t));
+  }
+  pending_out_ = output.defined() ? place(output) : Place{};
+}
+
 Status SimDevice::charge(const char* op, Status s, double flops, double bytes, bool matrix, const Tensor& lead,
                          const char* factor_key, std::int64_t min_dim) {
+  if (fuse_elementwise_) {  // NOTE [Software stack]: the producer's output is still on chip
+    if (!matrix && last_out_.storage != nullptr) {
+      for (const Place& in : pending_in_) {
+        if (in == last_out_) {
+          bytes -= static_cast<double>(in.bytes);
+          break;
+        }
+      }
+    }
+    last_out_ = pending_out_;
+    pending_out_ = {};
+    pending_in_.clear();
+  }
   DType dtype = lead.dtype();
   // NOTE [Emulated low precision]: fp32 activations stand for bf16 ones; parameters,
   // gradients and optimizer state keep their dtype (an fp32 AdamW is fp32 on any device).
@@ -50,7 +80,8 @@ Status SimDevice::charge(const char* op, Status s, double flops, double bytes, b
   if (!s.is_ok()) return s;
   const char* key = factor_key != nullptr ? factor_key : op;
   const ComputeUnit unit = matrix ? ComputeUnit::kMatrix : ComputeUnit::kVector;
-  const Nanos t = profile_.op_time(key, flops, bytes, unit, dtype, min_dim);
+  Nanos t = profile_.op_time(key, flops, bytes, unit, dtype, min_dim);
+  if (graph_ && t < kTimeLimit) t = add_time(t - profile_.launch_ns, graph_node_ns_);  // a node of a graph
   return advance(op, t, t >= kTimeLimit || clock_->now() >= kTimeLimit - t ? profile_.keys_of(key, unit, dtype) : "");
 }
 
@@ -95,6 +126,7 @@ bool SimDevice::crosses_host_link(const Tensor& a, const Tensor& b) const {
 
 Status SimDevice::charge_transfer(const char* op, Status s, double bytes) {
   if (!s.is_ok()) return s;
+  last_out_ = {};
   host_bytes_ += static_cast<std::int64_t>(bytes);
   const Nanos t = profile_.host_transfer_time(bytes);
   return advance(op, t,
@@ -188,7 +220,11 @@ Status SimDevice::gemm(const Tensor& a, bool trans_a, const Tensor& b, bool tran
   const double flops = 2.0 * static_cast<double>(c.numel()) * k;
   const std::int64_t min_dim =
       c.ndim() == 2 ? std::min({c.dim(0), c.dim(1), static_cast<std::int64_t>(k)}) : 0;
-  return charge("gemm", inner_.gemm(a, trans_a, b, trans_b, c, alpha, beta, stream), flops,
+  // NOTE [Matrix engine geometry]: the engine pays for whole tiles of C's rows × columns.
+  const std::int64_t n = c.ndim() >= 1 ? c.dim(c.ndim() - 1) : 0;
+  const double util = n > 0 ? profile_.matrix_utilization(1, c.numel() / n, n) : 1.0;
+  note_io({}, c);
+  return charge("gemm", inner_.gemm(a, trans_a, b, trans_b, c, alpha, beta, stream), flops / util,
                 matrix_bytes(a, b, c), true, a, nullptr, min_dim);
 }
 Status SimDevice::batched_gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c,
@@ -198,27 +234,33 @@ Status SimDevice::batched_gemm(const Tensor& a, bool trans_a, const Tensor& b, b
   const double flops = 2.0 * static_cast<double>(c.numel()) * k;
   const std::int64_t min_dim =
       c.ndim() == 3 ? std::min({c.dim(1), c.dim(2), static_cast<std::int64_t>(k)}) : 0;
-  return charge("batched_gemm", inner_.batched_gemm(a, trans_a, b, trans_b, c, alpha, beta, stream), flops,
+  const double util = c.ndim() == 3 ? profile_.matrix_utilization(c.dim(0), c.dim(1), c.dim(2)) : 1.0;
+  note_io({}, c);
+  return charge("batched_gemm", inner_.batched_gemm(a, trans_a, b, trans_b, c, alpha, beta, stream), flops / util,
                 matrix_bytes(a, b, c), true, a, nullptr, min_dim);
 }
 Status SimDevice::add_bias(const Tensor& x, const Tensor& bias, StreamId stream) {
   note_shapes({&x, &bias});
+  note_io({&x}, x);
   return charge("add_bias", inner_.add_bias(x, bias, stream), static_cast<double>(x.numel()), 2.0 * static_cast<double>(x.nbytes()),
                 false, x);
 }
 Status SimDevice::bias_grad(const Tensor& dy, const Tensor& dbias, bool accumulate, StreamId stream) {
   note_shapes({&dy, &dbias});
+  note_io({&dy}, Tensor{});
   return charge("bias_grad", inner_.bias_grad(dy, dbias, accumulate, stream), static_cast<double>(dy.numel()),
                 static_cast<double>(dy.nbytes() + dbias.nbytes()), false, dy);
 }
 Status SimDevice::activation(Activation act, const Tensor& x, const Tensor& y, StreamId stream) {
   note_shapes({&x, &y});
+  note_io({&x}, y);
   return charge("activation", inner_.activation(act, x, y, stream), 8.0 * static_cast<double>(x.numel()),
                 static_cast<double>(x.nbytes() + y.nbytes()), false, x, activation_key(act, false));
 }
 Status SimDevice::activation_backward(Activation act, const Tensor& x, const Tensor& dy, const Tensor& dx,
                                       StreamId stream) {
   note_shapes({&x, &dy, &dx});
+  note_io({&x, &dy}, dx);
   return charge("activation_backward", inner_.activation_backward(act, x, dy, dx, stream), 12.0 * static_cast<double>(x.numel()),
                 static_cast<double>(x.nbytes() + dy.nbytes() + dx.nbytes()), false, x, activation_key(act, true));
 }
@@ -227,6 +269,7 @@ Status SimDevice::activation_backward(Activation act, const Tensor& x, const Ten
 Status SimDevice::layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps, const Tensor& y,
                              const Tensor& mean, const Tensor& rstd, StreamId stream) {
   note_shapes({&x, &gamma, &beta, &y, &mean, &rstd});
+  note_io({&x}, y);
   return charge("layer_norm", inner_.layer_norm(x, gamma, beta, eps, y, mean, rstd, stream), 8.0 * static_cast<double>(x.numel()),
                 static_cast<double>(x.nbytes() + y.nbytes() + gamma.nbytes() + beta.nbytes() + mean.nbytes() +
                                     rstd.nbytes()),
@@ -236,6 +279,7 @@ Status SimDevice::layer_norm_backward(const Tensor& x, const Tensor& dy, const T
                                       const Tensor& gamma, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,
                                       bool accumulate, StreamId stream) {
   note_shapes({&x, &dy, &mean, &rstd, &gamma, &dx, &dgamma, &dbeta});
+  note_io({&x, &dy}, dx);
   return charge("layer_norm_backward", inner_.layer_norm_backward(x, dy, mean, rstd, gamma, dx, dgamma, dbeta, accumulate, stream),
                 14.0 * static_cast<double>(x.numel()),
                 static_cast<double>(x.nbytes() + dy.nbytes() + dx.nbytes() + mean.nbytes() + rstd.nbytes() +
@@ -245,6 +289,7 @@ Status SimDevice::layer_norm_backward(const Tensor& x, const Tensor& dy, const T
 Status SimDevice::attention_softmax(const Tensor& scores, const Tensor& attention_mask, float scale,
                                     const Tensor& probs, StreamId stream) {
   note_shapes({&scores, &attention_mask, &probs});
+  note_io({&scores}, probs);
   return charge("attention_softmax", inner_.attention_softmax(scores, attention_mask, scale, probs, stream),
                 6.0 * static_cast<double>(scores.numel()),
                 static_cast<double>(scores.nbytes() + attention_mask.nbytes() + probs.nbytes()), false, scores);
@@ -252,6 +297,7 @@ Status SimDevice::attention_softmax(const Tensor& scores, const Tensor& attentio
 Status SimDevice::attention_softmax_backward(const Tensor& probs, const Tensor& dprobs, float scale,
                                              const Tensor& dscores, StreamId stream) {
   note_shapes({&probs, &dprobs, &dscores});
+  note_io({&probs, &dprobs}, dscores);
   return charge("attention_softmax_backward", inner_.attention_softmax_backward(probs, dprobs, scale, dscores, stream),
                 5.0 * static_cast<double>(probs.numel()),
                 static_cast<double>(probs.nbytes() + dprobs.nbytes() + dscores.nbytes()), false, probs);
@@ -280,10 +326,16 @@ Status SimDevice::softmax_cross_entropy(const Tensor& logits, const Tensor& labe
 
 Status SimDevice::transpose_1_2(const Tensor& x, const Tensor& y, StreamId stream) {
   note_shapes({&x, &y});
+  if (fold_transposes_) {  // NOTE [Software stack]: folded into the GEMM that reads y
+    op_shapes_.clear();
+    last_out_ = {};
+    return inner_.transpose_1_2(x, y, stream);
+  }
   return charge("transpose_1_2", inner_.transpose_1_2(x, y, stream), 0, 2.0 * static_cast<double>(x.nbytes()), false, x);
 }
 Status SimDevice::multiply(const Tensor& a, const Tensor& b, const Tensor& c, StreamId stream) {
   note_shapes({&a, &b, &c});
+  note_io({&a, &b}, c);
   return charge("multiply", inner_.multiply(a, b, c, stream), static_cast<double>(a.numel()),
                 static_cast<double>(a.nbytes() + b.nbytes() + c.nbytes()), false, a);
 }

@@ -19,6 +19,7 @@
 
 #include "runtime/device/cpu/device.h"
 #include "sim/cost_model.h"
+#include "sim/stack.h"
 #include "sim/trace.h"
 #include "sim/virtual_clock.h"
 
@@ -123,6 +124,13 @@ class SimDevice final : public runtime::device::Device {
   // Default kF32: everything is charged as it runs.
   void set_emulated_dtype(DType d) { emulated_ = d; }
   DType emulated_dtype() const { return emulated_; }
+  // NOTE [Software stack] in sim/stack.h: the device side of a graph-building stack (lazy,
+  // compiled) — each op costs graph_node_ns instead of the profile's launch_ns; with
+  // fold_transposes a transpose_1_2 costs nothing (BERT's split and merge of attention
+  // heads, each feeding a GEMM, which reads its operand strided); with fuse_elementwise a
+  // vector op reading the tensor the op before it wrote does not read it from memory again
+  // (it is still written: training keeps it for backward). A stack without graphs: no change.
+  void set_graph_compiler(const SoftwareStack& stack);
 
   Result<std::shared_ptr<Storage>> allocate(std::int64_t nbytes, MemoryCategory category,
                                             std::string_view label) override;
@@ -191,6 +199,8 @@ class SimDevice final : public runtime::device::Device {
   Status charge_transfer(const char* op, Status s, double bytes);
   // Keeps the shapes of the op's tensors for its trace event (traced devices only).
   void note_shapes(std::initializer_list<const Tensor*> tensors);
+  // The op's element-wise inputs and its output, for fuse_elementwise (set_graph_compiler).
+  void note_io(std::initializer_list<const Tensor*> inputs, const Tensor& output);
   // Advances the clock by an op's time `t` (plus pending allocation time) and records it.
   // NOTE [Virtual time limit] in sim/cost_model.h: INVALID_ARGUMENT when the clock would
   // reach kTimeLimit, naming the op and `keys` (the profile keys its time comes from).
@@ -209,6 +219,18 @@ class SimDevice final : public runtime::device::Device {
   DType emulated_ = DType::kF32;  // NOTE [Emulated low precision]
   TraceRecorder* trace_ = nullptr;
   std::vector<std::vector<std::int64_t>> op_shapes_;  // of the op being charged (note_shapes)
+  // set_graph_compiler: in a graph; its per-node time; the two rewrites.
+  bool graph_ = false, fold_transposes_ = false, fuse_elementwise_ = false;
+  Nanos graph_node_ns_ = 0;
+  // A tensor's place (storage, first byte, bytes): the last op's output and the op's
+  // inputs being charged (note_io).
+  struct Place {
+    const Storage* storage = nullptr;
+    std::int64_t offset = 0, bytes = 0;
+    friend bool operator==(const Place&, const Place&) = default;
+  };
+  Place last_out_, pending_out_;
+  std::vector<Place> pending_in_;
 };
 
 }  // namespace shardlab::sim

@@ -97,6 +97,18 @@ class JsonObject {
     if (!j_.at(k).is_boolean()) return bad(k, "must be true or false");
     return j_.at(k).get<bool>();
   }
+  // An array of strings (required).
+  Result<std::vector<std::string>> strings(const std::string& k, const std::string& allowed) const {
+    if (!j_.contains(k)) return bad(k, "missing; allowed: " + allowed);
+    const auto& v = j_.at(k);
+    if (!v.is_array()) return bad(k, "must be an array of strings; allowed: " + allowed);
+    std::vector<std::string> out;
+    for (const auto& e : v) {
+      if (!e.is_string()) return bad(k, "element " + e.dump() + " is not a string; allowed: " + allowed);
+      out.push_back(e.get<std::string>());
+    }
+    return out;
+  }
   std::vector<std::string> keys() const {
     std::vector<std::string> out;
     for (auto it = j_.begin(); it != j_.end(); ++it) out.push_back(it.key());

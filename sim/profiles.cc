@@ -24,7 +24,9 @@ std::vector<std::string> builtin_names(const char* kind) {
 Result<std::string> read_profile(const char* kind, const std::string& name_or_path, std::string* origin) {
   const bool is_path = name_or_path.find('/') != std::string::npos ||
                        (name_or_path.size() > 5 && name_or_path.ends_with(".json"));
-  const std::string what = std::string_view(kind) == "devices" ? "device profile" : "topology profile";
+  const std::string what = std::string_view(kind) == "devices"  ? "device profile"
+                           : std::string_view(kind) == "stacks" ? "software stack"
+                                                                : "topology profile";
   if (!is_path) {
     for (int i = 0; i < kNumBuiltinProfiles; ++i) {
       if (std::string_view(kBuiltinProfiles[i].kind) == kind && name_or_path == kBuiltinProfiles[i].name) {
@@ -106,7 +108,7 @@ Result<DeviceProfile> parse_device_profile(const std::string& json_text, const s
   SHARDLAB_RETURN_IF_ERROR(root.only({"name", "description", "torch_device", "matrix_flops_per_s", "vector_flops_per_s",
                                       "memory_bytes_per_s", "host_link_bytes_per_s", "launch_ns", "alloc_ns", "op_host_ns", "capacity_gib", "efficiency",
                                       "compute_factors", "memory_factors", "matrix_memory_overlap", "matrix_operand_passes",
-                                      "small_dim_factors", "notes"}));
+                                      "small_dim_factors", "matrix_engine", "notes"}));
   SHARDLAB_RETURN_IF_ERROR(root.notes_ok("notes"));
   DeviceProfile p;
   SHARDLAB_ASSIGN_OR_RETURN(p.name, root.string("name", true));
@@ -198,6 +200,31 @@ Result<DeviceProfile> parse_device_profile(const std::string& json_text, const s
       }
     }
   }
+  // NOTE [Matrix engine geometry]: {"engines": E, "tiles": ["HxW", …]}.
+  if (root.has("matrix_engine")) {
+    SHARDLAB_ASSIGN_OR_RETURN(detail::JsonObject e, root.object("matrix_engine"));
+    SHARDLAB_RETURN_IF_ERROR(e.only({"engines", "tiles"}));
+    SHARDLAB_ASSIGN_OR_RETURN(const double engines,
+                              e.number("engines", 1, 1024, false, "an integer number of engines in [1, 1024]"));
+    if (engines != std::floor(engines)) return e.bad("engines", "must be an integer in [1, 1024]");
+    p.matrix_engines = static_cast<int>(engines);
+    const std::string allowed = "1 to 16 tile shapes \"HxW\" (output rows x columns, each in [1, 65536]), e.g. [\"256x256\"]";
+    SHARDLAB_ASSIGN_OR_RETURN(const std::vector<std::string> tiles, e.strings("tiles", allowed));
+    if (tiles.empty() || tiles.size() > 16) return e.bad("tiles", std::to_string(tiles.size()) + " shapes; allowed: " + allowed);
+    for (const std::string& t : tiles) {
+      std::int64_t h = 0, w = 0;
+      const std::size_t x = t.find('x');
+      const auto parse = [](std::string_view s, std::int64_t* v) {
+        const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), *v);
+        return !s.empty() && ec == std::errc() && end == s.data() + s.size() && *v >= 1 && *v <= 65536;
+      };
+      if (x == std::string::npos || !parse(std::string_view(t).substr(0, x), &h) ||
+          !parse(std::string_view(t).substr(x + 1), &w)) {
+        return e.bad("tiles", "'" + t + "' is not a tile shape; allowed: " + allowed);
+      }
+      p.matrix_tiles.emplace_back(h, w);
+    }
+  }
   return p;
 }
 
@@ -221,6 +248,11 @@ std::string device_profile_to_json(const DeviceProfile& p) {
     nlohmann::ordered_json f = nlohmann::ordered_json::object();
     for (const auto& [dim, v] : p.small_dim_factors) f[std::to_string(dim)] = v;
     j["small_dim_factors"] = f;
+  }
+  if (p.matrix_engines > 0) {
+    nlohmann::ordered_json tiles = nlohmann::ordered_json::array();
+    for (const auto& [h, w] : p.matrix_tiles) tiles.push_back(std::to_string(h) + "x" + std::to_string(w));
+    j["matrix_engine"] = {{"engines", p.matrix_engines}, {"tiles", tiles}};
   }
   for (const auto& [name, factors] : {std::pair{"compute_factors", &p.compute_factors},
                                       std::pair{"memory_factors", &p.memory_factors}}) {

@@ -43,7 +43,7 @@ Status write_device_profile(const DeviceProfile& profile, const std::string& pat
 namespace detail {
 // The JSON files of sim/profiles/, compiled in (generated builtin_profiles.cc).
 struct BuiltinProfile {
-  const char* kind;  // "devices" or "topologies"
+  const char* kind;  // "devices", "topologies" or "stacks"
   const char* name;  // file name without ".json"
   const char* json;
 };

@@ -2,6 +2,7 @@
 // the reference figures, and bad files are refused naming the file, the key and what is
 // allowed. SimDevice charges the dtype-aware roofline.
 #include "sim/profiles.h"
+#include "sim/stack.h"
 
 #include <gtest/gtest.h>
 
@@ -105,8 +106,8 @@ TEST(DeviceProfiles, RooflineIsDtypeAware) {
   const double flops = 1e12, bytes = 1e6;
   const Nanos bf16 = g2.op_time(flops, bytes, ComputeUnit::kMatrix, DType::kBF16);
   const Nanos fp32 = g2.op_time(flops, bytes, ComputeUnit::kMatrix, DType::kF32);
-  EXPECT_EQ(bf16, g2.launch_ns + std::llround(flops / (432e12 * 0.85) * 1e9));
-  EXPECT_EQ(fp32, g2.launch_ns + std::llround(flops / (108e12 * 0.85) * 1e9));
+  EXPECT_EQ(bf16, g2.launch_ns + std::llround(flops / (432e12 * 0.97) * 1e9));
+  EXPECT_EQ(fp32, g2.launch_ns + std::llround(flops / (108e12 * 0.97) * 1e9));
   EXPECT_EQ(g2.op_time(flops, bytes, ComputeUnit::kMatrix, DType::kF16), bf16);
   // Memory bound: the efficiency-scaled bandwidth decides.
   EXPECT_EQ(g2.op_time(1, 2.45e9, ComputeUnit::kVector, DType::kBF16), g2.launch_ns + std::llround(2.45e9 / (2.45e12 * 0.85) * 1e9));
@@ -121,8 +122,12 @@ TEST(DeviceProfiles, SimDeviceChargesTheProfile) {
   auto c = dev.empty({256, 128}, DType::kF32, MemoryCategory::kOther, "c");
   ASSERT_TRUE(a.is_ok() && b.is_ok() && c.is_ok());
   ASSERT_TRUE(dev.gemm(*a, false, *b, false, *c, 1, 0, runtime::device::kComputeStream).is_ok());
+  // NOTE [Matrix engine geometry]: the [256, 128] output fills a quarter of the 256x256
+  // tiles of eight engines (one tile, one engine busy: 1/32).
+  const double util = g3.matrix_utilization(1, 256, 128);
+  EXPECT_EQ(util, 256.0 * 128 / (8 * 65536));
   const double flops = 2.0 * 256 * 128 * 512, bytes = (256 * 512 + 512 * 128 + 2 * 256 * 128) * 4.0;
-  EXPECT_EQ(clock.now(), g3.op_time(flops, bytes, ComputeUnit::kMatrix, DType::kF32));
+  EXPECT_EQ(clock.now(), g3.op_time(flops / util, bytes, ComputeUnit::kMatrix, DType::kF32));
   EXPECT_EQ(dev.memory().capacity(), g3.capacity_bytes);
 }
 
@@ -148,13 +153,14 @@ TEST(DeviceProfiles, EmulatedBf16ChargesActivationsAsBf16) {
   const auto act = static_cast<std::size_t>(MemoryCategory::kActivations);
   EXPECT_EQ(dev.memory().stats().current[act], (256 * 512 + 512 * 128 + 256 * 128) * 2);
   ASSERT_TRUE(dev.gemm(a, false, b, false, c, 1, 0, runtime::device::kComputeStream).is_ok());
-  EXPECT_EQ(clock.now(), g2.op_time(flops, fp32_bytes / 2, ComputeUnit::kMatrix, DType::kBF16));
+  const double util = g2.matrix_utilization(1, 256, 128);  // NOTE [Matrix engine geometry]
+  EXPECT_EQ(clock.now(), g2.op_time(flops / util, fp32_bytes / 2, ComputeUnit::kMatrix, DType::kBF16));
 
   const Nanos before = clock.now();
   const Tensor p = make({256, 512}, DType::kF32, MemoryCategory::kParameters);
   EXPECT_EQ(dev.memory().stats().current[static_cast<std::size_t>(MemoryCategory::kParameters)], 256 * 512 * 4);
   ASSERT_TRUE(dev.gemm(p, false, b, false, c, 1, 0, runtime::device::kComputeStream).is_ok());
-  EXPECT_EQ(clock.now() - before, g2.op_time(flops, fp32_bytes, ComputeUnit::kMatrix, DType::kF32));
+  EXPECT_EQ(clock.now() - before, g2.op_time(flops / util, fp32_bytes, ComputeUnit::kMatrix, DType::kF32));
 
   const Nanos before_cast = clock.now();
   const Tensor scratch = make({256, 128}, DType::kBF16, MemoryCategory::kActivations);
@@ -184,10 +190,102 @@ TEST(DeviceProfiles, RoundTripThroughJson) {
   EXPECT_EQ(tback->efficiency, hls3.efficiency);
 }
 
+// NOTE [Matrix engine geometry]: closed forms at BERT-large's shapes on Gaudi2 (2 engines,
+// tiles 256x256, 128x512, 512x128; batch 32 x 384 tokens, 16 heads of 64).
+TEST(DeviceProfiles, MatrixUtilizationIsTheFilledFractionOfTheEnginesTiles) {
+  const DeviceProfile g2 = *load_device_profile("gaudi2");
+  EXPECT_EQ(g2.matrix_engines, 2);
+  // A Linear layer, [12288 tokens, 1024 or 4096 features]: every tile full.
+  EXPECT_EQ(g2.matrix_utilization(1, 12288, 1024), 1.0);
+  EXPECT_EQ(g2.matrix_utilization(1, 12288, 4096), 1.0);
+  // Attention scores, 512 heads of [384, 384]: 128x512 (or 512x128) tiles, 3 per head,
+  // 1536 tiles in 768 waves of two: 384·384 / (3 · 65536) = 0.75 (256x256: 0.5625).
+  EXPECT_EQ(g2.matrix_utilization(512, 384, 384), 0.75);
+  // Context, 512 heads of [384, 64]: one 512x128 tile each: 384·64 / 65536 = 0.375.
+  EXPECT_EQ(g2.matrix_utilization(512, 384, 64), 0.375);
+  // One tile on two engines: the second idles.
+  EXPECT_EQ(g2.matrix_utilization(1, 256, 256), 0.5);
+  EXPECT_EQ(g2.matrix_utilization(1, 1, 1), 1.0 / (2 * 65536));
+  // An odd batch: 3 full tiles in 2 waves.
+  EXPECT_EQ(g2.matrix_utilization(3, 256, 256), 0.75);
+  // No engine (the CPU profiles, Gaudi1): shape-independent.
+  EXPECT_EQ(load_device_profile("gaudi1")->matrix_utilization(512, 384, 64), 1.0);
+  EXPECT_EQ(DeviceProfile{}.matrix_utilization(1, 1, 1), 1.0);
+  // SimDevice charges a GEMM its flops over the utilization: the context GEMM takes
+  // 1 / 0.375 of its flops' time at the sustained rate (bf16; memory made free, as this
+  // GEMM is otherwise bandwidth-bound on Gaudi2).
+  DeviceProfile fast_memory = g2;
+  fast_memory.memory_bytes_per_s = 1e20;
+  VirtualClock clock;
+  SimDevice dev(0, fast_memory, &clock);
+  dev.set_timing_mode(true);  // phantom operands: only the charge matters
+  auto a = dev.zeros({512, 384, 384}, DType::kBF16, MemoryCategory::kOther, "p");
+  auto b = dev.zeros({512, 384, 64}, DType::kBF16, MemoryCategory::kOther, "v");
+  auto c = dev.zeros({512, 384, 64}, DType::kBF16, MemoryCategory::kOther, "ctx");
+  ASSERT_TRUE(a.is_ok() && b.is_ok() && c.is_ok());
+  const Nanos start = clock.now();
+  ASSERT_TRUE(dev.batched_gemm(*a, false, *b, false, *c, 1, 0, runtime::device::kComputeStream).is_ok());
+  const double flops = 2.0 * 512 * 384 * 64 * 384;
+  EXPECT_EQ(clock.now() - start, g2.launch_ns + std::llround(flops / 0.375 / (432e12 * 0.97) * 1e9));
+  // And round trips through JSON.
+  auto back = parse_device_profile(device_profile_to_json(g2), "g2.json");
+  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  EXPECT_EQ(back->matrix_engines, 2);
+  EXPECT_EQ(back->matrix_tiles, g2.matrix_tiles);
+}
+
 // Each kind of bad file: the message names the file, the key and what is allowed.
 struct BadCase {
   std::string what, json, key, allowed;
 };
+
+// NOTE [Software stack]: the built-in stacks load, and every kind of bad stack file is
+// refused naming the file, the key and what is allowed.
+TEST(SoftwareStacks, BuiltInsLoadAndBadFilesAreRefusedNamingTheKey) {
+  EXPECT_EQ(list_stacks(), (std::vector<std::string>{"ideal", "pytorch_compile", "pytorch_eager", "pytorch_lazy"}));
+  for (const auto& name : list_stacks()) {
+    auto s = load_stack(name);
+    ASSERT_TRUE(s.is_ok()) << s.status().to_string();
+    EXPECT_EQ(s->name, name);
+    auto back = parse_stack(stack_to_json(*s), "back.json");
+    ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+    EXPECT_EQ(*back, *s);
+  }
+  EXPECT_TRUE(load_stack("ideal")->ideal());
+  EXPECT_EQ(load_stack("pytorch_eager")->execution, StackExecution::kEager);
+  EXPECT_TRUE(load_stack("pytorch_lazy")->graphs());
+  EXPECT_EQ(load_stack("pytorch_compile")->op_dispatch_ns, 0);
+  auto unknown = load_stack("pytorch_jit");
+  ASSERT_FALSE(unknown.is_ok());
+  EXPECT_NE(unknown.status().message().find("unknown software stack 'pytorch_jit'; built-in: ideal, pytorch_compile"),
+            std::string::npos)
+      << unknown.status().to_string();
+  const std::string head = R"("name": "s", )";
+  const std::vector<BadCase> cases = {
+      {"no execution", R"("op_dispatch_ns": 5)", "execution", "missing (a string)"},
+      {"unknown execution", R"("execution": "jit")", "execution", "allowed: ideal, eager, lazy, compiled"},
+      {"unknown key", R"("execution": "eager", "dispatch_ns": 5)", "dispatch_ns", "unknown key; allowed: name"},
+      {"fractional ns", R"("execution": "eager", "op_dispatch_ns": 1.5)", "op_dispatch_ns", "integer"},
+      {"negative ns", R"("execution": "eager", "fsdp_hook_ns": -1)", "fsdp_hook_ns", "[0, 1e9]"},
+      {"ns a string", R"("execution": "lazy", "graph_launch_ns": "50")", "graph_launch_ns", "must be a number"},
+      {"overlap a number", R"("execution": "eager", "host_device_overlap": 1)", "host_device_overlap", "true or false"},
+      {"graph key on eager", R"("execution": "eager", "fuse_elementwise": true)", "fuse_elementwise",
+       "only a graph-building execution (lazy, compiled) has it"},
+      {"host key on ideal", R"("execution": "ideal", "op_dispatch_ns": 5)", "op_dispatch_ns",
+       "the ideal execution has no host time"},
+  };
+  for (const auto& c : cases) {
+    auto r = parse_stack("{" + head + c.json + "}", "stack.json");
+    ASSERT_FALSE(r.is_ok()) << c.what;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << c.what;
+    const std::string& m = r.status().message();
+    EXPECT_NE(m.find("stack.json: key '" + c.key + "'"), std::string::npos) << c.what << ": " << m;
+    EXPECT_NE(m.find(c.allowed), std::string::npos) << c.what << ": " << m;
+  }
+  auto no_name = parse_stack(R"({"execution": "ideal"})", "stack.json");
+  ASSERT_FALSE(no_name.is_ok());
+  EXPECT_NE(no_name.status().message().find("key 'name': missing"), std::string::npos);
+}
 
 TEST(DeviceProfiles, BadFilesAreInvalidArgumentNamingFileKeyAndAllowed) {
   const std::string good_rest =
@@ -672,6 +770,23 @@ TEST(DeviceProfiles, BadNewKeysAreInvalidArgumentNamingTheKey) {
       {"small_dim_factors not an object", R"("small_dim_factors": 16)", "small_dim_factors", "must be an object"},
       {"overlap a string", R"("matrix_memory_overlap": "false")", "matrix_memory_overlap", "true or false"},
       {"overlap a number", R"("matrix_memory_overlap": 0)", "matrix_memory_overlap", "true or false"},
+      {"no engines", R"("matrix_engine": {"tiles": ["256x256"]})", "matrix_engine.engines", "[1, 1024]"},
+      {"0 engines", R"("matrix_engine": {"engines": 0, "tiles": ["256x256"]})", "matrix_engine.engines", "[1, 1024]"},
+      {"fractional engines", R"("matrix_engine": {"engines": 1.5, "tiles": ["256x256"]})", "matrix_engine.engines",
+       "integer"},
+      {"no tiles", R"("matrix_engine": {"engines": 2})", "matrix_engine.tiles", "tile shapes \"HxW\""},
+      {"empty tiles", R"("matrix_engine": {"engines": 2, "tiles": []})", "matrix_engine.tiles", "1 to 16 tile shapes"},
+      {"tiles a string", R"("matrix_engine": {"engines": 2, "tiles": "256x256"})", "matrix_engine.tiles",
+       "must be an array of strings"},
+      {"tile a number", R"("matrix_engine": {"engines": 2, "tiles": [256]})", "matrix_engine.tiles", "not a string"},
+      {"tile 'by'", R"("matrix_engine": {"engines": 2, "tiles": ["256by256"]})", "matrix_engine.tiles",
+       "'256by256' is not a tile shape"},
+      {"tile 0 wide", R"("matrix_engine": {"engines": 2, "tiles": ["256x0"]})", "matrix_engine.tiles", "[1, 65536]"},
+      {"tile too high", R"("matrix_engine": {"engines": 2, "tiles": ["131072x8"]})", "matrix_engine.tiles",
+       "not a tile shape"},
+      {"unknown engine key", R"("matrix_engine": {"engines": 2, "tiles": ["8x8"], "clock": 1})", "matrix_engine.clock",
+       "unknown key; allowed: engines, tiles"},
+      {"matrix_engine not an object", R"("matrix_engine": 2)", "matrix_engine", "must be an object"},
   };
   for (const auto& c : cases) {
     auto r = parse_device_profile("{" + kGoodDeviceKeys + ", " + c.json + "}", "custom.json");

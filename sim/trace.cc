@@ -12,6 +12,7 @@ const char* trace_stream_name(int stream) {
     case kTraceReduceScatter: return "reduce_scatter";
     case kTraceAllReduce: return "all_reduce";
     case kTraceFsdp: return "fsdp";
+    case kTraceHost: return "host";
     default: return "other";
   }
 }

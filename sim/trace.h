@@ -21,9 +21,12 @@
 namespace shardlab::sim {
 
 // Trace streams (the trace's tid).
+// kTraceHost: the host's own work under a software stack other than ideal (NOTE [Host
+// and device timelines] in sim/timing/replay.h): dispatching ops, recording and launching
+// graphs, FSDP hooks.
 enum TraceStream : int { kTraceCompute = 0, kTraceAllGather = 1, kTraceReduceScatter = 2, kTraceAllReduce = 3,
-                         kTraceOtherComm = 4, kTraceFsdp = 5 };
-constexpr int kNumTraceStreams = 6;
+                         kTraceOtherComm = 4, kTraceFsdp = 5, kTraceHost = 6 };
+constexpr int kNumTraceStreams = 7;
 const char* trace_stream_name(int stream);
 
 struct TraceEvent {

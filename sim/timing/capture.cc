@@ -215,6 +215,7 @@ Result<RankProgram> capture_rank(const runtime::train::FsdpTrainOptions& in, int
   SimDevice dev(rank, slow == 1.0 ? device : device.slowed_by(slow), &clock);
   dev.set_timing_mode(true);
   dev.set_trace(&trace);
+  dev.set_graph_compiler(capture.stack);
   // As the numerics World does for the same run (NOTE [Emulated low precision]).
   if (in.model_kind == runtime::train::ModelKind::kBert && in.bert.compute_dtype == DType::kBF16) {
     dev.set_emulated_dtype(DType::kBF16);

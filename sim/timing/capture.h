@@ -9,6 +9,7 @@
 #include "runtime/train/fsdp_train.h"
 #include "sim/cost_model.h"
 #include "sim/profiles.h"
+#include "sim/stack.h"
 #include "sim/timing/op_graph.h"
 
 namespace shardlab::sim::timing {
@@ -26,6 +27,9 @@ struct CaptureOptions {
   // (DeviceProfile::slowed_by, as World does); missing entries and 1 are full speed.
   std::vector<double> slowdown;
   double slowdown_of(int rank) const;
+  // What the stack's graph compiler changes on the device (SimDevice::set_graph_compiler;
+  // NOTE [Software stack] in sim/stack.h); its host side is the replay's.
+  SoftwareStack stack;
 };
 
 // Rank `rank`'s program of train_fsdp(options) in a world of `world_size` ranks, on a

@@ -456,6 +456,9 @@ std::string graph_to_json_string(const OpGraph& g) {
   } else {
     j["network"] = nullptr;
   }
+  // NOTE [Software stack]: a graph captured under another stack than ideal carries it (its
+  // device costs already include the stack's graph compiler; the replay adds its host).
+  if (!g.stack.ideal()) j["stack"] = Json::parse(stack_to_json(g.stack));
   Json programs = Json::array();
   for (const RankProgram& p : g.programs) programs.push_back(program_json(p));
   j["programs"] = std::move(programs);
@@ -498,6 +501,12 @@ Result<OpGraph> graph_from_json_string(const std::string& text, const std::strin
                                          " devices is not the graph's world of " + std::to_string(g.world_size));
     }
     g.network = std::move(net);
+  }
+  if (j.contains("stack")) {
+    if (!j["stack"].is_object()) return r.fail("stack", "not an object (a software stack, sim/stack.h)");
+    auto stack = parse_stack(j["stack"].dump(), what + ": stack");
+    if (!stack.is_ok()) return Status::invalid_argument(stack.status().message());
+    g.stack = *stack;
   }
   SHARDLAB_ASSIGN_OR_RETURN(const Json* programs, r.array_at(j, "programs", ""));
   for (std::size_t i = 0; i < programs->size(); ++i) {

@@ -60,6 +60,7 @@
 #include "runtime/core/status.h"
 #include "runtime/fsdp/fully_sharded.h"
 #include "runtime/train/fsdp_train.h"
+#include "sim/stack.h"
 
 namespace shardlab::sim::timing {
 
@@ -169,8 +170,9 @@ struct RankProgram {
 
 // NOTE [Replaying a graph]
 // `shardlab run --dump-graph FILE` (timing mode) writes the graph with what it was
-// captured for: the device profile's name and the scenario's network (topology, nodes,
-// devices per node, cost model, collective algorithm). `shardlab replay FILE` times it
+// captured for: the device profile's name, the scenario's network (topology, nodes,
+// devices per node, cost model, collective algorithm) and its software stack when not
+// ideal (whose host timeline the replay keeps). `shardlab replay FILE` times it
 // again without the model code — on that network, or on another one it is told
 // (--topology, --network-model, --collective-algorithm): what would this run take on that
 // fabric? Faults are not part of the graph (a straggler's slower program is), so a replay
@@ -190,6 +192,7 @@ inline constexpr int kMaxGraphWorldSize = 65536;
 struct OpGraph {
   std::string device;                      // the device profile captured on; "": not recorded
   std::optional<CapturedNetwork> network;  // the network of the run; none: not recorded
+  SoftwareStack stack;                     // the software stack captured under (NOTE [Software stack])
   int world_size = 1;
   int steps = 0;
   std::vector<RankProgram> programs;   // the distinct programs

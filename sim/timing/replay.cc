@@ -51,6 +51,10 @@ struct Instance {
 struct RankState {
   std::uint32_t pc = 0;
   Nanos t = 0;
+  // NOTE [Host and device timelines]: the device's time (0 and unused with the ideal
+  // stack, so max(t, dev) is t there) and the step's host-bound time so far.
+  Nanos dev = 0;
+  Nanos starved = 0;
   std::array<std::int64_t, kNumCommStreams> tail{-1, -1, -1};
   // NOTE [Faults in timing mode]
   int step = -1;                   // the step being run (-1: before the first)
@@ -90,7 +94,7 @@ std::string fault_what(const RankProgram& p, std::int64_t seq, int rank) {
 
 class Replayer {
  public:
-  Replayer(const OpGraph& g, const ReplayOptions& o) : g_(g), o_(o), w_(g.world_size) {}
+  Replayer(const OpGraph& g, const ReplayOptions& o) : g_(g), o_(o), stack_(o.stack), w_(g.world_size) {}
 
   Result<ReplayResult> run() {
     SHARDLAB_RETURN_IF_ERROR(g_.validate());
@@ -119,7 +123,7 @@ class Replayer {
                       (in->arrived == size ? " and it waits for an earlier operation on a stream" : "")
                 : std::string("no rank issued it")));
       }
-      out_.ranks[static_cast<std::size_t>(r)].end_time = s.t;
+      out_.ranks[static_cast<std::size_t>(r)].end_time = std::max(s.t, s.dev);
     }
     for (auto& [rank, rec] : recorders_) out_.traces[rank] = rec->events();
     return std::move(out_);
@@ -143,7 +147,7 @@ class Replayer {
     for (int r = 0; r < w_; ++r) {
       const RankState& s = state_[static_cast<std::size_t>(r)];
       const RankProgram& p = g_.program(r);
-      out_.ranks[static_cast<std::size_t>(r)].end_time = s.t;
+      out_.ranks[static_cast<std::size_t>(r)].end_time = std::max(s.t, s.dev);
       if (s.stopped || s.pc >= p.nodes.size()) continue;
       const Node& n = p.nodes[s.pc];  // a wait that cannot complete
       const Instance& in = *find(n.index, r);
@@ -396,6 +400,50 @@ class Replayer {
     }
   }
 
+  // Trace events for ops [first, first + count) of `p`, back to back from `at`.
+  static void trace_ops(TraceRecorder& rec, const RankProgram& p, std::int32_t first, std::int32_t count, Nanos at) {
+    for (int k = 0; k < count; ++k) {
+      const ComputeOp& op = p.ops[static_cast<std::size_t>(first + k)];
+      TraceEvent e{op.name, kTraceCompute, at, op.duration, -1, {}, {}};
+      if (op.shapes >= 0) e.shapes = p.shapes[static_cast<std::size_t>(op.shapes)];
+      rec.add_compute(std::move(e));
+      at = add_time(at, op.duration);
+    }
+  }
+
+  // A compute node under a stack other than ideal (NOTE [Host and device timelines]).
+  void run_compute(RankState& s, const RankProgram& p, const Node& n, TraceRecorder* rec) const {
+    const auto start_device = [&s](Nanos host) {  // when the device may start what the host just handed it
+      if (host > s.dev) s.starved = add_time(s.starved, host - s.dev);
+      return std::max(host, s.dev);
+    };
+    if (stack_.execution == StackExecution::kEager) {
+      const Nanos host_begin = s.t;
+      for (int k = 0; k < n.count; ++k) {
+        const ComputeOp& op = p.ops[static_cast<std::size_t>(n.index + k)];
+        s.t = add_time(s.t, stack_.op_dispatch_ns);
+        const Nanos at = start_device(s.t);
+        if (rec != nullptr) trace_ops(*rec, p, n.index + k, 1, at);
+        s.dev = add_time(at, op.duration);
+        if (!stack_.host_device_overlap) s.t = s.dev;
+      }
+      if (rec != nullptr && stack_.op_dispatch_ns > 0) {
+        rec->add_compute({"dispatch", kTraceHost, host_begin, s.t - host_begin});
+      }
+      return;
+    }
+    // lazy, compiled: the node is one graph.
+    const Nanos record = static_cast<Nanos>(n.count) * stack_.op_dispatch_ns;
+    if (rec != nullptr && record > 0) rec->add_compute({"record_graph", kTraceHost, s.t, record});
+    s.t = add_time(s.t, record);
+    if (rec != nullptr && stack_.graph_launch_ns > 0) rec->add_compute({"launch_graph", kTraceHost, s.t, stack_.graph_launch_ns});
+    s.t = add_time(s.t, stack_.graph_launch_ns);
+    const Nanos at = start_device(s.t);
+    if (rec != nullptr) trace_ops(*rec, p, n.index, n.count, at);
+    s.dev = add_time(at, n.duration);
+    if (!stack_.host_device_overlap) s.t = s.dev;
+  }
+
   Status run_rank(int r) {
     RankState& s = state_[static_cast<std::size_t>(r)];
     const RankProgram& p = g_.program(r);
@@ -406,17 +454,11 @@ class Replayer {
       const Node& n = p.nodes[s.pc];
       switch (n.kind) {
         case NodeKind::kCompute:
-          if (traced) {
-            Nanos at = s.t;
-            TraceRecorder& rec = *recorders_[r];
-            for (int k = 0; k < n.count; ++k) {
-              const ComputeOp& op = p.ops[static_cast<std::size_t>(n.index + k)];
-              TraceEvent e{op.name, kTraceCompute, at, op.duration, -1, {}, {}};
-              if (op.shapes >= 0) e.shapes = p.shapes[static_cast<std::size_t>(op.shapes)];
-              rec.add_compute(std::move(e));
-              at = add_time(at, op.duration);
-            }
+          if (!stack_.ideal()) {
+            run_compute(s, p, n, traced ? recorders_[r].get() : nullptr);
+            break;
           }
+          if (traced) trace_ops(*recorders_[r], p, n.index, n.count, s.t);
           s.t = add_time(s.t, n.duration);  // NOTE [Virtual time limit] in sim/cost_model.h
           break;
         case NodeKind::kIssue: {
@@ -445,7 +487,11 @@ class Replayer {
           if (issued == nullptr) return mismatch;
           Instance& in = *issued;
           const auto k = static_cast<std::size_t>(coord(desc, r).rank);
-          Nanos ready = s.t;
+          if (!stack_.ideal() && stack_.fsdp_hook_ns > 0) {  // NOTE [Host and device timelines]
+            if (traced) recorders_[r]->add_compute({"fsdp_hook", kTraceHost, s.t, stack_.fsdp_hook_ns});
+            s.t = add_time(s.t, stack_.fsdp_hook_ns);
+          }
+          Nanos ready = std::max(s.t, s.dev);
           const int stream = comm_stream(desc.kind);
           if (stream >= 0) {
             std::int64_t& tail = s.tail[static_cast<std::size_t>(stream)];
@@ -487,7 +533,8 @@ class Replayer {
             out_.events += executed;
             return Status::ok();
           }
-          s.t = std::max(s.t, done);
+          if (stack_.ideal() || !stack_.host_device_overlap) s.t = std::max(s.t, done);
+          if (!stack_.ideal()) s.dev = std::max(s.dev, done);  // the compute stream waits
           --in.waits_left;
           maybe_free(in);
           if (n.index == s.corrupt_seq) {
@@ -508,15 +555,18 @@ class Replayer {
                 out_.events += executed;
                 return Status::ok();
               }
-              timing.step_starts.push_back(s.t);
+              timing.step_starts.push_back(std::max(s.t, s.dev));
+              s.starved = 0;
               break;
             case TrainMarker::kStepEnd:
-              timing.step_times.push_back(s.t - (timing.step_starts.empty() ? 0 : timing.step_starts.back()));
+              timing.step_times.push_back(std::max(s.t, s.dev) -
+                                          (timing.step_starts.empty() ? 0 : timing.step_starts.back()));
+              timing.host_bound.push_back(s.starved);
               break;
             case TrainMarker::kMemorySample:
               if (traced) {
                 runtime::train::MemorySample sample = p.memory_samples[static_cast<std::size_t>(m.sample)];
-                sample.time = s.t;
+                sample.time = std::max(s.t, s.dev);
                 out_.memory_timelines[r].push_back(std::move(sample));
               }
               break;
@@ -533,6 +583,7 @@ class Replayer {
 
   const OpGraph& g_;
   const ReplayOptions& o_;
+  const SoftwareStack& stack_;
   const int w_;
   std::vector<std::vector<std::int32_t>> waits_;      // per program and collective: wait nodes
   std::vector<std::int32_t> uniform_waits_;           // per collective: the programs' common count, or -1

@@ -26,6 +26,7 @@
 #include "runtime/train/fsdp_train.h"
 #include "sim/faults.h"
 #include "sim/network.h"
+#include "sim/stack.h"
 #include "sim/timing/op_graph.h"
 #include "sim/trace.h"
 
@@ -42,7 +43,25 @@ struct ReplayOptions {
   // How long a rank waits for a collective before it times out (virtual time), as
   // FsdpOptions::collective_timeout.
   Nanos collective_timeout = runtime::comm::kDefaultTimeout;
+  // How the framework drives the device (NOTE [Software stack] in sim/stack.h). Ideal: one
+  // timeline per rank, as above. Otherwise NOTE [Host and device timelines].
+  SoftwareStack stack;
 };
+
+// NOTE [Host and device timelines]
+// With a stack other than ideal each rank has a host time h and a device time d (the
+// compute stream's end). A compute node's ops are dispatched by the host — eager: each op
+// costs op_dispatch_ns of host time and starts on the device at max(d, h); lazy and
+// compiled: the node is one graph, recorded (op_dispatch_ns per op) and launched
+// (graph_launch_ns), whose ops start at max(d, h) back to back. Where the device starts
+// later than it could because the host had not dispatched yet (h > d), the gap counts as
+// host-bound time of the step. An issue first runs its FSDP hook (fsdp_hook_ns of host
+// time); the collective is ready at max(h, d) (its stream waits for the work dispatched
+// before it). A wait is the device stream's: d = max(d, done), and the host runs on; without
+// host_device_overlap the host waits for the device after every op or graph (h = d) and
+// for every collective it waits on. Markers happen at max(h, d): a step ends when the
+// later of its host and device work does. With the ideal stack this is the one-timeline
+// replay (h = d always, no host cost), which numerics mode's timeline equals.
 
 // A rank's error in a run that injected faults: the faulty ranks', then the others'.
 struct RankError {
@@ -52,6 +71,9 @@ struct RankError {
 
 struct RankTiming {
   std::vector<Nanos> step_starts, step_times;  // from the program's step markers
+  // Per step: the device's idle time waiting for the host (NOTE [Host and device
+  // timelines]); all 0 with the ideal stack.
+  std::vector<Nanos> host_bound;
   Nanos end_time = 0;                           // host time after the last node
 };
 

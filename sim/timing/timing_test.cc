@@ -969,6 +969,121 @@ TEST(Replay, ProgramsInDifferentGroupLayoutsFailNamingBothGroups) {
   EXPECT_NE(s.message().find("group 'world/1')"), std::string::npos) << s.to_string();
 }
 
+// NOTE [Host and device timelines]: one rank, one step of `n` ops of `d` ns each, then a
+// collective (wait included) and the step's end.
+OpGraph one_segment(int n, Nanos d) {
+  RankProgram p;
+  for (int k = 0; k < n; ++k) p.ops.push_back({"scale", d, -1});
+  CollectiveDesc ar;
+  ar.kind = OpKind::kAllReduce;
+  ar.bytes = 64;
+  ar.count = 16;
+  p.collectives = {ar};
+  p.markers = {{runtime::train::TrainMarker::kStepBegin, 0, -1}, {runtime::train::TrainMarker::kStepEnd, 0, -1}};
+  p.nodes = {{NodeKind::kMarker, 0, 0, 0}, {NodeKind::kCompute, 0, n, n * d}, {NodeKind::kIssue, 0, 0, 0},
+             {NodeKind::kWait, 0, 0, 0}, {NodeKind::kMarker, 1, 0, 0}};
+  OpGraph g;
+  g.world_size = 1;
+  g.steps = 1;
+  g.programs = {p};
+  return g;
+}
+
+SoftwareStack eager_stack(Nanos dispatch, bool overlap) {
+  SoftwareStack s;
+  s.name = "test_eager";
+  s.execution = StackExecution::kEager;
+  s.op_dispatch_ns = dispatch;
+  s.fsdp_hook_ns = 7;
+  s.host_device_overlap = overlap;
+  return s;
+}
+
+TEST(Replay, AHostBoundStepTakesTheHostStreamsTime) {
+  // Eager, dispatch D = 50 ns per op, ops of d = 20 ns: the host is the bottleneck. Op k
+  // is dispatched at k·D and runs [k·D, k·D + d]; the hook puts the host at 507; the
+  // all-reduce (flat 1000 ns) is ready at max(h, dev) = max(507, 520) and ends at 1520.
+  ReplayOptions ro;
+  ro.network = std::make_shared<FlatModel>(1000);
+  ro.traced_ranks = {0};
+  ro.stack = eager_stack(50, true);
+  auto r = replay(one_segment(10, 20), ro);
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  const RankTiming& t = r->ranks[0];
+  EXPECT_EQ(t.step_times, std::vector<Nanos>{520 + 1000});
+  // The device waited D before the first op and D - d before each other one.
+  EXPECT_EQ(t.host_bound, std::vector<Nanos>{50 + 9 * 30});
+  // The trace shows the host stream: one dispatch span and the hook.
+  const auto& tr = r->traces.at(0);
+  const auto host = std::count_if(tr.begin(), tr.end(), [](const TraceEvent& e) { return e.stream == kTraceHost; });
+  EXPECT_EQ(host, 2);
+  const auto last = std::find_if(tr.rbegin(), tr.rend(), [](const TraceEvent& e) { return e.name == "scale"; });
+  ASSERT_NE(last, tr.rend());
+  EXPECT_EQ(last->start, 500);  // the tenth op, once dispatched
+}
+
+TEST(Replay, ADeviceBoundStepHidesTheHost) {
+  // Dispatch 5 ns, ops of 100 ns: the host runs ahead; the device starts the first op at 5
+  // and never waits again: 5 + 10·100, then the all-reduce.
+  ReplayOptions ro;
+  ro.network = std::make_shared<FlatModel>(1000);
+  ro.stack = eager_stack(5, true);
+  auto r = replay(one_segment(10, 100), ro);
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  EXPECT_EQ(r->ranks[0].step_times, std::vector<Nanos>{5 + 1000 + 1000});
+  EXPECT_EQ(r->ranks[0].host_bound, std::vector<Nanos>{5});
+  // Without overlap the host waits for each op: host and device add up.
+  ro.stack = eager_stack(5, false);
+  auto serial = replay(one_segment(10, 100), ro);
+  ASSERT_TRUE(serial.is_ok()) << serial.status().to_string();
+  EXPECT_EQ(serial->ranks[0].step_times, std::vector<Nanos>{10 * 105 + 7 + 1000});
+}
+
+TEST(Replay, AGraphIsRecordedThenLaunchedAsOne) {
+  // Lazy: 10 ops recorded at 30 ns each and one launch of 200 ns put the host at 500, when
+  // the graph's ops start back to back (the device waited 500) and end at 700; the hook
+  // puts the host at 507, and the all-reduce is ready at max(507, 700) = 700.
+  SoftwareStack s;
+  s.name = "test_lazy";
+  s.execution = StackExecution::kLazy;
+  s.op_dispatch_ns = 30;
+  s.graph_launch_ns = 200;
+  s.fsdp_hook_ns = 7;
+  s.host_device_overlap = true;
+  ReplayOptions ro;
+  ro.network = std::make_shared<FlatModel>(1000);
+  ro.stack = s;
+  auto r = replay(one_segment(10, 20), ro);
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  EXPECT_EQ(r->ranks[0].step_times, std::vector<Nanos>{700 + 1000});
+  EXPECT_EQ(r->ranks[0].host_bound, std::vector<Nanos>{500});
+  // The ideal stack on the same graph: the one-timeline replay (no host time).
+  ro.stack = SoftwareStack{};
+  auto ideal = replay(one_segment(10, 20), ro);
+  ASSERT_TRUE(ideal.is_ok()) << ideal.status().to_string();
+  EXPECT_EQ(ideal->ranks[0].step_times, std::vector<Nanos>{200 + 1000});
+  EXPECT_EQ(ideal->ranks[0].host_bound, std::vector<Nanos>{0});
+}
+
+// NOTE [Software stack]: a graph carries the stack it was captured under; a broken stack
+// is refused naming the key.
+TEST(TimingMode, GraphJsonCarriesItsSoftwareStack) {
+  OpGraph g = one_segment(3, 10);
+  g.stack = *load_stack("pytorch_lazy");
+  const std::string text = graph_to_json_string(g);
+  auto back = graph_from_json_string(text, "g.json");
+  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  EXPECT_EQ(back->stack, g.stack);
+  EXPECT_EQ(graph_to_json_string(*back), text);
+  // An ideal graph writes no stack (older graphs read the same).
+  EXPECT_EQ(graph_to_json_string(one_segment(3, 10)).find("\"stack\""), std::string::npos);
+  std::string bad = text;
+  bad.replace(bad.find("\"lazy\""), 6, "\"lazy2\"");
+  auto r = graph_from_json_string(bad, "g.json");
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_NE(r.status().message().find("g.json: stack: key 'execution'"), std::string::npos) << r.status().to_string();
+}
+
 TEST(Replay, ProgramsIssuingDifferentCollectivesAreRefused) {
   OpGraph g = two_all_gathers(3);
   RankProgram lazy = g.programs[0];
