@@ -449,6 +449,7 @@ int run_timing_mode(const RunArgs& a) {
   std::printf("%s\n", record.header.c_str());
   print_faults(a);
   if (!record.ranks.empty()) print_steps(record.ranks[0], "simulated step time (timing mode)", /*timing=*/true);
+  std::printf("%s", host_bound_line(record).c_str());
   if (!a.dump_graph.empty()) std::printf("op graph: %s\n", a.dump_graph.c_str());
   record.oracle_not_run = "timing mode computes no values, only time: nothing to compare";
   std::printf("unsharded oracle: not run (%s)\n", record.oracle_not_run.c_str());
@@ -645,6 +646,7 @@ int replay_command(const ReplayArgs& r) {
   std::printf("%s\n", record.header.c_str());
   std::printf("network: %s\n", (*network)->describe().c_str());
   if (!record.ranks.empty()) print_steps(record.ranks[0], "simulated step time (replayed)", /*timing=*/true);
+  std::printf("%s", host_bound_line(record).c_str());
   record.oracle_not_run = "a replayed graph has no values, only time: nothing to compare";
   return write_outputs(out, record, 0);
 }

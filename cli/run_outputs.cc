@@ -302,6 +302,22 @@ Json metrics_json(const RunRecord& r) {
   return j;
 }
 
+namespace {
+std::string host_bound_line(const RunRecord& r, const Json& m) {
+  if (!m.contains("host_bound_s_per_step") || !m.contains("step_time_s")) return "";
+  const auto hb = m["host_bound_s_per_step"].get<std::vector<double>>();
+  const double step = m["step_time_s"].value("median", 0.0), bound = median(hb);
+  char line[320];
+  std::snprintf(line, sizeof line,
+                "host: %s stack · host-bound %.0f%% of the step (rank %d, median: the device waited %.6f s per step "
+                "for its host)\n",
+                r.host_stack.c_str(), step > 0 ? 100.0 * bound / step : 0.0, r.traced_rank(0), bound);
+  return line;
+}
+}  // namespace
+
+std::string host_bound_line(const RunRecord& r) { return r.host_bound.empty() ? "" : host_bound_line(r, metrics_json(r)); }
+
 std::string summary_text(const RunRecord& r) {
   std::ostringstream o;
   o << (r.header.empty() ? "shardlab run: " + r.scenario : r.header) << "\n";
@@ -355,16 +371,7 @@ std::string summary_text(const RunRecord& r) {
     std::snprintf(line, sizeof line, "throughput: %.1f samples/s, %.1f tokens/s, %.3g TFLOP/s per device\n",
                   m.value("samples_per_s", 0.0), m.value("tokens_per_s", 0.0), m.value("tflops_per_device", 0.0));
     o << line;
-    // NOTE [Host and device timelines]: how much of the step the device waited for its host.
-    if (m.contains("host_bound_s_per_step") && m.contains("step_time_s")) {
-      const auto hb = m["host_bound_s_per_step"].get<std::vector<double>>();
-      const double step = m["step_time_s"].value("median", 0.0), bound = median(hb);
-      std::snprintf(line, sizeof line,
-                    "host: %s stack · host-bound %.0f%% of the step (rank %d, median: the device waited %.6f s per step "
-                    "for its host)\n",
-                    r.host_stack.c_str(), step > 0 ? 100.0 * bound / step : 0.0, r.traced_rank(0), bound);
-      o << line;
-    }
+    o << host_bound_line(r, m);
     o << "peak memory per rank (rank 0): " << format_bytes(r0.memory.peak_total)
       << " (at the peak: " << r0.memory.breakdown(MemoryStats::Of::kAtPeak) << ")\n";
     o << "category peaks (rank 0, each at its own moment): " << r0.memory.breakdown(MemoryStats::Of::kCategoryPeaks)

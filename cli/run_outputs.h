@@ -90,6 +90,10 @@ std::vector<int> traced_ranks(const RunRecord& r);
 // metrics.json as a JSON value (exposed for tests).
 nlohmann::json metrics_json(const RunRecord& r);
 std::string summary_text(const RunRecord& r);
+// Under a software stack other than ideal (RunRecord::host_bound): the line saying how much
+// of the step the device waited for its host ("host: pytorch_eager stack · host-bound 52% of
+// the step …"), newline-terminated; "" otherwise. summary.txt and the run's stdout print it.
+std::string host_bound_line(const RunRecord& r);
 
 // NOTE [Output folder check]: before a run starts, its output folder must be usable:
 // every path component at most 255 bytes, the folder a directory if it exists, and its

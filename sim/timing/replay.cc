@@ -487,9 +487,18 @@ class Replayer {
           if (issued == nullptr) return mismatch;
           Instance& in = *issued;
           const auto k = static_cast<std::size_t>(coord(desc, r).rank);
-          if (!stack_.ideal() && stack_.fsdp_hook_ns > 0) {  // NOTE [Host and device timelines]
-            if (traced) recorders_[r]->add_compute({"fsdp_hook", kTraceHost, s.t, stack_.fsdp_hook_ns});
+          if (!stack_.ideal()) {  // NOTE [Host and device timelines]
+            if (traced && stack_.fsdp_hook_ns > 0) {
+              recorders_[r]->add_compute({"fsdp_hook", kTraceHost, s.t, stack_.fsdp_hook_ns});
+            }
             s.t = add_time(s.t, stack_.fsdp_hook_ns);
+            // A device that finished its work before the host got here waited for the host;
+            // moving its time up to the host's changes no start time (every later op and
+            // this collective start at or after the host's time anyway).
+            if (s.t > s.dev) {
+              s.starved = add_time(s.starved, s.t - s.dev);
+              s.dev = s.t;
+            }
           }
           Nanos ready = std::max(s.t, s.dev);
           const int stream = comm_stream(desc.kind);
