@@ -1,0 +1,74 @@
+#!/bin/bash
+# ctest driver for scripts/netns-cluster (label netns). Exit 77 (skipped) without root or
+# ip netns, as the script itself does.
+#   netns_cluster_test.sh roundtrip SCRIPT           up 2, status, down: nothing left behind
+#   netns_cluster_test.sh bad-args SCRIPT            bad input: exit 2 naming what is allowed
+#   netns_cluster_test.sh oracle SCRIPT SHARDLAB SCENARIO OUT PREFIX
+#                                                   the scenario across 2 nodes x 2 ranks
+set -uo pipefail
+what=$1
+script=$2
+skip_unless_root() {
+  if [[ $(id -u) != 0 ]] || ! command -v ip > /dev/null || ! ip netns list > /dev/null 2>&1; then
+    echo "skipped: needs root and ip netns"
+    exit 77
+  fi
+}
+# The fixture's cluster (oracle): skipped when it could not go up for want of namespaces.
+skip_unless_up() {
+  [[ -f /run/shardlab-netns/$1/mpirun.args ]] || { echo "skipped: cluster $1 is not up (needs root and ip netns)"; exit 77; }
+}
+fail() { echo "FAIL: $*"; exit 1; }
+case $what in
+  roundtrip)
+    skip_unless_root
+    prefix=slrt
+    trap '"$script" down --prefix $prefix > /dev/null 2>&1' EXIT
+    "$script" up 2 --rate 500mbit --ranks-per-node 2 --prefix $prefix
+    rc=$?
+    [[ $rc == 77 ]] && { echo "skipped: no network namespaces on this machine"; exit 77; }
+    [[ $rc == 0 ]] || fail "up exited $rc"
+    [[ $(ip netns list | grep -c "^$prefix-") == 4 ]] || fail "up made $(ip netns list | grep -c "^$prefix-") namespaces, expected 4 (fabric, head, 2 nodes)"
+    grep -q "^$prefix-n1 slots=2$" /run/shardlab-netns/$prefix/hostfile || fail "hostfile: $(cat /run/shardlab-netns/$prefix/hostfile)"
+    tc -n $prefix-n0 qdisc show dev eth0 | grep -q "tbf.*rate 500Mbit" || fail "no 500mbit tbf on n0: $(tc -n $prefix-n0 qdisc show dev eth0)"
+    grep -q '"gbit_per_s": 0.5' /run/shardlab-netns/$prefix/topology.json || fail "topology: $(cat /run/shardlab-netns/$prefix/topology.json)"
+    # The root namespace has no 198.18 address: the cluster's addresses stay inside it.
+    ip -4 -o addr show | grep -q "198\.18\." && fail "198.18 address outside the cluster's namespaces"
+    status=$("$script" status --prefix $prefix)
+    [[ $status == *"netns-cluster $prefix: up"* ]] || fail "status does not say up: $status"
+    "$script" down --prefix $prefix || fail "down exited $?"
+    [[ $(ip netns list | grep -c "^$prefix-") == 0 ]] || fail "down left: $(ip netns list | grep "^$prefix-")"
+    [[ ! -e /run/shardlab-netns/$prefix ]] || fail "down left /run/shardlab-netns/$prefix"
+    status=$("$script" status --prefix $prefix)
+    [[ $status == *"netns-cluster $prefix: down"* ]] || fail "status after down: $status"
+    echo "ok: up, status, down leave nothing behind"
+    ;;
+  bad-args)
+    expect2() {
+      local out rc
+      out=$("$script" "${@:2}" 2>&1); rc=$?
+      [[ $rc == 2 ]] || fail "'${*:2}' exited $rc, expected 2: $out"
+      [[ $out == *"$1"* ]] || fail "'${*:2}' said: $out; expected it to name: $1"
+    }
+    expect2 "N must be a positive integer" up 0
+    expect2 "at most 64 nodes" up 65
+    expect2 "--rate: a tc rate such as 1gbit" up 2 --rate fast
+    expect2 "--prefix: 1 to 8 lowercase letters" up 2 --prefix Bad-Prefix
+    expect2 "unknown command 'start'; allowed: up, down, status, mpirun" start
+    expect2 "--rate is an option of up" down --rate 1gbit
+    echo "ok: bad arguments exit 2 naming what is allowed"
+    ;;
+  oracle)
+    skip_unless_root
+    shardlab=$3 scenario=$4 out=$5 prefix=$6
+    skip_unless_up "$prefix"
+    rm -rf "$out"
+    "$script" mpirun --prefix "$prefix" -n 4 --oversubscribe --mca mpi_yield_when_idle 1 \
+      "$shardlab" run "$scenario" --backend mpi --set world.nodes=2 --set world.devices_per_node=2 --out "$out"
+    rc=$?
+    [[ $rc == 0 ]] || fail "the run exited $rc"
+    grep -q "^gradients vs unsharded training: MATCH" "$out/summary.txt" || fail "no oracle MATCH in $out/summary.txt"
+    echo "ok: 2 nodes x 2 ranks match the unsharded oracle"
+    ;;
+  *) echo "unknown test '$what'"; exit 2 ;;
+esac
