@@ -530,6 +530,7 @@ int run_mpi(const RunArgs& a, int* argc, char*** argv) {
   }
   TracingDevice traced_dev(&raw_dev, &clock, origin, &trace);
   TracingCommunicator traced_comm(&unchecked, &clock, origin, &trace, hpu ? "hccl" : "mpi");
+  if (a.train.fsdp.devices_per_node > 0) traced_comm.set_nodes(a.train.fsdp.devices_per_node);
   FsdpTraceSink phases(&clock, origin, traced ? &trace : nullptr);
   runtime::device::Device& dev = traced ? static_cast<runtime::device::Device&>(traced_dev) : raw_dev;
   runtime::comm::Communicator& c = traced ? static_cast<runtime::comm::Communicator&>(traced_comm) : unchecked;

@@ -159,11 +159,26 @@ Status TracingDevice::optimizer_step(const runtime::device::OptimizerUpdate& upd
 
 TracingCommunicator::TracingCommunicator(runtime::comm::Communicator* inner, const Clock* clock, Nanos origin,
                                          sim::TraceRecorder* trace, std::string algorithm)
-    : inner_(inner), clock_(clock), origin_(origin), trace_(trace), algorithm_(std::move(algorithm)) {}
+    : inner_(inner), clock_(clock), origin_(origin), trace_(trace), algorithm_(algorithm),
+      base_algorithm_(std::move(algorithm)) {}
 TracingCommunicator::TracingCommunicator(std::unique_ptr<runtime::comm::Communicator> owned, const Clock* clock,
                                          Nanos origin, sim::TraceRecorder* trace, std::string algorithm)
     : owned_(std::move(owned)), inner_(owned_.get()), clock_(clock), origin_(origin), trace_(trace),
-      algorithm_(std::move(algorithm)) {}
+      algorithm_(algorithm), base_algorithm_(std::move(algorithm)) {}
+
+void TracingCommunicator::set_nodes(int devices_per_node) {
+  SHARDLAB_CHECK_GT(devices_per_node, 0);
+  devices_per_node_ = devices_per_node;
+  world_ranks_.resize(static_cast<std::size_t>(size()));
+  for (int r = 0; r < size(); ++r) world_ranks_[static_cast<std::size_t>(r)] = r;
+  describe_placement();
+}
+
+void TracingCommunicator::describe_placement() {
+  bool across = false;
+  for (int r : world_ranks_) across = across || r / devices_per_node_ != world_ranks_.front() / devices_per_node_;
+  algorithm_ = base_algorithm_ + (across ? ", across nodes" : ", within a node");
+}
 
 WorkPtr TracingCommunicator::traced(OpKind kind, std::int64_t bytes, WorkPtr work, Nanos start) {
   auto record = [this, kind, bytes, start](Nanos end) {
@@ -206,7 +221,24 @@ Result<std::unique_ptr<runtime::comm::Communicator>> TracingCommunicator::split(
   SHARDLAB_ASSIGN_OR_RETURN(std::unique_ptr<runtime::comm::Communicator> group, inner_->split(color, key));
   if (!group) return group;  // not a member of any new group
   return std::unique_ptr<runtime::comm::Communicator>(
-      std::make_unique<TracingCommunicator>(std::move(group), clock_, origin_, trace_, algorithm_));
+      std::make_unique<TracingCommunicator>(std::move(group), clock_, origin_, trace_, base_algorithm_));
+}
+
+Result<std::unique_ptr<runtime::comm::Communicator>> TracingCommunicator::split_strided(int stride, int group_size) {
+  SHARDLAB_ASSIGN_OR_RETURN(std::unique_ptr<runtime::comm::Communicator> group,
+                            inner_->split_strided(stride, group_size));
+  if (!group) return group;
+  auto traced_group = std::make_unique<TracingCommunicator>(std::move(group), clock_, origin_, trace_, base_algorithm_);
+  if (devices_per_node_ > 0) {  // NOTE [Strided groups] in runtime/comm/communicator.h: the members
+    const int color = runtime::comm::strided_color(rank(), stride, group_size);
+    const int first = color / stride * stride * group_size + color % stride;
+    traced_group->devices_per_node_ = devices_per_node_;
+    for (int k = 0; k < group_size; ++k) {
+      traced_group->world_ranks_.push_back(world_ranks_[static_cast<std::size_t>(first + stride * k)]);
+    }
+    traced_group->describe_placement();
+  }
+  return std::unique_ptr<runtime::comm::Communicator>(std::move(traced_group));
 }
 
 std::function<void(const runtime::fsdp::FsdpEvent&)> FsdpTraceSink::hook() {

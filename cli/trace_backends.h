@@ -102,6 +102,11 @@ class TracingDevice final : public runtime::device::Device {
 // Forwards every operation to `inner` and records each collective and point-to-point
 // operation as a comm event (NOTE [Wall-clock traces]); groups made by split are traced
 // too. `algorithm` names the backend's implementation in the events ("mpi", "hccl").
+// With set_nodes(devices_per_node) on the world communicator, the events also say whether
+// the group's traffic crosses nodes ("mpi, across nodes" / "mpi, within a node"; ranks
+// r·K … r·K + K − 1 are node r's, as the scenario maps them), for the world and for groups
+// made by split_strided (HYBRID_SHARD's shard groups inside nodes, replica groups across);
+// a group made by split(color, key) does not know its members and says neither.
 class TracingCommunicator final : public runtime::comm::Communicator {
  public:
   TracingCommunicator(runtime::comm::Communicator* inner, const Clock* clock, Nanos origin, sim::TraceRecorder* trace,
@@ -120,9 +125,14 @@ class TracingCommunicator final : public runtime::comm::Communicator {
   runtime::comm::WorkPtr send(const Tensor& input, int peer, int tag) override;
   runtime::comm::WorkPtr recv(const Tensor& output, int peer, int tag) override;
   Result<std::unique_ptr<runtime::comm::Communicator>> split(int color, int key) override;
+  Result<std::unique_ptr<runtime::comm::Communicator>> split_strided(int stride, int group_size) override;
+  // The world communicator: `devices_per_node` ranks per node (> 0).
+  void set_nodes(int devices_per_node);
 
  private:
   runtime::comm::WorkPtr traced(runtime::comm::OpKind kind, std::int64_t bytes, runtime::comm::WorkPtr work, Nanos start);
+  // algorithm_ from base_algorithm_ and whether world_ranks_ span nodes.
+  void describe_placement();
 
   std::unique_ptr<runtime::comm::Communicator> owned_;
   runtime::comm::Communicator* inner_;
@@ -130,6 +140,9 @@ class TracingCommunicator final : public runtime::comm::Communicator {
   Nanos origin_;
   sim::TraceRecorder* trace_;
   std::string algorithm_;
+  std::string base_algorithm_;
+  int devices_per_node_ = 0;      // 0: placement unknown
+  std::vector<int> world_ranks_;  // this group's members, by group rank, as world ranks
 };
 
 // Turns FSDP phase begin/end pairs (runtime::fsdp::FsdpEvent) into FSDP trace events

@@ -3,8 +3,11 @@
 # ip netns, as the script itself does.
 #   netns_cluster_test.sh roundtrip SCRIPT           up 2, status, down: nothing left behind
 #   netns_cluster_test.sh bad-args SCRIPT            bad input: exit 2 naming what is allowed
-#   netns_cluster_test.sh oracle SCRIPT SHARDLAB SCENARIO OUT PREFIX
-#                                                   the scenario across 2 nodes x 2 ranks
+#   netns_cluster_test.sh oracle SCRIPT SHARDLAB SCENARIO OUT PREFIX [STRATEGY]
+#                                                   the scenario across 2 nodes x 2 ranks;
+#                                                   with HYBRID_SHARD the trace must show the
+#                                                   shard groups' traffic within a node and
+#                                                   the replica all-reduces across nodes
 set -uo pipefail
 what=$1
 script=$2
@@ -60,15 +63,31 @@ case $what in
     ;;
   oracle)
     skip_unless_root
-    shardlab=$3 scenario=$4 out=$5 prefix=$6
+    shardlab=$3 scenario=$4 out=$5 prefix=$6 strategy=${7:-}
     skip_unless_up "$prefix"
     rm -rf "$out"
+    sets=(--set world.nodes=2 --set world.devices_per_node=2)
+    [[ -n $strategy ]] && sets+=(--set "fsdp.sharding_strategy=$strategy")
     "$script" mpirun --prefix "$prefix" -n 4 --oversubscribe --mca mpi_yield_when_idle 1 \
-      "$shardlab" run "$scenario" --backend mpi --set world.nodes=2 --set world.devices_per_node=2 --out "$out"
+      "$shardlab" run "$scenario" --backend mpi "${sets[@]}" --out "$out"
     rc=$?
     [[ $rc == 0 ]] || fail "the run exited $rc"
     grep -q "^gradients vs unsharded training: MATCH" "$out/summary.txt" || fail "no oracle MATCH in $out/summary.txt"
-    echo "ok: 2 nodes x 2 ranks match the unsharded oracle"
+    if [[ $strategy == HYBRID_SHARD ]]; then
+      /usr/bin/python3 - "$out/trace.json" << 'PY' || fail "the trace does not place HYBRID_SHARD's traffic"
+import collections, json, sys
+events = [e for e in json.load(open(sys.argv[1]))["traceEvents"] if e.get("ph") == "X" and e.get("cat") == "comm"]
+where = collections.defaultdict(set)
+for e in events:
+    where[e["name"]].add(e["args"]["algorithm"])
+print({k: sorted(v) for k, v in where.items()})
+# Shards are gathered and gradients reduce-scattered inside a node; the replicas all-reduce across.
+ok = (where["all_gather"] == {"mpi, within a node"} and where["reduce_scatter"] == {"mpi, within a node"}
+      and "mpi, across nodes" in where["all_reduce"])
+sys.exit(0 if ok else 1)
+PY
+    fi
+    echo "ok: 2 nodes x 2 ranks${strategy:+ under $strategy} match the unsharded oracle"
     ;;
   *) echo "unknown test '$what'"; exit 2 ;;
 esac
