@@ -3,6 +3,10 @@
 # ip netns, as the script itself does.
 #   netns_cluster_test.sh roundtrip SCRIPT           up 2, status, down: nothing left behind
 #   netns_cluster_test.sh bad-args SCRIPT            bad input: exit 2 naming what is allowed
+#   netns_cluster_test.sh slow-link SCRIPT SHARDLAB SCENARIO OUT PREFIX
+#                                                   node 0 at 1 Gbit/s, node 1 at a tenth of
+#                                                   it: the run completes and its summary
+#                                                   says where the time went
 #   netns_cluster_test.sh oracle SCRIPT SHARDLAB SCENARIO OUT PREFIX [STRATEGY]
 #                                                   the scenario across 2 nodes x 2 ranks;
 #                                                   with HYBRID_SHARD the trace must show the
@@ -57,7 +61,9 @@ case $what in
     expect2 "at most 64 nodes" up 65
     expect2 "--rate: a tc rate such as 1gbit" up 2 --rate fast
     expect2 "--prefix: 1 to 8 lowercase letters" up 2 --prefix Bad-Prefix
-    expect2 "unknown command 'start'; allowed: up, down, status, mpirun" start
+    expect2 "unknown command 'start'; allowed: up, down, status, shape, mpirun" start
+    expect2 "shape: I must be a node index" shape x 1gbit
+    expect2 "shape: RATE must be a tc rate such as 1gbit or 100mbit, or 0" shape 1 fast
     expect2 "--rate is an option of up" down --rate 1gbit
     echo "ok: bad arguments exit 2 naming what is allowed"
     ;;
@@ -88,6 +94,30 @@ sys.exit(0 if ok else 1)
 PY
     fi
     echo "ok: 2 nodes x 2 ranks${strategy:+ under $strategy} match the unsharded oracle"
+    ;;
+  slow-link)
+    shardlab=$3 scenario=$4 out=$5 prefix=$6
+    skip_unless_up "$prefix"
+    rm -rf "$out"
+    trap '"$script" shape 0 0 --prefix "$prefix" > /dev/null; "$script" shape 1 0 --prefix "$prefix" > /dev/null' EXIT
+    "$script" shape 0 1gbit --prefix "$prefix" && "$script" shape 1 100mbit --prefix "$prefix" || fail "shape exited $?"
+    "$script" mpirun --prefix "$prefix" -n 4 --oversubscribe --mca mpi_yield_when_idle 1 \
+      "$shardlab" run "$scenario" --backend mpi --set world.nodes=2 --set world.devices_per_node=2 \
+      --set train.steps=2 --out "$out"
+    rc=$?
+    [[ $rc == 0 ]] || fail "the run exited $rc"
+    grep -q "^gradients vs unsharded training: MATCH" "$out/summary.txt" || fail "no oracle MATCH in $out/summary.txt"
+    # Where the time went: each step's exposed communication on rank 0 (summary table) is
+    # most of the step, and the breakdown in metrics.json says the same.
+    /usr/bin/python3 - "$out/metrics.json" << 'PY' || fail "the breakdown does not show the slow link"
+import json, sys
+m = json.load(open(sys.argv[1]))
+b, step = m["step_breakdown_s"], m["step_time_s"]["median"]
+print(f"step {step:.3f} s: compute {b['compute']:.3f} s, exposed communication {b['exposed_comm']:.3f} s")
+sys.exit(0 if b["exposed_comm"] > 0.8 * step else 1)
+PY
+    sed -n '/^  step  loss/,/^throughput/p' "$out/summary.txt"
+    echo "ok: with node 1 at a tenth of node 0's rate the run completes, its steps mostly exposed communication"
     ;;
   *) echo "unknown test '$what'"; exit 2 ;;
 esac
