@@ -14,16 +14,5 @@ file(READ "${OUT}/summary.txt" actual)
 # The provenance line (shardlab version, host) differs between builds and machines, not
 # between runs: it is not part of the golden.
 string(REGEX REPLACE "\nprovenance: [^\n]*" "" actual "${actual}")
-if("$ENV{SHARDLAB_UPDATE_EXPECTED}" STREQUAL "1")
-  file(WRITE "${EXPECTED}" "${actual}")
-  message("updated ${EXPECTED}")
-  return()
-endif()
-if(NOT EXISTS "${EXPECTED}")
-  message(FATAL_ERROR "no expected summary ${EXPECTED}; run with SHARDLAB_UPDATE_EXPECTED=1 to create it")
-endif()
-file(READ "${EXPECTED}" expected)
-if(NOT actual STREQUAL expected)
-  message(FATAL_ERROR "summary of ${SCENARIO} differs from ${EXPECTED}\n--- expected\n${expected}\n--- actual\n${actual}\n"
-                      "(SHARDLAB_UPDATE_EXPECTED=1 ctest -R <test> rewrites it after review)")
-endif()
+include(${CMAKE_CURRENT_LIST_DIR}/golden_compare.cmake)
+shardlab_golden("${actual}" "${EXPECTED}" "summary of ${SCENARIO}")
