@@ -98,6 +98,15 @@ MEMORY_COLUMNS = ["rank", "step", "event", "time_s"] + MEMORY_CATEGORIES
 BREAKDOWN_PARTS = [("compute", "compute", "#0072B2"),
                    ("exposed_comm", "exposed communication", "#D55E00"),
                    ("idle", "idle", "#BBBBBB")]
+# Timing runs under a software stack other than ideal also report the device's time waiting
+# for its host (metrics step_breakdown_s.host_bound); drawn only where a run has it.
+HOST_BOUND_PART = ("host_bound", "host-bound (device waiting for its host)", "#009E73")
+
+
+def breakdown_parts(metrics_list: list[dict]) -> list[tuple[str, str, str]]:
+    """BREAKDOWN_PARTS, with the host-bound part when any of the runs reports it."""
+    has_host = any("host_bound" in (m.get("step_breakdown_s") or {}) for m in metrics_list)
+    return BREAKDOWN_PARTS + ([HOST_BOUND_PART] if has_host else [])
 
 
 class InputError(Exception):
@@ -843,13 +852,14 @@ def plot_step_breakdown(runs: list[Run], title: str, out_path: str) -> str | Non
     have = [r for r in runs if "step_breakdown_s" in r.metrics]
     if not have:
         return None
-    parts = [[(r.metrics["step_breakdown_s"].get(k) or 0.0) * 1e3 for k, _, _ in BREAKDOWN_PARTS] for r in have]
+    kinds = breakdown_parts([r.metrics for r in have])
+    parts = [[(r.metrics["step_breakdown_s"].get(k) or 0.0) * 1e3 for k, _, _ in kinds] for r in have]
     medians = [(r.metrics.get("step_time_s") or {}).get("median") for r in have]
     n = len(have)
     fig, ax = plt.subplots(figsize=(10, min(max(2.4 + 0.55 * n, 3.2), 20.0)))
     ypos = np.arange(n)
     left = np.zeros(n)
-    for j, (_, label, color) in enumerate(BREAKDOWN_PARTS):
+    for j, (_, label, color) in enumerate(kinds):
         width = np.array([p[j] for p in parts])
         ax.barh(ypos, width, left=left, height=0.6, color=color, label=label)
         left += width
@@ -859,7 +869,7 @@ def plot_step_breakdown(runs: list[Run], title: str, out_path: str) -> str | Non
             ax.plot([med * 1e3, med * 1e3], [i - 0.38, i + 0.38], color="#000000", linewidth=2)
             xmax = max(xmax, med * 1e3)
     for i in range(n):
-        text = " + ".join(f"{parts[i][j]:.3f}" for j in range(len(BREAKDOWN_PARTS))) + f" = {left[i]:.3f} ms"
+        text = " + ".join(f"{parts[i][j]:.3f}" for j in range(len(kinds))) + f" = {left[i]:.3f} ms"
         ax.annotate(text, (left[i], i), xytext=(4, 0), textcoords="offset points", va="center", fontsize=8)
     ax.plot([], [], color="#000000", linewidth=2, label="median step time")
     ax.set_yticks(ypos)
@@ -1078,7 +1088,7 @@ def run_summary(m: dict) -> list[tuple[str, str]]:
             f"{fmt_seconds(st.get('median'))} ({fmt_seconds(st.get('min'))} – {fmt_seconds(st.get('max'))})")
     bd = m.get("step_breakdown_s")
     if bd:
-        add("step breakdown", ", ".join(f"{label} {fmt_seconds(bd.get(k))}" for k, label, _ in BREAKDOWN_PARTS))
+        add("step breakdown", ", ".join(f"{label} {fmt_seconds(bd.get(k))}" for k, label, _ in breakdown_parts([m])))
     for key, label in (("samples_per_s", "samples/s"), ("tokens_per_s", "tokens/s"),
                        ("tflops_per_device", "TFLOP/s per device")):
         if m.get(key) is not None:

@@ -116,6 +116,25 @@ class SingleRunTest(TempDirTest):
         self.assertIn("step 3 (the last of steps 1–3)", self.read("out", "index.html"))
         self.assertIn("all 3 ranks", self.read("out", "index.html"))
 
+    def test_a_host_bound_run_shows_its_host_bound_part(self):
+        # Timing mode under a software stack: metrics add step_breakdown_s.host_bound; the
+        # index and the breakdown picture show it, and runs without it are drawn as before.
+        run = self.copy_run()
+        metrics_path = os.path.join(run, "metrics.json")
+        with open(metrics_path) as f:
+            m = json.load(f)
+        self.assertNotIn("host_bound", m["step_breakdown_s"])
+        self.assertEqual(shardlab_report.breakdown_parts([m]), shardlab_report.BREAKDOWN_PARTS)
+        m["step_breakdown_s"]["host_bound"] = 0.0007
+        m["host_bound_s_per_step"] = [0.0007, 0.0007]
+        with open(metrics_path, "w") as f:
+            json.dump(m, f)
+        self.assertEqual(shardlab_report.breakdown_parts([m])[-1][0], "host_bound")
+        out = self.path("out")
+        self.assertEqual(run_main(run, "--out", out)[0], 0)
+        self.assertIn("host-bound (device waiting for its host) 0.700 ms", self.read("out", "index.html"))
+        self.assert_picture(os.path.join(out, "step_breakdown.png"))
+
     def test_loss_note_says_bitwise_equal_to_oracle(self):
         out = self.path("out")
         self.assertEqual(run_main(RUN_FSDP, "--out", out)[0], 0)
