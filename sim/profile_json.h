@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cmath>
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -91,6 +93,14 @@ class JsonObject {
                            std::string allowed) const {
     if (!j_.contains(k)) return fallback;
     return number(k, lo, hi, lo_open, std::move(allowed));
+  }
+  // A whole number of nanoseconds in [0, 1e9]; `fallback` when absent (nullopt: required).
+  Result<std::int64_t> nanos(const std::string& k, std::optional<std::int64_t> fallback = std::nullopt) const {
+    const std::string allowed = "an integer number of ns in [0, 1e9]";
+    if (fallback && !j_.contains(k)) return *fallback;
+    SHARDLAB_ASSIGN_OR_RETURN(const double v, number(k, 0, 1e9, false, allowed));
+    if (v != std::floor(v)) return bad(k, "must be " + allowed);
+    return static_cast<std::int64_t>(v);
   }
   Result<bool> boolean_or(const std::string& k, bool fallback) const {
     if (!j_.contains(k)) return fallback;

@@ -133,18 +133,9 @@ Result<DeviceProfile> parse_device_profile(const std::string& json_text, const s
     std::snprintf(v, sizeof v, "%.17g", p.host_link_bytes_per_s);
     return root.bad("host_link_bytes_per_s", std::string("value ") + v + " out of range; allowed: " + link_allowed);
   }
-  SHARDLAB_ASSIGN_OR_RETURN(const double launch,
-                            root.number("launch_ns", 0, 1e9, false, "an integer number of ns in [0, 1e9]"));
-  if (launch != std::floor(launch)) return root.bad("launch_ns", "must be an integer number of ns");
-  p.launch_ns = static_cast<Nanos>(launch);
-  SHARDLAB_ASSIGN_OR_RETURN(const double alloc,
-                            root.number_or("alloc_ns", 0, 0, 1e9, false, "an integer number of ns in [0, 1e9]"));
-  if (alloc != std::floor(alloc)) return root.bad("alloc_ns", "must be an integer number of ns");
-  p.alloc_ns = static_cast<Nanos>(alloc);
-  SHARDLAB_ASSIGN_OR_RETURN(const double op_host,
-                            root.number_or("op_host_ns", 0, 0, 1e9, false, "an integer number of ns in [0, 1e9]"));
-  if (op_host != std::floor(op_host)) return root.bad("op_host_ns", "must be an integer number of ns");
-  p.op_host_ns = static_cast<Nanos>(op_host);
+  SHARDLAB_ASSIGN_OR_RETURN(p.launch_ns, root.nanos("launch_ns"));
+  SHARDLAB_ASSIGN_OR_RETURN(p.alloc_ns, root.nanos("alloc_ns", 0));
+  SHARDLAB_ASSIGN_OR_RETURN(p.op_host_ns, root.nanos("op_host_ns", 0));
   // A capacity below 1 MiB (one that rounds to 0 bytes included) is refused: 0 bytes would
   // read as the offload host's "unlimited".
   SHARDLAB_ASSIGN_OR_RETURN(const double gib, root.number("capacity_gib", kMinCapacityGib, 1 << 20, false,

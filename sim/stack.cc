@@ -1,6 +1,5 @@
 #include "sim/stack.h"
 
-#include <cmath>
 
 #include "sim/profile_json.h"
 #include "sim/profiles.h"
@@ -46,17 +45,10 @@ Result<SoftwareStack> parse_stack(const std::string& json_text, const std::strin
     }
   }
   if (!known) return root.bad("execution", "'" + execution + "' is not an execution; allowed: ideal, eager, lazy, compiled");
-  const auto ns = [&root](const char* key, Nanos* out) -> Status {
-    SHARDLAB_ASSIGN_OR_RETURN(const double v,
-                              root.number_or(key, 0, 0, 1e9, false, "an integer number of ns in [0, 1e9]"));
-    if (v != std::floor(v)) return root.bad(key, "must be an integer number of ns in [0, 1e9]");
-    *out = static_cast<Nanos>(v);
-    return Status::ok();
-  };
-  SHARDLAB_RETURN_IF_ERROR(ns("op_dispatch_ns", &s.op_dispatch_ns));
-  SHARDLAB_RETURN_IF_ERROR(ns("graph_launch_ns", &s.graph_launch_ns));
-  SHARDLAB_RETURN_IF_ERROR(ns("fsdp_hook_ns", &s.fsdp_hook_ns));
-  SHARDLAB_RETURN_IF_ERROR(ns("graph_node_ns", &s.graph_node_ns));
+  SHARDLAB_ASSIGN_OR_RETURN(s.op_dispatch_ns, root.nanos("op_dispatch_ns", 0));
+  SHARDLAB_ASSIGN_OR_RETURN(s.graph_launch_ns, root.nanos("graph_launch_ns", 0));
+  SHARDLAB_ASSIGN_OR_RETURN(s.fsdp_hook_ns, root.nanos("fsdp_hook_ns", 0));
+  SHARDLAB_ASSIGN_OR_RETURN(s.graph_node_ns, root.nanos("graph_node_ns", 0));
   SHARDLAB_ASSIGN_OR_RETURN(s.host_device_overlap, root.boolean_or("host_device_overlap", false));
   SHARDLAB_ASSIGN_OR_RETURN(s.fold_transposes, root.boolean_or("fold_transposes", false));
   SHARDLAB_ASSIGN_OR_RETURN(s.fuse_elementwise, root.boolean_or("fuse_elementwise", false));
