@@ -540,9 +540,15 @@ def main(argv):
         procs_list = parse_list(args.procs, int)
         models = parse_list(args.models)
         strategies = parse_list(args.strategies)
-        comm_points = [(int(p), m) for p, m in (pair.split(":", 1) for pair in parse_list(args.comm_points))]
     except ValueError as e:
-        ap.error(f"--procs / --comm-points (PROCS:MODEL,...): {e}")
+        ap.error(f"--procs: {e}")
+    comm_points = []
+    for pair in parse_list(args.comm_points):
+        procs, _, model = pair.partition(":")
+        if not procs.isdigit() or int(procs) < 1 or not model:
+            ap.error(f"--comm-points: '{pair}' is not PROCS:MODEL; allowed: a comma-separated list such as "
+                     "2:bert-mini, or '' for none")
+        comm_points.append((int(procs), model))
     if not procs_list or any(p < 1 for p in procs_list) or not models or not strategies:
         ap.error("--procs (positive integers), --models and --strategies need at least one value each")
     if args.steps < 1 or args.mlp_steps < 1 or args.repeats < 1 or args.calibrations < 1 or args.warmup < 0:

@@ -487,7 +487,8 @@ class Replayer {
           if (issued == nullptr) return mismatch;
           Instance& in = *issued;
           const auto k = static_cast<std::size_t>(coord(desc, r).rank);
-          if (!stack_.ideal()) {  // NOTE [Host and device timelines]
+          // NOTE [Host and device timelines]; a split is the runtime's set-up, not an FSDP hook.
+          if (!stack_.ideal() && desc.kind != OpKind::kSplit) {
             if (traced && stack_.fsdp_hook_ns > 0) {
               recorders_[r]->add_compute({"fsdp_hook", kTraceHost, s.t, stack_.fsdp_hook_ns});
             }

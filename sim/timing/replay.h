@@ -55,8 +55,8 @@ struct ReplayOptions {
 // compiled: the node is one graph, recorded (op_dispatch_ns per op) and launched
 // (graph_launch_ns), whose ops start at max(d, h) back to back. Where the device starts
 // later than it could because the host had not dispatched yet (h > d), the gap counts as
-// host-bound time of the step. An issue first runs its FSDP hook (fsdp_hook_ns of host
-// time); a device idle before the host gets there waited for the host too (host-bound; d
+// host-bound time of the step. An issue (but a split's, set-up rather than a hook) first
+// runs its FSDP hook (fsdp_hook_ns of host time); a device idle before the host gets there waited for the host too (host-bound; d
 // moves up to h, which delays nothing); the collective is ready at max(h, d) (its stream
 // waits for the work dispatched before it). A wait is the device stream's: d = max(d, done), and the host runs on; without
 // host_device_overlap the host waits for the device after every op or graph (h = d) and

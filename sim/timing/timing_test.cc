@@ -1082,6 +1082,14 @@ TEST(TimingMode, GraphJsonCarriesItsSoftwareStack) {
   auto r = graph_from_json_string(bad, "g.json");
   ASSERT_FALSE(r.is_ok());
   EXPECT_NE(r.status().message().find("g.json: stack: key 'execution'"), std::string::npos) << r.status().to_string();
+  std::string not_object = text;
+  const std::size_t at = not_object.find("\"stack\":{");
+  ASSERT_NE(at, std::string::npos);
+  not_object.replace(at, 9, "\"stack\":7,\"was\":{");
+  auto r2 = graph_from_json_string(not_object, "g.json");
+  ASSERT_FALSE(r2.is_ok());
+  EXPECT_NE(r2.status().message().find("stack"), std::string::npos) << r2.status().to_string();
+  EXPECT_NE(r2.status().message().find("not an object"), std::string::npos) << r2.status().to_string();
 }
 
 TEST(Replay, ProgramsIssuingDifferentCollectivesAreRefused) {
