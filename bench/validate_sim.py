@@ -182,11 +182,14 @@ def read_step_times(out_dir, what):
 def median_profile(profiles):
     """Field by field median of profiles of one shape (JSON objects): numbers take their
     median (the lower middle one for integers, which stay integers), objects merge key by
-    key, anything else (names, flags) comes from the first."""
+    key, lists of one length element by element (a measured collective table's rows:
+    the same sizes, the median time), anything else (names, flags) comes from the first."""
     first = profiles[0]
     if isinstance(first, dict):
         keys = list(first) + [k for p in profiles[1:] for k in p if k not in first]
         return {k: median_profile([p[k] for p in profiles if k in p]) for k in keys}
+    if isinstance(first, list) and all(isinstance(p, list) and len(p) == len(first) for p in profiles):
+        return [median_profile([p[i] for p in profiles]) for i in range(len(first))]
     if isinstance(first, bool) or not all(isinstance(p, (int, float)) and not isinstance(p, bool) for p in profiles):
         return first
     if all(isinstance(p, int) for p in profiles):
@@ -472,6 +475,8 @@ def self_test():
     merged = median_profile([{"a": 1, "b": {"c": 1.0}, "n": "x"}, {"a": 3, "b": {"c": 3.0}, "n": "y"},
                              {"a": 2, "b": {"c": 2.0}, "n": "z"}])
     check(merged == {"a": 2, "b": {"c": 2.0}, "n": "x"}, f"median_profile field by field: {merged}")
+    table = median_profile([{"t": [[64, 10], [4096, 30]]}, {"t": [[64, 14], [4096, 20]]}, {"t": [[64, 12], [4096, 50]]}])
+    check(table == {"t": [[64, 12], [4096, 30]]}, f"median_profile row by row: {table}")
     # Oversubscribed points are reported by their launches' median, not held to the target.
     held = {"procs": 2, "model": "mlp", "strategy": "NO_SHARD", "measured_s": 1.0, "predicted_s": 1.05,
             "error_pct": 5.0, "launch_errors_pct": [4.0, 6.0, 5.0], "oversubscribed": False}

@@ -212,10 +212,11 @@ int main_impl(int argc, char** argv) {
   report_cmd->add_option("--out", report_out, "Where to write the pictures (default: DIR)");
 
   std::string calibrate_out, calibrate_topology_out;
+  std::vector<std::int64_t> calibrate_sizes;
   auto* calibrate_cmd = app.add_subcommand(
       "calibrate",
       "Measure this machine (GEMM, vector and memcpy rates and the CPU's per-op costs; with --topology-out under\n"
-      "mpiexec -n P also the MPI collectives' per-call overhead, α, β and γ) and write simulator\n"
+      "mpiexec -n P also the MPI collectives: their times by size, per-call overhead, α, β and γ) and write simulator\n"
       "profiles: use them as world.device / world.topology to predict CPU\n"
       "runs. Under mpiexec every process measures at once, so the profiles describe a P-process run on this\n"
       "machine (cores shared when P exceeds them); calibrate with the process count you want to predict.");
@@ -223,7 +224,14 @@ int main_impl(int argc, char** argv) {
   calibrate_cmd->add_option("--topology-out", calibrate_topology_out,
                             "Also time MPI all_gather/reduce_scatter/all_reduce on all processes (mpiexec -n P), "
                             "fit the per-call overhead, α, β and γ under the simulator's schedules and write them as a switch "
-                            "topology");
+                            "topology with the measured times (NOTE [Measured collectives] in sim/topology.h)");
+  calibrate_cmd
+      ->add_option("--collective-sizes", calibrate_sizes,
+                   "With --topology-out: the buffer sizes in bytes to time each collective at, comma-separated, "
+                   "at least 2 (default 64 B, 4 KiB, 64 KiB, 1, 2, 4, 8, 12, 15, 17, 24 and 32 MiB); the "
+                   "measured table interpolates between them (NOTE [Measured collectives] in sim/topology.h)")
+      ->delimiter(',')
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 34));
 
   bool schema_markdown = false;
   auto* schema_cmd = app.add_subcommand(
@@ -411,10 +419,15 @@ int main_impl(int argc, char** argv) {
       return s.exit_code();
     };
     const auto print_device = [&](const shardlab::sim::DeviceProfile& p, int processes) {
-      std::printf("device: matrix %.3g GFLOP/s, vector %.3g GFLOP/s, memory %.3g GB/s, launch %lld ns, "
+      char cache[96] = "";
+      if (p.cache_bytes > 0) {
+        std::snprintf(cache, sizeof cache, " (its first %lld KiB at %.3g GB/s, in cache)",
+                      static_cast<long long>(p.cache_bytes / 1024), p.cache_bytes_per_s / 1e9);
+      }
+      std::printf("device: matrix %.3g GFLOP/s, vector %.3g GFLOP/s, memory %.3g GB/s%s, launch %lld ns, "
                   "allocation %lld ns, runtime host time %lld ns per op, %zu op compute factors (%d process%s at "
                   "once) → %s\n",
-                  p.matrix_flops_per_s / 1e9, p.vector_flops_per_s / 1e9, p.memory_bytes_per_s / 1e9,
+                  p.matrix_flops_per_s / 1e9, p.vector_flops_per_s / 1e9, p.memory_bytes_per_s / 1e9, cache,
                   static_cast<long long>(p.launch_ns), static_cast<long long>(p.alloc_ns),
                   static_cast<long long>(p.op_host_ns), p.compute_factors.size(),
                   processes, processes == 1 ? "" : "es", calibrate_out.c_str());
@@ -434,7 +447,9 @@ int main_impl(int argc, char** argv) {
     if (!world.is_ok()) return failed(world.status());
     const int rank = (*world)->rank();
     shardlab::runtime::device::cpu::CpuDevice host({"cpu", rank});
-    auto net = shardlab::sim::calibrate_network(**world, host, clock);
+    shardlab::sim::NetworkCalibrationOptions net_options;
+    if (!calibrate_sizes.empty()) net_options.sizes = calibrate_sizes;
+    auto net = shardlab::sim::calibrate_network(**world, host, clock, net_options);
     if (!net.is_ok()) return failed(net.status());
     auto profile = shardlab::sim::calibrate_device_together(**world, host, clock);
     if (!profile.is_ok()) return failed(profile.status());

@@ -1,11 +1,16 @@
 #include "sim/calibrate.h"
 
 #include <unistd.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <emmintrin.h>
+#endif
 
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <functional>
+#include <map>
+#include <memory>
 #include <span>
 #include <string>
 #include <utility>
@@ -19,6 +24,7 @@
 #include "sim/device.h"
 #include "sim/network.h"
 #include "sim/virtual_clock.h"
+#include "sim/world.h"
 
 namespace shardlab::sim {
 
@@ -35,6 +41,9 @@ using runtime::comm::ReduceOp;
 struct Coordination {
   std::function<Status()> before;
   std::function<Result<Nanos>(Nanos)> combine;
+  // A one-member communicator of this rank for the FSDP training loop of NOTE [Host time
+  // per op]; null: the loop is the unsharded oracle's (no communicator to train over).
+  runtime::comm::Communicator* solo = nullptr;
 };
 
 // NOTE [Calibration rounds]
@@ -69,13 +78,58 @@ struct Timing {
   RoundBests& bests;
 };
 
+// NOTE [Cold operands]
+// A training step's large tensors come from main memory (NOTE [Cache-resident bytes] in
+// sim/cost_model.h), but an op timed again and again on the same buffers finds them in
+// the caches — on a host whose last-level cache holds hundreds of MB, a "far larger than
+// caches" 64 MB copy included (measured on one core of a 480 MiB-L3 VM: a 16 MB fill
+// 0.55 ms warm against 2.00 ms cold, a [20, 128] · [30522, 128]ᵀ GEMM 2.06 against 3.23).
+// So every operand larger than the profile's cache_bytes is flushed from every cache
+// level (clflush of each line, then a fence) before each timed call, outside the timed
+// span, wherever the host can flush: x86 (elsewhere the operands stay warm, and the
+// profile over-states the memory rate). Only on host-addressable devices (the cpu
+// backend): an accelerator's memory is not behind the host's caches.
+void flush_from_caches(const Tensor& t) {
+#if defined(__x86_64__) || defined(__i386__)
+  const char* p = reinterpret_cast<const char*>(t.bytes());
+  for (std::int64_t i = 0; i < t.nbytes(); i += 64) _mm_clflush(p + i);
+  _mm_mfence();
+#else
+  (void)t;
+#endif
+}
+
+// The operands among `tensors` that NOTE [Cold operands] flushes: those over `cache_bytes`
+// bytes on a host-addressable device with a cache model (cache_bytes > 0).
+std::vector<Tensor> cold_operands(const runtime::device::Device& device, std::int64_t cache_bytes,
+                                  std::initializer_list<Tensor> tensors) {
+  std::vector<Tensor> cold;
+  if (cache_bytes <= 0 || !device.host_addressable()) return cold;
+  for (const Tensor& t : tensors) {
+    if (t.defined() && !t.is_phantom() && t.nbytes() > cache_bytes) cold.push_back(t);
+  }
+  return cold;
+}
+
 // Mean time of `op` over a window of at least `min_window` (at least one run),
-// synchronizing after each run.
+// synchronizing after each run. With `cold` operands, each run is timed on its own after
+// they are flushed (NOTE [Cold operands]) and the window counts only the runs' time.
 Result<Nanos> window_time(runtime::device::Device& device, const Clock& clock, Nanos min_window,
-                          const std::function<Status()>& op) {
-  const Nanos t0 = clock.now();
+                          const std::function<Status()>& op, const std::vector<Tensor>& cold = {}) {
   std::int64_t runs = 0;
   Nanos elapsed = 0;
+  if (!cold.empty()) {
+    do {
+      for (const Tensor& t : cold) flush_from_caches(t);
+      const Nanos t0 = clock.now();
+      SHARDLAB_RETURN_IF_ERROR(op());
+      SHARDLAB_RETURN_IF_ERROR(device.synchronize(kComputeStream));
+      elapsed += clock.now() - t0;
+      ++runs;
+    } while (elapsed < min_window);
+    return elapsed / runs;
+  }
+  const Nanos t0 = clock.now();
   do {
     SHARDLAB_RETURN_IF_ERROR(op());
     SHARDLAB_RETURN_IF_ERROR(device.synchronize(kComputeStream));
@@ -86,14 +140,15 @@ Result<Nanos> window_time(runtime::device::Device& device, const Clock& clock, N
 }
 
 // Best-of-`repeats` window time of `op` after one warm-up window (page faults, caches,
-// lazy init).
+// lazy init); `cold` as for window_time.
 Result<Nanos> best_time(runtime::device::Device& device, const Clock& clock, const DeviceCalibrationOptions& o,
-                        const Timing& timing, const std::function<Status()>& op) {
+                        const Timing& timing, const std::function<Status()>& op,
+                        const std::vector<Tensor>& cold = {}) {
   SHARDLAB_RETURN_IF_ERROR(timing.co.before());
-  SHARDLAB_RETURN_IF_ERROR(window_time(device, clock, o.min_window_ns, op).status());
+  SHARDLAB_RETURN_IF_ERROR(window_time(device, clock, o.min_window_ns, op, cold).status());
   Nanos best = -1;
   for (int i = 0; i < o.repeats; ++i) {
-    SHARDLAB_ASSIGN_OR_RETURN(const Nanos t, window_time(device, clock, o.min_window_ns, op));
+    SHARDLAB_ASSIGN_OR_RETURN(const Nanos t, window_time(device, clock, o.min_window_ns, op, cold));
     if (best < 0 || t < best) best = t;
   }
   SHARDLAB_ASSIGN_OR_RETURN(const Nanos slowest, timing.co.combine(best));
@@ -124,9 +179,11 @@ DeviceCalibrationOptions quick_options(const DeviceCalibrationOptions& o) {
 // counts are SimDevice's own; its memory bandwidth is made unlimited and its launch zero
 // so that only the compute term is left.
 // NOTE [Per-op memory factors]: a second such SimDevice, with unlimited compute instead,
-// charges the same call's memory term; when the measured time of the optimizer update (the
-// one op timed at its training size) is more than 3% below it, the update streams faster
-// than the copy that set the memory rate, and its memory factor is their ratio.
+// charges the same call's memory term. Two ops are timed at their training size on cold
+// operands (NOTE [Cold operands]): the optimizer update over shard-sized tensors and a
+// fill of copy_bytes; when such an op's measured time is more than 3% off its memory
+// term, its memory factor is their ratio (the update streams faster than the copy that
+// set the memory rate; a fill's stores read each line before writing it).
 struct OpFactors {
   std::map<std::string, double, std::less<>> compute, memory;
 };
@@ -141,10 +198,14 @@ Result<OpFactors> measure_op_factors(runtime::device::Device& device, const Cloc
   compute_only.alloc_ns = 0;
   compute_only.op_host_ns = 0;
   compute_only.memory_bytes_per_s = 1e30;
+  compute_only.cache_bytes = 0;
+  compute_only.cache_bytes_per_s = 0;
   compute_only.compute_factors.clear();
   compute_only.memory_factors.clear();
   DeviceProfile memory_only = compute_only;
   memory_only.memory_bytes_per_s = measured.memory_bytes_per_s;
+  memory_only.cache_bytes = measured.cache_bytes;
+  memory_only.cache_bytes_per_s = measured.cache_bytes_per_s;
   memory_only.matrix_flops_per_s = memory_only.matrix_bf16_flops_per_s = 1e30;
   memory_only.vector_flops_per_s = memory_only.vector_bf16_flops_per_s = 1e30;
   VirtualClock memory_clock;
@@ -179,6 +240,8 @@ Result<OpFactors> measure_op_factors(runtime::device::Device& device, const Cloc
   SHARDLAB_ASSIGN_OR_RETURN(Tensor state1, make({shard}, DType::kF32, 0.0f));
   SHARDLAB_ASSIGN_OR_RETURN(Tensor param, make({shard}, DType::kF32, 0.5f));
   SHARDLAB_ASSIGN_OR_RETURN(Tensor grad, make({shard}, DType::kF32, 0.01f));
+  // A gradient buffer zeroed before accumulation, far larger than the cache.
+  SHARDLAB_ASSIGN_OR_RETURN(Tensor big, make({std::max(n, o.copy_bytes / 4)}, DType::kF32, 0.0f));
   // Attention: [1, A, 128, 128] scores with an all-ones mask over 128 keys.
   const std::int64_t heads = std::max<std::int64_t>(1, n / (h * h));
   SHARDLAB_ASSIGN_OR_RETURN(Tensor scores, make({1, heads, h, h}, DType::kF32, 0.1f));
@@ -211,6 +274,7 @@ Result<OpFactors> measure_op_factors(runtime::device::Device& device, const Cloc
       {"batched_gemm", [&](auto& d) { return d.batched_gemm(ba, false, bb, true, bc, 1.0f, 0.0f, kComputeStream); }},
       {"bias_grad", [&](auto& d) { return d.bias_grad(dy, dbeta, false, kComputeStream); }},
       {"cast", [&](auto& d) { return d.cast(x, half, kComputeStream); }},
+      {"fill", [&](auto& d) { return d.fill(big, 0.25f, kComputeStream); }},
       {"layer_norm", [&](auto& d) { return d.layer_norm(x, gamma, beta, 1e-12f, y, mean, rstd, kComputeStream); }},
       {"layer_norm_backward",
        [&](auto& d) {
@@ -235,6 +299,10 @@ Result<OpFactors> measure_op_factors(runtime::device::Device& device, const Cloc
                      [&, act = act](auto& d) { return d.activation_backward(act, x, dy, dx, kComputeStream); });
   }
 
+  // The ops timed at their training size, with their cold operands.
+  const std::map<std::string, std::vector<Tensor>, std::less<>> at_size = {
+      {"fill", cold_operands(device, measured.cache_bytes, {big})},
+      {"optimizer_step", cold_operands(device, measured.cache_bytes, {param, grad, state0, state1})}};
   const DeviceCalibrationOptions quick = quick_options(o);  // small ops: many runs per window
   OpFactors factors;
   for (const auto& [key, op] : ops) {
@@ -244,23 +312,37 @@ Result<OpFactors> measure_op_factors(runtime::device::Device& device, const Cloc
     const Nanos memory_before = memory_clock.now();
     SHARDLAB_RETURN_IF_ERROR(op(memory_sim));
     const Nanos memory_charged = memory_clock.now() - memory_before;
-    SHARDLAB_ASSIGN_OR_RETURN(const Nanos t, best_time(device, clock, quick, co, [&, &op = op] { return op(device); }));
-    if (charged <= 0) continue;  // no compute term at this size: nothing to scale
+    const auto sized = at_size.find(key);
+    static const std::vector<Tensor> kWarm;
+    SHARDLAB_ASSIGN_OR_RETURN(const Nanos t, best_time(device, clock, quick, co, [&, &op = op] { return op(device); },
+                                                       sized == at_size.end() ? kWarm : sized->second));
     const double work = static_cast<double>(std::max<Nanos>(t - measured.launch_ns, 1));
-    factors.compute.emplace(key, std::clamp(work / static_cast<double>(charged), 1e-3, 1000.0));
-    // Only for the op timed at its training size (the optimizer on a shard): the others
-    // run in cache here, and their in-cache speed would under-charge large activations.
-    if (key == "optimizer_step" && memory_charged > 0 && work < 0.97 * static_cast<double>(memory_charged)) {
-      factors.memory.emplace(key, std::clamp(work / static_cast<double>(memory_charged), 1e-3, 1.0));
+    if (charged > 0) {  // else no compute term at this size: nothing to scale
+      factors.compute.emplace(key, std::clamp(work / static_cast<double>(charged), 1e-3, 1000.0));
+    }
+    // Only for the ops timed at their training size: the others run in cache here, and
+    // their in-cache speed would under-charge large activations. Slower than the memory
+    // term only for an op without a compute term (else its compute factor took it).
+    const double ratio = memory_charged > 0 ? work / static_cast<double>(memory_charged) : 1.0;
+    if (sized != at_size.end() && (ratio < 0.97 || (charged <= 0 && ratio > 1.03))) {
+      factors.memory.emplace(key, std::clamp(ratio, 1e-3, 4.0));
     }
   }
   return factors;
 }
 
 // NOTE [Host time per op] (sim/cost_model.h): the calibration workload is a tiny MLP
-// (8 → 8 → 8 → 8 → 3, batch 4, AdamW over 243 parameters) trained without sharding by
-// train_oracle, the runtime's own training loop: model code, views, allocations and the
-// optimizer. Tiny on purpose — its ops take well under a microsecond, so the loop's host
+// (8 → 8 → 8 → 8 → 3, batch 4, AdamW over 243 parameters) trained by the runtime's own
+// training loop: model code, views, allocations and the optimizer — with a communicator
+// (calibrate_device_together), train_fsdp over a one-member group of this rank, FULL_SHARD,
+// the loop every run takes (its FSDP bookkeeping, flat-parameter views, one-rank
+// collectives and phase events: on the 2-core reference VM 2.7× the host time per op of
+// the unsharded loop, 0.40 against 0.15 µs); without one, the unsharded train_oracle.
+// Not measured: the wall-clock tracer of `shardlab run` (cli/trace_backends.h). Run
+// under it the same loop took 0.96 µs per op, yet the traced MLP runs that
+// bench/validate_sim.py measures take 0.6–0.7 µs per op; neither figure predicts them
+// within 10%, and bert-sized steps (~0.3 µs of tracing per op against ~30 µs of compute
+// per op) do not notice. Tiny on purpose — its ops take well under a microsecond, so the loop's host
 // time is not lost in their noise (at 24 → 48 wide, AdamW over 6,000 parameters dominated
 // the step and the host time drowned in its error) — and unlike the MLP that
 // bench/validate_sim.py predicts (16 → 32 → 32 → 4).
@@ -286,6 +368,24 @@ Result<Nanos> host_time_per_op(runtime::device::Device& device, const Clock& clo
   prediction.op_host_ns = 0;
   for (int i = 0; i < 2; ++i) {
     t.steps = i == 0 ? kShort : kLong;
+    if (co.co.solo != nullptr) {
+      SHARDLAB_ASSIGN_OR_RETURN(real[i], best_time(device, clock, quick, co, [&] {
+        return runtime::train::train_fsdp(*co.co.solo, device, clock, t).status();
+      }));
+      // The same loop in a one-rank World (its one-member collectives cost nothing there).
+      WorldOptions w;
+      w.device = prediction;
+      w.host_huge_pages = false;
+      World world(w);
+      const std::vector<RankResult> ran = world.run([&](RankContext& ctx) -> Status {
+        SHARDLAB_RETURN_IF_ERROR(runtime::train::train_fsdp(ctx.comm, ctx.device, ctx.clock, t).status());
+        charged[i] = static_cast<double>(ctx.clock.now());
+        ops[i] = static_cast<double>(ctx.sim_device.ops_charged());
+        return Status::ok();
+      });
+      SHARDLAB_RETURN_IF_ERROR(ran[0].status);
+      continue;
+    }
     SHARDLAB_ASSIGN_OR_RETURN(real[i], best_time(device, clock, quick, co, [&] {
       return runtime::train::train_oracle(device, t, 1).status();
     }));
@@ -301,9 +401,9 @@ Result<Nanos> host_time_per_op(runtime::device::Device& device, const Clock& clo
 
 Status check_options(const DeviceCalibrationOptions& o) {
   if (o.gemm_size < 1 || o.vector_elements < 1 || o.copy_bytes < 4 || o.repeats < 1 || o.rounds < 1 ||
-      o.capacity_bytes < 0 || o.min_window_ns < 0) {
+      o.capacity_bytes < 0 || o.min_window_ns < 0 || o.cache_bytes < -1) {
     return Status::invalid_argument("calibrate: gemm_size, vector_elements, repeats, rounds must be >= 1, "
-                                    "copy_bytes >= 4, capacity_bytes and min_window_ns >= 0");
+                                    "copy_bytes >= 4, capacity_bytes and min_window_ns >= 0, cache_bytes >= -1");
   }
   return Status::ok();
 }
@@ -324,6 +424,14 @@ Result<DeviceProfile> measure_round(runtime::device::Device& device, const Clock
   SHARDLAB_ASSIGN_OR_RETURN(Tensor src, device.empty({c}, DType::kF32, cat, "calibrate.src"));
   SHARDLAB_ASSIGN_OR_RETURN(Tensor dst, device.empty({c}, DType::kF32, cat, "calibrate.dst"));
   for (const Tensor* t : {&a, &b, &x, &src}) SHARDLAB_RETURN_IF_ERROR(device.fill(*t, 0.5f, kComputeStream));
+  // NOTE [Cache-resident bytes]: the core's cache, and a copy whose source and destination
+  // fill half of it (the other half holds what a step keeps beside them).
+  const std::int64_t cache =
+      !device.host_addressable() ? 0 : o.cache_bytes >= 0 ? o.cache_bytes : host_cache_bytes();
+  const std::int64_t cached_elements = std::max<std::int64_t>(1, cache / 16);
+  SHARDLAB_ASSIGN_OR_RETURN(Tensor csrc, device.empty({cached_elements}, DType::kF32, cat, "calibrate.csrc"));
+  SHARDLAB_ASSIGN_OR_RETURN(Tensor cdst, device.empty({cached_elements}, DType::kF32, cat, "calibrate.cdst"));
+  SHARDLAB_RETURN_IF_ERROR(device.fill(csrc, 0.5f, kComputeStream));
 
   SHARDLAB_ASSIGN_OR_RETURN(const Nanos launch, best_time(device, clock, o, co, [&] {
     return device.fill(one, 1.0f, kComputeStream);
@@ -336,7 +444,13 @@ Result<DeviceProfile> measure_round(runtime::device::Device& device, const Clock
   }));
   SHARDLAB_ASSIGN_OR_RETURN(const Nanos t_copy, best_time(device, clock, o, co, [&] {
     return device.copy(src, dst, kComputeStream);
-  }));
+  }, cold_operands(device, cache, {src, dst})));
+  Nanos t_cached_copy = 0;
+  if (cache > 0) {
+    SHARDLAB_ASSIGN_OR_RETURN(t_cached_copy, best_time(device, clock, quick_options(o), co, [&] {
+      return device.copy(csrc, cdst, kComputeStream);
+    }));
+  }
 
   // NOTE [Host time per allocation]: an activation-sized tensor allocated and dropped, then
   // the one-element op (a device may charge the allocation only with its next op, as
@@ -354,7 +468,23 @@ Result<DeviceProfile> measure_round(runtime::device::Device& device, const Clock
   p.alloc_ns = t_alloc;
   p.vector_flops_per_s = 8.0 * static_cast<double>(v) / work_s(t_gelu, launch);
   p.vector_bf16_flops_per_s = p.vector_flops_per_s;
-  p.memory_bytes_per_s = 2.0 * static_cast<double>(src.nbytes()) / work_s(t_copy, launch);
+  const double copied = 2.0 * static_cast<double>(src.nbytes());
+  p.memory_bytes_per_s = copied / work_s(t_copy, launch);
+  if (cache > 0) {
+    // NOTE [Cache-resident bytes]: the large copy's first `cache` bytes are charged at the
+    // in-cache rate, so the memory rate is what its other bytes took. A cache no faster
+    // than memory is no cache to model.
+    const double cache_rate = 2.0 * static_cast<double>(csrc.nbytes()) / work_s(t_cached_copy, launch);
+    const double cached = static_cast<double>(cache);
+    if (cache_rate > p.memory_bytes_per_s && copied > cached) {
+      const double rest_s = work_s(t_copy, launch) - cached / cache_rate;
+      if (rest_s > 0) {
+        p.memory_bytes_per_s = (copied - cached) / rest_s;
+        p.cache_bytes = cache;
+        p.cache_bytes_per_s = cache_rate;
+      }
+    }
+  }
   // NOTE [Matrix ops on a CPU]: the GEMM's operand traffic is charged after its flops, so
   // it is taken off the measured time before the rate is computed.
   p.matrix_memory_overlap = false;
@@ -363,7 +493,7 @@ Result<DeviceProfile> measure_round(runtime::device::Device& device, const Clock
     return p.matrix_bytes(4.0 * m * k, 4.0 * k * nn, 4.0 * m * nn);
   };
   const auto gemm_compute_s = [&](Nanos t, double m, double nn, double k) {
-    return std::max(work_s(t, launch) - gemm_bytes(m, nn, k) / p.memory_bytes_per_s, 1e-9);
+    return std::max(work_s(t, launch) - p.memory_seconds(gemm_bytes(m, nn, k)), 1e-9);
   };
   const double nd = static_cast<double>(n);
   p.matrix_flops_per_s = 2.0 * nd * nd * nd / gemm_compute_s(t_gemm, nd, nd, nd);
@@ -404,23 +534,23 @@ Result<DeviceProfile> measure_round(runtime::device::Device& device, const Clock
       SHARDLAB_RETURN_IF_ERROR(device.fill(gb, 0.5f, kComputeStream));
       SHARDLAB_ASSIGN_OR_RETURN(const Nanos t, best_time(device, clock, quick, co, [&] {
         return device.gemm(ga, ta, gb, tb, gc, 1.0f, 0.0f, kComputeStream);
-      }));
+      }, cold_operands(device, cache, {ga, gb, gc})));
       return Thin{t, static_cast<double>(m), static_cast<double>(cols), static_cast<double>(k)};
     };
     // The matrix rate and the operand passes together, from the square GEMM and the thin
     // forward one with d = 16 (two full register tiles): each time, less launch and C's
     // traffic, is
     //   flops · (1 / rate) + (A + B bytes) / memory · passes,
-    // two linear equations. Passes outside their physical range [1, 3] are clamped (the
+    // two linear equations (with the operands' bytes timed by memory_seconds at one pass,
+    // NOTE [Cache-resident bytes]). Passes outside their physical range [1, 3] are clamped (the
     // thin GEMM then has inefficiency beyond its operand traffic, which its small-dimension
     // factor below takes), and the rate is taken from the square GEMM with them.
     const std::int64_t d0 = std::min<std::int64_t>(16, half);
     SHARDLAB_ASSIGN_OR_RETURN(const Thin t0, time_thin(Layout::kForward, d0));
     {
-      const double mem = p.memory_bytes_per_s;
       const auto row = [&](Nanos t, double m, double nn, double k) {
-        return std::array<double, 3>{2.0 * m * nn * k, 4.0 * (m * k + k * nn) / mem,
-                                     work_s(t, launch) - 8.0 * m * nn / mem};
+        return std::array<double, 3>{2.0 * m * nn * k, p.memory_seconds(4.0 * (m * k + k * nn)),
+                                     work_s(t, launch) - p.memory_seconds(8.0 * m * nn)};
       };
       const auto r1 = row(t_gemm, nd, nd, nd);
       const auto r0 = row(t0.t, t0.m, t0.nn, t0.k);
@@ -495,6 +625,15 @@ Result<std::vector<Nanos>> max_over_ranks(Communicator& comm, runtime::device::D
 
 }  // namespace
 
+std::int64_t host_cache_bytes() {
+#ifdef _SC_LEVEL2_CACHE_SIZE
+  const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+  return l2 > 0 ? static_cast<std::int64_t>(l2) : 0;
+#else
+  return 0;
+#endif
+}
+
 Result<DeviceProfile> calibrate_device(runtime::device::Device& device, const Clock& clock,
                                        const DeviceCalibrationOptions& o) {
   return measure_device(device, clock, o, alone());
@@ -515,12 +654,15 @@ Result<DeviceProfile> calibrate_cpu_device(const DeviceCalibrationOptions& optio
 
 Result<DeviceProfile> calibrate_device_together(Communicator& comm, runtime::device::Device& device,
                                                 const Clock& clock, const DeviceCalibrationOptions& o) {
+  // NOTE [Host time per op]: every rank trains over a group of its own.
+  SHARDLAB_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> solo, comm.split(comm.rank(), 0));
   const Coordination together{
       [&] { return comm.barrier()->wait(runtime::comm::kDefaultTimeout); },
       [&](Nanos t) -> Result<Nanos> {
         SHARDLAB_ASSIGN_OR_RETURN(std::vector<Nanos> slowest, max_over_ranks(comm, device, {t}));
         return slowest[0];
-      }};
+      },
+      solo.get()};
   return measure_device(device, clock, o, together);
 }
 
@@ -600,10 +742,14 @@ Status fit_collective_model(NetworkCalibration& r) {
   // matters; the kinds differ by ~1 µs — libnbc completes a one-rank in-place all_reduce
   // at once —, and the median is what a mix of them costs), and γ fits what is left.
   const bool fit_overhead = r.ranks > 1;
+  std::vector<CollectiveSample> fitted;
+  for (const CollectiveSample& s : r.samples) {
+    if (r.fit_max_bytes <= 0 || s.buffer_bytes <= r.fit_max_bytes) fitted.push_back(s);
+  }
   Nanos overhead = 0;
   if (!fit_overhead) {
     std::vector<Nanos> small;
-    for (const CollectiveSample& s : r.samples) {
+    for (const CollectiveSample& s : fitted) {
       if (s.buffer_bytes <= (64 << 10)) small.push_back(s.time_ns);
     }
     if (small.empty()) {
@@ -613,7 +759,7 @@ Status fit_collective_model(NetworkCalibration& r) {
   }
   std::vector<std::array<double, 4>> x;
   std::vector<double> y, t;
-  for (const CollectiveSample& s : r.samples) {
+  for (const CollectiveSample& s : fitted) {
     x.push_back({fit_overhead ? 1.0 : 0.0, static_cast<double>(s.rounds), static_cast<double>(s.path_bytes),
                  static_cast<double>(s.reduced_bytes)});
     t.push_back(static_cast<double>(s.time_ns));
@@ -631,7 +777,7 @@ Status fit_collective_model(NetworkCalibration& r) {
   r.bytes_per_s = c[2] > 0 ? 1e9 / c[2] : 0.0;
   // Under 1% of every reducing sample's time is rounding, not a cost: reductions are free.
   double largest_share = 0;
-  for (const CollectiveSample& s : r.samples) {
+  for (const CollectiveSample& s : fitted) {
     if (s.reduced_bytes > 0) {
       largest_share = std::max(largest_share, c[3] * static_cast<double>(s.reduced_bytes) /
                                                   std::max(static_cast<double>(s.time_ns), 1.0));
@@ -674,6 +820,7 @@ Result<NetworkCalibration> calibrate_network(Communicator& comm, runtime::device
 
   NetworkCalibration result;
   result.ranks = p;
+  result.fit_max_bytes = o.fit_max_bytes;
   std::vector<Nanos> medians;
   for (std::int64_t size : o.sizes) {
     const std::int64_t n = chunk_elements(size);
@@ -685,9 +832,11 @@ Result<NetworkCalibration> calibrate_network(Communicator& comm, runtime::device
         {OpKind::kReduceScatter, [&] { return comm.reduce_scatter(shard, full, ReduceOp::kSum); }},
         {OpKind::kAllReduce, [&] { return comm.all_reduce(full, ReduceOp::kSum); }},
     };
+    const std::vector<Tensor> cold = cold_operands(device, o.cold ? 1 : 0, {full, shard});
     for (const auto& [kind, issue] : ops) {
       std::vector<Nanos> times;
       for (int i = 0; i <= o.repeats; ++i) {  // round 0 is a warm-up
+        for (const Tensor& t : cold) flush_from_caches(t);
         SHARDLAB_RETURN_IF_ERROR(comm.barrier()->wait(timeout));
         const Nanos t0 = clock.now();
         SHARDLAB_RETURN_IF_ERROR(issue()->wait(timeout));
@@ -731,6 +880,20 @@ TopologySpec switch_topology_from(const NetworkCalibration& c, std::string name)
   t.efficiency = 1.0;
   t.reduce_bytes_per_s = c.reduce_bytes_per_s;
   t.collective_overhead_ns = c.overhead_ns;
+  // NOTE [Host-progressed collectives]: the communicator measured is MpiCommunicator's.
+  t.host_progress = true;
+  // NOTE [Measured collectives]: bytes as a CollectiveQuery holds them.
+  t.measured.ranks = c.ranks;
+  for (const CollectiveSample& s : c.samples) {
+    const std::int64_t bytes = s.kind == OpKind::kAllReduce ? s.buffer_bytes : s.chunk_bytes;
+    t.measured.tables[s.kind].emplace_back(bytes, s.time_ns);
+  }
+  for (auto& [kind, table] : t.measured.tables) {
+    // By size; sizes too small to split into p fp32 chunks repeat a query size: keep one.
+    std::stable_sort(table.begin(), table.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    table.erase(std::unique(table.begin(), table.end(), [](const auto& a, const auto& b) { return a.first == b.first; }),
+                table.end());
+  }
   return t;
 }
 

@@ -67,6 +67,10 @@ struct DeviceCalibrationOptions {
   // windows average over time slices when ranks share cores; shorter ones calibrate faster.
   Nanos min_window_ns = 50 * kNanosPerMilli;
   std::int64_t capacity_bytes = 0;      // 0: the host's physical memory
+  // The profile's cache_bytes (NOTE [Cache-resident bytes] in sim/cost_model.h): -1 the
+  // host's L2 per core (0 where the host does not say), 0 no cache model (every operand
+  // warm, every byte at one rate). Only host-addressable devices get one.
+  std::int64_t cache_bytes = -1;
   // Measure a compute factor per op (NOTE [Per-op compute factors] in sim/cost_model.h),
   // in windows of min_window_ns / 5.
   bool compute_factors = true;
@@ -76,8 +80,12 @@ struct DeviceCalibrationOptions {
   // Measure op_host_ns from a training loop (NOTE [Host time per op] in sim/cost_model.h),
   // in windows of min_window_ns / 5.
   bool op_host = true;
+
 };
 
+// The host's L2 cache per core in bytes (what DeviceCalibrationOptions::cache_bytes = -1
+// takes), 0 where the C library does not say.
+std::int64_t host_cache_bytes();
 // Measures `device` with `clock`. The matrix and vector rates are measured in fp32; bf16
 // gets the same rates (the cpu backend computes in fp32). Efficiencies are 1 (the rates
 // are already sustained ones). INVALID_ARGUMENT for bad options; a device error as is.
@@ -105,8 +113,21 @@ struct NetworkCalibrationOptions {
   // below a cliff of Open MPI 4.1 on the reference VM: a reduce_scatter of 16 MiB or more
   // takes ~20x longer than one of 12 MiB, for raw MPI as well (bench/README.md,
   // "Validating the simulator"); one such size would dominate the fit.
-  std::vector<std::int64_t> sizes = {64, 4 << 10, 64 << 10, 1 << 20, 4 << 20, 8 << 20};
+  // 15 and 17 MiB straddle the step of Open MPI 4.1's reduce_scatter just past 16 MiB
+  // (2 processes here: 15 MiB 5.8 ms, 16 MiB 6.2 ms, 17 MiB 12.7 ms), so the table's
+  // interpolation does not smear it over the sizes below.
+  std::vector<std::int64_t> sizes = {64,       4 << 10,  64 << 10, 1 << 20,  2 << 20,  4 << 20,
+                                     8 << 20,  12 << 20, 15 << 20, 17 << 20, 24 << 20, 32 << 20};
+  // The α–β–γ fit uses the sizes up to this many bytes; every size goes into the measured
+  // table (NOTE [Measured collectives] in sim/topology.h).
   int repeats = 10;
+  std::int64_t fit_max_bytes = 8 << 20;
+  // Flush the buffers from the host's caches before each timed run (NOTE [Cold operands]
+  // in sim/calibrate.cc): a training step's gradients and shards were last touched a
+  // layer or a step before their collective (on a 480 MiB-L3 VM, 2 processes: a 1 MiB
+  // all_gather 14 µs warm, 87 µs cold; the same unit's all_gather in a step 367 µs
+  // for 1.5 MiB).
+  bool cold = true;
   // The algorithm the simulator will run on the written topology (the scenario's
   // world.collective_algorithm; `shardlab calibrate` fits for `auto`, the default): the
   // fit uses its schedules.
@@ -131,6 +152,7 @@ struct CollectiveSample {
 };
 struct NetworkCalibration {
   int ranks = 0;                     // how many processes were measured
+  std::int64_t fit_max_bytes = 0;    // the samples fitted: buffer_bytes up to this
   Nanos overhead_ns = 0;             // o: per call (NOTE [Collective overhead] in sim/topology.h)
   Nanos latency_ns = 0;              // α: one round's message latency (0 with one rank)
   double bytes_per_s = 0;            // 1/β: a message's bytes per second (0 with one rank)
@@ -176,7 +198,8 @@ Result<NetworkCalibration> calibrate_network(runtime::comm::Communicator& comm, 
 
 // A `switch` topology profile with the fitted α (split over the two port traversals of a
 // message), bandwidth, reduction rate and overhead — what `shardlab calibrate` writes next
-// to the device profile. From one rank: the default links, and the overhead.
+// to the device profile. From one rank: the default links, and the overhead. Every sample
+// also goes into its measured table (NOTE [Measured collectives] in sim/topology.h).
 TopologySpec switch_topology_from(const NetworkCalibration& c, std::string name);
 // Writes topology_to_json atomically.
 Status write_topology(const TopologySpec& spec, const std::string& path);

@@ -28,6 +28,7 @@ DeviceCalibrationOptions small_options() {
   o.copy_bytes = 1 << 20;
   o.repeats = 2;
   o.min_window_ns = 5 * kNanosPerMilli;
+  o.cache_bytes = 0;  // the host's L2 must not change what a simulated truth measures as
   return o;
 }
 
@@ -161,6 +162,37 @@ TEST(Calibrate, RoundsKeepEachOpsBestTimeOverASlowSpell) {
   }
 }
 
+// NOTE [Cache-resident bytes], NOTE [Per-op memory factors]: a truth whose first MiB moves
+// 4x faster than memory and whose fills cost twice their bytes.
+TEST(Calibrate, RecoversTheCacheRateAndTheFillFactor) {
+  DeviceProfile truth = cpu_like_truth();
+  truth.cache_bytes = 1 << 20;
+  truth.cache_bytes_per_s = 2e11;
+  truth.memory_factors = {{"fill", 2.0}};
+  VirtualClock clock;
+  SimDevice dev(0, truth, &clock);
+  DeviceCalibrationOptions o = small_options();
+  o.cache_bytes = truth.cache_bytes;
+  o.copy_bytes = 1 << 22;
+  o.min_window_ns = 200 * kNanosPerMicro;  // each cold run flushes its operands for real
+  o.rounds = 1;
+  auto p = calibrate_device(dev, clock, o);
+  ASSERT_TRUE(p.is_ok()) << p.status().to_string();
+  EXPECT_EQ(p->cache_bytes, truth.cache_bytes);
+  EXPECT_NEAR(p->cache_bytes_per_s / truth.cache_bytes_per_s, 1.0, 1e-3);
+  EXPECT_NEAR(p->memory_bytes_per_s / truth.memory_bytes_per_s, 1.0, 1e-3);
+  EXPECT_NEAR(p->memory_factor("fill"), 2.0, 1e-2);
+  // The matrix rate and passes come out as without a cache.
+  EXPECT_NEAR(p->matrix_flops_per_s / truth.matrix_flops_per_s, 1.0, 1e-2);
+  EXPECT_NEAR(p->matrix_operand_passes, 2.0, 5e-2);
+  // Without a cache model the same truth's large copy sets one rate for every byte.
+  o.cache_bytes = 0;
+  auto flat = calibrate_device(dev, clock, o);
+  ASSERT_TRUE(flat.is_ok()) << flat.status().to_string();
+  EXPECT_EQ(flat->cache_bytes, 0);
+  EXPECT_GT(flat->memory_bytes_per_s, truth.memory_bytes_per_s);
+}
+
 TEST(Calibrate, RecoversASimulatedDevicesRoofline) {
   const DeviceProfile truth = cpu_like_truth();
   VirtualClock clock;
@@ -173,8 +205,10 @@ TEST(Calibrate, RecoversASimulatedDevicesRoofline) {
   o.repeats = 2;
   o.min_window_ns = 200 * kNanosPerMicro;  // several runs of the fastest op, one of the slowest
   o.capacity_bytes = 1 << 30;
+  o.cache_bytes = 0;  // the truth has no cache (CacheRateAndFillFactor has one)
   auto p = calibrate_device(dev, clock, o);
   ASSERT_TRUE(p.is_ok()) << p.status().to_string();
+  EXPECT_EQ(p->cache_bytes, 0);
   EXPECT_EQ(p->name, "sim-measured");
   EXPECT_EQ(p->launch_ns, truth.launch_ns);
   EXPECT_NEAR(p->matrix_flops_per_s / truth.matrix_flops_per_s, 1.0, 1e-3);
@@ -417,7 +451,9 @@ TEST(Calibrate, OneRankMeasuresTheCollectiveOverhead) {
   World world(o);
   NetworkCalibration got;
   const auto results = world.run([&](RankContext& ctx) -> Status {
-    SHARDLAB_ASSIGN_OR_RETURN(got, calibrate_network(ctx.comm, ctx.device, ctx.clock));
+    NetworkCalibrationOptions n;
+    n.sizes = {64, 4 << 10, 64 << 10, 1 << 20, 4 << 20, 8 << 20};
+    SHARDLAB_ASSIGN_OR_RETURN(got, calibrate_network(ctx.comm, ctx.device, ctx.clock, n));
     return Status::ok();
   });
   ASSERT_TRUE(results[0].status.is_ok()) << results[0].status.to_string();
@@ -458,6 +494,81 @@ TEST(Calibrate, OneRankMeasuresTheCollectiveOverhead) {
                             "t.json");
     ASSERT_FALSE(r.is_ok()) << bad;
     EXPECT_NE(r.status().message().find("collective_overhead_ns"), std::string::npos) << r.status().message();
+  }
+}
+
+// NOTE [Measured collectives]: calibrate's samples become the table, bytes as a query
+// holds them; a query of the measured group size is interpolated (and continued past the
+// last size), any other group size takes the α–β–γ model; the file round-trips, and bad
+// tables are refused naming the key.
+TEST(Calibrate, MeasuredTableTimesCollectivesOfItsGroupSize) {
+  NetworkCalibration c;
+  c.ranks = 2;
+  c.latency_ns = 1000;
+  c.bytes_per_s = 1e9;
+  using runtime::comm::OpKind;
+  c.samples = {{OpKind::kAllGather, 2048, 1024, "ring", 1, 1024, 0, 5'000},
+               {OpKind::kAllGather, 8192, 4096, "ring", 1, 4096, 0, 11'000},
+               {OpKind::kAllReduce, 8192, 4096, "ring", 2, 8192, 4096, 40'000}};
+  const TopologySpec t = switch_topology_from(c, "measured");
+  EXPECT_TRUE(t.host_progress);
+  ASSERT_EQ(t.measured.ranks, 2);
+  EXPECT_EQ(t.measured.tables.at(OpKind::kAllGather),
+            (std::vector<std::pair<std::int64_t, Nanos>>{{1024, 5'000}, {4096, 11'000}}));
+  EXPECT_EQ(t.measured.tables.at(OpKind::kAllReduce), (std::vector<std::pair<std::int64_t, Nanos>>{{8192, 40'000}}));
+  EXPECT_EQ(t.measured.time(OpKind::kAllGather, 2, 512), 5'000);     // below the smallest
+  EXPECT_EQ(t.measured.time(OpKind::kAllGather, 2, 2560), 8'000);    // halfway
+  EXPECT_EQ(t.measured.time(OpKind::kAllGather, 2, 7168), 17'000);   // the last interval continued
+  EXPECT_EQ(t.measured.time(OpKind::kAllReduce, 2, 1 << 20), 40'000);  // one size: its time
+  EXPECT_FALSE(t.measured.time(OpKind::kAllGather, 3, 2560).has_value());
+  EXPECT_FALSE(t.measured.time(OpKind::kReduceScatter, 2, 2560).has_value());
+  auto back = parse_topology(topology_to_json(t), "measured.json");
+  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  EXPECT_TRUE(back->host_progress);
+  EXPECT_EQ(back->measured.ranks, 2);
+  EXPECT_EQ(back->measured.tables, t.measured.tables);
+  // In a network: every member completes the table's time after the last arrival.
+  NetworkSpec ns;
+  ns.nodes = 1;
+  ns.devices_per_node = 3;
+  auto net = make_network(ns, t);
+  ASSERT_TRUE(net.is_ok()) << net.status().to_string();
+  EXPECT_TRUE((*net)->host_progress());
+  const int pair[] = {0, 2};
+  const Nanos arrivals[] = {100, 700};
+  CollectiveQuery q;
+  q.kind = OpKind::kAllGather;
+  q.world_ranks = pair;
+  q.arrivals = arrivals;
+  q.bytes = 2560;
+  const CollectiveTiming timing = (*net)->collective(q);
+  EXPECT_EQ(timing.done, (std::vector<Nanos>{8'700, 8'700}));
+  EXPECT_EQ(timing.algorithm, "measured");
+  const int three[] = {0, 1, 2};
+  const Nanos three_arrivals[] = {0, 0, 0};
+  q.world_ranks = three;
+  q.arrivals = three_arrivals;
+  EXPECT_NE((*net)->collective(q).algorithm, "measured");
+  const std::string head = R"({"name": "t", "kind": "switch", "port": {"gbit_per_s": 100, "latency_ns": 1000}, )";
+  const std::pair<const char*, const char*> bad[] = {
+      {R"("measured_collectives": [1])", "must be an object"},
+      {R"("measured_collectives": {"all_gather": [[1024, 5]]})", "measured_collectives.ranks"},
+      {R"("measured_collectives": {"ranks": 0, "all_gather": [[1024, 5]]})", "measured_collectives.ranks"},
+      {R"("measured_collectives": {"ranks": 2})", "at least one of all_gather"},
+      {R"("measured_collectives": {"ranks": 2, "barrier": [[1, 5]]})", "unknown key"},
+      {R"("measured_collectives": {"ranks": 2, "all_gather": []})", "non-empty array"},
+      {R"("measured_collectives": {"ranks": 2, "all_gather": [[1024]]})", "all_gather[0]"},
+      {R"("measured_collectives": {"ranks": 2, "all_gather": [[1024, -5]]})", "all_gather[0]"},
+      {R"("measured_collectives": {"ranks": 2, "all_gather": [[1024, 5], [1024, 9]]})", "bytes must rise"},
+      {R"("measured_collectives": {"ranks": 2, "all_gather": [[1.5, 5]]})", "all_gather[0]"},
+      {R"("collective_progress": "sometimes")", "allowed: async, host"},
+      {R"("collective_progress": 1)", "collective_progress"},
+  };
+  for (const auto& [body, want] : bad) {
+    auto r = parse_topology(head + body + "}", "t.json");
+    ASSERT_FALSE(r.is_ok()) << body;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << body;
+    EXPECT_NE(r.status().message().find(want), std::string::npos) << body << ": " << r.status().message();
   }
 }
 

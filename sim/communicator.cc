@@ -257,6 +257,7 @@ void complete_members(World::Shared& sh, SharedOp& op) {
                                                          op.ready[g], op.done[g] - op.ready[g], op.bytes,
                                                          op.group->name, op.algorithm});
     }
+    m.work->duration = std::max<Nanos>(0, op.done[g] - *std::max_element(op.ready.begin(), op.ready.end()));
     sh.complete(*m.work, op.status, op.done[g]);
   }
   op.completed.store(true, std::memory_order_release);
@@ -347,14 +348,18 @@ class SimWork final : public runtime::comm::Work {
       --sh.blocked;
       sh.waiters.remove(&w);
     }
-    if (state_->done && state_->completion <= deadline) {
-      clock.advance_to(state_->completion);
+    // NOTE [Host-progressed collectives] in sim/topology.h: the transfer runs in the wait.
+    const Nanos completion = sh.network->host_progress() && state_->done
+                                 ? std::max(state_->completion, add_time(now, state_->duration))
+                                 : state_->completion;
+    if (state_->done && completion <= deadline) {
+      clock.advance_to(completion);
       return state_->status;
     }
     clock.advance_to(deadline);
     std::string why;
     if (state_->done) {
-      why = "it completed only at " + format_seconds(state_->completion);
+      why = "it completed only at " + format_seconds(completion);
     } else if (auto op = state_->pending.lock()) {
       std::string missing;
       const auto& members = op->members;

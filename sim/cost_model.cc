@@ -57,7 +57,7 @@ double DeviceProfile::vector_rate(DType dtype) const {
 const std::vector<std::string>& compute_factor_keys() {
   static const std::vector<std::string> keys = [] {
     std::vector<std::string> k = {"add_bias", "attention_softmax", "attention_softmax_backward", "axpy",
-                                  "batched_gemm", "bias_grad", "cast", "embedding_backward", "gemm",
+                                  "batched_gemm", "bias_grad", "cast", "embedding_backward", "fill", "gemm",
                                   "layer_norm", "layer_norm_backward", "multiply", "optimizer_step", "scale",
                                   "softmax_cross_entropy"};
     for (const char* act : {"gelu", "gelu_tanh", "relu", "tanh"}) {
@@ -82,6 +82,12 @@ double DeviceProfile::compute_factor(std::string_view factor_key) const { return
 
 double DeviceProfile::memory_factor(std::string_view factor_key) const { return factor_of(memory_factors, factor_key); }
 
+double DeviceProfile::memory_seconds(double bytes) const {
+  if (cache_bytes <= 0 || cache_bytes_per_s <= 0) return bytes / memory_rate();
+  const double cached = std::min(bytes, static_cast<double>(cache_bytes));
+  return cached / (cache_bytes_per_s * memory_efficiency) + (bytes - cached) / memory_rate();
+}
+
 Nanos DeviceProfile::op_time(double flops, double bytes, ComputeUnit unit, DType dtype) const {
   return op_time({}, flops, bytes, unit, dtype);
 }
@@ -103,7 +109,7 @@ Nanos DeviceProfile::op_time(std::string_view factor_key, double flops, double b
   const bool matrix = unit == ComputeUnit::kMatrix;
   double compute_s = flops / (matrix ? matrix_rate(dtype) : vector_rate(dtype)) * compute_factor(factor_key);
   if (matrix) compute_s *= small_dim_factor(min_dim);
-  const double memory_s = bytes / memory_rate() * memory_factor(factor_key);
+  const double memory_s = memory_seconds(bytes) * memory_factor(factor_key);
   // NOTE [Matrix ops on a CPU]: staging operands does not overlap the multiply there.
   const double t = matrix && !matrix_memory_overlap ? compute_s + memory_s : std::max(compute_s, memory_s);
   return add_time(add_time(launch_ns, op_host_ns), to_nanos(t * 1e9));
@@ -140,11 +146,11 @@ std::string DeviceProfile::keys_of(std::string_view factor_key, ComputeUnit unit
                              : (half ? vector_bf16_flops_per_s : vector_flops_per_s);
   std::snprintf(buf, sizeof buf,
                 "%s_flops_per_s.%s = %.4g, efficiency.%s = %.4g, compute_factors.%.*s = %.4g, memory_bytes_per_s = %.4g, "
-                "efficiency.memory = %.4g, memory_factors.%.*s = %.4g%s",
+                "efficiency.memory = %.4g, memory_factors.%.*s = %.4g%s%s",
                 prefix, half ? "bf16" : "fp32", peak, prefix, matrix ? matrix_efficiency : vector_efficiency,
                 static_cast<int>(factor_key.size()), factor_key.data(), compute_factor(factor_key), memory_bytes_per_s,
                 memory_efficiency, static_cast<int>(factor_key.size()), factor_key.data(), memory_factor(factor_key),
-                matrix && !small_dim_factors.empty() ? ", small_dim_factors" : "");
+                cache_bytes > 0 ? ", cache" : "", matrix && !small_dim_factors.empty() ? ", small_dim_factors" : "");
   return buf;
 }
 

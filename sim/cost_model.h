@@ -95,13 +95,33 @@ struct DeviceProfile {
   // non-temporal stores). Some ops stream their operands faster than that: AdamW keeps
   // seven streams in flight, and a shard of a few tens of MB partly stays in the last-level
   // cache between steps (bert-tiny's 4.4 M-parameter update: 1.0 ns per element measured,
-  // 1.7 charged at the copy's rate). `memory_factors` holds, per op key, the measured time
-  // over the charged memory time when an op at its calibration size runs faster than its
-  // memory term (a factor in (0, 1], on the memory term only). `calibrate` measures it for
-  // the optimizer update only — the one op it times at its training size (the others run
-  // in cache there, which would under-charge large activations) — and leaves it out within
-  // 3% of the memory term. The Gaudi profiles have none.
+  // 1.7 charged at the copy's rate), and some slower: a fill's stores read each line
+  // before writing it (write-allocate), twice the traffic its bytes say. `memory_factors`
+  // holds, per op key, the measured time over the charged memory time (a factor in
+  // [0.001, 4], on the memory term only). `calibrate` measures it for the two ops it
+  // times at their training size on cold operands — the optimizer update (only when
+  // faster: a slower one is compute-bound, its compute factor says so) and a fill — and
+  // leaves it out within 3% of the memory term; the others run in cache there, which
+  // would under-charge large activations. The Gaudi profiles have none.
   std::map<std::string, double, std::less<>> memory_factors;
+  // NOTE [Cache-resident bytes]
+  // On a CPU an op's operands come from two places: what the core's private cache (L2)
+  // still holds from the ops just before, and main memory. A training step's small
+  // tensors (a layer's activations, a bias, a 64 KB shard) live in the first; its large
+  // ones (an embedding table, a language-model head's weight, a flat parameter's
+  // gradient, the optimizer's states) were last touched a whole layer or step earlier and
+  // come from the second — and on a VM the shared last-level cache, however large lscpu
+  // says it is, is shared with other tenants, so it is not counted on. With `cache_bytes`
+  // C > 0 an op's memory term is min(bytes, C) / cache_bytes_per_s + max(0, bytes − C) /
+  // memory_bytes_per_s (each times memory_efficiency, then the op's memory factor): the
+  // first C bytes at the in-cache rate, the rest from memory. `shardlab calibrate` sets C
+  // to the core's L2 size, the in-cache rate from a copy that fits it, and
+  // memory_bytes_per_s from a copy whose operands it flushes from every cache level before
+  // each call (NOTE [Cold operands] in sim/calibrate.cc). C = 0 (the default and every
+  // accelerator profile: HBM behind no large cache): every byte at memory_bytes_per_s.
+  // JSON: "cache": {"kib": C / 1024, "bytes_per_s": …}.
+  std::int64_t cache_bytes = 0;
+  double cache_bytes_per_s = 0;
   // NOTE [Host time per allocation]
   // Host time to allocate (and later free) one tensor, charged to the rank's compute
   // timeline ahead of its next op. On an accelerator the host allocates while the device
@@ -159,6 +179,8 @@ struct DeviceProfile {
   double matrix_rate(DType dtype) const;
   double vector_rate(DType dtype) const;
   double memory_rate() const { return memory_bytes_per_s * memory_efficiency; }
+  // Seconds to move `bytes` (NOTE [Cache-resident bytes]), before any op's memory factor.
+  double memory_seconds(double bytes) const;
   Nanos op_time(double flops, double bytes, ComputeUnit unit, DType dtype) const;
   // The same with the op's compute factor (1 when `factor_key` has none) and, for matrix
   // ops, the factor of their smallest dimension (`min_dim`, 0: none; NOTE [Matrix ops on a CPU]).

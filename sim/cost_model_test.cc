@@ -124,6 +124,30 @@ TEST(CostModel, ComputeFactorOfOneIsBitForBitNoFactor) {
 }
 
 // NOTE [Matrix ops on a CPU]: linear in log2 of the dimension, clamped to the end entries.
+// NOTE [Cache-resident bytes]: the first cache_bytes at the in-cache rate, the rest at
+// the memory rate; without a cache every byte at the memory rate.
+TEST(CostModel, CacheResidentBytesMoveAtTheCacheRate) {
+  DeviceProfile p;
+  p.memory_bytes_per_s = 1e10;  // 0.1 ns per byte
+  p.vector_flops_per_s = 1e30;
+  p.launch_ns = 0;
+  EXPECT_EQ(p.op_time("copy", 0, 1e6, ComputeUnit::kVector, DType::kF32), 100'000);
+  p.cache_bytes = 1'000'000;
+  p.cache_bytes_per_s = 1e11;  // 0.01 ns per byte
+  EXPECT_EQ(p.op_time("copy", 0, 1e6, ComputeUnit::kVector, DType::kF32), 10'000);     // all in cache
+  EXPECT_EQ(p.op_time("copy", 0, 5e5, ComputeUnit::kVector, DType::kF32), 5'000);
+  EXPECT_EQ(p.op_time("copy", 0, 3e6, ComputeUnit::kVector, DType::kF32), 210'000);    // 1e6 cached + 2e6 from memory
+  EXPECT_DOUBLE_EQ(p.memory_seconds(3e6), 1e6 / 1e11 + 2e6 / 1e10);
+  // The efficiency scales both rates; the op's memory factor the whole term.
+  p.memory_efficiency = 0.5;
+  EXPECT_EQ(p.op_time("copy", 0, 3e6, ComputeUnit::kVector, DType::kF32), 420'000);
+  p.memory_factors["fill"] = 2.0;
+  EXPECT_EQ(p.op_time("fill", 0, 3e6, ComputeUnit::kVector, DType::kF32), 840'000);
+  // A cache with no rate is no cache.
+  p.cache_bytes_per_s = 0;
+  EXPECT_EQ(p.op_time("copy", 0, 3e6, ComputeUnit::kVector, DType::kF32), 600'000);
+}
+
 TEST(CostModel, SmallDimFactorInterpolatesInLog2AndClamps) {
   DeviceProfile d;
   EXPECT_EQ(d.small_dim_factor(1), 1.0);  // empty table: factor 1 everywhere

@@ -97,6 +97,13 @@ class TopologyNetwork final : public NetworkCostModel {
     t.algorithm = s.algorithm;
     const Nanos earliest = *std::min_element(q.arrivals.begin(), q.arrivals.end());
     if (!faults_after(earliest)) {
+      // NOTE [Measured collectives] in sim/topology.h.
+      if (const auto m = topo_.spec().measured.time(q.kind, static_cast<int>(q.world_ranks.size()), q.bytes)) {
+        t.algorithm = "measured";
+        t.done.assign(q.world_ranks.size(), add_time(*std::max_element(q.arrivals.begin(), q.arrivals.end()), *m));
+        check_time_limit(q, t);
+        return t;
+      }
       t.done = evaluate_schedule(s, q.world_ranks, q.arrivals, pricer);
       add_host_costs(q, t.done);
       check_time_limit(q, t);
@@ -129,8 +136,13 @@ class TopologyNetwork final : public NetworkCostModel {
     std::string d = topo_.describe() + "; " + std::string(network_model_name(model_)) + " model, " +
                     std::string(algorithm_name(algorithm_)) + " collectives";
     if (!windows_.empty()) d += ", " + std::to_string(windows_.size()) + " link fault window(s)";
+    if (const int p = topo_.spec().measured.ranks; p > 0) {
+      d += ", measured collectives for groups of " + std::to_string(p);
+    }
+    if (host_progress()) d += ", progressed by the host";
     return d;
   }
+  bool host_progress() const override { return topo_.spec().host_progress; }
 
  private:
   bool faults_after(Nanos t) const { return !windows_.empty() && last_end_ > t; }

@@ -75,6 +75,9 @@ class NetworkCostModel {
   virtual Nanos message(int src_world_rank, int dst_world_rank, std::int64_t bytes, Nanos start) const = 0;
   // One line for summaries ("alpha-beta ring, 5 us, 25 GB/s").
   virtual std::string describe() const = 0;
+  // NOTE [Host-progressed collectives] in sim/topology.h: a member's wait lasts at least
+  // the collective's own duration.
+  virtual bool host_progress() const { return false; }
 };
 
 // The congestion-unaware α–β model with ring collectives (sim/cost_model.h).

@@ -64,6 +64,8 @@ class JsonObject {
     return Status::ok();
   }
   bool has(const std::string& k) const { return j_.contains(k); }
+  // The value of a key that has() found, for shapes the typed readers do not cover.
+  const nlohmann::json& raw(const std::string& k) const { return j_.at(k); }
 
   Result<JsonObject> object(const std::string& k) const {
     if (!j_.contains(k)) return bad(k, "missing (an object)");

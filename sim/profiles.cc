@@ -106,7 +106,7 @@ Result<DeviceProfile> parse_device_profile(const std::string& json_text, const s
   SHARDLAB_ASSIGN_OR_RETURN(nlohmann::json j, detail::JsonObject::parse(json_text, origin));
   detail::JsonObject root(j, origin);
   SHARDLAB_RETURN_IF_ERROR(root.only({"name", "description", "torch_device", "matrix_flops_per_s", "vector_flops_per_s",
-                                      "memory_bytes_per_s", "host_link_bytes_per_s", "launch_ns", "alloc_ns", "op_host_ns", "capacity_gib", "efficiency",
+                                      "memory_bytes_per_s", "cache", "host_link_bytes_per_s", "launch_ns", "alloc_ns", "op_host_ns", "capacity_gib", "efficiency",
                                       "compute_factors", "memory_factors", "matrix_memory_overlap", "matrix_operand_passes",
                                       "small_dim_factors", "matrix_engine", "notes"}));
   SHARDLAB_RETURN_IF_ERROR(root.notes_ok("notes"));
@@ -122,6 +122,16 @@ Result<DeviceProfile> parse_device_profile(const std::string& json_text, const s
   SHARDLAB_RETURN_IF_ERROR(read_rates(root, "vector_flops_per_s", &p.vector_flops_per_s, &p.vector_bf16_flops_per_s));
   SHARDLAB_ASSIGN_OR_RETURN(p.memory_bytes_per_s, root.number("memory_bytes_per_s", kMinRate, kMaxRate, false,
                                                                "bytes/s in [1e6, 1e20], e.g. 2.45e12"));
+  // NOTE [Cache-resident bytes]: absent for a device with no cache to count on.
+  if (root.has("cache")) {
+    SHARDLAB_ASSIGN_OR_RETURN(detail::JsonObject c, root.object("cache"));
+    SHARDLAB_RETURN_IF_ERROR(c.only({"kib", "bytes_per_s"}));
+    SHARDLAB_ASSIGN_OR_RETURN(const double kib, c.number("kib", 1, 1 << 30, false,
+                                                          "KiB of per-core cache in [1, 1073741824], e.g. 2048"));
+    p.cache_bytes = static_cast<std::int64_t>(std::llround(kib * 1024.0));
+    SHARDLAB_ASSIGN_OR_RETURN(p.cache_bytes_per_s, c.number("bytes_per_s", kMinRate, kMaxRate, false,
+                                                            "bytes/s in [1e6, 1e20], e.g. 6.1e10"));
+  }
   // NOTE [Host link]: 0 (absent) when the host's memory is the device's.
   const std::string link_allowed =
       "bytes/s >= 0 one way between host and device memory: 0 (the host's memory is the device's) or in [1e6, "
@@ -166,7 +176,7 @@ Result<DeviceProfile> parse_device_profile(const std::string& json_text, const s
   SHARDLAB_RETURN_IF_ERROR(
       read_factors("compute_factors", 1000, "a factor on the op's compute time in [0.001, 1000]", &p.compute_factors));
   SHARDLAB_RETURN_IF_ERROR(
-      read_factors("memory_factors", 1, "a factor on the op's memory time in [0.001, 1]", &p.memory_factors));
+      read_factors("memory_factors", 4, "a factor on the op's memory time in [0.001, 4]", &p.memory_factors));
   // NOTE [Matrix ops on a CPU]
   SHARDLAB_ASSIGN_OR_RETURN(p.matrix_memory_overlap, root.boolean_or("matrix_memory_overlap", true));
   SHARDLAB_ASSIGN_OR_RETURN(p.matrix_operand_passes,
@@ -227,6 +237,9 @@ std::string device_profile_to_json(const DeviceProfile& p) {
   j["matrix_flops_per_s"] = {{"fp32", p.matrix_flops_per_s}, {"bf16", p.matrix_bf16_flops_per_s}};
   j["vector_flops_per_s"] = {{"fp32", p.vector_flops_per_s}, {"bf16", p.vector_bf16_flops_per_s}};
   j["memory_bytes_per_s"] = p.memory_bytes_per_s;
+  if (p.cache_bytes > 0) {
+    j["cache"] = {{"kib", static_cast<double>(p.cache_bytes) / 1024.0}, {"bytes_per_s", p.cache_bytes_per_s}};
+  }
   if (p.host_link_bytes_per_s > 0) j["host_link_bytes_per_s"] = p.host_link_bytes_per_s;
   j["launch_ns"] = p.launch_ns;
   if (p.alloc_ns != 0) j["alloc_ns"] = p.alloc_ns;

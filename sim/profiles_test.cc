@@ -729,6 +729,19 @@ TEST(DeviceProfiles, NewKeysAcceptTheirRanges) {
   r = parse(R"(, "compute_factors": {)" + all + "}");
   ASSERT_TRUE(r.is_ok()) << r.status().to_string();
   EXPECT_EQ(r->compute_factors.size(), compute_factor_keys().size());
+  // NOTE [Cache-resident bytes]: absent, no cache; present, read and written back.
+  EXPECT_EQ(base->cache_bytes, 0);
+  EXPECT_EQ(device_profile_to_json(*base).find("cache"), std::string::npos);
+  r = parse(R"(, "cache": {"kib": 2048, "bytes_per_s": 9.5e10}, "memory_factors": {"fill": 4, "optimizer_step": 0.5})");
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  EXPECT_EQ(r->cache_bytes, 2048 * 1024);
+  EXPECT_EQ(r->cache_bytes_per_s, 9.5e10);
+  EXPECT_EQ(r->memory_factor("fill"), 4.0);
+  auto back = parse_device_profile(device_profile_to_json(*r), "back.json");
+  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  EXPECT_EQ(back->cache_bytes, r->cache_bytes);
+  EXPECT_EQ(back->cache_bytes_per_s, r->cache_bytes_per_s);
+  EXPECT_EQ(back->memory_factors, r->memory_factors);
 }
 
 TEST(DeviceProfiles, BadNewKeysAreInvalidArgumentNamingTheKey) {
@@ -749,9 +762,16 @@ TEST(DeviceProfiles, BadNewKeysAreInvalidArgumentNamingTheKey) {
        "out of range; allowed: bytes/s >= 0 one way between host and device memory"},
       {"host link a string", R"("host_link_bytes_per_s": "pcie")", "host_link_bytes_per_s", "must be a number"},
       {"memory factor 0", R"("memory_factors": {"optimizer_step": 0})", "memory_factors.optimizer_step",
-       "[0.001, 1]"},
-      {"memory factor > 1", R"("memory_factors": {"optimizer_step": 1.5})", "memory_factors.optimizer_step",
-       "a factor on the op's memory time in [0.001, 1]"},
+       "[0.001, 4]"},
+      {"memory factor > 4", R"("memory_factors": {"fill": 4.5})", "memory_factors.fill",
+       "a factor on the op's memory time in [0.001, 4]"},
+      {"cache not an object", R"("cache": 2048)", "cache", "must be an object"},
+      {"unknown cache key", R"("cache": {"kib": 2048, "bytes_per_s": 1e11, "ways": 16})", "cache.ways", "unknown key"},
+      {"cache without rate", R"("cache": {"kib": 2048})", "cache.bytes_per_s", "bytes/s in [1e6, 1e20]"},
+      {"cache size 0", R"("cache": {"kib": 0, "bytes_per_s": 1e11})", "cache.kib",
+       "KiB of per-core cache in [1, 1073741824]"},
+      {"cache rate a string", R"("cache": {"kib": 2048, "bytes_per_s": "fast"})", "cache.bytes_per_s",
+       "must be a number"},
       {"unknown memory factor", R"("memory_factors": {"memcpy": 0.5})", "memory_factors.memcpy", "unknown key"},
       {"memory factor a string", R"("memory_factors": {"axpy": "0.5"})", "memory_factors.axpy", "must be a number"},
       {"memory_factors not an object", R"("memory_factors": 0.5)", "memory_factors", "must be an object"},

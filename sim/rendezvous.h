@@ -32,6 +32,9 @@ struct WorkState {
   bool done = false;
   Status status;
   Nanos completion = 0;
+  // The operation's own duration: completion less the last member's ready time (NOTE
+  // [Host-progressed collectives] in sim/topology.h).
+  Nanos duration = 0;
   std::string what;                      // "all_reduce #3 (fp32 × 12)"
   std::weak_ptr<PendingOp> pending;      // while a collective waits for members (weak: no cycle)
   std::string missing_hint;              // for p2p: what is missing

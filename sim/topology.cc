@@ -280,14 +280,68 @@ Result<LinkSpec> read_link(const detail::JsonObject& root, const std::string& ke
   return l;
 }
 
+// NOTE [Measured collectives]: {"ranks": p, kind: [[bytes, ns], …] sorted by bytes}.
+Result<MeasuredCollectives> read_measured(const detail::JsonObject& root) {
+  using runtime::comm::OpKind;
+  SHARDLAB_ASSIGN_OR_RETURN(detail::JsonObject o, root.object("measured_collectives"));
+  const std::pair<OpKind, const char*> kinds[] = {
+      {OpKind::kAllGather, "all_gather"}, {OpKind::kReduceScatter, "reduce_scatter"}, {OpKind::kAllReduce, "all_reduce"}};
+  SHARDLAB_RETURN_IF_ERROR(o.only({"ranks", "all_gather", "reduce_scatter", "all_reduce"}));
+  MeasuredCollectives m;
+  SHARDLAB_ASSIGN_OR_RETURN(const double ranks, o.number("ranks", 1, 1 << 20, false, "an integer >= 1, e.g. 2"));
+  if (ranks != std::floor(ranks)) return o.bad("ranks", "must be an integer");
+  m.ranks = static_cast<int>(ranks);
+  const std::string row_allowed =
+      "[bytes, ns]: integers, bytes in [1, 2^50] rising from row to row, ns in [0, 1e12]";
+  for (const auto& [kind, name] : kinds) {
+    if (!o.has(name)) continue;
+    const nlohmann::json& rows = o.raw(name);
+    if (!rows.is_array() || rows.empty()) return o.bad(name, "must be a non-empty array of " + row_allowed);
+    auto& table = m.tables[kind];
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      const nlohmann::json& r = rows[i];
+      const std::string where = std::string(name) + "[" + std::to_string(i) + "]";
+      const auto integer_in = [](const nlohmann::json& v, double lo, double hi) {
+        if (!v.is_number()) return false;
+        const double d = v.get<double>();
+        return d >= lo && d <= hi && d == std::floor(d);
+      };
+      if (!r.is_array() || r.size() != 2 || !integer_in(r[0], 1, std::ldexp(1.0, 50)) || !integer_in(r[1], 0, 1e12)) {
+        return o.bad(where, "must be " + row_allowed);
+      }
+      const auto bytes = static_cast<std::int64_t>(r[0].get<double>());
+      if (!table.empty() && bytes <= table.back().first) return o.bad(where, "bytes must rise; allowed: " + row_allowed);
+      table.emplace_back(bytes, static_cast<Nanos>(r[1].get<double>()));
+    }
+  }
+  if (m.tables.empty()) return o.bad("ranks", "a table needs at least one of all_gather, reduce_scatter, all_reduce");
+  return m;
+}
+
 }  // namespace
+
+std::optional<Nanos> MeasuredCollectives::time(runtime::comm::OpKind kind, int group_size, std::int64_t bytes) const {
+  if (ranks <= 0 || group_size != ranks) return std::nullopt;
+  const auto it = tables.find(kind);
+  if (it == tables.end() || it->second.empty()) return std::nullopt;
+  const auto& t = it->second;
+  if (bytes <= t.front().first || t.size() == 1) return t.front().second;
+  // The interval [lo, hi] holding `bytes`, or the last one to continue.
+  std::size_t hi = 1;
+  while (hi + 1 < t.size() && t[hi].first < bytes) ++hi;
+  const auto& [b0, t0] = t[hi - 1];
+  const auto& [b1, t1] = t[hi];
+  const double slope = static_cast<double>(t1 - t0) / static_cast<double>(b1 - b0);
+  const double v = static_cast<double>(t0) + slope * static_cast<double>(bytes - b0);
+  return to_nanos(std::max(v, 0.0));
+}
 
 Result<TopologySpec> parse_topology(const std::string& json_text, const std::string& origin) {
   SHARDLAB_ASSIGN_OR_RETURN(nlohmann::json j, detail::JsonObject::parse(json_text, origin));
   detail::JsonObject root(j, origin);
   SHARDLAB_RETURN_IF_ERROR(root.only({"name", "description", "kind", "max_devices_per_node", "peer", "port",
                                       "nodes_per_leaf", "oversubscription", "spine_latency_ns", "efficiency", "reduce_gbyte_per_s",
-                                      "collective_overhead_ns", "notes"}));
+                                      "collective_overhead_ns", "measured_collectives", "collective_progress", "notes"}));
   SHARDLAB_RETURN_IF_ERROR(root.notes_ok("notes"));
   TopologySpec t;
   SHARDLAB_ASSIGN_OR_RETURN(t.name, root.string("name", true));
@@ -347,6 +401,16 @@ Result<TopologySpec> parse_topology(const std::string& json_text, const std::str
                                                                   "an integer number of ns in [0, 1e9]"));
   if (overhead != std::floor(overhead)) return root.bad("collective_overhead_ns", "must be an integer number of ns");
   t.collective_overhead_ns = static_cast<Nanos>(overhead);
+  if (root.has("measured_collectives")) {
+    SHARDLAB_ASSIGN_OR_RETURN(t.measured, read_measured(root));
+  }
+  if (root.has("collective_progress")) {  // NOTE [Host-progressed collectives]
+    SHARDLAB_ASSIGN_OR_RETURN(const std::string progress, root.string("collective_progress", true));
+    if (progress != "host" && progress != "async") {
+      return root.bad("collective_progress", "unknown value '" + progress + "'; allowed: async, host");
+    }
+    t.host_progress = progress == "host";
+  }
   return t;
 }
 
@@ -368,6 +432,17 @@ std::string topology_to_json(const TopologySpec& t) {
   j["efficiency"] = t.efficiency;
   if (t.reduce_bytes_per_s > 0) j["reduce_gbyte_per_s"] = t.reduce_bytes_per_s / 1e9;
   if (t.collective_overhead_ns > 0) j["collective_overhead_ns"] = t.collective_overhead_ns;
+  if (t.host_progress) j["collective_progress"] = "host";
+  if (t.measured.ranks > 0) {
+    nlohmann::ordered_json m;
+    m["ranks"] = t.measured.ranks;
+    for (const auto& [kind, table] : t.measured.tables) {
+      nlohmann::ordered_json rows = nlohmann::ordered_json::array();
+      for (const auto& [bytes, ns] : table) rows.push_back({bytes, ns});
+      m[std::string(runtime::comm::op_kind_name(kind))] = rows;
+    }
+    j["measured_collectives"] = m;
+  }
   return j.dump(2) + "\n";
 }
 

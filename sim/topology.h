@@ -28,10 +28,14 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
+#include "runtime/comm/communicator.h"
 #include "runtime/core/clock.h"
 #include "runtime/core/status.h"
 
@@ -43,6 +47,31 @@ std::string_view topology_kind_name(TopologyKind kind);
 struct LinkSpec {
   double gbit_per_s = 200;  // line rate per direction, in 10^9 bits/s (network convention)
   Nanos latency_ns = 2500;  // one traversal
+};
+
+// NOTE [Measured collectives]
+// What a collective library takes on one machine, measured rather than modeled: for a
+// group of exactly `ranks` members, a table per kind (all_gather, reduce_scatter,
+// all_reduce) of (bytes as a CollectiveQuery holds them: one member's chunk, the whole
+// buffer for all_reduce; the time from the last member's arrival to completion),
+// sorted by bytes. `shardlab calibrate` writes it from the collectives it times (issue to
+// completion, slowest rank's median, operands cold — NOTE [Cold operands] in
+// sim/calibrate.cc) at sizes up to 32 MiB. A query of that group size and kind takes the
+// time interpolated linearly in bytes between the two nearest sizes — below the smallest,
+// its time; above the largest, the last interval's time per byte continued — and every
+// member completes then; the collective overhead and reduction rate are not added again
+// (the table holds them). Other kinds, other group sizes and collectives under a link
+// fault window take the topology's α–β–γ model. Why a table: Open MPI picks its
+// algorithms by size, and on a CPU a collective's copies run from cache or from memory
+// by size, so the time is far from one line — on a 2-process, 480 MiB-L3 VM a
+// reduce_scatter of 8 MiB took 2.5 ms and one of 16 MiB 10.7 ms; the α–β–γ fit to all
+// sizes under-charged the 32 MiB one by half (12.1 against 23.9 ms). JSON:
+// "measured_collectives": {"ranks": 2, "all_gather": [[bytes, ns], …], …}.
+struct MeasuredCollectives {
+  int ranks = 0;  // 0: no table
+  std::map<runtime::comm::OpKind, std::vector<std::pair<std::int64_t, Nanos>>> tables;
+  // The table's time for a collective, nullopt where no table applies.
+  std::optional<Nanos> time(runtime::comm::OpKind kind, int group_size, std::int64_t bytes) const;
 };
 
 // A topology profile (see sim/profiles/README.md for the file format and the reasoning
@@ -79,6 +108,21 @@ struct TopologySpec {
   // apart from α by collectives with different round counts (NOTE [Fitting the
   // collective model] in sim/calibrate.h).
   Nanos collective_overhead_ns = 0;
+  MeasuredCollectives measured;  // NOTE [Measured collectives]
+  // NOTE [Host-progressed collectives]
+  // Whether a collective moves its data while its members compute (false: an accelerator's
+  // collective engine, NCCL or HCCL on their own streams, PyTorch's MPI backend with its
+  // worker thread) or only while each member's host is inside the library (true). The
+  // runtime's MpiCommunicator is the second kind: Open MPI's nonblocking collectives have
+  // no progress thread and advance only inside MPI calls on the rank's one thread
+  // (MPI_THREAD_FUNNELED), so a gradient reduction issued before a unit's backward makes
+  // no headway during it — measured on 2 processes, bert-mini at batch 1 × 16: 83 ms per
+  // step with asynchronous reductions and prefetching, 84 ms with every collective waited
+  // for at once. With it, a member's wait ends no earlier than its start plus the
+  // collective's own duration (its completion less the last member's ready time): what
+  // the network model times then runs inside the wait. `shardlab calibrate` writes true.
+  // JSON: "collective_progress": "host" (default "async").
+  bool host_progress = false;
 };
 
 using LinkId = std::int64_t;

@@ -531,7 +531,11 @@ class Replayer {
             out_.events += executed;
             return Status::ok();
           }
-          const Nanos done = in.done[static_cast<std::size_t>(coord(*in.desc, r).rank)];
+          Nanos done = in.done[static_cast<std::size_t>(coord(*in.desc, r).rank)];
+          if (o_.network->host_progress() && in.error.is_ok()) {  // NOTE [Host-progressed collectives]
+            const Nanos last_ready = *std::max_element(in.ready.begin(), in.ready.end());
+            done = std::max(done, add_time(std::max(s.t, s.dev), std::max<Nanos>(0, done - last_ready)));
+          }
           if (!in.error.is_ok()) {  // as SimCommunicator fails every member's wait
             stop(r, Status(in.error.code(), fault_context(fault_where(r, s.step), fault_what(p, n.index, r),
                                                           in.error.message(), injected_)));

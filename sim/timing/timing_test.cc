@@ -463,6 +463,35 @@ TEST(TimingMode, NumericsAndTimingGiveTheSameTimelineUnderHybridShard) {
   }
 }
 
+// NOTE [Measured collectives], NOTE [Host-progressed collectives] (sim/topology.h): a
+// calibrated-MPI-like topology — measured tables for the group size, collectives that move
+// only inside the waits — gives the same timeline in both modes, and longer steps than the
+// same tables progressed asynchronously (the reductions no longer hide behind backward).
+TEST(TimingMode, NumericsAndTimingAgreeWhenTheHostProgressesCollectives) {
+  const FsdpTrainOptions o = bert_tiny();
+  const int w = 4;
+  TopologySpec spec;
+  spec.host_progress = true;
+  spec.measured.ranks = w;
+  spec.measured.tables[runtime::comm::OpKind::kAllGather] = {{1024, 20'000}, {1 << 20, 400'000}};
+  spec.measured.tables[runtime::comm::OpKind::kReduceScatter] = {{1024, 30'000}, {1 << 20, 900'000}};
+  NetworkSpec ns;
+  ns.nodes = 1;
+  ns.devices_per_node = w;
+  auto host = make_network(ns, spec);
+  ASSERT_TRUE(host.is_ok()) << host.status().to_string();
+  const auto t = capture_and_replay(o, w, DeviceProfile{}, {}, *host);
+  ASSERT_TRUE(t.has_value());
+  expect_same_timeline(run_numerics(o, w, 0, DeviceProfile{}, false, {}, *host), t->graph, t->replay);
+  expect_same_timeline(run_numerics(o, w, 5, DeviceProfile{}, false, {}, *host), t->graph, t->replay);
+  spec.host_progress = false;
+  auto async = make_network(ns, spec);
+  ASSERT_TRUE(async.is_ok()) << async.status().to_string();
+  const auto a = capture_and_replay(o, w, DeviceProfile{}, {}, *async);
+  ASSERT_TRUE(a.has_value());
+  EXPECT_GT(t->replay.ranks[0].step_times.back(), a->replay.ranks[0].step_times.back());
+}
+
 // Beyond kMaxPerRankCaptureWorld ranks the others share rank 0's program, and the straggler
 // still runs its own: every rank's step grows by what the straggler's compute adds.
 TEST(TimingMode, LargeWorldsCaptureEachStragglerAtItsOwnSpeed) {
