@@ -86,7 +86,8 @@ struct Timing {
 // 0.55 ms warm against 2.00 ms cold, a [20, 128] · [30522, 128]ᵀ GEMM 2.06 against 3.23).
 // So every operand larger than the profile's cache_bytes is flushed from every cache
 // level (clflush of each line, then a fence) before each timed call, outside the timed
-// span, wherever the host can flush: x86 (elsewhere the operands stay warm, and the
+// span — and calibrate_network flushes every buffer of every sample (NetworkCalibration-
+// Options::cold) —, wherever the host can flush: x86 (elsewhere the operands stay warm, and the
 // profile over-states the memory rate). Only on host-addressable devices (the cpu
 // backend): an accelerator's memory is not behind the host's caches.
 void flush_from_caches(const Tensor& t) {
@@ -338,11 +339,7 @@ Result<OpFactors> measure_op_factors(runtime::device::Device& device, const Cloc
 // the loop every run takes (its FSDP bookkeeping, flat-parameter views, one-rank
 // collectives and phase events: on the 2-core reference VM 2.7× the host time per op of
 // the unsharded loop, 0.40 against 0.15 µs); without one, the unsharded train_oracle.
-// Not measured: the wall-clock tracer of `shardlab run` (cli/trace_backends.h). Run
-// under it the same loop took 0.96 µs per op, yet the traced MLP runs that
-// bench/validate_sim.py measures take 0.6–0.7 µs per op; neither figure predicts them
-// within 10%, and bert-sized steps (~0.3 µs of tracing per op against ~30 µs of compute
-// per op) do not notice. Tiny on purpose — its ops take well under a microsecond, so the loop's host
+// Tiny on purpose — its ops take well under a microsecond, so the loop's host
 // time is not lost in their noise (at 24 → 48 wide, AdamW over 6,000 parameters dominated
 // the step and the host time drowned in its error) — and unlike the MLP that
 // bench/validate_sim.py predicts (16 → 32 → 32 → 4).
@@ -350,6 +347,11 @@ Result<OpFactors> measure_op_factors(runtime::device::Device& device, const Cloc
 // best of the windows as for every op; what the simulator charges for the same loop comes
 // from a SimDevice with `measured` (op_host_ns 0), and the host time per op is the
 // difference over the ops it charged, 0 when the loop is no slower than its ops.
+// Not measured: the wall-clock tracer a `shardlab run` with outputs wraps around the loop
+// (cli/trace_backends.h). Traced, this loop took 0.9–1.0 µs per op, while the traced MLP
+// runs of bench/validate_sim.py take 0.6–0.7 µs per op (the untraced figure predicts them
+// 18–25% short, the traced one 30–40% long); bert-sized steps, ~30 µs of compute per op,
+// do not notice either.
 Result<Nanos> host_time_per_op(runtime::device::Device& device, const Clock& clock, const DeviceCalibrationOptions& o,
                                const Timing& co, const DeviceProfile& measured) {
   runtime::train::FsdpTrainOptions t;
