@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <limits>
 #include <cmath>
 #include <cstdio>
 #include <functional>
@@ -252,8 +253,9 @@ int apply_expectations(const RunArgs& a, RunRecord& record, int code) {
   if (a.spec != nullptr) {
     record.expects = check_expectations(*a.spec, metrics_json(record));
     for (const auto& e : record.expects) {
-      std::printf("expect %s: %s — %s\n", e.name.c_str(), e.ok ? "ok" : "FAILED", e.detail.c_str());
-      if (!e.ok) code = std::max(code, 1);
+      std::printf("expect %s: %s — %s\n", e.name.c_str(), e.skipped ? "skipped" : e.ok ? "ok" : "FAILED",
+                  e.detail.c_str());
+      if (!e.ok && !e.skipped) code = std::max(code, 1);
     }
   }
   if (code != 0) record.status = "expect_failed";
@@ -548,8 +550,10 @@ int run_mpi(const RunArgs& a, int* argc, char*** argv) {
       return Status::ok();
     };
   }
+  const Nanos train_start = clock.now();
   auto result = runtime::train::train_fsdp(c, dev, clock, args.train);
   if (!result.is_ok()) return fail_job(result.status().with_context("rank " + std::to_string(c.rank())));
+  const Nanos trained = clock.now() - train_start;
   std::vector<std::vector<sim::TraceEvent>> traces;
   if (traced) {
     // The outputs' times all count from the trace's origin (step starts, memory samples).
@@ -573,12 +577,24 @@ int run_mpi(const RunArgs& a, int* argc, char*** argv) {
     code = write_outputs(a, record, code);
   }
   // Every rank leaves with rank 0's verdict.
+  // NOTE [Waiting for rank 0's verdict]: meanwhile rank 0 has run the oracle — the whole
+  // world's batches on one process, about world_size times a rank's training — and
+  // written the outputs, work that the collective timeout (sized for one collective)
+  // does not cover: with world.collective_timeout_s: 5, a 3,320-step MLP run on 4 ranks
+  // ended in a false TIMEOUT here. So the others wait the collective timeout plus twice
+  // (world_size + 1) times their own training time before calling rank 0 hung.
+  const Nanos timeout = a.train.fsdp.collective_timeout;
+  const double allowance = 2.0 * static_cast<double>(c.size() + 1) * static_cast<double>(trained);
+  const Nanos verdict_timeout =
+      static_cast<double>(timeout) + allowance >= static_cast<double>(std::numeric_limits<Nanos>::max() / 2)
+          ? std::max(timeout, std::numeric_limits<Nanos>::max() / 2)
+          : timeout + static_cast<Nanos>(allowance);
   auto verdict = raw_dev.zeros({1}, DType::kI64, MemoryCategory::kOther, "verdict");
   if (!verdict.is_ok()) return fail_job(verdict.status());
   if (Status s = runtime::device::values_from_host(raw_dev, std::vector<std::int64_t>{code}, *verdict); !s.is_ok()) {
     return fail_job(s);
   }
-  if (Status s = base.broadcast(*verdict, 0)->wait(a.train.fsdp.collective_timeout); !s.is_ok()) return fail_job(s);
+  if (Status s = base.broadcast(*verdict, 0)->wait(verdict_timeout); !s.is_ok()) return fail_job(s);
   auto agreed = runtime::device::values_to_host<std::int64_t>(raw_dev, *verdict);
   if (!agreed.is_ok()) return fail_job(agreed.status());
   return static_cast<int>((*agreed)[0]);

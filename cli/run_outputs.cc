@@ -300,7 +300,11 @@ Json metrics_json(const RunRecord& r) {
                                   {"atol", r.check->atol}};
   }
   Json ex = Json::array();
-  for (const auto& e : r.expects) ex.push_back({{"name", e.name}, {"ok", e.ok}, {"detail", e.detail}});
+  for (const auto& e : r.expects) {
+    Json one = {{"name", e.name}, {"ok", e.ok}, {"detail", e.detail}};
+    if (e.skipped) one["skipped"] = true;
+    ex.push_back(std::move(one));
+  }
   j["expect"] = ex;
   return j;
 }
@@ -397,7 +401,9 @@ std::string summary_text(const RunRecord& r) {
   }
   if (r.check) o << "gradients vs unsharded training: " << r.check->describe() << "\n";
   if (!r.oracle_not_run.empty()) o << "oracle: not run (" << r.oracle_not_run << ")\n";
-  for (const auto& e : r.expects) o << "expect " << e.name << ": " << (e.ok ? "ok" : "FAILED") << " — " << e.detail << "\n";
+  for (const auto& e : r.expects) {
+    o << "expect " << e.name << ": " << (e.skipped ? "skipped" : e.ok ? "ok" : "FAILED") << " — " << e.detail << "\n";
+  }
   o << "status: " << r.status << "\n";
   return o.str();
 }

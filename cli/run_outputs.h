@@ -19,6 +19,9 @@ struct ExpectResult {
   std::string name;
   bool ok = false;
   std::string detail;
+  // Not checked (the run made nothing to check it against; `detail` says why): neither
+  // ok nor failed, and it does not fail the run.
+  bool skipped = false;
 };
 
 struct RunRecord {

@@ -124,6 +124,37 @@ TEST(RunOutputs, SayWhetherTheOracleRan) {
   EXPECT_EQ(summary_text(on).find("oracle: not run"), std::string::npos);
 }
 
+// An expectation the run could not check (the oracle turned off) is skipped, says why, and
+// does not count as failed; with the oracle's check it is ok or FAILED as the check says.
+TEST(RunOutputs, AnExpectationWithoutItsOracleIsSkipped) {
+  auto sc = parse_scenario("s.yaml", "name: t\nexpect: {grads_match_unsharded: true}\n");
+  ASSERT_TRUE(sc.is_ok()) << sc.status().to_string();
+  RunRecord off;
+  off.ranks.resize(1);  // a run's metrics carry its expectations
+  off.oracle_not_run = "turned off by --no-oracle";
+  off.expects = check_expectations(*sc, metrics_json(off));
+  ASSERT_EQ(off.expects.size(), 1u);
+  EXPECT_TRUE(off.expects[0].skipped);
+  EXPECT_FALSE(off.expects[0].ok);
+  EXPECT_NE(off.expects[0].detail.find("turned off by --no-oracle"), std::string::npos) << off.expects[0].detail;
+  EXPECT_NE(summary_text(off).find("expect grads_match_unsharded: skipped — not checked"), std::string::npos)
+      << summary_text(off);
+  const auto m = metrics_json(off);
+  ASSERT_TRUE(m.contains("expect")) << m.dump();
+  EXPECT_EQ(m["expect"][0]["skipped"], true);
+  EXPECT_EQ(m["expect"][0]["ok"], false);
+  RunRecord failed;
+  failed.ranks.resize(1);
+  failed.check = runtime::train::Comparison{};
+  failed.check->max_grad_diff = 1.0;
+  failed.expects = check_expectations(*sc, metrics_json(failed));
+  ASSERT_EQ(failed.expects.size(), 1u);
+  EXPECT_FALSE(failed.expects[0].skipped);
+  EXPECT_FALSE(failed.expects[0].ok);
+  EXPECT_FALSE(metrics_json(failed)["expect"][0].contains("skipped"));
+  EXPECT_NE(summary_text(failed).find("expect grads_match_unsharded: FAILED"), std::string::npos);
+}
+
 TEST(TimingRun, DumpedGraphReplaysToTheSameTimeline) {
   TimingRunOptions opts;
   opts.dump_graph = temp_path("graph.json");

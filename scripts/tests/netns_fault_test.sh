@@ -18,7 +18,11 @@
 # Each time it passes when the job is gone within the timeout plus 25 s, the rank(s) that
 # disappeared are named, no process is left in any of the cluster's namespaces (no rank,
 # no orted, no mpirun), and the output folder is whole (summary.txt and metrics.json
-# written, or none of the outputs). Exit 77 when the cluster is not up.
+# written, or none of the outputs). In kill mode the training also checkpoints every 50
+# steps (the kill comes after the first one), and then the last complete checkpoint must
+# load: a run resumed from it for 20 more steps ends with the same per-step losses and
+# bit-identical parameters as one run uninterrupted to the same step. Exit 77 when the
+# cluster is not up.
 set -u
 mode=$1 script=$2 exe=$3 work=$4 prefix=$5 repeats=$6
 state=/run/shardlab-netns/$prefix
@@ -35,11 +39,12 @@ timeout_s=5
 RANDOM=$$
 for ((rep = 1; rep <= repeats; rep++)); do
   rm -rf "$work" && mkdir -p "$work"
-  extra=()
+  extra=() checkpoints=()
   [[ $mode == kill && ${RECOVERY:-0} == 1 ]] && extra=(--enable-recovery)
+  [[ $mode == kill ]] && checkpoints=(--set checkpoint.dir="$work/ckpt" --set checkpoint.every_steps=50)
   "$script" mpirun --prefix "$prefix" -n 4 "${extra[@]}" --oversubscribe --mca mpi_yield_when_idle 1 \
     "$exe" run --backend mpi --set model.preset=mlp --set train.steps=1000000 --set world.nodes=2 \
-    --set world.devices_per_node=2 --set world.collective_timeout_s=$timeout_s --no-oracle \
+    --set world.devices_per_node=2 --set world.collective_timeout_s=$timeout_s --no-oracle "${checkpoints[@]}" \
     --out "$work/out" > "$work/log" 2>&1 &
   launcher=$!
   for _ in $(seq 1 600); do
@@ -47,6 +52,13 @@ for ((rep = 1; rep <= repeats; rep++)); do
     sleep 0.1
   done
   grep -q "step 1/" "$work/log" || { kill -KILL $launcher; fail "training never reached step 1"; }
+  if [[ $mode == kill ]]; then
+    for _ in $(seq 1 300); do
+      [[ -f $work/ckpt/latest ]] && break
+      sleep 0.1
+    done
+    [[ -f $work/ckpt/latest ]] || { kill -KILL $launcher; fail "no checkpoint within 30 s"; }
+  fi
   delay=$(awk -v r=$RANDOM 'BEGIN { printf "%.2f", r % 1500 / 1000 }')
   sleep "$delay"
   victim_rank=""
@@ -85,5 +97,32 @@ for ((rep = 1; rep <= repeats; rep++)); do
   if [[ -d $work/out ]] && [[ -n $(ls -A "$work/out") ]]; then
     [[ -s $work/out/summary.txt && -s $work/out/metrics.json ]] || fail "$what: a partial output folder: $(ls "$work/out")"
   fi
-  echo "ok ($mode, repeat $rep): $what; the job ended ${elapsed} s later (mpirun exit $rc), naming it, nothing left"
+  resumed=""
+  if [[ $mode == kill ]]; then
+    saved=$(sed 's/^step-0*//' "$work/ckpt/latest")
+    total=$((saved + 20))
+    common=(--backend mpi --set model.preset=mlp --set train.steps=$total --set world.nodes=2
+            --set world.devices_per_node=2 --set world.collective_timeout_s=$timeout_s)
+    for run in resumed reference; do
+      more=()
+      [[ $run == resumed ]] && more=(--set checkpoint.dir="$work/ckpt" --set checkpoint.resume=true)
+      timeout 120 "$script" mpirun --prefix "$prefix" -n 4 --oversubscribe --mca mpi_yield_when_idle 1 \
+        "$exe" run "${common[@]}" "${more[@]}" --out "$work/$run" > "$work/$run.log" 2>&1 ||
+        { tail -20 "$work/$run.log"; fail "$what: the $run run to step $total failed"; }
+    done
+    grep -q "resumed from .*step-0*$saved" "$work/resumed.log" || fail "$what: the resumed run does not say it resumed from step $saved"
+    /usr/bin/python3 - "$work/resumed/metrics.json" "$work/reference/metrics.json" "$saved" <<'PY' || fail "$what: the resumed run differs from the uninterrupted one"
+import json, sys
+resumed, reference = (json.load(open(p)) for p in sys.argv[1:3])
+saved = int(sys.argv[3])
+ok = (resumed["first_step"] == saved and resumed["loss"] == reference["loss"][saved:]
+      and resumed["final_params_fnv1a"] == reference["final_params_fnv1a"])
+print(f"resumed at step {resumed['first_step']}: {len(resumed['loss'])} losses "
+      f"{'equal' if resumed['loss'] == reference['loss'][saved:] else 'DIFFERENT'}, parameters "
+      f"{resumed['final_params_fnv1a']} vs {reference['final_params_fnv1a']}")
+sys.exit(0 if ok else 1)
+PY
+    resumed="; resumed from step $saved to $total: the same losses and parameters as an uninterrupted run"
+  fi
+  echo "ok ($mode, repeat $rep): $what; the job ended ${elapsed} s later (mpirun exit $rc), naming it, nothing left$resumed"
 done
