@@ -250,7 +250,7 @@ int main_impl(int argc, char** argv) {
   replay_cmd->add_option("--topology", replay.topology, "Replay on this topology profile instead (`shardlab devices`)");
   replay_cmd->add_option("--network-model", replay.network_model, "alpha_beta or contention instead of the recorded one");
   replay_cmd->add_option("--collective-algorithm", replay.collective_algorithm,
-                         "auto, ring, direct, hierarchical or halving_doubling instead of the recorded one");
+                         "auto, ring, direct, hierarchical, halving_doubling or libnbc instead of the recorded one");
 
   auto* devices_cmd = app.add_subcommand(
       "devices", "List the device and topology profiles the simulator knows, and any accelerators found.");

@@ -1429,8 +1429,9 @@ std::vector<KeyDef> build_schema() {
                {"alpha_beta: congestion-unaware; contention: max–min fair link sharing"}),
           leaf("collective_algorithm",
                enum_setter([](S& s) -> std::string& { return s.world.collective_algorithm; },
-                           {{"auto", {}}, {"ring", {}}, {"direct", {}}, {"hierarchical", {}}, {"halving_doubling", {}}}),
-               {"how the simulator schedules each collective"}),
+                           {{"auto", {}}, {"ring", {}}, {"direct", {}}, {"hierarchical", {}}, {"halving_doubling", {}}, {"libnbc", {}}}),
+               {"how the simulator schedules each collective (libnbc: Open MPI's nonblocking schedules, what "
+                "--backend mpi runs)"}),
           leaf("offload_host",
                profile_setter([](S& s) -> std::string& { return s.world.offload_host; }, {"host"}, "device"),
                {"fsdp.cpu_offload in the simulator: each rank's host as a device profile"}),

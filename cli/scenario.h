@@ -117,7 +117,7 @@ struct Scenario {
     // torch.distributed.init_process_group(timeout=…); virtual time in the simulator.
     double collective_timeout_s = 30.0;
     std::string network_model = "alpha_beta";  // alpha_beta (congestion-unaware) | contention (max–min fair links)
-    std::string collective_algorithm = "auto";  // auto | ring | direct | hierarchical | halving_doubling
+    std::string collective_algorithm = "auto";  // auto | ring | direct | hierarchical | halving_doubling | libnbc
     int world_size() const { return nodes * devices_per_node; }
   } world;
 

@@ -1,6 +1,7 @@
 #include "sim/collectives.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <deque>
 #include <map>
@@ -20,17 +21,18 @@ std::string_view algorithm_name(Algorithm a) {
     case Algorithm::kDirect: return "direct";
     case Algorithm::kHierarchical: return "hierarchical";
     case Algorithm::kHalvingDoubling: return "halving_doubling";
+    case Algorithm::kLibnbc: return "libnbc";
   }
   return "?";
 }
 
 Result<Algorithm> parse_algorithm(std::string_view text) {
   for (Algorithm a : {Algorithm::kAuto, Algorithm::kRing, Algorithm::kDirect, Algorithm::kHierarchical,
-                      Algorithm::kHalvingDoubling}) {
+                      Algorithm::kHalvingDoubling, Algorithm::kLibnbc}) {
     if (text == algorithm_name(a)) return a;
   }
   return Status::invalid_argument("unknown collective algorithm '" + std::string(text) +
-                                  "'; allowed: auto, ring, direct, hierarchical, halving_doubling");
+                                  "'; allowed: auto, ring, direct, hierarchical, halving_doubling, libnbc");
 }
 
 int Phase::rounds() const {
@@ -92,9 +94,10 @@ Phase dissemination(std::vector<std::vector<int>> groups, int q) {
   p.bytes.assign(static_cast<std::size_t>(ceil_log2(q)), 0);
   return p;
 }
-Phase binomial(std::vector<std::vector<int>> groups, int q, std::int64_t bytes) {
+Phase binomial(std::vector<std::vector<int>> groups, int q, std::int64_t bytes,
+               Primitive primitive = Primitive::kBinomialTree) {
   Phase p;
-  p.primitive = Primitive::kBinomialTree;
+  p.primitive = primitive;
   p.groups = std::move(groups);
   p.bytes.assign(static_cast<std::size_t>(ceil_log2(q)), bytes);
   return p;
@@ -179,6 +182,28 @@ Schedule plan_halving_doubling(OpKind kind, int q, std::int64_t bytes, int root)
     default: return plan_ring(kind, q, bytes, root);  // broadcast: binomial tree; barrier: dissemination
   }
   s.algorithm = "halving_doubling";
+  return s;
+}
+
+// NOTE [Open MPI's nonblocking schedules] in sim/collectives.h.
+Schedule plan_libnbc(OpKind kind, int q, std::int64_t bytes, int root) {
+  Schedule s;
+  const auto all = iota_members(q);
+  switch (kind) {
+    case OpKind::kAllGather:
+      s.phases.push_back(is_pow2(q) ? exchange({all}, q, bytes, /*halving=*/false) : direct({all}, bytes));
+      break;
+    case OpKind::kReduceScatter:
+      s.phases.push_back(binomial({all}, q, bytes * q, Primitive::kBinomialReduce));
+      s.phases.push_back(direct({all}, bytes, /*from_root=*/true));
+      break;
+    case OpKind::kAllReduce:
+      s.phases.push_back(binomial({all}, q, bytes, Primitive::kBinomialReduce));
+      s.phases.push_back(binomial({all}, q, bytes, Primitive::kBinomialEager));
+      break;
+    default: return plan_ring(kind, q, bytes, root);  // broadcast: binomial tree; barrier: dissemination
+  }
+  s.algorithm = "libnbc";
   return s;
 }
 
@@ -287,6 +312,9 @@ Schedule plan_collective(OpKind kind, std::span<const int> world_ranks, std::int
     case Algorithm::kHierarchical:
       if (even) return plan_hierarchical(kind, bytes, root, nodes);
       break;
+    case Algorithm::kLibnbc:
+      if (q > 1) return plan_libnbc(kind, q, bytes, root);
+      break;
     default: break;
   }
   return plan_ring(kind, q, bytes, root);
@@ -347,6 +375,19 @@ void build_round(const Phase& ph, int j, Round* r) {
         for (int v = 0; v < d && v + d < q; ++v) r->add(m(v), m(v + d), ph.bytes[uj]);
         break;
       }
+      case Primitive::kBinomialReduce: {
+        const int d = 1 << j;
+        for (int v = 0; v + d < q; v += 2 * d) r->add(m(v + d), m(v), ph.bytes[uj]);
+        break;
+      }
+      case Primitive::kBinomialEager:
+        for (int v = 0; v < q; ++v) {
+          if (std::popcount(static_cast<unsigned>(v)) != j) continue;
+          for (int d = 1; v + d < q; d *= 2) {
+            if (d > v) r->add(m(v), m(v + d), ph.bytes[uj]);
+          }
+        }
+        break;
     }
   }
 }

@@ -13,6 +13,11 @@
 //   exchange(distances)      round j: v and v XOR d_j swap (recursive halving/doubling).
 //   dissemination            round j: v sends to v + 2^j (mod q).
 //   binomial_tree            round j: v < 2^j sends to v + 2^j (first member = root).
+//   binomial_reduce          the same tree towards the root: round j, v + 2^j sends to v
+//                            for v a multiple of 2^(j+1) (a sender leaves the phase).
+//   binomial_eager           the broadcast tree with every member sending to all its
+//                            children at once as soon as it has the data: round j, each v
+//                            with j bits set sends to every v + 2^i with 2^i > v.
 //
 // Algorithms (Algorithm), with their textbook cost for equal arrivals under the
 // congestion-unaware model with one α and β (n = one rank's chunk, N = the whole buffer,
@@ -33,9 +38,42 @@
 //                      2(α₁ + c₁β₁) + 2(K-1)(α₂ + c₂β₂); broadcast: binomial tree on the
 //                      root's rail, then direct inside each node: ⌈log2 K⌉(α₂ + Nβ₂) + α₁ + Nβ₁;
 //                      barrier: direct inside, dissemination per rail: α₁ + ⌈log2 K⌉α₂.
+//   libnbc             NOTE [Open MPI's nonblocking schedules] below: what the runtime's
+//                      MpiCommunicator runs. all_gather: recursive doubling (p a power of
+//                      two: log2(p)·α + (p-1)nβ), else direct (α + nβ on a clique);
+//                      reduce_scatter: binomial reduce of the whole buffer to member 0, then
+//                      member 0 sends each member its chunk: ⌈log2 p⌉(α + pnβ) + α + nβ
+//                      (a switch port serializes the p-1 chunks: (p-1)nβ); all_reduce:
+//                      binomial reduce, then the eager binomial broadcast of N: on a clique
+//                      (⌈log2 p⌉ + D)(α + Nβ), D the most bits set in a member index < p
+//                      (a switch port shares member 0's sends: p = 4
+//                      takes 2(α + Nβ) + (α + 2Nβ) + (α + Nβ)); broadcast binomial tree;
+//                      barrier dissemination.
 // Fallbacks (reported through Schedule::algorithm, which names what actually ran):
 // halving_doubling on a group that is not a power of two runs ring; direct on more than
 // kMaxDirectMembers members runs ring; hierarchical on uneven nodes runs ring.
+//
+// NOTE [Open MPI's nonblocking schedules]
+// Open MPI 4.1 runs MPI_Iallgather, MPI_Ireduce_scatter_block and MPI_Iallreduce through
+// its libnbc component (the `tuned` component that picks ring or recursive algorithms by
+// size serves only the blocking calls), whose schedules do not depend on the size:
+// iallgather by recursive doubling (what the runtime asks for, NOTE [libnbc's
+// all-gather] in runtime/comm/mpi/communicator.cc; linear, every pair at once, on a group
+// that is not a power of two); ireduce_scatter_block reduces the whole buffer up a
+// binomial tree to rank 0 and scatters the chunks from there; iallreduce with MPI_IN_PLACE
+// (the runtime's call) always takes the binomial reduce, then a broadcast down the same
+// tree in which a member posts the sends to all its children at once after its receive
+// (ompi/mca/coll/libnbc/nbc_iallgather.c, nbc_ireduce_scatter_block.c, nbc_iallreduce.c).
+// Measured over 200 Mbit/s links between namespaces (scripts/netns-cluster), chunks of 4
+// MB: 4 ranks' reduce_scatter 1.842 s against 1.84 s from this schedule, all_reduce of 16
+// MB 3.37 s against 3.35 s, all_gather 0.526 s against 0.51 s.
+// On shared memory the difference hardly shows; on a network it does: a 2-member
+// reduce_scatter moves 1.5 buffers over the link one way after the other, a ring 0.5 each
+// way at once. `auto` never picks it: a scenario asks for it (world.collective_algorithm).
+// The reduction (γ) is charged as for every algorithm (NOTE [Reduction cost]), though the
+// tree's root reduces ⌈log2 p⌉ whole buffers: where the reduction matters against the
+// link, this under-charges the root.
+//
 // `auto`: direct inside one node of a clique topology (hls, fully_connected);
 // hierarchical across nodes of an hls topology when every node holds the same number
 // (≥ 2) of members; otherwise halving_doubling for small payloads (≤ 256 KiB in all,
@@ -64,14 +102,23 @@
 
 namespace shardlab::sim {
 
-enum class Algorithm { kAuto, kRing, kDirect, kHierarchical, kHalvingDoubling };
-std::string_view algorithm_name(Algorithm a);  // "auto", "ring", "direct", "hierarchical", "halving_doubling"
+enum class Algorithm { kAuto, kRing, kDirect, kHierarchical, kHalvingDoubling, kLibnbc };
+std::string_view algorithm_name(Algorithm a);  // "auto", "ring", "direct", "hierarchical", "halving_doubling", "libnbc"
 Result<Algorithm> parse_algorithm(std::string_view text);
 
 constexpr int kMaxDirectMembers = 512;
 constexpr std::int64_t kSmallCollectiveBytes = 256 * 1024;  // `auto`'s latency-bound threshold
 
-enum class Primitive { kRing, kDirect, kDirectFromRoot, kExchange, kDissemination, kBinomialTree };
+enum class Primitive {
+  kRing,
+  kDirect,
+  kDirectFromRoot,
+  kExchange,
+  kDissemination,
+  kBinomialTree,
+  kBinomialReduce,
+  kBinomialEager
+};
 
 struct Phase {
   Primitive primitive = Primitive::kRing;
@@ -84,7 +131,7 @@ struct Phase {
 
 struct Schedule {
   std::string algorithm;  // what ran ("ring", "direct", "hierarchical", "halving_doubling",
-                          // "binomial_tree", "dissemination")
+                          // "binomial_tree", "dissemination", "libnbc")
   std::vector<Phase> phases;
 };
 

@@ -112,6 +112,83 @@ TEST(ClosedForms, Direct) {
   }
 }
 
+// NOTE [Open MPI's nonblocking schedules]: libnbc's fixed schedules, on a clique where
+// every message has its own link.
+TEST(ClosedForms, Libnbc) {
+  for (int p : {2, 3, 4, 5, 8}) {
+    auto net = model(clique_spec(), 1, p, Algorithm::kLibnbc);
+    const std::int64_t n = 1000, N = 8000;
+    const int L = ceil_log2(p);
+    const std::string at = "p=" + std::to_string(p);
+    // Recursive doubling on a power of two (NOTE [libnbc's all-gather]), else every pair at once.
+    const bool pow2 = (p & (p - 1)) == 0;
+    expect_all(run(*net, OpKind::kAllGather, p, n), pow2 ? 500 + L * kA + (p - 1) * n : 500 + kA + n,
+               "libnbc all_gather " + at);
+    // The whole buffer (p·n) up the tree to member 0, then one chunk to each member.
+    expect_all(run(*net, OpKind::kReduceScatter, p, n), 500 + L * (kA + p * n) + kA + n,
+               "libnbc reduce_scatter " + at);
+    // Binomial reduce, then the eager broadcast of the whole buffer: member 0 sends to all
+    // its children at once; member v is popcount(v) hops down, the deepest receives last.
+    int depth = 0;
+    for (int v = 0; v < p; ++v) depth = std::max(depth, __builtin_popcount(static_cast<unsigned>(v)));
+    const auto ar = run(*net, OpKind::kAllReduce, p, N);
+    EXPECT_EQ(ar.done[0], 500 + (L + 1) * (kA + N)) << at;
+    EXPECT_EQ(*std::max_element(ar.done.begin(), ar.done.end()), 500 + (L + depth) * (kA + N)) << at;
+    EXPECT_EQ(ar.algorithm, "libnbc");
+    expect_all(run(*net, OpKind::kBarrier, p, 0), 500 + L * kA, "libnbc barrier " + at);
+  }
+  // One member: nothing moves, and libnbc builds no schedule, so the per-call overhead
+  // calibrated on larger groups is not charged (other algorithms charge it).
+  TopologySpec with_overhead = clique_spec();
+  with_overhead.collective_overhead_ns = 25000;
+  EXPECT_EQ(run(*model(with_overhead, 1, 1, Algorithm::kLibnbc), OpKind::kAllGather, 1, 1000).done[0], 500);
+  EXPECT_EQ(run(*model(with_overhead, 1, 1, Algorithm::kRing), OpKind::kAllGather, 1, 1000).done[0], 500 + 25000);
+  EXPECT_EQ(run(*model(with_overhead, 1, 2, Algorithm::kLibnbc), OpKind::kAllGather, 2, 1000).done[0],
+            500 + kA + 1000 + 25000);
+}
+
+// A switch port carries the p-1 chunks member 0 scatters one after the other (under
+// contention), and with ports shared by a node (a host's one NIC) every rank of the node
+// shares it: 2 nodes x 2 ranks, libnbc all_gather's second round sends 2 × 2n through each.
+TEST(Contention, LibnbcOnSharedNodePorts) {
+  const std::int64_t n = 100000;
+  TopologySpec sw;
+  sw.name = "test-switch";
+  sw.kind = TopologyKind::kSwitch;
+  sw.port = {8, 1500};  // 1 ns/B per port, 3 µs end to end
+  for (int p : {2, 4}) {
+    auto net = model(sw, 1, p, Algorithm::kLibnbc, NetworkModelKind::kContention);
+    // Tree rounds: one message per port; the scatter: p-1 chunks through member 0's port.
+    expect_all(run(*net, OpKind::kReduceScatter, p, n), 500 + ceil_log2(p) * (3000 + p * n) + 3000 + (p - 1) * n,
+               "switch reduce_scatter p=" + std::to_string(p));
+  }
+  // all_reduce of 4: two tree rounds up; then member 0 sends to 1 and 2 at once through its
+  // one port (2N), and 1 forwards to 3.
+  auto net4 = model(sw, 1, 4, Algorithm::kLibnbc, NetworkModelKind::kContention);
+  const auto ar = run(*net4, OpKind::kAllReduce, 4, n);
+  EXPECT_EQ(*std::max_element(ar.done.begin(), ar.done.end()), 500 + 2 * (3000 + n) + (3000 + 2 * n) + (3000 + n));
+  EXPECT_EQ(ar.done[3], 500 + 2 * (3000 + n) + (3000 + 2 * n) + (3000 + n));
+  TopologySpec nic = two_level_spec();  // peer 0.5 ns/B, 1 µs; port 1 ns/B, 1.5 µs
+  auto per_device = model(nic, 2, 2, Algorithm::kLibnbc, NetworkModelKind::kContention);
+  nic.port_per_node = true;
+  auto per_node = model(nic, 2, 2, Algorithm::kLibnbc, NetworkModelKind::kContention);
+  // Recursive doubling: round 1 pairs 0-1 and 2-3 inside the nodes (0.5 ns/B, 1 µs); round 2
+  // sends 2n across from every device: one message per device port, two per node port.
+  const Nanos inside = 1000 + n / 2;
+  expect_all(run(*per_device, OpKind::kAllGather, 4, n), 500 + inside + 3000 + 2 * n, "per-device ports");
+  expect_all(run(*per_node, OpKind::kAllGather, 4, n), 500 + inside + 3000 + 4 * n, "per-node ports");
+  // Link names: every device of node 1 names node 1's one port.
+  auto topo = Topology::create(nic, 2, 2);
+  ASSERT_TRUE(topo.is_ok());
+  EXPECT_EQ(topo->parse_link("3-net").value(), topo->parse_link("2-net").value());
+  EXPECT_NE(topo->parse_link("1-net").value(), topo->parse_link("2-net").value());
+  EXPECT_EQ(topo->link_name(topo->parse_link("3-net").value()[0]), "2-net");
+  // And the profile keeps it.
+  auto back = parse_topology(topology_to_json(nic), "round trip");
+  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  EXPECT_TRUE(back->port_per_node);
+}
+
 TEST(ClosedForms, HalvingDoubling) {
   for (int p : {1, 2, 4, 8, 16}) {
     auto net = model(clique_spec(), 1, p, Algorithm::kHalvingDoubling);
@@ -190,7 +267,8 @@ TEST(ClosedForms, SwitchRingEqualsTheOriginalAlphaBetaModel) {
 TEST(FastPath, EqualsTheEngineScheduleForUnequalArrivals) {
   Rng rng(20261202);
   const std::vector<Algorithm> algorithms = {Algorithm::kAuto, Algorithm::kRing, Algorithm::kDirect,
-                                             Algorithm::kHierarchical, Algorithm::kHalvingDoubling};
+                                             Algorithm::kHierarchical, Algorithm::kHalvingDoubling,
+                                             Algorithm::kLibnbc};
   const std::vector<OpKind> kinds = {OpKind::kAllGather, OpKind::kReduceScatter, OpKind::kAllReduce,
                                      OpKind::kBroadcast, OpKind::kBarrier};
   int checked = 0;
@@ -480,6 +558,7 @@ TEST(Factory, BuildsEveryBuiltInTopologyAndRefusesBadWorlds) {
   s.topology = "torus";
   EXPECT_NE(make_network(s).status().message().find("built-in"), std::string::npos);
   EXPECT_EQ(parse_algorithm("halving_doubling").value(), Algorithm::kHalvingDoubling);
+  EXPECT_EQ(parse_algorithm("libnbc").value(), Algorithm::kLibnbc);
   EXPECT_NE(parse_algorithm("tree").status().message().find("allowed"), std::string::npos);
   EXPECT_EQ(parse_network_model("contention").value(), NetworkModelKind::kContention);
   EXPECT_FALSE(parse_network_model("fluid").is_ok());

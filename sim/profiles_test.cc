@@ -342,6 +342,11 @@ TEST(TopologyProfiles, BadFilesAreInvalidArgumentNamingFileKeyAndAllowed) {
        "port.gbit_per_s", "Gbit/s in [0.001, 1e9]"},
       {"leaf on a switch", R"({"name": "t", "kind": "switch", "nodes_per_leaf": 2,
         "port": {"gbit_per_s": 1, "latency_ns": 1}})", "nodes_per_leaf", "only 'hls'"},
+      {"ports per rack", R"({"name": "t", "kind": "hls", "max_devices_per_node": 8, "ports_per": "rack",
+        "peer": {"gbit_per_s": 1, "latency_ns": 1}, "port": {"gbit_per_s": 1, "latency_ns": 1}})",
+       "ports_per", "allowed: device, node"},
+      {"ports per node on a switch", R"({"name": "t", "kind": "switch", "ports_per": "node",
+        "port": {"gbit_per_s": 1, "latency_ns": 1}})", "ports_per", "only 'hls'"},
   };
   for (const auto& c : cases) {
     const std::string path = temp_file("badtopo.json", c.json);

@@ -40,7 +40,7 @@ Topology::Topology(TopologySpec spec, int nodes, int devices_per_node)
   peer_bps_ = payload_bps(spec_.peer, spec_.efficiency);
   port_bps_ = payload_bps(spec_.port, spec_.efficiency);
   const int nodes_under_leaf = spec_.nodes_per_leaf > 0 ? std::min(spec_.nodes_per_leaf, nodes_) : nodes_;
-  leaf_bps_ = port_bps_ * nodes_under_leaf * devices_per_node_ / spec_.oversubscription;
+  leaf_bps_ = port_bps_ * nodes_under_leaf * (spec_.port_per_node ? 1 : devices_per_node_) / spec_.oversubscription;
 }
 
 Result<Topology> Topology::create(TopologySpec spec, int nodes, int devices_per_node) {
@@ -60,6 +60,10 @@ Result<Topology> Topology::create(TopologySpec spec, int nodes, int devices_per_
                                     std::to_string(kMaxDevices) + " allowed");
   }
   return Topology(std::move(spec), nodes, devices_per_node);
+}
+
+int Topology::port_of(int device) const {
+  return spec_.kind == TopologyKind::kHls && spec_.port_per_node ? node_of(device) * devices_per_node_ : device;
 }
 
 int Topology::leaf_of(int device) const {
@@ -127,12 +131,12 @@ Route Topology::route(int src, int dst) const {
       if (node_of(src) == node_of(dst)) {
         r.links.push_back(make_link(kPeer, src * p + dst));
       } else {
-        r.links.push_back(make_link(kPortUp, src));
+        r.links.push_back(make_link(kPortUp, port_of(src)));
         if (leaf_of(src) != leaf_of(dst)) {
           r.links.push_back(make_link(kLeafUp, leaf_of(src)));
           r.links.push_back(make_link(kLeafDown, leaf_of(dst)));
         }
-        r.links.push_back(make_link(kPortDown, dst));
+        r.links.push_back(make_link(kPortDown, port_of(dst)));
       }
       break;
   }
@@ -183,7 +187,9 @@ Result<std::vector<LinkId>> Topology::parse_link(std::string_view name) const {
   if (spec_.kind == TopologyKind::kRing) allowed += ", ring neighbours";
   if (!allowed.empty()) allowed += ")";
   if (spec_.kind == TopologyKind::kHls || spec_.kind == TopologyKind::kSwitch) {
-    allowed += std::string(allowed.empty() ? "" : ", ") + "'a-net' (device a's ports to its switch)";
+    allowed += std::string(allowed.empty() ? "" : ", ") +
+               (port_of(p - 1) != p - 1 ? "'a-net' (the port device a shares with its node)"
+                                        : "'a-net' (device a's ports to its switch)");
   }
   if (spec_.kind == TopologyKind::kHls && spec_.nodes_per_leaf > 0) {
     allowed += ", 'leafK-spine' (leaf K's uplinks; K in 0.." + std::to_string(leaf_of(devices() - 1)) + ")";
@@ -207,7 +213,8 @@ Result<std::vector<LinkId>> Topology::parse_link(std::string_view name) const {
   if (right == "net") {
     if (spec_.kind != TopologyKind::kHls && spec_.kind != TopologyKind::kSwitch) return bad("this topology has no switch");
     if (!number(left, &a) || a >= p) return bad("no such device");
-    return std::vector<LinkId>{make_link(kPortUp, a), make_link(kPortDown, a)};
+    return std::vector<LinkId>{make_link(kPortUp, port_of(static_cast<int>(a))),
+                               make_link(kPortDown, port_of(static_cast<int>(a)))};
   }
   if (!number(left, &a) || !number(right, &b) || a >= p || b >= p || a == b) return bad("no such pair of devices");
   bool direct = false;
@@ -227,10 +234,11 @@ std::string Topology::describe() const {
   switch (spec_.kind) {
     case TopologyKind::kHls:
       std::snprintf(buf, sizeof buf,
-                    "%s: %d nodes x %d devices; %.4g GB/s per peer (%.3g us), %.4g GB/s scale-out per device (%.3g us "
+                    "%s: %d nodes x %d devices; %.4g GB/s per peer (%.3g us), %.4g GB/s scale-out per %s (%.3g us "
                     "per port), %d nodes per leaf, oversubscription %.3g",
                     spec_.name.c_str(), nodes_, devices_per_node_, gbs(peer_bps_),
                     static_cast<double>(spec_.peer.latency_ns) / 1e3, gbs(port_bps_),
+                    spec_.port_per_node ? "node" : "device",
                     static_cast<double>(spec_.port.latency_ns) / 1e3, spec_.nodes_per_leaf, spec_.oversubscription);
       break;
     case TopologyKind::kSwitch:
@@ -340,7 +348,8 @@ Result<TopologySpec> parse_topology(const std::string& json_text, const std::str
   SHARDLAB_ASSIGN_OR_RETURN(nlohmann::json j, detail::JsonObject::parse(json_text, origin));
   detail::JsonObject root(j, origin);
   SHARDLAB_RETURN_IF_ERROR(root.only({"name", "description", "kind", "max_devices_per_node", "peer", "port",
-                                      "nodes_per_leaf", "oversubscription", "spine_latency_ns", "efficiency", "reduce_gbyte_per_s",
+                                      "nodes_per_leaf", "oversubscription", "spine_latency_ns", "ports_per", "efficiency",
+                                      "reduce_gbyte_per_s",
                                       "collective_overhead_ns", "measured_collectives", "collective_progress", "notes"}));
   SHARDLAB_RETURN_IF_ERROR(root.notes_ok("notes"));
   TopologySpec t;
@@ -369,7 +378,7 @@ Result<TopologySpec> parse_topology(const std::string& json_text, const std::str
     return root.bad("port", "a '" + kind + "' topology has no switch ports; remove it");
   }
   if (t.kind != TopologyKind::kHls) {
-    for (const char* k : {"max_devices_per_node", "nodes_per_leaf", "oversubscription", "spine_latency_ns"}) {
+    for (const char* k : {"max_devices_per_node", "nodes_per_leaf", "oversubscription", "spine_latency_ns", "ports_per"}) {
       if (root.has(k)) return root.bad(k, "only 'hls' topologies have it");
     }
   } else {
@@ -388,6 +397,11 @@ Result<TopologySpec> parse_topology(const std::string& json_text, const std::str
                                                               "an integer number of ns in [0, 1e9]"));
     if (sl != std::floor(sl)) return root.bad("spine_latency_ns", "must be an integer number of ns");
     t.spine_latency_ns = static_cast<Nanos>(sl);
+    if (root.has("ports_per")) {
+      SHARDLAB_ASSIGN_OR_RETURN(const std::string per, root.string("ports_per", true));
+      if (per != "device" && per != "node") return root.bad("ports_per", "unknown value '" + per + "'; allowed: device, node");
+      t.port_per_node = per == "node";
+    }
   }
   SHARDLAB_ASSIGN_OR_RETURN(t.efficiency, root.number_or("efficiency", 1.0, 1e-3, 1, false,
                                                          "payload fraction of the line rate in [0.001, 1]"));
@@ -428,6 +442,7 @@ std::string topology_to_json(const TopologySpec& t) {
     j["nodes_per_leaf"] = t.nodes_per_leaf;
     j["oversubscription"] = t.oversubscription;
     j["spine_latency_ns"] = t.spine_latency_ns;
+    if (t.port_per_node) j["ports_per"] = "node";
   }
   j["efficiency"] = t.efficiency;
   if (t.reduce_bytes_per_s > 0) j["reduce_gbyte_per_s"] = t.reduce_bytes_per_s / 1e9;

@@ -6,7 +6,8 @@
 //   hls             Gaudi servers (hls1, hls2, hls3): inside a node every ordered pair of
 //                   cards has its own link (the per-peer ports of reference/gaudi.md,
 //                   aggregated); across nodes each card goes through its scale-out ports
-//                   to a leaf switch; leaves (nodes_per_leaf nodes each) meet at a spine
+//                   to a leaf switch (with ports_per: node, the node's devices share one
+//                   port, a host's one NIC: servers of CPUs, scripts/netns-cluster); leaves (nodes_per_leaf nodes each) meet at a spine
 //                   whose leaf uplinks carry (devices under the leaf × port) / oversubscription.
 //   fully_connected every ordered pair of devices of the world has its own link.
 //   switch          every device has one port (up and down) to a single non-blocking switch.
@@ -21,7 +22,9 @@
 // Link names (what link faults refer to; each name covers both directions):
 //   "a-b"          the direct link between devices a and b (hls inside a node,
 //                  fully_connected, ring neighbours)
-//   "a-net"        device a's port(s) to its switch (hls scale-out, switch)
+//   "a-net"        device a's port(s) to its switch (hls scale-out, switch); with ports
+//                  shared by a node, the node's port (every device of the node names it;
+//                  link_name gives the node's first device)
 //   "leafK-spine"  leaf K's uplinks to the spine (hls with nodes_per_leaf > 0)
 //
 // Thread safety: immutable after construction; share freely.
@@ -86,6 +89,7 @@ struct TopologySpec {
   LinkSpec port;                 // hls, switch: a device's ports to its (leaf) switch
   int nodes_per_leaf = 0;        // hls: nodes under one leaf switch; 0: one switch for all
   double oversubscription = 1.0; // hls: leaf downlink capacity / uplink capacity (>= 1)
+  bool port_per_node = false;    // hls: the devices of a node share one port (JSON "ports_per": "node")
   Nanos spine_latency_ns = 0;    // hls: extra latency of a leaf → spine → leaf crossing
   double efficiency = 1.0;       // payload bytes / line-rate bytes, in (0, 1]
   // NOTE [Reduction cost]
@@ -145,6 +149,9 @@ class Topology {
   int devices() const { return nodes_ * devices_per_node_; }
   int node_of(int device) const { return device / devices_per_node_; }
   int leaf_of(int device) const;
+  // The device whose index names the switch port `device` uses: itself, or with ports
+  // shared by a node (hls, port_per_node) the node's first device.
+  int port_of(int device) const;
 
   // The route of a message from src to dst (devices in [0, devices())).
   Route route(int src, int dst) const;
