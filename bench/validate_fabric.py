@@ -34,6 +34,9 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from validate_sim import BrokenRun, run  # noqa: E402  (one way to run a child and log it)
+
 CLUSTER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts", "netns-cluster")
 PREFIX = "vf"
 # Points: nodes x ranks per node : model : strategy. HYBRID_SHARD with one rank per node is
@@ -41,34 +44,6 @@ PREFIX = "vf"
 DEFAULT_POINTS = ("2x1:bert-mini:FULL_SHARD,2x1:bert-mini:HYBRID_SHARD,4x1:bert-mini:FULL_SHARD,"
                   "4x1:bert-mini:HYBRID_SHARD,2x2:bert-mini:FULL_SHARD,2x2:bert-mini:HYBRID_SHARD,"
                   "2x1:mlp:FULL_SHARD,2x1:mlp:HYBRID_SHARD,4x1:mlp:FULL_SHARD,4x1:mlp:HYBRID_SHARD")
-
-
-class BrokenRun(Exception):
-    pass
-
-
-def child_env():
-    env = dict(os.environ)
-    env["OMP_NUM_THREADS"] = "1"
-    env["OPENBLAS_NUM_THREADS"] = "1"
-    env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
-    env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-    return env
-
-
-def run(cmd, what, log_path, timeout):
-    with open(log_path, "w", encoding="utf-8") as log:
-        log.write("$ " + " ".join(cmd) + "\n")
-        log.flush()
-        try:
-            p = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=child_env(), timeout=timeout,
-                               check=False)
-        except subprocess.TimeoutExpired:
-            raise BrokenRun(f"{what}: timed out after {timeout} s (log: {log_path})") from None
-    if p.returncode != 0:
-        with open(log_path, encoding="utf-8", errors="replace") as f:
-            tail = "".join(f.readlines()[-15:])
-        raise BrokenRun(f"{what}: exit code {p.returncode} (log: {log_path})\n{tail}")
 
 
 def write_scenario(path):
@@ -89,6 +64,11 @@ world: {backend: sim, mode: numerics, nodes: 1, devices_per_node: 1}
 """)
 
 
+def bad_argument(message):
+    print(f"validate_fabric: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
 def parse_points(text):
     points = []
     for item in text.split(","):
@@ -96,10 +76,10 @@ def parse_points(text):
             shape, model, strategy = item.split(":")
             nodes, per_node = (int(x) for x in shape.split("x"))
         except ValueError:
-            raise SystemExit(f"validate_fabric: bad point '{item}'; allowed: NxK:MODEL:STRATEGY, "
-                             "e.g. 2x1:bert-mini:FULL_SHARD") from None
+            bad_argument(f"bad point '{item}'; allowed: NxK:MODEL:STRATEGY, e.g. 2x1:bert-mini:FULL_SHARD")
         if nodes < 1 or per_node < 1 or strategy not in ("FULL_SHARD", "SHARD_GRAD_OP", "HYBRID_SHARD", "NO_SHARD"):
-            raise SystemExit(f"validate_fabric: bad point '{item}'")
+            bad_argument(f"bad point '{item}': N and K at least 1, STRATEGY one of FULL_SHARD, SHARD_GRAD_OP, "
+                         "HYBRID_SHARD, NO_SHARD")
         points.append((nodes, per_node, model, strategy))
     return points
 

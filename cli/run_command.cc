@@ -555,6 +555,7 @@ int run_mpi(const RunArgs& a, int* argc, char*** argv) {
   if (!result.is_ok()) return fail_job(result.status().with_context("rank " + std::to_string(c.rank())));
   const Nanos trained = clock.now() - train_start;
   std::vector<std::vector<sim::TraceEvent>> traces;
+  std::vector<RunRecord::RankSteps> rank_steps;
   if (traced) {
     // The outputs' times all count from the trace's origin (step starts, memory samples).
     for (Nanos& t : result->step_starts) t -= origin;
@@ -562,6 +563,16 @@ int run_mpi(const RunArgs& a, int* argc, char*** argv) {
     auto gathered = gather_traces(base, raw_dev, trace.events(), a.train.fsdp.collective_timeout);
     if (!gathered.is_ok()) return fail_job(gathered.status().with_context("rank " + std::to_string(c.rank())));
     traces = std::move(*gathered);
+    // Every rank's step starts and times, for the per-rank breakdown: [count, starts…, times…].
+    std::vector<std::int64_t> mine{static_cast<std::int64_t>(result->step_starts.size())};
+    mine.insert(mine.end(), result->step_starts.begin(), result->step_starts.end());
+    mine.insert(mine.end(), result->step_times.begin(), result->step_times.end());
+    auto steps = gather_words(base, raw_dev, mine, a.train.fsdp.collective_timeout);
+    if (!steps.is_ok()) return fail_job(steps.status().with_context("rank " + std::to_string(c.rank())));
+    for (const auto& w : *steps) {
+      const auto n = static_cast<std::ptrdiff_t>(w.at(0));
+      rank_steps.push_back({{w.begin() + 1, w.begin() + 1 + n}, {w.begin() + 1 + n, w.end()}});
+    }
   }
   int code = 0;
   if (c.rank() == 0) {
@@ -572,6 +583,7 @@ int run_mpi(const RunArgs& a, int* argc, char*** argv) {
     record.header = header_line(a, c.size(), result->num_units);
     code = report_oracle(a, *result, c.size(), /*simulated=*/false, record);
     record.ranks.push_back(*result);
+    record.rank_steps = std::move(rank_steps);
     add_traces(a, c.size(), [&](int r) { return std::move(traces[static_cast<std::size_t>(r)]); }, record);
     code = apply_expectations(a, record, code);
     code = write_outputs(a, record, code);

@@ -45,20 +45,32 @@ std::string exact(double v) {
 // Per step of rank `r`: simulated compute time (sum of compute events inside the step).
 // Steps start in order, so an event's step is found by binary search (a run of 40,000
 // steps has ~10^6 events).
-std::vector<double> compute_per_step(const FsdpTrainResult& res, const std::vector<sim::TraceEvent>& trace) {
-  std::vector<double> out(res.step_times.size(), 0.0);
+std::vector<double> compute_per_step(const std::vector<Nanos>& step_starts, const std::vector<Nanos>& step_times,
+                                     const std::vector<sim::TraceEvent>& trace) {
+  std::vector<double> out(step_times.size(), 0.0);
   // A failed run's last step may have begun without ending: only completed steps count.
-  const std::size_t steps = std::min(res.step_starts.size(), res.step_times.size());
-  const auto first = res.step_starts.begin(), last = res.step_starts.begin() + static_cast<std::ptrdiff_t>(steps);
+  const std::size_t steps = std::min(step_starts.size(), step_times.size());
+  const auto first = step_starts.begin(), last = step_starts.begin() + static_cast<std::ptrdiff_t>(steps);
   for (const auto& e : trace) {
     if (e.stream != sim::kTraceCompute) continue;
     // The last step starting at or before the event.
     const auto after = std::upper_bound(first, last, e.start);
     if (after == first) continue;
     const auto s = static_cast<std::size_t>(after - first - 1);
-    if (e.start < res.step_starts[s] + res.step_times[s]) out[s] += seconds(e.duration);
+    if (e.start < step_starts[s] + step_times[s]) out[s] += seconds(e.duration);
   }
   return out;
+}
+std::vector<double> compute_per_step(const FsdpTrainResult& res, const std::vector<sim::TraceEvent>& trace) {
+  return compute_per_step(res.step_starts, res.step_times, trace);
+}
+
+// Whether traces[k] is rank k's for every k (no trace.ranks subset).
+bool traced_ranks_are_all(const RunRecord& r) {
+  for (std::size_t i = 0; i < r.traces.size(); ++i) {
+    if (r.traced_rank(i) != static_cast<int>(i)) return false;
+  }
+  return true;
 }
 
 const char* comm_key(int stream) {
@@ -226,17 +238,19 @@ Json metrics_json(const RunRecord& r) {
     }
     j["exposed_comm_s"] = median(exposed);
     j["exposed_comm_s_per_step"] = exposed;
-    // Every rank's breakdown when every rank was traced (the simulator): a straggler shows
-    // as the rank with the most compute, the ranks waiting for it as exposed communication.
-    if (r.traces.size() == r.ranks.size() && r.ranks.size() > 1) {
+    // Every rank's breakdown when every rank was traced — the simulator, and Open MPI runs,
+    // whose step times rank 0 gathered (rank_steps): a straggler shows as the rank with the
+    // most compute, the ranks waiting for it as exposed communication.
+    const std::size_t world = std::max(r.ranks.size(), r.rank_steps.size());
+    if (r.traces.size() == world && world > 1 && traced_ranks_are_all(r)) {
       Json per_rank = Json::array();
-      for (std::size_t k = 0; k < r.ranks.size(); ++k) {
-        const FsdpTrainResult& rk = r.ranks[k];
-        const std::vector<double> c = compute_per_step(rk, r.traces[k]);
+      for (std::size_t k = 0; k < world; ++k) {
+        const bool own = k < r.ranks.size();
+        const std::vector<Nanos>& starts = own ? r.ranks[k].step_starts : r.rank_steps[k].starts;
+        const std::vector<Nanos>& times = own ? r.ranks[k].step_times : r.rank_steps[k].times;
+        const std::vector<double> c = compute_per_step(starts, times, r.traces[k]);
         std::vector<double> e;
-        for (std::size_t s = 0; s < c.size() && s < rk.step_times.size(); ++s) {
-          e.push_back(std::max(0.0, seconds(rk.step_times[s]) - c[s]));
-        }
+        for (std::size_t s = 0; s < c.size() && s < times.size(); ++s) e.push_back(std::max(0.0, seconds(times[s]) - c[s]));
         per_rank.push_back({{"compute", median(c)}, {"exposed_comm", median(e)}});
       }
       j["step_breakdown_s_per_rank"] = per_rank;
@@ -383,8 +397,9 @@ std::string summary_text(const RunRecord& r) {
       << " (at the peak: " << r0.memory.breakdown(MemoryStats::Of::kAtPeak) << ")\n";
     o << "category peaks (rank 0, each at its own moment): " << r0.memory.breakdown(MemoryStats::Of::kCategoryPeaks)
       << "\n";
-    // With faults: where the time went (a straggler computes longest, the others wait).
-    if (!r.faults.empty() && m.contains("step_breakdown_s_per_rank")) {
+    // With faults, and on Open MPI or HCCL (a slow link, a slow node): where the time went
+    // (a straggler computes longest, the others wait).
+    if ((!r.faults.empty() || !r.rank_steps.empty()) && m.contains("step_breakdown_s_per_rank")) {
       const Json& per_rank = m["step_breakdown_s_per_rank"];
       std::size_t slow = 0, fast = 0;
       for (std::size_t k = 0; k < per_rank.size(); ++k) {

@@ -41,6 +41,12 @@ struct RunRecord {
   // otherData.traced_ranks), metrics.json (traced_ranks) and summary.txt say which.
   std::vector<std::vector<sim::TraceEvent>> traces;    // empty when not traced
   std::vector<int> traced_ranks;
+  // Runs whose `ranks` hold rank 0 only (Open MPI, HCCL): every rank's step starts and step
+  // times on the trace's clock, gathered to rank 0, for the per-rank breakdown.
+  struct RankSteps {
+    std::vector<Nanos> starts, times;
+  };
+  std::vector<RankSteps> rank_steps;
   int traced_rank(std::size_t i) const { return traced_ranks.empty() ? static_cast<int>(i) : traced_ranks[i]; }
   std::optional<runtime::train::Comparison> check;
   // Why the oracle did not run (NOTE [The oracle by default] in cli/run_command.h), e.g.

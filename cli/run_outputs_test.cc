@@ -104,6 +104,32 @@ TEST(RunOutputs, ReportsExposedCommunicationAndHostTrafficPerStep) {
   EXPECT_EQ(summary_text(r).find("exposed comm"), std::string::npos);
 }
 
+// An Open MPI run keeps rank 0's result only; with every rank's step times gathered
+// (rank_steps) and every rank traced, metrics.json has every rank's breakdown and the
+// summary says where the time went — a slow rank 1 computes longest, rank 0 waits.
+TEST(RunOutputs, GivesEveryRanksBreakdownFromGatheredStepTimes) {
+  RunRecord r = finished_run();
+  r.backend = "mpi";
+  r.ranks.resize(1);
+  r.rank_steps = {{{0, 1000}, {1000, 1000}}, {{0, 1000}, {1000, 1000}}};
+  r.traces[1].push_back(sim::TraceEvent("gemm", sim::kTraceCompute, 1100, 600));  // rank 1, step 2
+  r.traces[1].push_back(sim::TraceEvent("gemm", sim::kTraceCompute, 200, 700));   // rank 1, step 1
+  const nlohmann::json m = metrics_json(r);
+  ASSERT_TRUE(m.contains("step_breakdown_s_per_rank")) << m.dump();
+  const auto& per_rank = m["step_breakdown_s_per_rank"];
+  ASSERT_EQ(per_rank.size(), 2u);
+  // Rank 0: 20 ns of compute in step 1, none in step 2 (median 10 ns); rank 1: 720 and 600.
+  EXPECT_DOUBLE_EQ(per_rank[0]["compute"].get<double>(), 10e-9);
+  EXPECT_DOUBLE_EQ(per_rank[1]["compute"].get<double>(), 660e-9);
+  EXPECT_DOUBLE_EQ(per_rank[1]["exposed_comm"].get<double>(), 340e-9);
+  const std::string summary = summary_text(r);
+  EXPECT_NE(summary.find("where the time went (median per step): compute 0.000001 s on rank 1 (most)"), std::string::npos)
+      << summary;
+  // Without the gathered step times only rank 0's breakdown can be told.
+  r.rank_steps.clear();
+  EXPECT_FALSE(metrics_json(r).contains("step_breakdown_s_per_rank"));
+}
+
 TEST(RunOutputs, KeepsOtherFilesInTheFolderAndRemovesStaleOutputs) {
   const fs::path dir = fresh_dir("foreign");
   ASSERT_TRUE(write_run_outputs(dir.string(), finished_run()).is_ok());

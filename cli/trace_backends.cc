@@ -303,33 +303,47 @@ Result<std::vector<std::vector<sim::TraceEvent>>> gather_traces(runtime::comm::C
                                                                 runtime::device::Device& dev,
                                                                 const std::vector<sim::TraceEvent>& mine,
                                                                 Nanos timeout) {
+  // The text as int64 words (zero-padded), its length in bytes first.
   const std::string text = serialize_trace_events(mine);
+  std::vector<std::int64_t> words(1 + (text.size() + 7) / 8, 0);
+  words[0] = static_cast<std::int64_t>(text.size());
+  std::memcpy(words.data() + 1, text.data(), text.size());
+  SHARDLAB_ASSIGN_OR_RETURN(const auto all, gather_words(comm, dev, words, timeout));
+  std::vector<std::vector<sim::TraceEvent>> out;
+  for (const auto& w : all) {
+    const auto bytes = static_cast<std::size_t>(w[0]);
+    SHARDLAB_ASSIGN_OR_RETURN(std::vector<sim::TraceEvent> events,
+                              parse_trace_events(std::string(reinterpret_cast<const char*>(w.data() + 1), bytes)));
+    out.push_back(std::move(events));
+  }
+  return out;
+}
+
+Result<std::vector<std::vector<std::int64_t>>> gather_words(runtime::comm::Communicator& comm,
+                                                            runtime::device::Device& dev,
+                                                            const std::vector<std::int64_t>& mine, Nanos timeout) {
   const int w = comm.size();
-  // Lengths first, then every rank's text padded to the longest, as int64 words (the
-  // collectives move whole elements of one count on every rank).
-  SHARDLAB_ASSIGN_OR_RETURN(Tensor my_len, dev.zeros({1}, DType::kI64, MemoryCategory::kOther, "trace_len"));
+  // Lengths first, then every rank's words padded to the longest (the collectives move
+  // whole elements of one count on every rank).
+  SHARDLAB_ASSIGN_OR_RETURN(Tensor my_len, dev.zeros({1}, DType::kI64, MemoryCategory::kOther, "gather_len"));
   SHARDLAB_RETURN_IF_ERROR(runtime::device::values_from_host(
-      dev, std::vector<std::int64_t>{static_cast<std::int64_t>(text.size())}, my_len));
-  SHARDLAB_ASSIGN_OR_RETURN(Tensor lens, dev.zeros({w}, DType::kI64, MemoryCategory::kOther, "trace_lens"));
+      dev, std::vector<std::int64_t>{static_cast<std::int64_t>(mine.size())}, my_len));
+  SHARDLAB_ASSIGN_OR_RETURN(Tensor lens, dev.zeros({w}, DType::kI64, MemoryCategory::kOther, "gather_lens"));
   SHARDLAB_RETURN_IF_ERROR(comm.all_gather_into(lens, my_len)->wait(timeout).with_context("gathering traces"));
   SHARDLAB_ASSIGN_OR_RETURN(const std::vector<std::int64_t> lengths, runtime::device::values_to_host<std::int64_t>(dev, lens));
-  const std::int64_t longest = *std::max_element(lengths.begin(), lengths.end());
-  const std::int64_t words = std::max<std::int64_t>(1, (longest + 7) / 8);
-  SHARDLAB_ASSIGN_OR_RETURN(Tensor my_text, dev.zeros({words}, DType::kI64, MemoryCategory::kOther, "trace_text"));
-  std::vector<std::byte> padded(static_cast<std::size_t>(words * 8), std::byte{0});
-  std::memcpy(padded.data(), text.data(), text.size());
-  SHARDLAB_RETURN_IF_ERROR(dev.from_host(padded, my_text));
-  SHARDLAB_ASSIGN_OR_RETURN(Tensor all, dev.zeros({w * words}, DType::kI64, MemoryCategory::kOther, "trace_texts"));
-  SHARDLAB_RETURN_IF_ERROR(comm.all_gather_into(all, my_text)->wait(timeout).with_context("gathering traces"));
-  std::vector<std::vector<sim::TraceEvent>> out;
+  const std::int64_t longest = std::max<std::int64_t>(1, *std::max_element(lengths.begin(), lengths.end()));
+  std::vector<std::int64_t> padded(static_cast<std::size_t>(longest), 0);
+  std::copy(mine.begin(), mine.end(), padded.begin());
+  SHARDLAB_ASSIGN_OR_RETURN(Tensor my_words, dev.zeros({longest}, DType::kI64, MemoryCategory::kOther, "gather_words"));
+  SHARDLAB_RETURN_IF_ERROR(runtime::device::values_from_host(dev, padded, my_words));
+  SHARDLAB_ASSIGN_OR_RETURN(Tensor all, dev.zeros({w * longest}, DType::kI64, MemoryCategory::kOther, "gather_all"));
+  SHARDLAB_RETURN_IF_ERROR(comm.all_gather_into(all, my_words)->wait(timeout).with_context("gathering traces"));
+  std::vector<std::vector<std::int64_t>> out;
   if (comm.rank() != 0) return out;
-  std::vector<char> texts(static_cast<std::size_t>(all.nbytes()));
-  SHARDLAB_RETURN_IF_ERROR(dev.to_host(all, std::as_writable_bytes(std::span<char>(texts))));
+  SHARDLAB_ASSIGN_OR_RETURN(const std::vector<std::int64_t> flat, runtime::device::values_to_host<std::int64_t>(dev, all));
   for (int r = 0; r < w; ++r) {
-    const char* bytes = texts.data() + static_cast<std::size_t>(r * words * 8);
-    SHARDLAB_ASSIGN_OR_RETURN(std::vector<sim::TraceEvent> events,
-                              parse_trace_events(std::string(bytes, static_cast<std::size_t>(lengths[static_cast<std::size_t>(r)]))));
-    out.push_back(std::move(events));
+    const auto begin = flat.begin() + static_cast<std::ptrdiff_t>(r) * longest;
+    out.emplace_back(begin, begin + lengths[static_cast<std::size_t>(r)]);
   }
   return out;
 }

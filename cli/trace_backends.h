@@ -166,9 +166,14 @@ class FsdpTraceSink {
   std::vector<Nanos> open_;  // begin times of the phases not yet ended (they nest)
 };
 
-// Every rank's events at rank 0 (rank order), over `comm` with buffers on `dev`; other
-// ranks get an empty list. Collective: every rank of `comm` calls it. `timeout` bounds each
-// exchange.
+// Every rank's `mine` at rank 0 (rank order; the lists may differ in length), over `comm`
+// with buffers on `dev`; other ranks get an empty list. Collective: every rank of `comm`
+// calls it. `timeout` bounds each exchange.
+Result<std::vector<std::vector<std::int64_t>>> gather_words(runtime::comm::Communicator& comm,
+                                                            runtime::device::Device& dev,
+                                                            const std::vector<std::int64_t>& mine, Nanos timeout);
+
+// Every rank's events at rank 0 (rank order), as gather_words.
 Result<std::vector<std::vector<sim::TraceEvent>>> gather_traces(runtime::comm::Communicator& comm,
                                                                 runtime::device::Device& dev,
                                                                 const std::vector<sim::TraceEvent>& mine, Nanos timeout);

@@ -90,8 +90,14 @@ for ((rep = 1; rep <= repeats; rep++)); do
   wait $launcher
   rc=$?
   elapsed=$(($(date +%s) - start))
-  sleep 1  # daemons finishing their exit
-  left=$(left_in_cluster)
+  # Daemons and ranks finishing their exit: a node cut off learns that the job ended only by
+  # its own keepalive on the lost link (a few seconds), then ends its ranks; what is still
+  # there 10 s after mpirun is an orphan.
+  for ((i = 0; i < 100; i++)); do
+    left=$(left_in_cluster)
+    [[ -z $left ]] && break
+    sleep 0.1
+  done
   [[ -z $left ]] || { for p in $left; do kill -KILL "$p" 2> /dev/null; done; fail "$what: processes left: $left"; }
   grep -qE "$named" "$work/log" || fail "$what: nothing names it ('$named')"
   if [[ -d $work/out ]] && [[ -n $(ls -A "$work/out") ]]; then
