@@ -30,7 +30,7 @@ namespace {
 
 constexpr const char* kDescription =
     "shardlab — a harness for sharded (FSDP) training: one runtime that runs in a deterministic\n"
-    "simulator, on CPUs with Open MPI, and (later) on Intel Gaudi.\n\n"
+    "simulator, on CPUs with Open MPI, and on Intel Gaudi with HCCL.\n\n"
     "Start with:  shardlab run             (bert-tiny, FSDP FULL_SHARD on 8 simulated ranks, checked against\n"
     "                                       unsharded training)\n"
     "             mpiexec -n 2 shardlab run --backend mpi\n"

@@ -374,8 +374,8 @@ TEST(TimingRun, RefusesWhatTimingModeCannotCapture) {
   EXPECT_NE(s.message().find("checkpoints"), std::string::npos) << s.to_string();
 }
 
-// HYBRID_SHARD used to be refused (its communicator splits were not captured); its node and
-// replica groups now replay (NOTE [Groups in timing mode] in sim/timing/op_graph.h).
+// HYBRID_SHARD runs in timing mode: its communicator splits are captured and its node and
+// replica groups replay (NOTE [Groups in timing mode] in sim/timing/op_graph.h).
 TEST(TimingRun, HybridShardRunsInTimingMode) {
   RunArgs a = tiny_args(4);
   a.train.fsdp.strategy = runtime::fsdp::ShardingStrategy::kHybridShard;

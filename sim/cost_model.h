@@ -25,7 +25,7 @@ namespace shardlab::sim {
 // add_time, which never overflow: a duration that is NaN or past kTimeLimit (2^62 ns, about
 // 146 years) becomes kTimeLimit, and a sum stops there (kNever, "never", stays kNever). A
 // rate too slow for a run therefore shows as a time at the limit — never as a negative or
-// wrapped time, which used to predict a faster step — and the simulator refuses the run
+// wrapped time, which would predict a faster step — and the simulator refuses the run
 // there: SimDevice fails the op and a topology network fails the collective
 // (INVALID_ARGUMENT naming the profile and its keys; exit 2). Profiles are also bounded
 // when loaded (sim/profiles.h), so such a run needs a huge model on the slowest rates.

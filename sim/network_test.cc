@@ -585,8 +585,8 @@ TEST(Topology, HlsRoutesFollowTheReferenceWiring) {
 }
 
 // NOTE [Virtual time limit]: a port far slower than the loader accepts (built directly)
-// saturates at the limit and the collective fails naming the topology's keys — it used to
-// wrap to a negative duration and predict a faster step than the default switch.
+// saturates at the limit and the collective fails naming the topology's keys — never a
+// wrapped, negative duration predicting a faster step than the default switch.
 TEST(Factory, ALinkTooSlowForTheRunFailsTheCollectiveAndIsNeverFaster) {
   TopologySpec fast;
   fast.name = "switch";

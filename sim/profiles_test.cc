@@ -26,8 +26,7 @@ std::filesystem::path temp_dir() {
   return std::filesystem::temp_directory_path() / ("shardlab_profiles_test_" + std::to_string(::getpid()));
 }
 
-// The files temp_file writes go when the test program ends (they used to stay behind,
-// one directory per run).
+// The files temp_file writes go when the test program ends (none stay behind).
 class RemoveTempDir : public ::testing::Environment {
  public:
   void TearDown() override {
@@ -853,8 +852,7 @@ TEST(DeviceProfiles, BuiltInsHaveNoFactorsAllocTimeOrSmallDimTable) {
 
 // NOTE [Profile bounds]: tiny positive rates and factors, numbers past the double range and
 // a capacity that rounds to 0 bytes are refused when loaded, naming the key, the value and
-// the allowed range (they used to pass and end in a CHECK failure, exit 70, or in an
-// uncaught JSON exception).
+// the allowed range (never a CHECK failure, exit 70, or an uncaught JSON exception).
 // A profile of odd.json with a value out of its bounds: refused (exit 2) naming the key,
 // the value and what is allowed.
 struct OddProfileCase {

@@ -2,7 +2,7 @@
 //
 // Backends (same file names in each folder): sim in the top-level sim folder (ranks as
 // threads of one process, virtual time), mpi/ (Open MPI, one rank per process), hccl/
-// (Gaudi, later). Decorators: checking_communicator.h (verifies every rank issues the
+// (Gaudi, through HCCL). Decorators: checking_communicator.h (verifies every rank issues the
 // same collective sequence).
 //
 // Contract shared by every backend (the conformance suite in conformance_test.h checks it):

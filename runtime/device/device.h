@@ -2,7 +2,7 @@
 //
 // Backends (same file names in each folder): cpu/ (host memory, Eigen math, in-order
 // execution), sim/ in the top-level sim folder (cpu numerics + a cost model charged to
-// a virtual clock), hpu/ (Gaudi through Synapse, later). Everything a model computes
+// a virtual clock), hpu/ (Gaudi through Synapse). Everything a model computes
 // goes through this interface so the same model runs on every backend.
 //
 // Conventions for every op:

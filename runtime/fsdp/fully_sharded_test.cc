@@ -596,7 +596,7 @@ TEST(FsdpMemory, InitializationMovesOneUnitAtATime) {
 
 // The trainer builds the model on the host (NOTE [Initialization unit by unit]): a model
 // of 16 equal Linear units on 8 ranks trains with a device peak below the size of its fp32
-// parameters alone (it used to initialize the whole model and a scratch copy on the device).
+// parameters alone (the whole model and a scratch copy are never on the device at once).
 TEST(FsdpMemory, TrainerPeakStaysBelowTheFullModel) {
   train::FsdpTrainOptions o = small_run();
   o.model.input_dim = 64;
@@ -787,9 +787,8 @@ OffloadRun run_offload(double link, OffloadHost where) {
 }
 
 // NOTE [Host link] (sim/cost_model.h): on a profile with a host link, CPU offload pays it
-// for the shards and gradients that cross every step. It used to be charged as a device
-// memory copy, and offloading looked free on Gaudi (the default run on gaudi2: 3.130 ms a
-// step offloaded against 3.152 ms not).
+// for the shards and gradients that cross every step, not a device memory copy's cost
+// (with which offloading would look free on Gaudi).
 TEST(FsdpOffload, OffloadPaysTheHostLinkEveryStep) {
   const Nanos plain = run_offload(1e9, OffloadHost::kNone).last_step;
   const Nanos offloaded = run_offload(1e9, OffloadHost::kCpu).last_step;

@@ -165,7 +165,7 @@ TEST(BertConfigJson, WrongTypesAndRangesNameKeyFoundAndAllowed) {
 }
 
 // NOTE [BERT size limits]: sizes that would overflow or exhaust memory are refused with the
-// number and the limit, before anything is sized from them (they used to abort the process).
+// number and the limit, before anything is sized from them (never an abort).
 TEST(BertConfigJson, HugeSizesAreRefusedWithTheNumberAndTheLimit) {
   const BadValue cases[] = {
       {R"({"vocab_size": 4611686018427387904})", "vocab_size", "4611686018427387904 (an integer), out of range",

@@ -299,8 +299,8 @@ TEST(BertFsdp, MemoryTimelineKeepsOnlyTheFirstSteps) {
 }
 
 // The full gradients and parameters are gathered for the checks after training — not in
-// its last step, not in its memory peaks (they used to add two full-model fp32 buffers and
-// their all-gathers to the last step) — and not at all without gather_results.
+// its last step, not in its memory peaks (two full-model fp32 buffers and their
+// all-gathers must not be charged to the last step) — and not at all without gather_results.
 TEST(BertFsdp, ResultGathersAreNotPartOfTraining) {
   FsdpTrainOptions o = bert_run(BertHead::kMaskedLM);
   o.steps = 2;

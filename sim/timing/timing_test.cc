@@ -693,8 +693,8 @@ TEST(TimingMode, LargeWorldsReplayRank0sProgramAndSayTheyAreApproximate) {
 
 // The masked-LM head too (NOTE [Static masked-LM shape] in runtime/model/bert.h): its
 // decoder's shape does not depend on how many tokens a rank's data masks, so rank 0's
-// program can stand in for the others. (It used to run on the labeled rows only, and
-// capture refused every world of more than kMaxPerRankCaptureWorld ranks.)
+// program can stand in for the others, and worlds of more than kMaxPerRankCaptureWorld
+// ranks replay with it.
 TEST(TimingMode, LargeWorldsWithTheMaskedLmHeadReplayRank0sProgram) {
   FsdpTrainOptions o = bert_tiny();
   const int w = kMaxPerRankCaptureWorld + 8;
