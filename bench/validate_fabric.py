@@ -35,7 +35,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from validate_sim import BrokenRun, run  # noqa: E402  (one way to run a child and log it)
+from validate_sim import MPIEXEC_FLAGS, BrokenRun, kept_steps, read_step_times, run  # noqa: E402
 
 CLUSTER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts", "netns-cluster")
 PREFIX = "vf"
@@ -84,17 +84,10 @@ def parse_points(text):
     return points
 
 
-def read_steps(out_dir, what):
-    try:
-        with open(os.path.join(out_dir, "metrics.json"), encoding="utf-8") as f:
-            per_step = [float(t) for t in json.load(f)["step_time_s"]["per_step"]]
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise BrokenRun(f"{what}: no step times in {out_dir}/metrics.json: {e}") from None
-    return per_step
-
-
-def steady(per_step, warmup):
-    return statistics.median(per_step[min(warmup, len(per_step) - 1):])
+def steady(out_dir, what, warmup):
+    """The median of a run's steps after `warmup` (validate_sim's readers and statistics)."""
+    per_step, _ = read_step_times(out_dir, what)
+    return statistics.median(kept_steps(per_step, warmup))
 
 
 def calibrate(args, work, procs):
@@ -102,7 +95,7 @@ def calibrate(args, work, procs):
     this machine (shared memory, outside the cluster)."""
     dev = os.path.join(work, f"device_{procs}p.json")
     topo = os.path.join(work, f"topology_{procs}p.json")
-    cmd = ["mpiexec", "-n", str(procs), "--oversubscribe", "--mca", "mpi_yield_when_idle", "1", "--allow-run-as-root",
+    cmd = ["mpiexec", "-n", str(procs)] + MPIEXEC_FLAGS + ["--allow-run-as-root",
            args.shardlab, "calibrate", "--out", dev, "--topology-out", topo]
     run(cmd, f"calibrate ({procs} processes)", os.path.join(work, f"calibrate_{procs}p.log"), args.timeout)
     with open(topo, encoding="utf-8") as f:
@@ -184,8 +177,8 @@ def main(argv):
             warmup = args.warmup * 10 if model == "mlp" else args.warmup
             real_out = os.path.join(work, "real", tag)
             shutil.rmtree(real_out, ignore_errors=True)
-            cmd = [CLUSTER, "mpirun", "--prefix", PREFIX, "-n", str(procs), "--oversubscribe", "--mca",
-                   "mpi_yield_when_idle", "1", args.shardlab, "run", scenario, "--backend", "mpi", "--no-oracle"]
+            cmd = ([CLUSTER, "mpirun", "--prefix", PREFIX, "-n", str(procs)] + MPIEXEC_FLAGS +
+                   [args.shardlab, "run", scenario, "--backend", "mpi", "--no-oracle"])
             run(cmd + overrides(point, steps) + ["--out", real_out], f"real run {tag}", real_out + ".log",
                 args.timeout)
             topo = fabric_topology(f"/run/shardlab-netns/{PREFIX}/topology.json", host_topo,
@@ -198,8 +191,8 @@ def main(argv):
                    "world.collective_algorithm=libnbc"]
             run(cmd + overrides(point, steps) + ["--out", sim_out], f"simulated run {tag}", sim_out + ".log",
                 args.timeout)
-            measured = steady(read_steps(real_out, f"real run {tag}"), warmup)
-            predicted = steady(read_steps(sim_out, f"simulated run {tag}"), warmup)
+            measured = steady(real_out, f"real run {tag}", warmup)
+            predicted = steady(sim_out, f"simulated run {tag}", warmup)
             row = {"nodes": nodes, "ranks_per_node": per_node, "model": model, "strategy": strategy,
                    "rate": args.rate, "measured_s": measured, "predicted_s": predicted,
                    "error_pct": (predicted - measured) / measured * 100.0, "topology": topo, "device": dev}

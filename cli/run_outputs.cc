@@ -61,9 +61,6 @@ std::vector<double> compute_per_step(const std::vector<Nanos>& step_starts, cons
   }
   return out;
 }
-std::vector<double> compute_per_step(const FsdpTrainResult& res, const std::vector<sim::TraceEvent>& trace) {
-  return compute_per_step(res.step_starts, res.step_times, trace);
-}
 
 // Whether traces[k] is rank k's for every k (no trace.ranks subset).
 bool traced_ranks_are_all(const RunRecord& r) {
@@ -221,7 +218,7 @@ Json metrics_json(const RunRecord& r) {
   if (!r.traces.empty() && !r.traces.front().empty()) {
     const std::size_t k0 = static_cast<std::size_t>(r.traced_rank(0));
     const FsdpTrainResult& rt = k0 < r.ranks.size() ? r.ranks[k0] : r0;
-    const std::vector<double> compute = compute_per_step(rt, r.traces.front());
+    const std::vector<double> compute = compute_per_step(rt.step_starts, rt.step_times, r.traces.front());
     // Under a software stack the device also waits for its host: that time is host-bound,
     // not communication.
     const bool stack = !r.host_bound.empty();
