@@ -49,9 +49,10 @@ class TracedWork final : public runtime::comm::Work {
 
 Status TracingDevice::traced(const char* name, Nanos start, Status s, std::initializer_list<const Tensor*> tensors) {
   if (!s.is_ok()) return s;
-  sim::TraceEvent e{name, sim::kTraceCompute, start - origin_, clock_->now() - start};
-  for (const Tensor* t : tensors) e.shapes.push_back(t->defined() ? t->shape() : Shape{});
-  trace_->add_compute(std::move(e));
+  trace_->add_op(name, start - origin_, clock_->now() - start);
+  for (const Tensor* t : tensors) {
+    trace_->add_op_shape(t->defined() ? std::span<const std::int64_t>(t->shape()) : std::span<const std::int64_t>());
+  }
   return s;
 }
 
