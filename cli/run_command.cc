@@ -13,8 +13,8 @@
 #include <string>
 
 #include "cli/run_outputs.h"
-#include "cli/scenario_run.h"
-#include "cli/timing_run.h"
+#include "cli/scenario_to_run_args.h"
+#include "cli/run_timing.h"
 #include "cli/trace_backends.h"
 #include "runtime/comm/checking_communicator.h"
 #include "runtime/comm/mpi/communicator.h"
@@ -150,7 +150,7 @@ RunRecord make_record(const RunArgs& a, int world, const std::string& backend) {
             {"grad_accumulation", a.train.grad_accumulation}};
   r.flops_per_step = analytic_step_flops(a.train);
   if (!a.device_id.empty()) {
-    // NOTE [Simulated device_id] (cli/scenario_run.h): the run got here, so every rank's
+    // NOTE [Simulated device_id] (cli/scenario_to_run_args.h): the run got here, so every rank's
     // device_id resolved to its compute device.
     const std::string type = torch_device_of(backend, a.device);
     r.device_id = a.device_id + " → " + (type == "cpu" ? "cpu" : type + ":0") + " on every rank";
@@ -296,7 +296,7 @@ int fail(const Status& s) {
 // How long a failed MPI rank waits for the others to answer its roll call.
 constexpr Nanos kRollCallGrace = 2 * kNanosPerSecond;
 
-// NOTE [Simulated device_id] (cli/scenario_run.h): refused before any rank starts.
+// NOTE [Simulated device_id] (cli/scenario_to_run_args.h): refused before any rank starts.
 Status check_run_device_id(const RunArgs& a, const std::string& torch_device, int world) {
   const int dpn = a.train.fsdp.devices_per_node > 0 ? a.train.fsdp.devices_per_node : world;
   Status s = check_device_id(a.device_id, torch_device, world, dpn);
@@ -432,7 +432,7 @@ int run_sim(const RunArgs& a) {
   return write_outputs(a, record, code);
 }
 
-// Timing mode (cli/timing_run.h): no values, so no oracle check (said on stdout and in the
+// Timing mode (cli/run_timing.h): no values, so no oracle check (said on stdout and in the
 // outputs); expectations still apply.
 int run_timing_mode(const RunArgs& a) {
   TimingRunOptions o;

@@ -46,7 +46,7 @@ struct RunArgs {
   sim::DeviceProfile device;
   std::shared_ptr<const sim::NetworkCostModel> network;
   // fsdp.device_id as the scenario gives it (NOTE [Simulated device_id] in
-  // cli/scenario_run.h), and where it stands ("FILE:LINE:COL: fsdp.device_id: ") for errors.
+  // cli/scenario_to_run_args.h), and where it stands ("FILE:LINE:COL: fsdp.device_id: ") for errors.
   std::string device_id, device_id_where;
   // numerics (real math on every rank) or timing (phantom tensors, capture + replay; sim only).
   std::string mode = "numerics";

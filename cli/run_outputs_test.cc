@@ -13,6 +13,9 @@
 
 #include "cli/trace_backends.h"
 #include "runtime/device/cpu/device.h"
+#include "testing/status_matchers.h"
+
+using shardlab::testlib::IsOk;
 
 namespace shardlab::cli {
 namespace {
@@ -221,7 +224,7 @@ TEST(WallClockTraces, RecordOpsWithShapesAndFsdpPhases) {
   EXPECT_LE(phase->start, gemm->start);  // the phase encloses the op
   EXPECT_GE(phase->start + phase->duration, gemm->start + gemm->duration);
   auto back = parse_trace_events(serialize_trace_events(events));
-  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  ASSERT_THAT(back, IsOk());
   ASSERT_EQ(back->size(), events.size());
   for (std::size_t i = 0; i < events.size(); ++i) {
     EXPECT_EQ((*back)[i].name, events[i].name);

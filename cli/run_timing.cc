@@ -1,4 +1,4 @@
-#include "cli/timing_run.h"
+#include "cli/run_timing.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,6 +1,6 @@
 // `shardlab run` in timing mode: the RunRecord it fills writes the usual output folder;
 // a dumped op graph replays to the same step times; OOM ends the run with the breakdown.
-#include "cli/timing_run.h"
+#include "cli/run_timing.h"
 
 #include <gtest/gtest.h>
 
@@ -12,10 +12,13 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cli/scenario_run.h"
+#include "cli/scenario_to_run_args.h"
 #include "runtime/model/bert.h"
 #include "sim/profiles.h"
 #include "sim/stack.h"
+#include "testing/status_matchers.h"
+
+using shardlab::testlib::IsOk;
 
 namespace shardlab::cli {
 namespace {
@@ -40,7 +43,7 @@ RunArgs tiny_args(int world) {
 }
 
 std::string temp_path(const std::string& name) {
-  return (std::filesystem::temp_directory_path() / ("shardlab_timing_run_test_" + name)).string();
+  return (std::filesystem::temp_directory_path() / ("shardlab_run_timing_test_" + name)).string();
 }
 
 std::string slurp(const std::string& path) {
@@ -128,7 +131,7 @@ TEST(RunOutputs, SayWhetherTheOracleRan) {
 // does not count as failed; with the oracle's check it is ok or FAILED as the check says.
 TEST(RunOutputs, AnExpectationWithoutItsOracleIsSkipped) {
   auto sc = parse_scenario("s.yaml", "name: t\nexpect: {grads_match_unsharded: true}\n");
-  ASSERT_TRUE(sc.is_ok()) << sc.status().to_string();
+  ASSERT_THAT(sc, IsOk());
   RunRecord off;
   off.ranks.resize(1);  // a run's metrics carry its expectations
   off.oracle_not_run = "turned off by --no-oracle";
@@ -259,7 +262,7 @@ TEST(TimingRun, TheOffloadHostProfileSetsTheHostsCosts) {
                                        "train: {steps: 2}\nfsdp: {cpu_offload: true}\n"
                                        "world: {mode: timing, devices_per_node: 4, device: gaudi2, offload_host: " +
                                            host + "}\n");
-    EXPECT_TRUE(sc.is_ok()) << sc.status().to_string();
+    EXPECT_THAT(sc, IsOk());
     RunArgs a;
     EXPECT_TRUE(scenario_to_run_args(*sc, a).is_ok());
     return a;
@@ -294,7 +297,7 @@ TEST(TimingRun, ScenariosRefuseValueChecksAndSilentCorruptionNamingTheLine) {
   };
   for (const auto& c : refused) {
     auto sc = parse_scenario("s.yaml", head + c.yaml);
-    ASSERT_TRUE(sc.is_ok()) << sc.status().to_string();
+    ASSERT_THAT(sc, IsOk());
     RunArgs a;
     const Status s = scenario_to_run_args(*sc, a);
     EXPECT_EQ(s.exit_code(), 2) << c.yaml;
@@ -308,7 +311,7 @@ TEST(TimingRun, ScenariosRefuseValueChecksAndSilentCorruptionNamingTheLine) {
                                "faults:\n  - {kind: corrupt, rank: 1, collective: 3, integrity_check: true}\n",
                                "expect: {max_step_time_s: 1, max_peak_memory_per_rank: 1 GiB}\n"}) {
     auto sc = parse_scenario("s.yaml", head + ok);
-    ASSERT_TRUE(sc.is_ok()) << sc.status().to_string();
+    ASSERT_THAT(sc, IsOk());
     RunArgs a;
     EXPECT_TRUE(scenario_to_run_args(*sc, a).is_ok()) << ok;
   }
@@ -332,7 +335,7 @@ TEST(TimingRun, ScenariosRefuseValueChecksAndSilentCorruptionNamingTheLine) {
 TEST(TimingRun, TheScenariosCollectiveTimeoutReachesTheTrainer) {
   const auto timeout = [](const std::string& world) {
     auto sc = parse_scenario("s.yaml", "name: t\nworld: {" + world + "}\n");
-    EXPECT_TRUE(sc.is_ok()) << sc.status().to_string();
+    EXPECT_THAT(sc, IsOk());
     RunArgs a;
     EXPECT_TRUE(scenario_to_run_args(*sc, a).is_ok());
     return a.train.fsdp.collective_timeout;

@@ -90,7 +90,7 @@ struct Scenario {
     bool sync_module_states = false;
     // PyTorch's device_id: "" (not given: the compute device), hpu, hpu:N, cpu, or
     // local_rank (the CUDA idiom device_id=local_rank). NOTE [Simulated device_id] in
-    // cli/scenario_run.h.
+    // cli/scenario_to_run_args.h.
     std::string device_id;
     bool cpu_offload = false;
     bool activation_checkpointing = false;

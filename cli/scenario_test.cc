@@ -10,6 +10,10 @@
 #include <string>
 #include <vector>
 
+#include "testing/status_matchers.h"
+
+using shardlab::testlib::IsOk;
+
 namespace shardlab::cli {
 namespace {
 
@@ -54,7 +58,7 @@ class ScenarioFiles : public ::testing::Test {
 
 TEST(Scenario, NameAloneGivesEveryDefault) {
   auto r = parse("name: smoke\n");
-  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  ASSERT_THAT(r, IsOk());
   const Scenario& s = *r;
   const Scenario d;
   EXPECT_EQ(s.path, "s.yaml");
@@ -164,7 +168,7 @@ expect:
 )";
   const std::string file = write("scenario.yaml", text);
   auto r = load_scenario(file);
-  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  ASSERT_THAT(r, IsOk());
   const Scenario& s = *r;
   EXPECT_EQ(s.path, file);
   EXPECT_EQ(s.name, "full-run_1.0");
@@ -239,7 +243,7 @@ expect:
 
   // Round trip: the canonical YAML reads back to the same scenario.
   auto again = parse_scenario(file, to_yaml(s));
-  ASSERT_TRUE(again.is_ok()) << again.status().to_string() << "\n" << to_yaml(s);
+  ASSERT_THAT(again, IsOk()) << to_yaml(s);
   EXPECT_EQ(to_yaml(*again), to_yaml(s));
   EXPECT_EQ(again->train.optimizer.lr, s.train.optimizer.lr);
   EXPECT_EQ(again->faults[1].link, "0-7");
@@ -261,7 +265,7 @@ TEST(Scenario, ToYamlRoundTripsAwkwardValues) {
   s.faults.push_back({"hang", 2, -1, 3.25, "", 1.0, -1, false, -1, Scenario::Fault{}.offset, {}});
   const std::string y = to_yaml(s);
   auto r = parse_scenario("s.yaml", y);
-  ASSERT_TRUE(r.is_ok()) << r.status().to_string() << "\n" << y;
+  ASSERT_THAT(r, IsOk()) << y;
   EXPECT_EQ(r->description, s.description);
   EXPECT_EQ(r->train.optimizer.lr, s.train.optimizer.lr);
   EXPECT_EQ(r->train.optimizer.eps, s.train.optimizer.eps);
@@ -279,10 +283,10 @@ TEST(Scenario, ToYamlRoundTripsAwkwardValues) {
 TEST(Scenario, ToYamlKeepsOnlyTheStatedTolerance) {
   for (const char* expect : {"true", "{atol: 0.001}", "{rtol: 0.01, atol: 0.001}"}) {
     auto s = parse_scenario("s.yaml", std::string("name: a\nexpect:\n  grads_match_unsharded: ") + expect + "\n");
-    ASSERT_TRUE(s.is_ok()) << s.status().to_string();
+    ASSERT_THAT(s, IsOk());
     const std::string y = to_yaml(*s);
     auto r = parse_scenario("r.yaml", y);
-    ASSERT_TRUE(r.is_ok()) << r.status().to_string() << "\n" << y;
+    ASSERT_THAT(r, IsOk()) << y;
     for (const char* key : {"expect.grads_match_unsharded.rtol", "expect.grads_match_unsharded.atol"}) {
       EXPECT_EQ(s->positions.count(key), r->positions.count(key)) << expect << " " << key << "\n" << y;
     }
@@ -296,13 +300,13 @@ TEST(Scenario, ToYamlKeepsOnlyTheStatedTolerance) {
 // its position.
 TEST(Scenario, TraceRanksChooseWhichRanksTheTraceHolds) {
   auto list = parse("name: a\nworld: {nodes: 512}\ntrace:\n  ranks: [4095, 0, 1, 1]\n");
-  ASSERT_TRUE(list.is_ok()) << list.status().to_string();
+  ASSERT_THAT(list, IsOk());
   EXPECT_EQ(list->trace.ranks, (std::vector<int>{0, 1, 4095}));
   auto ranges = parse("name: a\nworld: {nodes: 512}\ntrace:\n  ranks: \"0-3, 8, 4094-4095\"\n");
-  ASSERT_TRUE(ranges.is_ok()) << ranges.status().to_string();
+  ASSERT_THAT(ranges, IsOk());
   EXPECT_EQ(ranges->trace.ranks, (std::vector<int>{0, 1, 2, 3, 8, 4094, 4095}));
   auto back = parse(to_yaml(*ranges));
-  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  ASSERT_THAT(back, IsOk());
   EXPECT_EQ(back->trace.ranks, ranges->trace.ranks);
   EXPECT_TRUE(parse("name: a\n")->trace.ranks.empty());  // default: every rank (timing: 0-7)
   expect_error(parse("name: a\ntrace:\n  ranks: [0, 8]\n"), "s.yaml:3:10:", {"rank 8", "world (size 8)", "0 to 7"});
@@ -316,11 +320,11 @@ TEST(Scenario, TraceRanksChooseWhichRanksTheTraceHolds) {
 // NOTE [Resume]: resume takes true, false or if_present; to_yaml keeps it.
 TEST(Scenario, ResumeIfPresent) {
   auto s = parse("name: a\ncheckpoint:\n  dir: c\n  resume: if_present\n");
-  ASSERT_TRUE(s.is_ok()) << s.status().to_string();
+  ASSERT_THAT(s, IsOk());
   EXPECT_TRUE(s->checkpoint.resume);
   EXPECT_TRUE(s->checkpoint.resume_if_present);
   auto back = parse(to_yaml(*s));
-  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  ASSERT_THAT(back, IsOk());
   EXPECT_TRUE(back->checkpoint.resume_if_present);
   auto plain = parse("name: a\ncheckpoint:\n  dir: c\n  resume: true\n");
   ASSERT_TRUE(plain.is_ok());
@@ -332,13 +336,13 @@ TEST(Scenario, AccelerateNamesAndNumbers) {
   const char* names[] = {"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", "_HYBRID_SHARD_ZERO2"};
   for (int i = 1; i <= 5; ++i) {
     auto by_number = parse("name: a\nfsdp:\n  fsdp_sharding_strategy: " + std::to_string(i) + "\n");
-    ASSERT_TRUE(by_number.is_ok()) << by_number.status().to_string();
+    ASSERT_THAT(by_number, IsOk());
     EXPECT_EQ(by_number->fsdp.sharding_strategy, names[i - 1]);
     auto quoted = parse("name: a\nfsdp:\n  fsdp_sharding_strategy: \"" + std::to_string(i) + "\"\n");
-    ASSERT_TRUE(quoted.is_ok()) << quoted.status().to_string();
+    ASSERT_THAT(quoted, IsOk());
     EXPECT_EQ(quoted->fsdp.sharding_strategy, names[i - 1]);
     auto by_name = parse(std::string("name: a\nfsdp:\n  fsdp_sharding_strategy: ") + names[i - 1] + "\n");
-    ASSERT_TRUE(by_name.is_ok()) << by_name.status().to_string();
+    ASSERT_THAT(by_name, IsOk());
     EXPECT_EQ(by_name->fsdp.sharding_strategy, names[i - 1]);
   }
   auto r = parse(R"(name: a
@@ -356,7 +360,7 @@ fsdp:
   fsdp_cpu_ram_efficient_loading: true
   fsdp_version: 1
 )");
-  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  ASSERT_THAT(r, IsOk());
   EXPECT_EQ(r->fsdp.auto_wrap_policy, "transformer");
   EXPECT_EQ(r->fsdp.backward_prefetch, "NONE");
   EXPECT_EQ(r->fsdp.transformer_layer_cls_to_wrap, (std::vector<std::string>{"BertLayer", "BertEmbeddings"}));
@@ -372,10 +376,10 @@ fsdp:
 
   auto wrap =
       parse("name: a\nfsdp:\n  fsdp_auto_wrap_policy: SIZE_BASED_WRAP\n  fsdp_backward_prefetch: BACKWARD_PRE\n");
-  ASSERT_TRUE(wrap.is_ok()) << wrap.status().to_string();
+  ASSERT_THAT(wrap, IsOk());
   EXPECT_EQ(wrap->fsdp.auto_wrap_policy, "size");
   auto lower = parse("name: a\nfsdp:\n  sharding_strategy: full_shard\n  backward_prefetch: backward_post\n");
-  ASSERT_TRUE(lower.is_ok()) << lower.status().to_string();
+  ASSERT_THAT(lower, IsOk());
   EXPECT_EQ(lower->fsdp.sharding_strategy, "FULL_SHARD");
   EXPECT_EQ(lower->fsdp.backward_prefetch, "BACKWARD_POST");
 
@@ -406,21 +410,21 @@ TEST(Scenario, DuplicateKey) {
 TEST(Scenario, BackendsModesAndProfileNames) {
   for (const char* backend : {"sim", "mpi", "hpu"}) {
     auto r = parse(std::string("name: a\nworld: {backend: ") + backend + ", mode: timing}\n");
-    ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+    ASSERT_THAT(r, IsOk());
     EXPECT_EQ(r->world.backend, backend);
     EXPECT_EQ(r->world.mode, "timing");
   }
   for (const char* device : {"cpu", "gaudi1", "gaudi2", "gaudi3"}) {
     auto r = parse(std::string("name: a\nworld: {device: ") + device + "}\n");
-    ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+    ASSERT_THAT(r, IsOk());
   }
   for (const char* topo : {"hls1", "hls2", "hls3", "ring", "fully_connected", "switch"}) {
     auto r = parse(std::string("name: a\nworld: {topology: ") + topo + "}\n");
-    ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+    ASSERT_THAT(r, IsOk());
   }
   // HYBRID_SHARD on one node is allowed (the hybrid groups are the devices of a node).
   auto hybrid = parse("name: a\nfsdp: {sharding_strategy: HYBRID_SHARD}\nworld: {nodes: 1, devices_per_node: 4}\n");
-  ASSERT_TRUE(hybrid.is_ok()) << hybrid.status().to_string();
+  ASSERT_THAT(hybrid, IsOk());
 }
 
 // ---------------------------------------------------------------------------------------
@@ -680,18 +684,18 @@ TEST(ScenarioErrors, Faults) {
   }
   auto view = parse("name: a\nfaults:\n  - {kind: view_offset, rank: 2, step: 3, unit: 1, offset: 0xC000000000000000}\n"
                     "  - {kind: view_offset, rank: 3, step: 1, unit: 0}\n");
-  ASSERT_TRUE(view.is_ok()) << view.status().to_string();
+  ASSERT_THAT(view, IsOk());
   EXPECT_EQ(view->faults[0].offset, 0xC000000000000000ull);
   EXPECT_EQ(view->faults[0].unit, 1);
   EXPECT_EQ(view->faults[1].offset, 13835057943613014016ull);  // the seed bug's, by default
   auto ok = parse(
       "name: a\nfaults:\n  - {kind: corrupt, rank: 2, collective: 4, integrity_check: true}\n"
       "  - {kind: hang, rank: 1, time_ms: 0}\n  - {kind: link_down, link: 0-1}\n");
-  ASSERT_TRUE(ok.is_ok()) << ok.status().to_string();
+  ASSERT_THAT(ok, IsOk());
   ASSERT_EQ(ok->faults.size(), 3u);
   for (const char* link : {"3-net", "leaf0-spine", "7-0"}) {
     auto l = parse(std::string("name: a\nfaults:\n  - {kind: link_down, link: ") + link + "}\n");
-    EXPECT_TRUE(l.is_ok()) << link << ": " << l.status().to_string();
+    EXPECT_THAT(l, IsOk()) << link;
   }
   for (const char* link : {"leafx-spine", "3-nett", "net-3", "8-net", "-net"}) {
     auto l = parse(std::string("name: a\nfaults:\n  - {kind: link_down, link: ") + link + "}\n");
@@ -717,7 +721,7 @@ TEST_F(ScenarioFiles, OffloadHostProfile) {
   const std::string file = path("s.yaml");
   write("profiles/xeon.json", "{}\n");
   auto ok = parse_scenario(file, "name: a\nfsdp: {cpu_offload: true}\nworld:\n  offload_host: profiles/xeon.json\n");
-  ASSERT_TRUE(ok.is_ok()) << ok.status().to_string();
+  ASSERT_THAT(ok, IsOk());
   EXPECT_EQ(ok->world.offload_host, path("profiles/xeon.json"));
   EXPECT_EQ(parse("name: a\n")->world.offload_host, "host");
   expect_error(parse_scenario(file, "name: a\nworld:\n  offload_host: profiles/xeon.json\n"), file + ":3:17:",
@@ -763,33 +767,33 @@ TEST(ScenarioErrors, TransformerWrapNeedsClasses) {
 
 TEST(Scenario, ExpectFormsAndNulls) {
   auto t = parse("name: a\nexpect:\n  grads_match_unsharded: true\n  max_peak_memory_per_rank: 1073741824\n");
-  ASSERT_TRUE(t.is_ok()) << t.status().to_string();
+  ASSERT_THAT(t, IsOk());
   EXPECT_EQ(t->expect.grads_match_unsharded->atol, Scenario::Tolerance{}.atol);
   EXPECT_EQ(t->expect.max_peak_memory_per_rank, 1073741824);
   auto f = parse("name: a\nexpect:\n  grads_match_unsharded: false\n  max_peak_memory_per_rank: null\n");
-  ASSERT_TRUE(f.is_ok()) << f.status().to_string();
+  ASSERT_THAT(f, IsOk());
   EXPECT_FALSE(f->expect.grads_match_unsharded.has_value());
   EXPECT_TRUE(f->expect.oracle_off);  // NOTE [The oracle by default]: off only when said so
   EXPECT_FALSE(f->expect.max_peak_memory_per_rank.has_value());
   EXPECT_FALSE(t->expect.oracle_off);
   auto unset = parse("name: a\n");
-  ASSERT_TRUE(unset.is_ok()) << unset.status().to_string();
+  ASSERT_THAT(unset, IsOk());
   EXPECT_FALSE(unset->expect.oracle_off);
   EXPECT_FALSE(unset->expect.grads_match_unsharded.has_value());
   auto null_off = parse("name: a\nexpect: {grads_match_unsharded: null}\n");
-  ASSERT_TRUE(null_off.is_ok()) << null_off.status().to_string();
+  ASSERT_THAT(null_off, IsOk());
   EXPECT_TRUE(null_off->expect.oracle_off);
   auto nulls = parse(
       "name: a\ndescription:\nmodel: {config: ~}\ndata: {path: null}\ncheckpoint: {dir: }\nexpect: {min_samples_per_s: "
       "null}\n");
-  ASSERT_TRUE(nulls.is_ok()) << nulls.status().to_string();
+  ASSERT_THAT(nulls, IsOk());
   EXPECT_EQ(nulls->description, "");
   EXPECT_EQ(nulls->model.config, "");
   EXPECT_FALSE(nulls->expect.min_samples_per_s.has_value());
   expect_error(parse("name: a\nmodel: {weights: null}\n"),
                "s.yaml:2:18:", {"model.weights: expected a string, got nothing"});
   auto partial = parse("name: a\nexpect:\n  grads_match_unsharded: {atol: 0}\n");
-  ASSERT_TRUE(partial.is_ok()) << partial.status().to_string();
+  ASSERT_THAT(partial, IsOk());
   EXPECT_EQ(partial->expect.grads_match_unsharded->rtol, Scenario::Tolerance{}.rtol);
   EXPECT_EQ(partial->expect.grads_match_unsharded->atol, 0.0);
   const std::pair<const char*, std::int64_t> sizes[] = {
@@ -797,7 +801,7 @@ TEST(Scenario, ExpectFormsAndNulls) {
       {"64KiB", 65536},         {"\"3 TB\"", 3000000000000}, {"1.5 KiB", 1536},      {"10 B", 10}};
   for (const auto& [text, bytes] : sizes) {
     auto r = parse(std::string("name: a\nexpect:\n  max_peak_memory_per_rank: ") + text + "\n");
-    ASSERT_TRUE(r.is_ok()) << text << ": " << r.status().to_string();
+    ASSERT_THAT(r, IsOk()) << text;
     EXPECT_EQ(r->expect.max_peak_memory_per_rank, bytes) << text;
   }
   expect_error(parse("name: a\nexpect:\n  max_peak_memory_per_rank: 12 parsecs\n"),
@@ -832,7 +836,7 @@ TEST_F(ScenarioFiles, FsdpConfigJsonOverridesTheFile) {
   o.fsdp_config = json;
   auto r = parse(
       "name: a\nfsdp:\n  sharding_strategy: NO_SHARD\n  cpu_offload: true\n  activation_checkpointing: true\n", o);
-  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  ASSERT_THAT(r, IsOk());
   EXPECT_EQ(r->fsdp.sharding_strategy, "SHARD_GRAD_OP");
   EXPECT_EQ(r->fsdp.backward_prefetch, "BACKWARD_POST");
   EXPECT_FALSE(r->fsdp.cpu_offload);
@@ -849,7 +853,7 @@ TEST_F(ScenarioFiles, FsdpConfigJsonOverridesTheFile) {
       R"({"fsdp": "full_shard auto_wrap", "fsdp_config": {"fsdp_sharding_strategy": "HYBRID_SHARD", "backward_prefetch": "backward_pre"}})");
   o.fsdp_config = nested;
   auto n = parse("name: a\n", o);
-  ASSERT_TRUE(n.is_ok()) << n.status().to_string();
+  ASSERT_THAT(n, IsOk());
   EXPECT_EQ(n->fsdp.sharding_strategy, "HYBRID_SHARD");
   EXPECT_EQ(n->fsdp.backward_prefetch, "BACKWARD_PRE");
 
@@ -857,7 +861,7 @@ TEST_F(ScenarioFiles, FsdpConfigJsonOverridesTheFile) {
   o.fsdp_config = json;
   o.set = {"fsdp.sharding_strategy=FULL_SHARD"};
   auto s = parse("name: a\n", o);
-  ASSERT_TRUE(s.is_ok()) << s.status().to_string();
+  ASSERT_THAT(s, IsOk());
   EXPECT_EQ(s->fsdp.sharding_strategy, "FULL_SHARD");
   EXPECT_EQ(s->where("fsdp.sharding_strategy").to_string(), "--set:1:24");
 }
@@ -897,7 +901,7 @@ TEST(ScenarioSet, ScalarsListsAndNestedKeys) {
            "expect.max_peak_memory_per_rank=512 MiB",
            "fsdp.mixed_precision={reduce_dtype: bf16}"};
   auto r = parse("name: a\ntrain:\n  steps: 3\n  optimizer:\n    lr: 1\n", o);
-  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  ASSERT_THAT(r, IsOk());
   EXPECT_EQ(r->train.optimizer.lr, 3e-5);
   EXPECT_EQ(r->train.steps, 3);
   EXPECT_EQ(r->fsdp.mixed_precision.param_dtype, "bf16");
@@ -1057,7 +1061,7 @@ TEST_F(ScenarioFiles, LoadScenarioFileErrors) {
   expect_error(load_scenario(dir_.string()), dir_.string() + ":", {"not a regular file"});
   const std::string file = write("ok.yaml", "name: from-disk\n");
   auto r = load_scenario(file);
-  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  ASSERT_THAT(r, IsOk());
   EXPECT_EQ(r->name, "from-disk");
 }
 
@@ -1125,14 +1129,14 @@ TEST_F(ScenarioFiles, PathsInAFileAreRelativeToItsFolder) {
   const std::string file = write("sub/s.yaml",
                                  "name: a\nworld: {device: dev.json}\ncheckpoint: {dir: ckpt}\nmodel: {weights: random}\n");
   auto r = load_scenario(file);
-  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  ASSERT_THAT(r, IsOk());
   EXPECT_EQ(r->world.device, path("sub/dev.json"));
   EXPECT_EQ(r->checkpoint.dir, path("sub/ckpt"));
   EXPECT_EQ(r->model.weights, "random");  // not a path
   // An absolute path stays as it is.
   const std::string abs = write("abs.yaml", "name: a\ncheckpoint: {dir: " + path("elsewhere") + "}\n");
   auto a = load_scenario(abs);
-  ASSERT_TRUE(a.is_ok()) << a.status().to_string();
+  ASSERT_THAT(a, IsOk());
   EXPECT_EQ(a->checkpoint.dir, path("elsewhere"));
 }
 
@@ -1145,7 +1149,7 @@ TEST_F(ScenarioFiles, PathsGivenWithSetAreRelativeToTheCurrentDirectory) {
   fs::current_path(dir_);  // sub/dev.json exists relative to here, not to the file's folder
   auto r = load_scenario(file, o);
   fs::current_path(before);
-  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  ASSERT_THAT(r, IsOk());
   EXPECT_EQ(r->checkpoint.dir, "run/ckpt");
   EXPECT_EQ(r->world.device, "sub/dev.json");
   // Looked for from the current directory, and the error says so.
@@ -1186,7 +1190,7 @@ TEST_F(ScenarioFiles, AccelerateYamlConfigIsHonoured) {
   ScenarioOverrides o;
   o.fsdp_config = write("default_config.yaml", kAccelerateYaml);
   auto r = parse("name: a\n", o);
-  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  ASSERT_THAT(r, IsOk());
   EXPECT_EQ(r->fsdp.sharding_strategy, "HYBRID_SHARD");
   EXPECT_TRUE(r->fsdp.cpu_offload);
   EXPECT_FALSE(r->fsdp.use_orig_params);
@@ -1205,7 +1209,7 @@ TEST_F(ScenarioFiles, AccelerateYamlConfigIsHonoured) {
   // --set still wins.
   o.set = {"world.devices_per_node=2"};
   auto s = parse("name: a\n", o);
-  ASSERT_TRUE(s.is_ok()) << s.status().to_string();
+  ASSERT_THAT(s, IsOk());
   EXPECT_EQ(s->world.devices_per_node, 2);
 }
 
@@ -1230,7 +1234,7 @@ TEST_F(ScenarioFiles, AccelerateYamlConfigRefusesWhatWouldChangeTheRun) {
   expect_error(parse("name: a\n", o), o.fsdp_config + ":18:1:", {"did you mean 'mixed_precision'?"});
   o.fsdp_config = write("newer.yaml", with("use_cpu: false", "use_cpu: false\nsome_future_key: 3"));
   auto newer = parse("name: a\n", o);
-  ASSERT_TRUE(newer.is_ok()) << newer.status().to_string();
+  ASSERT_THAT(newer, IsOk());
   ASSERT_EQ(newer->notes.size(), 2u);
   EXPECT_NE(newer->notes[1].find("ignored (not accelerate keys shardlab knows; check the spelling): some_future_key"),
             std::string::npos)

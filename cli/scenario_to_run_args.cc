@@ -1,10 +1,10 @@
-#include "cli/scenario_run.h"
+#include "cli/scenario_to_run_args.h"
 
 #include <cmath>
 #include <cstdio>
 #include <memory>
 
-#include "cli/timing_run.h"
+#include "cli/run_timing.h"
 #include "runtime/device/cpu/device.h"
 #include "runtime/fsdp/options.h"
 #include "runtime/io/sha256.h"

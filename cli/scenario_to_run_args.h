@@ -1,10 +1,9 @@
 // From a validated Scenario to the run's arguments (RunArgs), and the scenario's
 // expectations checked against the run's metrics.
 //
-// Parts of the format that later issues implement (timing mode, device and topology
-// profiles other than the default, faults, checkpoint/resume, the hpu backend,
-// _HYBRID_SHARD_ZERO2) are refused here with INVALID_ARGUMENT naming the key and its
-// position — never silently ignored.
+// What the chosen backend cannot run (timing mode or injected faults off the simulator, a
+// profile or file that does not load) is refused here with INVALID_ARGUMENT naming the
+// key and its position — never silently ignored.
 #pragma once
 
 #include <nlohmann/json.hpp>

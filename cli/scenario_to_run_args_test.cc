@@ -1,10 +1,14 @@
 // From a scenario to the run's arguments: the keys whose meaning follows PyTorch FSDP
 // (use_orig_params, mixed precision, device_id).
-#include "cli/scenario_run.h"
+#include "cli/scenario_to_run_args.h"
 
 #include <gtest/gtest.h>
 
 #include <string>
+
+#include "testing/status_matchers.h"
+
+using shardlab::testlib::IsOk;
 
 namespace shardlab::cli {
 namespace {
@@ -21,13 +25,13 @@ Result<RunArgs> args_of(const std::string& yaml) {
 // use_orig_params=True (FlatParamHandle: align_addresses = use_orig_params).
 TEST(ScenarioRun, UseOrigParamsDecidesTheAlignmentPadding) {
   auto on = args_of("fsdp: {use_orig_params: true}\n");
-  ASSERT_TRUE(on.is_ok()) << on.status().to_string();
+  ASSERT_THAT(on, IsOk());
   EXPECT_EQ(on->train.fsdp.align_bytes, 16);
   auto off = args_of("fsdp: {use_orig_params: false}\n");
-  ASSERT_TRUE(off.is_ok()) << off.status().to_string();
+  ASSERT_THAT(off, IsOk());
   EXPECT_EQ(off->train.fsdp.align_bytes, 0);
   auto unset = args_of("");
-  ASSERT_TRUE(unset.is_ok()) << unset.status().to_string();
+  ASSERT_THAT(unset, IsOk());
   EXPECT_EQ(unset->train.fsdp.align_bytes, 16);  // accelerate's default, use_orig_params: true
 }
 
@@ -45,7 +49,7 @@ TEST(ScenarioRun, Fp16IsRefusedAtItsLine) {
   }
 }
 
-// NOTE [Simulated device_id] (cli/scenario_run.h).
+// NOTE [Simulated device_id] (cli/scenario_to_run_args.h).
 TEST(ScenarioRun, DeviceIdResolvesOrFailsInPyTorchsWords) {
   for (const char* ok : {"hpu", "hpu:0"}) EXPECT_TRUE(check_device_id(ok, "hpu", 8, 8).is_ok()) << ok;
   EXPECT_TRUE(check_device_id("", "hpu", 8, 8).is_ok());
@@ -81,7 +85,7 @@ TEST(ScenarioRun, DeviceIdIsCheckedWhereTheScenarioSaysIt) {
   EXPECT_NE(junk.status().message().find("allowed: hpu, hpu:N, cpu, or local_rank"), std::string::npos)
       << junk.status().message();
   auto good = args_of("fsdp: {device_id: hpu}\nworld: {device: gaudi2, devices_per_node: 4}\n");
-  ASSERT_TRUE(good.is_ok()) << good.status().to_string();
+  ASSERT_THAT(good, IsOk());
   EXPECT_EQ(good->device_id, "hpu");
 }
 

@@ -160,11 +160,11 @@ Status TracingDevice::optimizer_step(const runtime::device::OptimizerUpdate& upd
 
 TracingCommunicator::TracingCommunicator(runtime::comm::Communicator* inner, const Clock* clock, Nanos origin,
                                          sim::TraceRecorder* trace, std::string algorithm)
-    : inner_(inner), clock_(clock), origin_(origin), trace_(trace), algorithm_(algorithm),
+    : ForwardingCommunicator(inner), clock_(clock), origin_(origin), trace_(trace), algorithm_(algorithm),
       base_algorithm_(std::move(algorithm)) {}
 TracingCommunicator::TracingCommunicator(std::unique_ptr<runtime::comm::Communicator> owned, const Clock* clock,
                                          Nanos origin, sim::TraceRecorder* trace, std::string algorithm)
-    : owned_(std::move(owned)), inner_(owned_.get()), clock_(clock), origin_(origin), trace_(trace),
+    : ForwardingCommunicator(std::move(owned)), clock_(clock), origin_(origin), trace_(trace),
       algorithm_(algorithm), base_algorithm_(std::move(algorithm)) {}
 
 void TracingCommunicator::set_nodes(int devices_per_node) {
@@ -184,7 +184,7 @@ void TracingCommunicator::describe_placement() {
 WorkPtr TracingCommunicator::traced(OpKind kind, std::int64_t bytes, WorkPtr work, Nanos start) {
   auto record = [this, kind, bytes, start](Nanos end) {
     sim::TraceEvent e{std::string(runtime::comm::op_kind_name(kind)), stream_of(kind), start - origin_, end - start,
-                      bytes, inner_->group_name(), algorithm_};
+                      bytes, inner()->group_name(), algorithm_};
     trace_->add_comm(std::move(e));
   };
   return std::make_shared<TracedWork>(std::move(work), std::move(record), clock_);
@@ -192,34 +192,34 @@ WorkPtr TracingCommunicator::traced(OpKind kind, std::int64_t bytes, WorkPtr wor
 
 WorkPtr TracingCommunicator::all_gather_into(const Tensor& output, const Tensor& input) {
   const Nanos start = clock_->now();
-  return traced(OpKind::kAllGather, input.nbytes(), inner_->all_gather_into(output, input), start);
+  return traced(OpKind::kAllGather, input.nbytes(), inner()->all_gather_into(output, input), start);
 }
 WorkPtr TracingCommunicator::reduce_scatter(const Tensor& output, const Tensor& input, runtime::comm::ReduceOp op) {
   const Nanos start = clock_->now();
-  return traced(OpKind::kReduceScatter, output.nbytes(), inner_->reduce_scatter(output, input, op), start);
+  return traced(OpKind::kReduceScatter, output.nbytes(), inner()->reduce_scatter(output, input, op), start);
 }
 WorkPtr TracingCommunicator::all_reduce(const Tensor& inout, runtime::comm::ReduceOp op) {
   const Nanos start = clock_->now();
-  return traced(OpKind::kAllReduce, inout.nbytes(), inner_->all_reduce(inout, op), start);
+  return traced(OpKind::kAllReduce, inout.nbytes(), inner()->all_reduce(inout, op), start);
 }
 WorkPtr TracingCommunicator::broadcast(const Tensor& inout, int root) {
   const Nanos start = clock_->now();
-  return traced(OpKind::kBroadcast, inout.nbytes(), inner_->broadcast(inout, root), start);
+  return traced(OpKind::kBroadcast, inout.nbytes(), inner()->broadcast(inout, root), start);
 }
 WorkPtr TracingCommunicator::barrier() {
   const Nanos start = clock_->now();
-  return traced(OpKind::kBarrier, 0, inner_->barrier(), start);
+  return traced(OpKind::kBarrier, 0, inner()->barrier(), start);
 }
 WorkPtr TracingCommunicator::send(const Tensor& input, int peer, int tag) {
   const Nanos start = clock_->now();
-  return traced(OpKind::kSend, input.nbytes(), inner_->send(input, peer, tag), start);
+  return traced(OpKind::kSend, input.nbytes(), inner()->send(input, peer, tag), start);
 }
 WorkPtr TracingCommunicator::recv(const Tensor& output, int peer, int tag) {
   const Nanos start = clock_->now();
-  return traced(OpKind::kRecv, output.nbytes(), inner_->recv(output, peer, tag), start);
+  return traced(OpKind::kRecv, output.nbytes(), inner()->recv(output, peer, tag), start);
 }
 Result<std::unique_ptr<runtime::comm::Communicator>> TracingCommunicator::split(int color, int key) {
-  SHARDLAB_ASSIGN_OR_RETURN(std::unique_ptr<runtime::comm::Communicator> group, inner_->split(color, key));
+  SHARDLAB_ASSIGN_OR_RETURN(std::unique_ptr<runtime::comm::Communicator> group, inner()->split(color, key));
   if (!group) return group;  // not a member of any new group
   return std::unique_ptr<runtime::comm::Communicator>(
       std::make_unique<TracingCommunicator>(std::move(group), clock_, origin_, trace_, base_algorithm_));
@@ -227,7 +227,7 @@ Result<std::unique_ptr<runtime::comm::Communicator>> TracingCommunicator::split(
 
 Result<std::unique_ptr<runtime::comm::Communicator>> TracingCommunicator::split_strided(int stride, int group_size) {
   SHARDLAB_ASSIGN_OR_RETURN(std::unique_ptr<runtime::comm::Communicator> group,
-                            inner_->split_strided(stride, group_size));
+                            inner()->split_strided(stride, group_size));
   if (!group) return group;
   auto traced_group = std::make_unique<TracingCommunicator>(std::move(group), clock_, origin_, trace_, base_algorithm_);
   if (devices_per_node_ > 0) {  // NOTE [Strided groups] in runtime/comm/communicator.h: the members

@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/comm/communicator.h"
+#include "runtime/comm/forwarding_communicator.h"
 #include "runtime/core/clock.h"
 #include "runtime/device/device.h"
 #include "runtime/fsdp/options.h"
@@ -107,16 +107,13 @@ class TracingDevice final : public runtime::device::Device {
 // r·K … r·K + K − 1 are node r's, as the scenario maps them), for the world and for groups
 // made by split_strided (HYBRID_SHARD's shard groups inside nodes, replica groups across);
 // a group made by split(color, key) does not know its members and says neither.
-class TracingCommunicator final : public runtime::comm::Communicator {
+class TracingCommunicator final : public runtime::comm::ForwardingCommunicator {
  public:
   TracingCommunicator(runtime::comm::Communicator* inner, const Clock* clock, Nanos origin, sim::TraceRecorder* trace,
                       std::string algorithm);
   TracingCommunicator(std::unique_ptr<runtime::comm::Communicator> owned, const Clock* clock, Nanos origin,
                       sim::TraceRecorder* trace, std::string algorithm);
 
-  int rank() const override { return inner_->rank(); }
-  int size() const override { return inner_->size(); }
-  const std::string& group_name() const override { return inner_->group_name(); }
   runtime::comm::WorkPtr all_gather_into(const Tensor& output, const Tensor& input) override;
   runtime::comm::WorkPtr reduce_scatter(const Tensor& output, const Tensor& input, runtime::comm::ReduceOp op) override;
   runtime::comm::WorkPtr all_reduce(const Tensor& inout, runtime::comm::ReduceOp op) override;
@@ -134,8 +131,6 @@ class TracingCommunicator final : public runtime::comm::Communicator {
   // algorithm_ from base_algorithm_ and whether world_ranks_ span nodes.
   void describe_placement();
 
-  std::unique_ptr<runtime::comm::Communicator> owned_;
-  runtime::comm::Communicator* inner_;
   const Clock* clock_;
   Nanos origin_;
   sim::TraceRecorder* trace_;

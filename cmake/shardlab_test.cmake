@@ -1,6 +1,11 @@
 # shardlab_add_test(NAME <name> TARGET <exe> LABEL <unit|property|mpi|scenario|bench|...>
-#                   [TIMEOUT <s>] [MPI_RANKS <n>] [ARGS ...] [ENVIRONMENT k=v ...])
-# The one way tests get registered. With MPI_RANKS the test is launched as
+#                   [TIMEOUT <s>] [MPI_RANKS <n>] [ARGS ...] [ENVIRONMENT k=v ...]
+#                   [WORKING_DIRECTORY <dir>])
+# shardlab_add_test(NAME <name> COMMAND <program> <args>... LABEL ... [TIMEOUT ...] ...)
+# The one way tests get registered: every test has a label and a timeout (120 s unless
+# given), scaled by SHARDLAB_TEST_TIMEOUT_SCALE. COMMAND runs any program (cmake -P
+# scripts, Python, shardlab by its target name) instead of a target's executable. With
+# MPI_RANKS the test is launched as
 #   mpiexec -n N <SHARDLAB_MPIEXEC_PREFLAGS> <exe> <args>
 # where the pre-flags (root/oversubscribe) come from the preset or cache, never from here.
 # Sanitizer builds run 5-20x slower: the asan preset sets SHARDLAB_TEST_TIMEOUT_SCALE so the
@@ -20,12 +25,20 @@ macro(shardlab_test_timeout var default)
 endmacro()
 
 function(shardlab_add_test)
-  cmake_parse_arguments(T "" "NAME;TARGET;LABEL;TIMEOUT;MPI_RANKS" "ARGS;ENVIRONMENT" ${ARGN})
-  if(NOT T_NAME OR NOT T_TARGET OR NOT T_LABEL)
-    message(FATAL_ERROR "shardlab_add_test needs NAME, TARGET and LABEL")
+  # PARSE_ARGV keeps an argument that holds a ';' (a cmake -P script's "-DARGS=run;--set;...")
+  # one argument of COMMAND.
+  cmake_parse_arguments(PARSE_ARGV 0 T "" "NAME;TARGET;LABEL;TIMEOUT;MPI_RANKS;WORKING_DIRECTORY"
+                        "ARGS;ENVIRONMENT;COMMAND")
+  if(NOT T_NAME OR NOT T_LABEL OR (NOT T_TARGET AND NOT T_COMMAND) OR (T_TARGET AND T_COMMAND))
+    message(FATAL_ERROR "shardlab_add_test needs NAME, LABEL and one of TARGET or COMMAND")
+  endif()
+  if(T_COMMAND AND (T_MPI_RANKS OR T_ARGS))
+    message(FATAL_ERROR "shardlab_add_test: MPI_RANKS and ARGS go with TARGET; COMMAND holds its own arguments")
   endif()
   shardlab_test_timeout(T_TIMEOUT 120)
-  if(T_MPI_RANKS)
+  if(T_COMMAND)
+    add_test(NAME ${T_NAME} COMMAND ${T_COMMAND})
+  elseif(T_MPI_RANKS)
     add_test(NAME ${T_NAME}
              COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${T_MPI_RANKS}
                      ${MPIEXEC_PREFLAGS} ${SHARDLAB_MPIEXEC_PREFLAGS}
@@ -35,6 +48,9 @@ function(shardlab_add_test)
     add_test(NAME ${T_NAME} COMMAND $<TARGET_FILE:${T_TARGET}> ${T_ARGS})
   endif()
   set_tests_properties(${T_NAME} PROPERTIES LABELS "${T_LABEL}" TIMEOUT ${T_TIMEOUT})
+  if(T_WORKING_DIRECTORY)
+    set_tests_properties(${T_NAME} PROPERTIES WORKING_DIRECTORY "${T_WORKING_DIRECTORY}")
+  endif()
   if(T_ENVIRONMENT)
     set_tests_properties(${T_NAME} PROPERTIES ENVIRONMENT "${T_ENVIRONMENT}")
   endif()
@@ -49,7 +65,7 @@ function(shardlab_add_gtest name)
     set(G_LABEL unit)
   endif()
   add_executable(${name} ${G_SOURCES})
-  target_link_libraries(${name} PRIVATE ${G_LIBS} GTest::gtest shardlab_options)
+  target_link_libraries(${name} PRIVATE ${G_LIBS} shardlab_testing GTest::gtest shardlab_options)
   if(NOT G_OWN_MAIN)
     target_link_libraries(${name} PRIVATE GTest::gtest_main)
   endif()
@@ -77,7 +93,9 @@ function(shardlab_add_exit_test)
   if(NOT T_NAME OR NOT T_LABEL OR T_CODE STREQUAL "")
     message(FATAL_ERROR "shardlab_add_exit_test needs NAME, LABEL and CODE")
   endif()
-  shardlab_test_timeout(T_TIMEOUT 60)
+  if(NOT T_TIMEOUT)
+    set(T_TIMEOUT 60)
+  endif()
   set(expect "-DEXPECT_CODE=${T_CODE}")
   if(DEFINED T_STDERR)
     list(APPEND expect "-DEXPECT_STDERR=${T_STDERR}")
@@ -86,8 +104,34 @@ function(shardlab_add_exit_test)
     list(APPEND expect "-DEXPECT_OUTPUT=${T_OUTPUT}")
   endif()
   list(JOIN T_ARGS ";" args)
-  add_test(NAME ${T_NAME}
-           COMMAND ${CMAKE_COMMAND} -DEXE=$<TARGET_FILE:shardlab> "-DARGS=${args}" ${expect}
-                   -P ${PROJECT_SOURCE_DIR}/cmake/expect_exit.cmake)
-  set_tests_properties(${T_NAME} PROPERTIES LABELS "${T_LABEL}" TIMEOUT ${T_TIMEOUT})
+  shardlab_add_test(NAME ${T_NAME} LABEL ${T_LABEL} TIMEOUT ${T_TIMEOUT}
+                    COMMAND ${CMAKE_COMMAND} -DEXE=$<TARGET_FILE:shardlab> "-DARGS=${args}" ${expect}
+                            -P ${PROJECT_SOURCE_DIR}/cmake/expect_exit.cmake)
+endfunction()
+
+# shardlab_add_scenario_test(NAME <name> SCENARIO <file.yaml> OUT <dir> EXPECTED <summary.txt>
+#                            [SET <key=value>...] [TIMEOUT <s>])
+# A golden scenario (label scenario, 300 s unless given): `shardlab run SCENARIO [--set
+# key=value]... --out OUT`, whose summary.txt must equal EXPECTED (cmake/scenario_golden.cmake;
+# SHARDLAB_UPDATE_EXPECTED=1 rewrites it — review the diff).
+function(shardlab_add_scenario_test)
+  cmake_parse_arguments(S "" "NAME;SCENARIO;OUT;EXPECTED;TIMEOUT" "SET" ${ARGN})
+  if(NOT S_NAME OR NOT S_SCENARIO OR NOT S_OUT OR NOT S_EXPECTED)
+    message(FATAL_ERROR "shardlab_add_scenario_test needs NAME, SCENARIO, OUT and EXPECTED")
+  endif()
+  if(NOT S_TIMEOUT)
+    set(S_TIMEOUT 300)
+  endif()
+  set(extra "")
+  foreach(assignment IN LISTS S_SET)
+    list(APPEND extra --set ${assignment})
+  endforeach()
+  set(run ${CMAKE_COMMAND} -DEXE=$<TARGET_FILE:shardlab> -DSCENARIO=${S_SCENARIO} -DOUT=${S_OUT}
+      -DEXPECTED=${S_EXPECTED})
+  set(script -P ${PROJECT_SOURCE_DIR}/cmake/scenario_golden.cmake)
+  if(extra)  # "-DEXTRA_ARGS=..." stays one argument (a list the script splits)
+    shardlab_add_test(NAME ${S_NAME} LABEL scenario TIMEOUT ${S_TIMEOUT} COMMAND ${run} "-DEXTRA_ARGS=${extra}" ${script})
+  else()
+    shardlab_add_test(NAME ${S_NAME} LABEL scenario TIMEOUT ${S_TIMEOUT} COMMAND ${run} ${script})
+  endif()
 endfunction()

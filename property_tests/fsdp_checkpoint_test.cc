@@ -20,6 +20,9 @@
 #include "runtime/fsdp/checkpoint.h"
 #include "runtime/io/safetensors.h"
 #include "sim/world.h"
+#include "testing/status_matchers.h"
+
+using shardlab::testlib::IsOk;
 
 namespace shardlab::property {
 namespace {
@@ -179,7 +182,7 @@ TEST(FsdpCheckpoint, ShardedSaveAtThreeLoadsAtSixtyFour) {
          SHARDLAB_ASSIGN_OR_RETURN(saved[static_cast<std::size_t>(ctx.rank)], snapshot(t->model()));
          return Status::ok();
        })) {
-    ASSERT_TRUE(r.status.is_ok()) << r.status.to_string();
+    ASSERT_THAT(r.status, IsOk());
   }
   wo.world_size = 64;
   c.options.global_batch = 64;
@@ -190,7 +193,7 @@ TEST(FsdpCheckpoint, ShardedSaveAtThreeLoadsAtSixtyFour) {
          SHARDLAB_ASSIGN_OR_RETURN(loaded[static_cast<std::size_t>(ctx.rank)], snapshot(t->model()));
          return Status::ok();
        })) {
-    ASSERT_TRUE(r.status.is_ok()) << r.status.to_string();
+    ASSERT_THAT(r.status, IsOk());
   }
   std::filesystem::remove_all(dir);
   ASSERT_EQ(saved[0].states.size(), 2u);  // exp_avg, exp_avg_sq
@@ -285,7 +288,7 @@ struct Saved {
            o.type = type;
            return runtime::fsdp::save_checkpoint(t->model(), dir, 1, o);
          })) {
-      EXPECT_TRUE(r.status.is_ok()) << r.status.to_string();
+      EXPECT_THAT(r.status, IsOk());
     }
   }
   ~Saved() { fs::remove_all(dir); }
@@ -468,7 +471,7 @@ TEST(CheckpointWriters, AStepIsReplacedWholeAndLeftoversAreCleaned) {
          SHARDLAB_ASSIGN_OR_RETURN(auto t, FsdpTrainer::create(ctx.comm, ctx.device, ctx.clock, s.c.options));
          return runtime::fsdp::save_checkpoint(t->model(), s.dir, 1);
        })) {
-    ASSERT_TRUE(r.status.is_ok()) << r.status.to_string();
+    ASSERT_THAT(r.status, IsOk());
   }
   EXPECT_FALSE(fs::exists(s.step() + "/stale.bin"));
   EXPECT_FALSE(fs::exists(s.dir + "/latest.tmp.99999"));

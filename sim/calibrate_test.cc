@@ -15,6 +15,9 @@
 #include "sim/profiles.h"
 #include "sim/topology.h"
 #include "sim/world.h"
+#include "testing/status_matchers.h"
+
+using shardlab::testlib::IsOk;
 
 namespace shardlab::sim {
 namespace {
@@ -46,24 +49,24 @@ TEST(Calibrate, MeasuresTheHostTimePerOpOfATrainingLoop) {
   DeviceProfile without = truth;
   without.op_host_ns = 0;
   auto host = measure_op_host_ns(dev, clock, without, o);
-  ASSERT_TRUE(host.is_ok()) << host.status().to_string();
+  ASSERT_THAT(host, IsOk());
   EXPECT_NEAR(*host, 300, 1);
   // The profile's own op_host_ns is not part of the prediction.
   host = measure_op_host_ns(dev, clock, truth, o);
-  ASSERT_TRUE(host.is_ok()) << host.status().to_string();
+  ASSERT_THAT(host, IsOk());
   EXPECT_NEAR(*host, 300, 1);
   // A profile that charges more than the device takes finds no host time (never negative).
   DeviceProfile slower = without;
   slower.launch_ns = 3000;
   host = measure_op_host_ns(dev, clock, slower, o);
-  ASSERT_TRUE(host.is_ok()) << host.status().to_string();
+  ASSERT_THAT(host, IsOk());
   EXPECT_EQ(*host, 0);
   // From the outside a per-op host time and the launch overhead are the same charge: the
   // full calibration finds their sum, in launch_ns (timed on a bare one-element op).
   o.small_dim_factors = false;
   o.compute_factors = false;
   auto p = calibrate_device(dev, clock, o);
-  ASSERT_TRUE(p.is_ok()) << p.status().to_string();
+  ASSERT_THAT(p, IsOk());
   EXPECT_NEAR(p->launch_ns + p->op_host_ns, 1800, 2);
 }
 
@@ -81,7 +84,7 @@ TEST(Calibrate, FindsAnOptimizerThatStreamsFasterThanTheCopyRate) {
   o.small_dim_factors = false;
   o.op_host = false;
   auto p = calibrate_device(dev, clock, o);
-  ASSERT_TRUE(p.is_ok()) << p.status().to_string();
+  ASSERT_THAT(p, IsOk());
   EXPECT_NEAR(p->memory_bytes_per_s / truth.memory_bytes_per_s, 1.0, 1e-3);
   ASSERT_EQ(p->memory_factors.size(), 1u);
   EXPECT_NEAR(p->memory_factor("optimizer_step"), 0.5, 1e-2);
@@ -135,7 +138,7 @@ TEST(Calibrate, RoundsKeepEachOpsBestTimeOverASlowSpell) {
     DeviceCalibrationOptions o = small_options();
     o.rounds = rounds;
     auto p = calibrate_device(dev, clock, o);
-    EXPECT_TRUE(p.is_ok()) << p.status().to_string();
+    EXPECT_THAT(p, IsOk());
     return std::make_pair(p.is_ok() ? *p : DeviceProfile{}, base.now());
   };
   const auto [fast, fast_ns] = calibrate_in_spell(1, kForever, kForever);
@@ -177,7 +180,7 @@ TEST(Calibrate, RecoversTheCacheRateAndTheFillFactor) {
   o.min_window_ns = 200 * kNanosPerMicro;  // each cold run flushes its operands for real
   o.rounds = 1;
   auto p = calibrate_device(dev, clock, o);
-  ASSERT_TRUE(p.is_ok()) << p.status().to_string();
+  ASSERT_THAT(p, IsOk());
   EXPECT_EQ(p->cache_bytes, truth.cache_bytes);
   EXPECT_NEAR(p->cache_bytes_per_s / truth.cache_bytes_per_s, 1.0, 1e-3);
   EXPECT_NEAR(p->memory_bytes_per_s / truth.memory_bytes_per_s, 1.0, 1e-3);
@@ -188,7 +191,7 @@ TEST(Calibrate, RecoversTheCacheRateAndTheFillFactor) {
   // Without a cache model the same truth's large copy sets one rate for every byte.
   o.cache_bytes = 0;
   auto flat = calibrate_device(dev, clock, o);
-  ASSERT_TRUE(flat.is_ok()) << flat.status().to_string();
+  ASSERT_THAT(flat, IsOk());
   EXPECT_EQ(flat->cache_bytes, 0);
   EXPECT_GT(flat->memory_bytes_per_s, truth.memory_bytes_per_s);
 }
@@ -207,7 +210,7 @@ TEST(Calibrate, RecoversASimulatedDevicesRoofline) {
   o.capacity_bytes = 1 << 30;
   o.cache_bytes = 0;  // the truth has no cache (CacheRateAndFillFactor has one)
   auto p = calibrate_device(dev, clock, o);
-  ASSERT_TRUE(p.is_ok()) << p.status().to_string();
+  ASSERT_THAT(p, IsOk());
   EXPECT_EQ(p->cache_bytes, 0);
   EXPECT_EQ(p->name, "sim-measured");
   EXPECT_EQ(p->launch_ns, truth.launch_ns);
@@ -243,7 +246,7 @@ TEST(Calibrate, RecoversASimulatedDevicesRoofline) {
                             ("shardlab_calibrated_" + std::to_string(::getpid()) + ".json")).string();
   ASSERT_TRUE(write_device_profile(*p, path).is_ok());
   auto back = load_device_profile(path);
-  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  ASSERT_THAT(back, IsOk());
   EXPECT_EQ(back->launch_ns, p->launch_ns);
   EXPECT_EQ(back->alloc_ns, p->alloc_ns);
   EXPECT_EQ(back->compute_factors, p->compute_factors);
@@ -269,7 +272,7 @@ TEST(Calibrate, RecoversTheSimulatedNetworksAlphaBeta) {
                                 calibrate_network(ctx.comm, ctx.device, ctx.clock, n));
       return Status::ok();
     });
-    for (const auto& r : results) ASSERT_TRUE(r.status.is_ok()) << r.status.to_string();
+    for (const auto& r : results) ASSERT_THAT(r.status, IsOk());
     for (const auto& c : got) {
       EXPECT_EQ(c.ranks, world_size);
       EXPECT_NEAR(static_cast<double>(c.latency_ns), 4000, 2) << "world " << world_size;
@@ -292,7 +295,7 @@ TEST(Calibrate, RecoversTheSimulatedNetworksAlphaBeta) {
     const TopologySpec t = switch_topology_from(got[0], "measured");
     EXPECT_EQ(t.kind, TopologyKind::kSwitch);
     auto parsed = parse_topology(topology_to_json(t), "measured.json");
-    ASSERT_TRUE(parsed.is_ok()) << parsed.status().to_string();
+    ASSERT_THAT(parsed, IsOk());
     EXPECT_NEAR(parsed->port.gbit_per_s, 160, 0.2);
     EXPECT_EQ(parsed->port.latency_ns, 2000);
   }
@@ -341,7 +344,7 @@ Result<NetworkCalibration> calibrate_simulated(const TopologySpec& truth, int wo
 TEST(Calibrate, RecoversTheReductionRate) {
   for (int world_size : {2, 4}) {
     auto got = calibrate_simulated(switch_truth(2e9, 0), world_size, Algorithm::kRing, {4 << 10, 64 << 10, 1 << 20}, 2);
-    ASSERT_TRUE(got.is_ok()) << got.status().to_string();
+    ASSERT_THAT(got, IsOk());
     const NetworkCalibration& c = *got;
     EXPECT_NEAR(static_cast<double>(c.latency_ns), 4000, 2) << "world " << world_size;
     EXPECT_NEAR(c.bytes_per_s / 20e9, 1.0, 1e-3) << "world " << world_size;
@@ -352,7 +355,7 @@ TEST(Calibrate, RecoversTheReductionRate) {
     }
     // The topology written for it carries the rate, and reads back.
     auto back = parse_topology(topology_to_json(switch_topology_from(c, "measured")), "measured.json");
-    ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+    ASSERT_THAT(back, IsOk());
     EXPECT_NEAR(back->reduce_bytes_per_s / 2e9, 1.0, 1e-3);
   }
 }
@@ -367,7 +370,7 @@ TEST(Calibrate, FitsThePerCallOverheadApartFromTheLatency) {
   for (int world_size : {2, 3, 4}) {
     auto got = calibrate_simulated(switch_truth(2e9, 20000), world_size, Algorithm::kAuto,  // as scenarios run
                                    {64, 4 << 10, 64 << 10, 1 << 20}, 1);
-    ASSERT_TRUE(got.is_ok()) << got.status().to_string();
+    ASSERT_THAT(got, IsOk());
     const NetworkCalibration& c = *got;
     EXPECT_NEAR(static_cast<double>(c.overhead_ns), 20000, 5) << "world " << world_size;
     EXPECT_NEAR(static_cast<double>(c.latency_ns), 4000, 5) << "world " << world_size;
@@ -390,7 +393,7 @@ TEST(Calibrate, FitsThePerCallOverheadApartFromTheLatency) {
     }
     // Written out and read back, the topology times the collectives as measured.
     auto back = parse_topology(topology_to_json(switch_topology_from(c, "measured")), "measured.json");
-    ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+    ASSERT_THAT(back, IsOk());
     EXPECT_NEAR(static_cast<double>(back->collective_overhead_ns), 20000, 5);
     EXPECT_NEAR(static_cast<double>(back->port.latency_ns), 2000, 3);
   }
@@ -423,7 +426,7 @@ TEST(Calibrate, TogetherKeepsTheSlowestRank) {
                               calibrate_device_together(ctx.comm, ctx.device, ctx.clock, d));
     return Status::ok();
   });
-  for (const auto& r : results) ASSERT_TRUE(r.status.is_ok()) << r.status.to_string();
+  for (const auto& r : results) ASSERT_THAT(r.status, IsOk());
   const DeviceProfile slow = truth.slowed_by(2.0);
   for (const auto& p : got) {
     EXPECT_EQ(p.launch_ns, slow.launch_ns);
@@ -445,7 +448,7 @@ TEST(Calibrate, OneRankMeasuresTheCollectiveOverhead) {
   ns.nodes = 1;
   ns.devices_per_node = 1;
   auto net = make_network(ns, truth);
-  ASSERT_TRUE(net.is_ok()) << net.status().to_string();
+  ASSERT_THAT(net, IsOk());
   WorldOptions o;
   o.network_model = *net;
   World world(o);
@@ -456,7 +459,7 @@ TEST(Calibrate, OneRankMeasuresTheCollectiveOverhead) {
     SHARDLAB_ASSIGN_OR_RETURN(got, calibrate_network(ctx.comm, ctx.device, ctx.clock, n));
     return Status::ok();
   });
-  ASSERT_TRUE(results[0].status.is_ok()) << results[0].status.to_string();
+  ASSERT_THAT(results[0].status, IsOk());
   EXPECT_EQ(got.ranks, 1);
   EXPECT_EQ(got.overhead_ns, 7000);
   EXPECT_EQ(got.latency_ns, 0);
@@ -469,7 +472,7 @@ TEST(Calibrate, OneRankMeasuresTheCollectiveOverhead) {
   }
   const TopologySpec t = switch_topology_from(got, "one");
   auto back = parse_topology(topology_to_json(t), "one.json");
-  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  ASSERT_THAT(back, IsOk());
   EXPECT_EQ(back->collective_overhead_ns, 7000);
   EXPECT_NEAR(back->reduce_bytes_per_s / 4e9, 1.0, 1e-3);
   EXPECT_EQ(back->port.gbit_per_s, TopologySpec{}.port.gbit_per_s);  // default links
@@ -523,7 +526,7 @@ TEST(Calibrate, MeasuredTableTimesCollectivesOfItsGroupSize) {
   EXPECT_FALSE(t.measured.time(OpKind::kAllGather, 3, 2560).has_value());
   EXPECT_FALSE(t.measured.time(OpKind::kReduceScatter, 2, 2560).has_value());
   auto back = parse_topology(topology_to_json(t), "measured.json");
-  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  ASSERT_THAT(back, IsOk());
   EXPECT_TRUE(back->host_progress);
   EXPECT_EQ(back->measured.ranks, 2);
   EXPECT_EQ(back->measured.tables, t.measured.tables);
@@ -532,7 +535,7 @@ TEST(Calibrate, MeasuredTableTimesCollectivesOfItsGroupSize) {
   ns.nodes = 1;
   ns.devices_per_node = 3;
   auto net = make_network(ns, t);
-  ASSERT_TRUE(net.is_ok()) << net.status().to_string();
+  ASSERT_THAT(net, IsOk());
   EXPECT_TRUE((*net)->host_progress());
   const int pair[] = {0, 2};
   const Nanos arrivals[] = {100, 700};
@@ -577,7 +580,7 @@ TEST(Calibrate, MeasuresThisCpu) {
   o.repeats = 1;
   o.min_window_ns = kNanosPerMilli;
   auto p = calibrate_cpu_device(o);
-  ASSERT_TRUE(p.is_ok()) << p.status().to_string();
+  ASSERT_THAT(p, IsOk());
   EXPECT_GT(p->matrix_flops_per_s, 0);
   EXPECT_GT(p->vector_flops_per_s, 0);
   EXPECT_GT(p->memory_bytes_per_s, 0);

@@ -3,6 +3,9 @@
 
 #include "runtime/comm/conformance_test.h"
 #include "sim/world.h"
+#include "testing/status_matchers.h"
+
+using shardlab::testlib::IsOk;
 
 namespace shardlab::sim {
 namespace {
@@ -25,7 +28,7 @@ class SimHarness final : public CommHarness {
       body(env);
       return Status::ok();
     });
-    for (const auto& r : results) EXPECT_TRUE(r.status.is_ok()) << r.status.to_string();
+    for (const auto& r : results) EXPECT_THAT(r.status, IsOk());
   }
 
  private:

@@ -61,7 +61,7 @@ struct DeviceProfile {
   std::string description;
   // The PyTorch device type a process on this device computes on ("hpu" for Gaudi, "cpu"),
   // as fsdp.device_id names it; each process sees its own accelerator as index 0
-  // (NOTE [Simulated device_id] in cli/scenario_run.h). JSON key "torch_device".
+  // (NOTE [Simulated device_id] in cli/scenario_to_run_args.h). JSON key "torch_device".
   std::string torch_device = "cpu";
   double matrix_flops_per_s = 100e9;        // matrix peak, fp32
   double matrix_bf16_flops_per_s = 100e9;   // matrix peak, bf16/fp16

@@ -226,7 +226,7 @@ constexpr int kHangTag = 0x7FFFF00D;
 
 FaultInjector::FaultInjector(Communicator* inner, std::shared_ptr<const FaultPlan> plan, int world_rank,
                              const Clock* clock)
-    : inner_(inner), state_(std::make_shared<State>()) {
+    : ForwardingCommunicator(inner), state_(std::make_shared<State>()) {
   SHARDLAB_CHECK(inner != nullptr && plan != nullptr && clock != nullptr);
   state_->plan = std::move(plan);
   state_->world_rank = world_rank;
@@ -235,7 +235,7 @@ FaultInjector::FaultInjector(Communicator* inner, std::shared_ptr<const FaultPla
 }
 
 FaultInjector::FaultInjector(std::unique_ptr<Communicator> owned, std::shared_ptr<State> state)
-    : owned_(std::move(owned)), inner_(owned_.get()), state_(std::move(state)) {}
+    : ForwardingCommunicator(std::move(owned)), state_(std::move(state)) {}
 
 FaultInjector::~FaultInjector() = default;
 
@@ -281,14 +281,14 @@ WorkPtr FaultInjector::finish(const char* op, const Tensor& received, bool has_p
   const Fault* corrupt = nullptr;
   std::int64_t skip_begin = 0, skip_len = 0;
   const std::int64_t index = has_payload ? state_->payload_collectives++ : -1;
-  std::string what = fault_collective(op, inner_->group_name(), index);
+  std::string what = fault_collective(op, inner()->group_name(), index);
   if (has_payload) {
     for (const Fault& f : state_->plan->faults) {
       if (f.kind == FaultKind::kCorrupt && f.rank == state_->world_rank && f.collective == index) corrupt = &f;
     }
-    if (corrupt != nullptr && std::strcmp(op, "all_gather") == 0 && inner_->size() > 1) {
-      skip_len = received.numel() / inner_->size();  // the rank's own chunk is not received
-      skip_begin = skip_len * inner_->rank();
+    if (corrupt != nullptr && std::strcmp(op, "all_gather") == 0 && inner()->size() > 1) {
+      skip_len = received.numel() / inner()->size();  // the rank's own chunk is not received
+      skip_begin = skip_len * inner()->rank();
     }
   }
   return std::make_shared<FaultWork>(std::move(work), std::move(what), state_, corrupt, received, skip_begin, skip_len);
@@ -296,43 +296,43 @@ WorkPtr FaultInjector::finish(const char* op, const Tensor& received, bool has_p
 
 WorkPtr FaultInjector::all_gather_into(const Tensor& output, const Tensor& input) {
   if (Status s = before_collective("all_gather"); !s.is_ok()) return runtime::comm::completed_work(s);
-  return finish("all_gather", output, true, inner_->all_gather_into(output, input));
+  return finish("all_gather", output, true, inner()->all_gather_into(output, input));
 }
 
 WorkPtr FaultInjector::reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op) {
   if (Status s = before_collective("reduce_scatter"); !s.is_ok()) return runtime::comm::completed_work(s);
-  return finish("reduce_scatter", output, true, inner_->reduce_scatter(output, input, op));
+  return finish("reduce_scatter", output, true, inner()->reduce_scatter(output, input, op));
 }
 
 WorkPtr FaultInjector::all_reduce(const Tensor& inout, ReduceOp op) {
   if (Status s = before_collective("all_reduce"); !s.is_ok()) return runtime::comm::completed_work(s);
-  return finish("all_reduce", inout, true, inner_->all_reduce(inout, op));
+  return finish("all_reduce", inout, true, inner()->all_reduce(inout, op));
 }
 
 WorkPtr FaultInjector::broadcast(const Tensor& inout, int root) {
   if (Status s = before_collective("broadcast"); !s.is_ok()) return runtime::comm::completed_work(s);
   // The root receives nothing: its broadcasts do not count as received payloads.
-  return finish("broadcast", inout, root != inner_->rank(), inner_->broadcast(inout, root));
+  return finish("broadcast", inout, root != inner()->rank(), inner()->broadcast(inout, root));
 }
 
 WorkPtr FaultInjector::barrier() {
   if (Status s = before_collective("barrier"); !s.is_ok()) return runtime::comm::completed_work(s);
-  return finish("barrier", Tensor(), false, inner_->barrier());
+  return finish("barrier", Tensor(), false, inner()->barrier());
 }
 
 WorkPtr FaultInjector::send(const Tensor& input, int peer, int tag) {
   if (Status s = before_collective("send"); !s.is_ok()) return runtime::comm::completed_work(s);
-  return finish("send", Tensor(), false, inner_->send(input, peer, tag));
+  return finish("send", Tensor(), false, inner()->send(input, peer, tag));
 }
 
 WorkPtr FaultInjector::recv(const Tensor& output, int peer, int tag) {
   if (Status s = before_collective("recv"); !s.is_ok()) return runtime::comm::completed_work(s);
-  return finish("recv", Tensor(), false, inner_->recv(output, peer, tag));
+  return finish("recv", Tensor(), false, inner()->recv(output, peer, tag));
 }
 
 Result<std::unique_ptr<Communicator>> FaultInjector::split(int color, int key) {
   SHARDLAB_RETURN_IF_ERROR(before_collective("split"));
-  SHARDLAB_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> child, inner_->split(color, key));
+  SHARDLAB_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> child, inner()->split(color, key));
   if (!child) return std::unique_ptr<Communicator>();
   return std::unique_ptr<Communicator>(new FaultInjector(std::move(child), state_));
 }

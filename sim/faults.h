@@ -47,7 +47,7 @@
 #include <string_view>
 #include <vector>
 
-#include "runtime/comm/communicator.h"
+#include "runtime/comm/forwarding_communicator.h"
 #include "runtime/core/clock.h"
 
 namespace shardlab::sim {
@@ -110,7 +110,7 @@ Status stopped_rank_status(const Fault& f, const std::string& where, const std::
 // "all_gather in group 'world' (the rank's collective #5)".
 Status integrity_failure_status(const Fault& f, const std::string& where, const std::string& what);
 
-class FaultInjector final : public runtime::comm::Communicator {
+class FaultInjector final : public runtime::comm::ForwardingCommunicator {
  public:
   // `inner` and `clock` (the rank's) are not owned and must outlive this.
   FaultInjector(runtime::comm::Communicator* inner, std::shared_ptr<const FaultPlan> plan, int world_rank,
@@ -120,10 +120,6 @@ class FaultInjector final : public runtime::comm::Communicator {
   // FsdpTrainOptions::before_step: records the step for messages; a crash or hang due at
   // this step happens here.
   Status before_step(int step);
-
-  int rank() const override { return inner_->rank(); }
-  int size() const override { return inner_->size(); }
-  const std::string& group_name() const override { return inner_->group_name(); }
 
   runtime::comm::WorkPtr all_gather_into(const Tensor& output, const Tensor& input) override;
   runtime::comm::WorkPtr reduce_scatter(const Tensor& output, const Tensor& input, runtime::comm::ReduceOp op) override;
@@ -145,8 +141,6 @@ class FaultInjector final : public runtime::comm::Communicator {
   runtime::comm::WorkPtr finish(const char* op, const Tensor& received, bool has_payload, runtime::comm::WorkPtr work);
   Status stop(const Fault& f, const char* where);
 
-  std::unique_ptr<runtime::comm::Communicator> owned_;
-  runtime::comm::Communicator* inner_;
   std::shared_ptr<State> state_;
 };
 

@@ -6,6 +6,9 @@
 #include <cstring>
 
 #include "sim/world.h"
+#include "testing/status_matchers.h"
+
+using shardlab::testlib::IsOk;
 
 namespace shardlab::sim {
 namespace {
@@ -73,7 +76,7 @@ TEST(Faults, KindsParseWithTheIssueNamesAndTheOldAlias) {
 
 TEST(Faults, NoFaultsChangeNothing) {
   const Outcome plain = run(FaultPlan{});
-  for (const auto& s : plain.status) EXPECT_TRUE(s.is_ok()) << s.to_string();
+  for (const auto& s : plain.status) EXPECT_THAT(s, IsOk());
   for (int r = 0; r < kWorld; ++r) {
     for (int q = 0; q < kWorld; ++q) EXPECT_EQ(plain.last[static_cast<std::size_t>(r)][static_cast<std::size_t>(q * kN)], q * 1000 + 200);
   }
@@ -145,7 +148,7 @@ TEST(Faults, CorruptFlipsTheTopExponentBitOfOneReceivedElementReproducibly) {
   f.collective = 4;  // step 2's all-gather (collectives: ag, ar, ag, ar, ag, ar)
   plan.faults.push_back(f);
   const Outcome o = run(plan);
-  for (const auto& s : o.status) EXPECT_TRUE(s.is_ok()) << s.to_string();
+  for (const auto& s : o.status) EXPECT_THAT(s, IsOk());
   int differing = 0;
   for (std::size_t i = 0; i < plain.last[1].size(); ++i) {
     std::uint32_t a, b;

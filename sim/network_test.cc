@@ -13,6 +13,9 @@
 #include "runtime/core/rng.h"
 #include "sim/collectives.h"
 #include "sim/topology.h"
+#include "testing/status_matchers.h"
+
+using shardlab::testlib::IsOk;
 
 namespace shardlab::sim {
 namespace {
@@ -185,7 +188,7 @@ TEST(Contention, LibnbcOnSharedNodePorts) {
   EXPECT_EQ(topo->link_name(topo->parse_link("3-net").value()[0]), "2-net");
   // And the profile keeps it.
   auto back = parse_topology(topology_to_json(nic), "round trip");
-  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  ASSERT_THAT(back, IsOk());
   EXPECT_TRUE(back->port_per_node);
 }
 
@@ -243,7 +246,7 @@ TEST(ClosedForms, SwitchRingEqualsTheOriginalAlphaBetaModel) {
   // The built-in `switch` profile is NetworkModel's defaults end to end: a ring on it
   // times exactly like make_alpha_beta_ring, for unequal arrivals too.
   auto spec = load_topology("switch");
-  ASSERT_TRUE(spec.is_ok()) << spec.status().to_string();
+  ASSERT_THAT(spec, IsOk());
   auto net = model(*spec, 1, 13, Algorithm::kRing);
   auto reference = make_alpha_beta_ring(NetworkModel{});
   Rng rng(7);
@@ -492,10 +495,10 @@ TEST(ClosedForms, ReductionCostIsTheAlphaBetaGammaTerm) {
 TEST(Topology, ReductionRateIsReadWrittenAndChecked) {
   const std::string base = R"({"name": "t", "kind": "switch", "port": {"gbit_per_s": 100, "latency_ns": 1000})";
   auto ok = parse_topology(base + R"(, "reduce_gbyte_per_s": 2.5})", "t.json");
-  ASSERT_TRUE(ok.is_ok()) << ok.status().to_string();
+  ASSERT_THAT(ok, IsOk());
   EXPECT_EQ(ok->reduce_bytes_per_s, 2.5e9);
   auto back = parse_topology(topology_to_json(*ok), "back.json");
-  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  ASSERT_THAT(back, IsOk());
   EXPECT_EQ(back->reduce_bytes_per_s, 2.5e9);
   EXPECT_EQ(parse_topology(base + "}", "t.json")->reduce_bytes_per_s, 0.0);  // absent: free
   EXPECT_EQ(topology_to_json(*parse_topology(base + "}", "t.json")).find("reduce"), std::string::npos);
@@ -544,7 +547,7 @@ TEST(Factory, BuildsEveryBuiltInTopologyAndRefusesBadWorlds) {
     for (NetworkModelKind m : {NetworkModelKind::kAlphaBeta, NetworkModelKind::kContention}) {
       s.model = m;
       auto net = make_network(s);
-      ASSERT_TRUE(net.is_ok()) << name << ": " << net.status().to_string();
+      ASSERT_THAT(net, IsOk()) << name;
       EXPECT_NE((*net)->describe().find(name), std::string::npos) << (*net)->describe();
       const auto t = run(**net, OpKind::kAllReduce, 16, 1 << 20);
       EXPECT_TRUE(t.status.is_ok());

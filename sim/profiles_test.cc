@@ -16,6 +16,9 @@
 
 #include "sim/device.h"
 #include "sim/topology.h"
+#include "testing/status_matchers.h"
+
+using shardlab::testlib::IsOk;
 
 namespace shardlab::sim {
 namespace {
@@ -54,7 +57,7 @@ TEST(DeviceProfiles, CpuSimIsExactlyTheDefaultSoGoldensKeep) {
   const DeviceProfile d;
   for (const char* name : {"cpu-sim", "cpu"}) {
     auto p = load_device_profile(name);
-    ASSERT_TRUE(p.is_ok()) << p.status().to_string();
+    ASSERT_THAT(p, IsOk());
     EXPECT_EQ(p->name, d.name);
     EXPECT_EQ(p->matrix_flops_per_s, d.matrix_flops_per_s);
     EXPECT_EQ(p->matrix_bf16_flops_per_s, d.matrix_bf16_flops_per_s);
@@ -176,14 +179,14 @@ TEST(DeviceProfiles, RoundTripThroughJson) {
   auto g1 = *load_device_profile("gaudi1");
   const std::string path = temp_file("g1.json", device_profile_to_json(g1));
   auto back = load_device_profile(path);
-  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  ASSERT_THAT(back, IsOk());
   EXPECT_EQ(back->matrix_flops_per_s, g1.matrix_flops_per_s);
   EXPECT_EQ(back->capacity_bytes, g1.capacity_bytes);
   EXPECT_EQ(back->memory_efficiency, g1.memory_efficiency);
   EXPECT_EQ(back->torch_device, "hpu");
   auto hls3 = *load_topology("hls3");
   auto tback = parse_topology(topology_to_json(hls3), "x.json");
-  ASSERT_TRUE(tback.is_ok()) << tback.status().to_string();
+  ASSERT_THAT(tback, IsOk());
   EXPECT_EQ(tback->peer.gbit_per_s, 600);
   EXPECT_EQ(tback->nodes_per_leaf, hls3.nodes_per_leaf);
   EXPECT_EQ(tback->efficiency, hls3.efficiency);
@@ -228,7 +231,7 @@ TEST(DeviceProfiles, MatrixUtilizationIsTheFilledFractionOfTheEnginesTiles) {
   EXPECT_EQ(clock.now() - start, g2.launch_ns + std::llround(flops / 0.375 / (432e12 * 0.97) * 1e9));
   // And round trips through JSON.
   auto back = parse_device_profile(device_profile_to_json(g2), "g2.json");
-  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  ASSERT_THAT(back, IsOk());
   EXPECT_EQ(back->matrix_engines, 2);
   EXPECT_EQ(back->matrix_tiles, g2.matrix_tiles);
 }
@@ -244,10 +247,10 @@ TEST(SoftwareStacks, BuiltInsLoadAndBadFilesAreRefusedNamingTheKey) {
   EXPECT_EQ(list_stacks(), (std::vector<std::string>{"ideal", "pytorch_compile", "pytorch_eager", "pytorch_lazy"}));
   for (const auto& name : list_stacks()) {
     auto s = load_stack(name);
-    ASSERT_TRUE(s.is_ok()) << s.status().to_string();
+    ASSERT_THAT(s, IsOk());
     EXPECT_EQ(s->name, name);
     auto back = parse_stack(stack_to_json(*s), "back.json");
-    ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+    ASSERT_THAT(back, IsOk());
     EXPECT_EQ(*back, *s);
   }
   EXPECT_TRUE(load_stack("ideal")->ideal());
@@ -366,7 +369,7 @@ TEST(TopologyProfiles, HlsPortCountsMatchTheReference) {
   const std::vector<double> port = {300, 300, 600};
   for (std::size_t i = 0; i < peer.size(); ++i) {
     auto t = load_topology(peer[i].first);
-    ASSERT_TRUE(t.is_ok()) << t.status().to_string();
+    ASSERT_THAT(t, IsOk());
     EXPECT_EQ(t->kind, TopologyKind::kHls);
     EXPECT_EQ(t->max_devices_per_node, 8);
     EXPECT_EQ(t->peer.gbit_per_s, peer[i].second) << peer[i].first;
@@ -537,7 +540,7 @@ TEST(DeviceProfiles, SimDeviceGemmUsesTheSmallestDimensionsFactor) {
     const Nanos start = clock.now();
     const Status s = sa.size() == 3 ? dev.batched_gemm(*a, trans_a, *b, false, *c, 1, 0, runtime::device::kComputeStream)
                                     : dev.gemm(*a, trans_a, *b, false, *c, 1, 0, runtime::device::kComputeStream);
-    EXPECT_TRUE(s.is_ok()) << s.to_string();
+    EXPECT_THAT(s, IsOk());
     return clock.now() - start;
   };
   // [8x64]·[64x64]: 2·8·64·64 = 65536 flops = 1 µs, min dim 8 → factor 2; 22528 bytes = 23 ns.
@@ -580,7 +583,7 @@ TEST(DeviceProfiles, SimDeviceGemmStreamsItsOperandsMatrixOperandPassesTimes) {
   EXPECT_EQ(gemm_time(d), 3 * 67584 + 16384);
   // In JSON: written when not 1, read back; outside [1, 3] refused naming the key.
   auto back = parse_device_profile(device_profile_to_json(d), "d.json");
-  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  ASSERT_THAT(back, IsOk());
   EXPECT_EQ(back->matrix_operand_passes, 3.0);
   EXPECT_EQ(device_profile_to_json(DeviceProfile{}).find("matrix_operand_passes"), std::string::npos);
   std::string json = device_profile_to_json(d);
@@ -650,7 +653,7 @@ DeviceProfile profile_with_new_fields() {
   return p;
 }
 
-// NOTE [Simulated device_id] (cli/scenario_run.h): the Gaudi profiles compute on "hpu", the
+// NOTE [Simulated device_id] (cli/scenario_to_run_args.h): the Gaudi profiles compute on "hpu", the
 // CPU ones (and files without the key, e.g. calibrated hosts) on "cpu".
 TEST(DeviceProfiles, TorchDeviceNamesWhatDeviceIdMustSay) {
   for (const char* g : {"gaudi1", "gaudi2", "gaudi3"}) EXPECT_EQ(load_device_profile(g)->torch_device, "hpu") << g;
@@ -668,7 +671,7 @@ TEST(DeviceProfiles, NewFieldsRoundTripThroughJson) {
   const DeviceProfile p = profile_with_new_fields();
   const std::string text = device_profile_to_json(p);
   auto back = parse_device_profile(text, "calibrated.json");
-  ASSERT_TRUE(back.is_ok()) << back.status().to_string() << "\n" << text;
+  ASSERT_THAT(back, IsOk()) << text;
   EXPECT_EQ(back->name, "calibrated");
   EXPECT_EQ(back->alloc_ns, 1234);
   EXPECT_EQ(back->op_host_ns, 321);
@@ -682,7 +685,7 @@ TEST(DeviceProfiles, NewFieldsRoundTripThroughJson) {
   EXPECT_EQ(device_profile_to_json(*back), text);
   // And through a file.
   auto loaded = load_device_profile(temp_file("calibrated.json", text));
-  ASSERT_TRUE(loaded.is_ok()) << loaded.status().to_string();
+  ASSERT_THAT(loaded, IsOk());
   EXPECT_EQ(loaded->small_dim_factors, p.small_dim_factors);
   EXPECT_EQ(loaded->alloc_ns, 1234);
   // The defaults write none of the new keys, so existing profile files read the same.
@@ -693,7 +696,7 @@ TEST(DeviceProfiles, NewFieldsRoundTripThroughJson) {
     EXPECT_NE(text.find(key), std::string::npos) << key << " not in\n" << text;
   }
   auto plain_back = parse_device_profile(plain, "plain.json");
-  ASSERT_TRUE(plain_back.is_ok()) << plain_back.status().to_string();
+  ASSERT_THAT(plain_back, IsOk());
   EXPECT_EQ(plain_back->alloc_ns, 0);
   EXPECT_EQ(plain_back->op_host_ns, 0);
   EXPECT_TRUE(plain_back->memory_factors.empty());
@@ -709,16 +712,16 @@ const std::string kGoodDeviceKeys =
 TEST(DeviceProfiles, NewKeysAcceptTheirRanges) {
   const auto parse = [](const std::string& extra) { return parse_device_profile("{" + kGoodDeviceKeys + extra + "}", "ok.json"); };
   auto base = parse("");
-  ASSERT_TRUE(base.is_ok()) << base.status().to_string();
+  ASSERT_THAT(base, IsOk());
   auto r = parse(R"(, "alloc_ns": 0, "op_host_ns": 0, "compute_factors": {}, "matrix_memory_overlap": true, "small_dim_factors": {})");
-  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  ASSERT_THAT(r, IsOk());
   EXPECT_EQ(r->alloc_ns, 0);
   EXPECT_TRUE(r->compute_factors.empty());
   EXPECT_TRUE(r->small_dim_factors.empty());
   // Bounds are inclusive at 1000; dimension keys sort by value, not as strings ("64" < "8").
   r = parse(R"(, "alloc_ns": 1000000000, "op_host_ns": 1000000000, "compute_factors": {"gemm": 1000, "activation_backward_tanh": 0.001},)"
             R"( "small_dim_factors": {"64": 1, "8": 1000, "1": 2.5}, "matrix_memory_overlap": false)");
-  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  ASSERT_THAT(r, IsOk());
   EXPECT_EQ(r->alloc_ns, 1'000'000'000);
   EXPECT_EQ(r->op_host_ns, 1'000'000'000);
   EXPECT_EQ(r->compute_factor("gemm"), 1000.0);
@@ -731,18 +734,18 @@ TEST(DeviceProfiles, NewKeysAcceptTheirRanges) {
   std::string all;
   for (const auto& k : compute_factor_keys()) all += (all.empty() ? "" : ", ") + ("\"" + k + "\": 2");
   r = parse(R"(, "compute_factors": {)" + all + "}");
-  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  ASSERT_THAT(r, IsOk());
   EXPECT_EQ(r->compute_factors.size(), compute_factor_keys().size());
   // NOTE [Cache-resident bytes]: absent, no cache; present, read and written back.
   EXPECT_EQ(base->cache_bytes, 0);
   EXPECT_EQ(device_profile_to_json(*base).find("cache"), std::string::npos);
   r = parse(R"(, "cache": {"kib": 2048, "bytes_per_s": 9.5e10}, "memory_factors": {"fill": 4, "optimizer_step": 0.5})");
-  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  ASSERT_THAT(r, IsOk());
   EXPECT_EQ(r->cache_bytes, 2048 * 1024);
   EXPECT_EQ(r->cache_bytes_per_s, 9.5e10);
   EXPECT_EQ(r->memory_factor("fill"), 4.0);
   auto back = parse_device_profile(device_profile_to_json(*r), "back.json");
-  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  ASSERT_THAT(back, IsOk());
   EXPECT_EQ(back->cache_bytes, r->cache_bytes);
   EXPECT_EQ(back->cache_bytes_per_s, r->cache_bytes_per_s);
   EXPECT_EQ(back->memory_factors, r->memory_factors);
@@ -834,7 +837,7 @@ TEST(DeviceProfiles, BadNewKeysAreInvalidArgumentNamingTheKey) {
 TEST(DeviceProfiles, BuiltInsHaveNoFactorsAllocTimeOrSmallDimTable) {
   for (const auto& name : list_device_profiles()) {
     auto p = load_device_profile(name);
-    ASSERT_TRUE(p.is_ok()) << p.status().to_string();
+    ASSERT_THAT(p, IsOk());
     EXPECT_TRUE(p->compute_factors.empty()) << name;
     EXPECT_EQ(p->alloc_ns, 0) << name;
     EXPECT_EQ(p->op_host_ns, 0) << name;
@@ -893,7 +896,7 @@ TEST(DeviceProfiles, RatesOutsideTheirBoundsAreRefusedWithKeyValueAndRange) {
           "memory_bytes_per_s": 1e6, "host_link_bytes_per_s": 1e6, "launch_ns": 0, "capacity_gib": 0.0009765625,
           "efficiency": {"matrix": 0.001, "vector": 0.001, "memory": 0.001}})",
       "lowest.json");
-  ASSERT_TRUE(lowest.is_ok()) << lowest.status().to_string();
+  ASSERT_THAT(lowest, IsOk());
   EXPECT_EQ(lowest->capacity_bytes, 1 << 20);
 }
 

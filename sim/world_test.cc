@@ -11,6 +11,9 @@
 #include <cstring>
 
 #include "runtime/core/rng.h"
+#include "testing/status_matchers.h"
+
+using shardlab::testlib::IsOk;
 
 namespace shardlab::sim {
 namespace {
@@ -55,7 +58,7 @@ Outcome run_workload(int world_size, std::uint64_t perturb_seed) {
     return Status::ok();
   });
   for (const auto& r : results) {
-    EXPECT_TRUE(r.status.is_ok()) << r.status.to_string();
+    EXPECT_THAT(r.status, IsOk());
     out.end_times.push_back(r.end_time);
   }
   return out;
@@ -120,8 +123,8 @@ TEST(World, ArrivalAfterTheDeadlineIsATimeoutEvenIfTheHostWasFast) {
   });
   EXPECT_EQ(first.code(), StatusCode::kTimeout) << first.to_string();
   EXPECT_NE(first.message().find("completed only at"), std::string::npos) << first.message();
-  EXPECT_TRUE(second.is_ok()) << second.to_string();
-  EXPECT_TRUE(results[1].status.is_ok()) << results[1].status.to_string();
+  EXPECT_THAT(second, IsOk());
+  EXPECT_THAT(results[1].status, IsOk());
 }
 
 TEST(World, MismatchedCollectivesFailOnEveryRankNamingBothCalls) {

@@ -36,22 +36,23 @@ std::string CheckingCommunicator::Fingerprint::describe() const {
   return s + ")";
 }
 
-CheckingCommunicator::CheckingCommunicator(Communicator* inner, Nanos timeout) : inner_(inner), timeout_(timeout) {
-  scratch_ = host_storage(static_cast<std::int64_t>(sizeof(std::int64_t)) * kFields * (inner_->size() + 1));
+CheckingCommunicator::CheckingCommunicator(Communicator* inner, Nanos timeout)
+    : ForwardingCommunicator(inner), timeout_(timeout) {
+  scratch_ = host_storage(static_cast<std::int64_t>(sizeof(std::int64_t)) * kFields * (size() + 1));
 }
 
 CheckingCommunicator::CheckingCommunicator(std::unique_ptr<Communicator> owned, Nanos timeout)
-    : CheckingCommunicator(owned.get(), timeout) {
-  owned_ = std::move(owned);
+    : ForwardingCommunicator(std::move(owned)), timeout_(timeout) {
+  scratch_ = host_storage(static_cast<std::int64_t>(sizeof(std::int64_t)) * kFields * (size() + 1));
 }
 
 Status CheckingCommunicator::verify(const Fingerprint& mine) {
-  const int w = inner_->size();
+  const int w = inner()->size();
   SHARDLAB_ASSIGN_OR_RETURN(Tensor all, Tensor::view_of(scratch_, DType::kI64, {kFields * w}, 0, "fingerprints"));
   SHARDLAB_ASSIGN_OR_RETURN(Tensor own, Tensor::view_of(scratch_, DType::kI64, {kFields}, kFields * w, "fingerprint"));
   const std::int64_t fields[kFields] = {mine.seq, mine.kind, mine.dtype, mine.count, mine.arg, mine.group_hash};
   std::memcpy(own.bytes(), fields, sizeof fields);
-  Status s = inner_->all_gather_into(all, own)->wait(timeout_);
+  Status s = inner()->all_gather_into(all, own)->wait(timeout_);
   if (!s.is_ok()) {
     return s.with_context("collective #" + std::to_string(mine.seq) + " " + mine.describe() + " in group '" +
                           group_name() + "' on rank " + std::to_string(rank()) +
@@ -85,29 +86,27 @@ Status CheckingCommunicator::verify(const Fingerprint& mine) {
 
 WorkPtr CheckingCommunicator::all_gather_into(const Tensor& output, const Tensor& input) {
   if (Status s = validate_all_gather(*this, output, input); !s.is_ok()) return completed_work(s);
-  SHARDLAB_CHECKED(OpKind::kAllGather, input.dtype(), input.numel(), 0, inner_->all_gather_into(output, input));
+  SHARDLAB_CHECKED(OpKind::kAllGather, input.dtype(), input.numel(), 0, inner()->all_gather_into(output, input));
 }
 WorkPtr CheckingCommunicator::reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op) {
   if (Status s = validate_reduce_scatter(*this, output, input, op); !s.is_ok()) return completed_work(s);
-  SHARDLAB_CHECKED(OpKind::kReduceScatter, input.dtype(), output.numel(), op, inner_->reduce_scatter(output, input, op));
+  SHARDLAB_CHECKED(OpKind::kReduceScatter, input.dtype(), output.numel(), op, inner()->reduce_scatter(output, input, op));
 }
 WorkPtr CheckingCommunicator::all_reduce(const Tensor& inout, ReduceOp op) {
   if (Status s = validate_all_reduce(*this, inout, op); !s.is_ok()) return completed_work(s);
-  SHARDLAB_CHECKED(OpKind::kAllReduce, inout.dtype(), inout.numel(), op, inner_->all_reduce(inout, op));
+  SHARDLAB_CHECKED(OpKind::kAllReduce, inout.dtype(), inout.numel(), op, inner()->all_reduce(inout, op));
 }
 WorkPtr CheckingCommunicator::broadcast(const Tensor& inout, int root) {
   if (Status s = validate_broadcast(*this, inout, root); !s.is_ok()) return completed_work(s);
-  SHARDLAB_CHECKED(OpKind::kBroadcast, inout.dtype(), inout.numel(), root, inner_->broadcast(inout, root));
+  SHARDLAB_CHECKED(OpKind::kBroadcast, inout.dtype(), inout.numel(), root, inner()->broadcast(inout, root));
 }
-WorkPtr CheckingCommunicator::barrier() { SHARDLAB_CHECKED(OpKind::kBarrier, DType::kI64, 0, 0, inner_->barrier()); }
-WorkPtr CheckingCommunicator::send(const Tensor& input, int peer, int tag) { return inner_->send(input, peer, tag); }
-WorkPtr CheckingCommunicator::recv(const Tensor& output, int peer, int tag) { return inner_->recv(output, peer, tag); }
+WorkPtr CheckingCommunicator::barrier() { SHARDLAB_CHECKED(OpKind::kBarrier, DType::kI64, 0, 0, inner()->barrier()); }
 
 Result<std::unique_ptr<Communicator>> CheckingCommunicator::split(int color, int key) {
   Fingerprint fp{seq_++, static_cast<std::int64_t>(OpKind::kSplit), static_cast<std::int64_t>(DType::kI64), 0, 0,
                  hash_name(group_name())};
   SHARDLAB_RETURN_IF_ERROR(verify(fp));
-  SHARDLAB_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> sub, inner_->split(color, key));
+  SHARDLAB_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> sub, inner()->split(color, key));
   if (!sub) return std::unique_ptr<Communicator>();
   return std::unique_ptr<Communicator>(std::make_unique<CheckingCommunicator>(std::move(sub), timeout_));
 }

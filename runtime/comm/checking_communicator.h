@@ -18,28 +18,22 @@
 #include <memory>
 #include <string>
 
-#include "runtime/comm/communicator.h"
+#include "runtime/comm/forwarding_communicator.h"
 
 namespace shardlab::runtime::comm {
 
-class CheckingCommunicator final : public Communicator {
+class CheckingCommunicator final : public ForwardingCommunicator {
  public:
   // `timeout` bounds the fingerprint exchange (on the inner communicator's clock).
   explicit CheckingCommunicator(Communicator* inner, Nanos timeout = kDefaultTimeout);
   // Takes ownership (used for split results).
   explicit CheckingCommunicator(std::unique_ptr<Communicator> owned, Nanos timeout = kDefaultTimeout);
 
-  int rank() const override { return inner_->rank(); }
-  int size() const override { return inner_->size(); }
-  const std::string& group_name() const override { return inner_->group_name(); }
-
   WorkPtr all_gather_into(const Tensor& output, const Tensor& input) override;
   WorkPtr reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op) override;
   WorkPtr all_reduce(const Tensor& inout, ReduceOp op) override;
   WorkPtr broadcast(const Tensor& inout, int root) override;
   WorkPtr barrier() override;
-  WorkPtr send(const Tensor& input, int peer, int tag) override;
-  WorkPtr recv(const Tensor& output, int peer, int tag) override;
   Result<std::unique_ptr<Communicator>> split(int color, int key) override;
 
   // What one rank called, as exchanged between ranks.
@@ -52,8 +46,6 @@ class CheckingCommunicator final : public Communicator {
   // Exchanges fingerprints; ok when every rank issued the same call.
   Status verify(const Fingerprint& mine);
 
-  std::unique_ptr<Communicator> owned_;
-  Communicator* inner_;
   Nanos timeout_;
   std::int64_t seq_ = 0;
   std::shared_ptr<Storage> scratch_;  // host bytes for fingerprints

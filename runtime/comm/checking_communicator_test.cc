@@ -4,6 +4,9 @@
 #include <gtest/gtest.h>
 
 #include "sim/world.h"
+#include "testing/status_matchers.h"
+
+using shardlab::testlib::IsOk;
 
 namespace shardlab::runtime::comm {
 namespace {
@@ -32,7 +35,7 @@ TEST(CheckingCommunicator, AgreeingRanksPassThroughWithCorrectResults) {
     SHARDLAB_RETURN_IF_ERROR(sub->barrier()->wait(kNanosPerSecond));
     return c.barrier()->wait(kNanosPerSecond);
   });
-  for (const auto& r : results) EXPECT_TRUE(r.status.is_ok()) << r.status.to_string();
+  for (const auto& r : results) EXPECT_THAT(r.status, IsOk());
 }
 
 TEST(CheckingCommunicator, DivergentCallsAreReportedWithBothRanksCalls) {

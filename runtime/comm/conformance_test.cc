@@ -5,6 +5,10 @@
 #include <algorithm>
 #include <cstring>
 
+#include "testing/status_matchers.h"
+
+using shardlab::testlib::IsOk;
+
 namespace shardlab::runtime::comm::testing {
 
 std::vector<ConformanceParam> conformance_params(std::shared_ptr<CommHarness> harness, const std::vector<int>& sizes) {
@@ -61,7 +65,7 @@ double value(int rank, std::int64_t i) { return static_cast<double>((rank * 7 + 
 
 void expect_ok(const WorkPtr& w, const std::string& what) {
   const Status s = w->wait(kLong);
-  EXPECT_TRUE(s.is_ok()) << what << ": " << s.to_string();
+  EXPECT_THAT(s, IsOk()) << what;
 }
 
 const DType kDtypes[] = {DType::kF32, DType::kBF16, DType::kI64};
@@ -216,11 +220,11 @@ TEST_P(CommConformance, WaitOnComputeOrdersLaterDeviceWork) {
     ASSERT_TRUE(device::values_from_host(env.device, mine, in).is_ok());
     const WorkPtr work = env.comm.all_gather_into(out, in);
     const Status ordered = work->wait_on_compute(kLong);
-    ASSERT_TRUE(ordered.is_ok()) << ordered.to_string();
+    ASSERT_THAT(ordered, IsOk());
     ASSERT_TRUE(env.device.scale(out, 2.0f).is_ok());
     expect_ok(work, "all_gather after wait_on_compute");
     const auto got = device::values_to_host<float>(env.device, out);
-    ASSERT_TRUE(got.is_ok()) << got.status().to_string();
+    ASSERT_THAT(got, IsOk());
     for (int src = 0; src < w; ++src) {
       for (std::int64_t i = 0; i < n; ++i) {
         ASSERT_EQ((*got)[static_cast<std::size_t>(src * n + i)], 2.0f * static_cast<float>(value(src, i)))
@@ -265,7 +269,7 @@ TEST_P(CommConformance, SplitByParityWithReversedKeys) {
     // The last rank of an odd-sized world opts out (color < 0) when w > 2.
     const bool opt_out = w > 2 && (w % 2 == 1) && r == w - 1;
     auto sub = env.comm.split(opt_out ? -1 : r % 2, -r);
-    ASSERT_TRUE(sub.is_ok()) << sub.status().to_string();
+    ASSERT_THAT(sub, IsOk());
     if (opt_out) {
       EXPECT_EQ(*sub, nullptr);
     } else {
@@ -308,7 +312,7 @@ TEST_P(CommConformance, SplitStridedFormsTheGroupsOfAMesh) {
         if (w % (stride * size) != 0) continue;
         SCOPED_TRACE("stride " + std::to_string(stride) + ", size " + std::to_string(size));
         auto sub = env.comm.split_strided(stride, size);
-        ASSERT_TRUE(sub.is_ok()) << sub.status().to_string();
+        ASSERT_THAT(sub, IsOk());
         ASSERT_NE(*sub, nullptr);
         Communicator& g = **sub;
         const int block = r / (stride * size) * stride * size;

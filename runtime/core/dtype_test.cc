@@ -15,6 +15,10 @@
 #include <cstdint>
 #include <limits>
 
+#include "testing/status_matchers.h"
+
+using shardlab::testlib::IsOk;
+
 namespace shardlab {
 namespace {
 
@@ -74,7 +78,7 @@ TEST(DTypeTest, ParseAcceptsCanonicalNamesAndAliases) {
   };
   for (const auto& [text, dtype] : cases) {
     const Result<DType> r = parse_dtype(text);
-    ASSERT_TRUE(r.is_ok()) << text << ": " << r.status().to_string();
+    ASSERT_THAT(r, IsOk()) << text;
     EXPECT_EQ(*r, dtype) << text;
   }
   for (DType d : {DType::kF32, DType::kBF16, DType::kF16, DType::kI64}) {

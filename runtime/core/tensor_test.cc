@@ -10,6 +10,10 @@
 #include <memory>
 #include <vector>
 
+#include "testing/status_matchers.h"
+
+using shardlab::testlib::IsOk;
+
 namespace shardlab {
 namespace {
 
@@ -265,7 +269,7 @@ TEST(NarrowTest, StaysInsideTheTensorsOwnExtent) {
   auto s = host_storage(80);  // 20 fp32: plenty of room past the tensor
   const Tensor t = view(s, DType::kF32, {2, 3}, 2, "t");  // elements [2, 8)
   const Result<Tensor> ok = t.narrow(4, 2);
-  ASSERT_TRUE(ok.is_ok()) << ok.status().to_string();
+  ASSERT_THAT(ok, IsOk());
   EXPECT_EQ(ok->offset(), 6);
   EXPECT_EQ(ok->shape(), (Shape{2}));
   EXPECT_EQ(ok->name(), "t[4:+2]");
@@ -297,7 +301,7 @@ TEST(NarrowTest, RejectsNegativeAndOverflowingRanges) {
 TEST(NarrowTest, WithAShapeIsNarrowThenReshape) {
   const Tensor t = view(host_storage(80), DType::kF32, {6}, 2, "t");
   const Result<Tensor> w = t.narrow(1, Shape{2, 2}, "w");
-  ASSERT_TRUE(w.is_ok()) << w.status().to_string();
+  ASSERT_THAT(w, IsOk());
   const Tensor two_step = *t.narrow(1, 4, "w")->reshape({2, 2});
   EXPECT_TRUE(w->same_view(two_step));
   EXPECT_EQ(w->shape(), two_step.shape());

@@ -9,6 +9,9 @@
 #include <limits>
 
 #include "runtime/device/cpu/device.h"
+#include "testing/status_matchers.h"
+
+using shardlab::testlib::IsOk;
 
 namespace shardlab::runtime::device {
 namespace {
@@ -27,7 +30,7 @@ TEST(DeviceIdTest, ParsesTypeAndOptionalIndex) {
   };
   for (const Case& c : cases) {
     const Result<DeviceId> r = DeviceId::parse(c.text);
-    ASSERT_TRUE(r.is_ok()) << c.text << ": " << r.status().to_string();
+    ASSERT_THAT(r, IsOk()) << c.text;
     EXPECT_EQ(r->type, c.type) << c.text;
     EXPECT_EQ(r->index, c.index) << c.text;
     EXPECT_EQ(r->has_index(), c.index != DeviceId::kNoIndex) << c.text;
@@ -60,7 +63,7 @@ TEST(DeviceIdTest, EqualityAndToString) {
 TEST(DeviceEmptyTest, AllocatesTheRightSizeInTheRightCategory) {
   cpu::CpuDevice dev;
   const Result<Tensor> t = dev.empty({3, 5}, DType::kBF16, MemoryCategory::kGradients, "g");
-  ASSERT_TRUE(t.is_ok()) << t.status().to_string();
+  ASSERT_THAT(t, IsOk());
   EXPECT_EQ(t->shape(), (Shape{3, 5}));
   EXPECT_EQ(t->dtype(), DType::kBF16);
   EXPECT_EQ(t->offset(), 0);

@@ -17,6 +17,9 @@
 #include "runtime/train/fsdp_train.h"
 #include "sim/profiles.h"
 #include "sim/world.h"
+#include "testing/status_matchers.h"
+
+using shardlab::testlib::IsOk;
 
 namespace shardlab::runtime::fsdp {
 namespace {
@@ -84,7 +87,7 @@ std::vector<std::int64_t> int64_values(const Tensor& t) {
 }
 
 void expect_ok(const std::vector<sim::RankResult>& results) {
-  for (const auto& r : results) EXPECT_TRUE(r.status.is_ok()) << r.status.to_string();
+  for (const auto& r : results) EXPECT_THAT(r.status, IsOk());
 }
 
 TEST(FsdpBuffers, BufferDtypeBf16RoundsFloatingBuffersToNearestEvenAndLeavesInt64Alone) {
@@ -222,7 +225,7 @@ TEST(FsdpBuffers, CheckpointsSaveTheDeclaredDtypeAndLoadingCastsToBufferDtype) {
     }
     if (type == StateDictType::kFull) {
       auto f = io::read_safetensors(dir + "/step-00000005/model.safetensors");
-      ASSERT_TRUE(f.is_ok()) << f.status().to_string();
+      ASSERT_THAT(f, IsOk());
       const io::StoredTensor* stat = f->find("bn.running_mean");
       ASSERT_NE(stat, nullptr);
       EXPECT_EQ(stat->dtype, DType::kF32);
@@ -278,7 +281,7 @@ TEST(FsdpDeviceId, AnIndexLessDeviceResolvesToTheCurrentOne) {
   FsdpOptions o;
   o.device_id = "sim";
   for (const auto& r : with_fsdp(4, o, [](sim::RankContext&, FullyShardedModel&) { return Status::ok(); })) {
-    EXPECT_TRUE(r.status.is_ok()) << r.status.to_string();
+    EXPECT_THAT(r.status, IsOk());
   }
   auto id = resolve_device_id("hpu", {"hpu", 0}, 4);
   ASSERT_TRUE(id.is_ok());
@@ -289,7 +292,7 @@ TEST(FsdpDeviceId, AMismatchNamesBothDevicesAndTheRank) {
   FsdpOptions o;
   o.device_id = "sim:2";
   const auto results = with_fsdp(4, o, [](sim::RankContext&, FullyShardedModel&) { return Status::ok(); });
-  EXPECT_TRUE(results[2].status.is_ok()) << results[2].status.to_string();
+  EXPECT_THAT(results[2].status, IsOk());
   const Status& s = results[3].status;
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("Inconsistent compute device and `device_id` on rank 3: sim:3 vs sim:2"),
@@ -317,7 +320,7 @@ TEST(FsdpSyncModuleStates, BroadcastsRankZerosInitialValues) {
           return Status::ok();
         },
         /*init_offset_per_rank=*/100.0f);
-    for (const auto& r : results) ASSERT_TRUE(r.status.is_ok()) << r.status.to_string();
+    for (const auto& r : results) ASSERT_THAT(r.status, IsOk());
     if (sync) {
       for (const auto& f : full) {
         for (int i = 0; i < 18; ++i) EXPECT_EQ(f[static_cast<std::size_t>(i)], static_cast<float>(i));
@@ -343,7 +346,7 @@ TEST(FsdpStateMachine, UsingAParameterOutsideItsUnitsHooksIsAnError) {
     if (m.end_iteration().code() != StatusCode::kFailedPrecondition) return Status::internal("end before backward");
     return Status::ok();
   });
-  for (const auto& r : results) EXPECT_TRUE(r.status.is_ok()) << r.status.to_string();
+  for (const auto& r : results) EXPECT_THAT(r.status, IsOk());
 }
 
 // A communicator whose all-gathers behave like an accelerator's: wait_on_compute only
@@ -470,7 +473,7 @@ TEST(FsdpMemory, UnshardedBuffersAreFreedAndCpuOffloadKeepsShardsOnTheHost) {
       }
       return Status::ok();
     });
-    for (const auto& r : results) ASSERT_TRUE(r.status.is_ok()) << r.status.to_string();
+    for (const auto& r : results) ASSERT_THAT(r.status, IsOk());
   }
   EXPECT_EQ(plain_params, offload_params);
   EXPECT_LT(offload_param_peak, plain_param_peak);
@@ -617,7 +620,7 @@ TEST(FsdpMemory, TrainerPeakStaysBelowTheFullModel) {
     }
     return Status::ok();
   });
-  for (const auto& r : results) EXPECT_TRUE(r.status.is_ok()) << r.status.to_string();
+  for (const auto& r : results) EXPECT_THAT(r.status, IsOk());
 }
 
 // NOTE [Asynchronous gradient reduction]: a unit's reduction is waited for only after the
@@ -657,7 +660,7 @@ TEST(FsdpAsyncReduction, EachReductionOverlapsTheNextUnitsBackward) {
       }
       return train::train_fsdp(ctx.comm, ctx.device, ctx.clock, mine).status();
     });
-    for (const auto& r : results) ASSERT_TRUE(r.status.is_ok()) << r.status.to_string();
+    for (const auto& r : results) ASSERT_THAT(r.status, IsOk());
     ASSERT_EQ(step, o.steps - 1);
     const char* first = "reduce_scatter";
     std::vector<int> issued;
@@ -727,7 +730,7 @@ TEST(FsdpAsyncReduction, TurnedOffEachReductionIsWaitedWhereItIsIssuedWithTheSam
       }
       return Status::ok();
     });
-    for (const auto& r : results) EXPECT_TRUE(r.status.is_ok()) << r.status.to_string();
+    for (const auto& r : results) EXPECT_THAT(r.status, IsOk());
     return out;
   };
   const Run async = run(true), blocking = run(false);
@@ -782,7 +785,7 @@ OffloadRun run_offload(double link, OffloadHost where) {
     if (ctx.rank == 0) out = {r.step_times.back(), busy.back() - busy[busy.size() - 2], r.host_transfer_bytes.back()};
     return Status::ok();
   });
-  for (const auto& r : results) EXPECT_TRUE(r.status.is_ok()) << r.status.to_string();
+  for (const auto& r : results) EXPECT_THAT(r.status, IsOk());
   return out;
 }
 

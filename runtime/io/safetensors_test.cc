@@ -11,6 +11,9 @@
 #include <filesystem>
 
 #include "runtime/io/sha256.h"
+#include "testing/status_matchers.h"
+
+using shardlab::testlib::IsOk;
 
 namespace shardlab::runtime::io {
 namespace {
@@ -75,7 +78,7 @@ TEST(Safetensors, RoundTripsEveryDtypeAndMetadata) {
   ASSERT_TRUE(write_safetensors(path, f).is_ok());
   auto back = read_safetensors(path);
   std::filesystem::remove(path);
-  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  ASSERT_THAT(back, IsOk());
   ASSERT_EQ(back->tensors.size(), f.tensors.size());
   for (std::size_t i = 0; i < f.tensors.size(); ++i) {
     EXPECT_EQ(back->tensors[i].name, f.tensors[i].name);
@@ -145,7 +148,7 @@ TEST(Safetensors, WidensI32ToI64) {
   const std::int32_t v[2] = {-3, 70000};
   std::memcpy(img.data() + img.size() - 8, v, 8);
   auto f = parse_safetensors("ids.safetensors", img);
-  ASSERT_TRUE(f.is_ok()) << f.status().to_string();
+  ASSERT_THAT(f, IsOk());
   std::int64_t w[2];
   std::memcpy(w, f->tensors[0].data.data(), 16);
   EXPECT_EQ(w[0], -3);
@@ -172,7 +175,7 @@ TEST(Safetensors, ReaderReadsEachTensorIntoTheCallersBuffer) {
   ASSERT_TRUE(raw.is_ok());
   EXPECT_EQ(*raw, serialize_safetensors(f));
   auto r = SafetensorsReader::open(path);
-  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  ASSERT_THAT(r, IsOk());
   EXPECT_EQ(r->metadata(), f.metadata);
   ASSERT_EQ(r->tensors().size(), 3u);
   const TensorEntry* t1 = r->find("t1");

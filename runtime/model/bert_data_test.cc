@@ -8,6 +8,9 @@
 #include <set>
 
 #include "runtime/device/cpu/device.h"
+#include "testing/status_matchers.h"
+
+using shardlab::testlib::IsOk;
 
 namespace shardlab::runtime::model {
 namespace {
@@ -34,7 +37,7 @@ std::vector<float> floats(const Batch& b, const std::string& name) {
 Batch make(device::Device& dev, BertHead head, std::int64_t T, std::uint64_t seed, std::int64_t step,
            std::int64_t first_row, std::int64_t rows, const BertConfig& c = test_config()) {
   auto r = synthetic_bert_batch(dev, c, head, T, seed, step, first_row, rows);
-  EXPECT_TRUE(r.is_ok()) << r.status().to_string();
+  EXPECT_THAT(r, IsOk());
   return r.is_ok() ? *r : Batch{};
 }
 
@@ -80,7 +83,7 @@ TEST(BertSyntheticData, TensorsShapesAndDtypesPassValidation) {
     o.config = test_config();
     o.head = head;
     const Status v = Bert(o).validate_batch(b);
-    EXPECT_TRUE(v.is_ok()) << v.to_string();
+    EXPECT_THAT(v, IsOk());
   }
 }
 

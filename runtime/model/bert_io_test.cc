@@ -13,6 +13,9 @@
 #include "runtime/device/cpu/device.h"
 #include "runtime/core/rng.h"
 #include "runtime/io/safetensors.h"
+#include "testing/status_matchers.h"
+
+using shardlab::testlib::IsOk;
 
 namespace shardlab::runtime::model {
 namespace {
@@ -36,7 +39,7 @@ std::string config_error(const std::string& text) {
 
 TEST(BertConfigJson, EmptyObjectTakesTransformersDefaults) {
   auto r = parse_bert_config("cfg.json", "{}", BertHead::kQuestionAnswering);
-  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  ASSERT_THAT(r, IsOk());
   const BertConfig& c = r->config;
   EXPECT_EQ(c.vocab_size, 30522);
   EXPECT_EQ(c.hidden_size, 768);
@@ -63,7 +66,7 @@ TEST(BertConfigJson, ReadsEveryKey) {
     "pad_token_id": 0, "position_embedding_type": "absolute", "transformers_version": "4.40.0", "use_cache": true
   })";
   auto r = parse_bert_config("cfg.json", text);
-  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  ASSERT_THAT(r, IsOk());
   const BertConfig& c = r->config;
   EXPECT_EQ(r->head, BertHead::kMaskedLM);
   EXPECT_EQ(c.vocab_size, 1000);
@@ -214,10 +217,10 @@ TEST(BertConfigJson, PadTokenIdIsReadAndNullMeansNoPaddingRow) {
 
 TEST(BertConfigJson, NumLabelsFromId2Label) {
   auto r = parse_bert_config("c", R"({"id2label": {"0": "NEG", "1": "NEU", "2": "POS"}})");
-  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  ASSERT_THAT(r, IsOk());
   EXPECT_EQ(r->config.num_labels, 3);
   auto both = parse_bert_config("c", R"({"id2label": {"0": "A", "1": "B", "2": "C"}, "num_labels": 3})");
-  ASSERT_TRUE(both.is_ok()) << both.status().to_string();
+  ASSERT_THAT(both, IsOk());
   EXPECT_EQ(both->config.num_labels, 3);
   const std::string m = config_error(R"({"id2label": {"0": "A", "1": "B", "2": "C"}, "num_labels": 4})");
   EXPECT_NE(m.find("num_labels"), std::string::npos) << m;
@@ -248,7 +251,7 @@ TEST(BertConfigJson, ReadsFromAFile) {
   const std::string path = temp_path("config.json");
   std::ofstream(path) << R"({"architectures": ["BertForQuestionAnswering"], "hidden_size": 64, "num_attention_heads": 2})";
   auto r = read_bert_config(path);
-  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  ASSERT_THAT(r, IsOk());
   EXPECT_EQ(r->head, BertHead::kQuestionAnswering);
   EXPECT_EQ(r->config.hidden_size, 64);
   std::filesystem::remove(path);
@@ -342,7 +345,7 @@ TEST(BertWeights, SaveLoadRoundTripsF32BitwiseForEveryHead) {
     const std::string path = temp_path("roundtrip.safetensors");
     ASSERT_TRUE(save_bert_tensors(path, specs, a.tensors, {{"step", "12"}, {"format", "pt"}}).is_ok());
     auto file = io::read_safetensors(path);
-    ASSERT_TRUE(file.is_ok()) << file.status().to_string();
+    ASSERT_THAT(file, IsOk());
     EXPECT_EQ(file->metadata.at("step"), "12");
     EXPECT_EQ(file->metadata.at("format"), "pt");
     ASSERT_EQ(file->tensors.size(), specs.size());
@@ -353,7 +356,7 @@ TEST(BertWeights, SaveLoadRoundTripsF32BitwiseForEveryHead) {
     }
     Params b(specs, -1.0f);
     const Status s = load_bert_weights(path, specs, b.tensors);
-    ASSERT_TRUE(s.is_ok()) << s.to_string();
+    ASSERT_THAT(s, IsOk());
     for (std::size_t i = 0; i < specs.size(); ++i) EXPECT_EQ(a.values(i), b.values(i)) << specs[i].name;
     std::filesystem::remove(path);
   }
@@ -371,7 +374,7 @@ TEST(BertWeights, Bf16AndF16AreWidenedWithTheirRounding) {
     ASSERT_TRUE(io::write_safetensors(path, checkpoint(specs, a, dtype)).is_ok());
     Params b(specs);
     const Status s = load_bert_weights(path, specs, b.tensors);
-    ASSERT_TRUE(s.is_ok()) << s.to_string();
+    ASSERT_THAT(s, IsOk());
     for (std::size_t i = 0; i < specs.size(); ++i) {
       const auto want = a.values(i), got = b.values(i);
       for (std::size_t k = 0; k < want.size(); ++k) {
@@ -428,7 +431,7 @@ TEST(BertWeights, AcceptsEveryAlias) {
       ASSERT_TRUE(io::write_safetensors(path, f).is_ok());
       Params b(specs, -3.0f);
       const Status s = load_bert_weights(path, specs, b.tensors);
-      ASSERT_TRUE(s.is_ok()) << what << ": " << s.to_string();
+      ASSERT_THAT(s, IsOk()) << what;
       for (std::size_t i = 0; i < specs.size(); ++i) EXPECT_EQ(a.values(i), b.values(i)) << what << " " << specs[i].name;
       std::filesystem::remove(path);
     }
@@ -473,7 +476,7 @@ TEST(BertWeights, TiedDecoderMayBeAbsentOrPresentAndExtrasAreIgnored) {
     ASSERT_TRUE(io::write_safetensors(path, f).is_ok());
     Params b(specs);
     const Status s = load_bert_weights(path, specs, b.tensors);
-    ASSERT_TRUE(s.is_ok()) << s.to_string();
+    ASSERT_THAT(s, IsOk());
     for (std::size_t i = 0; i < specs.size(); ++i) EXPECT_EQ(a.values(i), b.values(i)) << specs[i].name;
     std::filesystem::remove(path);
   }
@@ -612,7 +615,7 @@ TEST(BertBatchFile, ReadsEachHead) {
                stored_ints("token_type_ids", {2, 4}, {0, 0, 1, 1, 0, 1, 0, 0}), stored_ints("labels", {2}, {2, 0})};
   ASSERT_TRUE(io::write_safetensors(path, f).is_ok());
   auto cls = read_bert_batch(path, small_bert(BertHead::kSequenceClassification), dev);
-  ASSERT_TRUE(cls.is_ok()) << cls.status().to_string();
+  ASSERT_THAT(cls, IsOk());
   EXPECT_EQ(cls->rows, 2);
   EXPECT_EQ(ints(*cls, "input_ids"), kIds);
   EXPECT_EQ(cls->tensors.at("input_ids").shape(), (Shape{2, 4}));
@@ -626,7 +629,7 @@ TEST(BertBatchFile, ReadsEachHead) {
                stored_ints("labels", {2, 4}, {-100, 6, -100, -100, -100, 39, -100, -100})};
   ASSERT_TRUE(io::write_safetensors(path, f).is_ok());
   auto mlm = read_bert_batch(path, small_bert(BertHead::kMaskedLM), dev);
-  ASSERT_TRUE(mlm.is_ok()) << mlm.status().to_string();
+  ASSERT_THAT(mlm, IsOk());
   EXPECT_EQ(ints(*mlm, "token_type_ids"), std::vector<std::int64_t>(8, 0));
   EXPECT_EQ(floats(*mlm, "attention_mask"), (std::vector<float>{1, 1, 1, 1, 1, 0, 0, 0}));
   EXPECT_EQ(ints(*mlm, "labels")[5], 39);
@@ -638,7 +641,7 @@ TEST(BertBatchFile, ReadsEachHead) {
                    {"start_positions", "I32", {2}, raw_bytes(std::vector<std::int32_t>{1, 9})},
                    {"end_positions", "I64", {2}, raw_bytes(std::vector<std::int64_t>{2, 9})}});
   auto qa = read_bert_batch(path, small_bert(BertHead::kQuestionAnswering), dev);
-  ASSERT_TRUE(qa.is_ok()) << qa.status().to_string();
+  ASSERT_THAT(qa, IsOk());
   EXPECT_EQ(ints(*qa, "input_ids"), kIds);
   EXPECT_EQ(floats(*qa, "attention_mask"), (std::vector<float>{1, 1, 0, 0, 1, 0, 0, 0}));
   EXPECT_EQ(ints(*qa, "start_positions"), (std::vector<std::int64_t>{1, 9}));

@@ -11,6 +11,9 @@
 
 #include "runtime/device/cpu/device.h"
 #include "runtime/model/bert_data.h"
+#include "testing/status_matchers.h"
+
+using shardlab::testlib::IsOk;
 
 namespace shardlab::runtime::model {
 namespace {
@@ -53,7 +56,7 @@ struct Fixture {
   double run(const std::vector<float>& scale, const ForwardContext& ctx = {5, 0, 0, true}) {
     EXPECT_TRUE(dev.fill(grads, 0.0f).is_ok());
     auto sums = bert.forward_backward(dev, *access, batch, scale, ctx);
-    EXPECT_TRUE(sums.is_ok()) << sums.status().to_string();
+    EXPECT_THAT(sums, IsOk());
     double loss = 0;
     for (std::size_t t = 0; t < sums->size(); ++t) loss += scale[t] * (*sums)[t];
     return loss;
@@ -328,7 +331,7 @@ TEST(Bert, ParamCountMatchesTheSpecsForEveryPresetAndHead) {
       BertConfig c = *bert_preset(name);
       c.num_labels = 7;
       const auto n = bert_param_count(c, head);
-      ASSERT_TRUE(n.is_ok()) << n.status().to_string();
+      ASSERT_THAT(n, IsOk());
       EXPECT_EQ(*n, total_numel(bert_param_specs(c, head))) << name << " " << bert_head_name(head);
     }
   }

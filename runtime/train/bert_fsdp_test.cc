@@ -16,6 +16,9 @@
 #include "runtime/model/bert_data.h"
 #include "runtime/train/fsdp_train.h"
 #include "sim/world.h"
+#include "testing/status_matchers.h"
+
+using shardlab::testlib::IsOk;
 
 namespace shardlab::runtime::train {
 namespace {
@@ -71,10 +74,10 @@ TEST_P(BertFsdp, EqualsTheUnshardedOracleBitwise) {
   o.fsdp.strategy = GetParam().strategy;
   o.fsdp.devices_per_node = 2;
   auto sharded = run_sim(o, 4);
-  ASSERT_TRUE(sharded.is_ok()) << sharded.status().to_string();
+  ASSERT_THAT(sharded, IsOk());
   device::cpu::CpuDevice dev;
   auto oracle = train_oracle(dev, o, 4);
-  ASSERT_TRUE(oracle.is_ok()) << oracle.status().to_string();
+  ASSERT_THAT(oracle, IsOk());
   const Comparison c = compare(*sharded, *oracle);
   EXPECT_TRUE(c.bitwise) << c.describe();
   for (double l : sharded->losses) EXPECT_TRUE(std::isfinite(l) && l > 0) << l;
@@ -129,7 +132,7 @@ TEST(BertFsdp, ARankWithoutMaskedTargetsContributesZerosNotNaN) {
     return b;
   };
   auto sharded = run_sim(o, 4);
-  ASSERT_TRUE(sharded.is_ok()) << sharded.status().to_string();
+  ASSERT_THAT(sharded, IsOk());
   for (float g : sharded->last_grads) ASSERT_TRUE(std::isfinite(g));
   device::cpu::CpuDevice dev;
   auto oracle = train_oracle(dev, o, 4);
@@ -162,7 +165,7 @@ TEST(BertFsdp, AStepWithoutAnyTargetHasLossNaNAndZeroGradientsLikePyTorch) {
   };
   o.steps = 1;
   auto sharded = run_sim(o, 4);
-  ASSERT_TRUE(sharded.is_ok()) << sharded.status().to_string();
+  ASSERT_THAT(sharded, IsOk());
   ASSERT_EQ(sharded->losses.size(), 1u);
   EXPECT_TRUE(std::isnan(sharded->losses[0])) << sharded->losses[0];
   for (float g : sharded->last_grads) ASSERT_EQ(g, 0.0f);
@@ -220,7 +223,7 @@ TEST(BertFsdp, BackwardPostPrefetchWithARootSpanningEmbeddingsAndHead) {
     o.fsdp.backward_prefetch = prefetch;
     o.fsdp.forward_prefetch = true;
     auto sharded = run_sim(o, 2);
-    ASSERT_TRUE(sharded.is_ok()) << sharded.status().to_string();
+    ASSERT_THAT(sharded, IsOk());
     device::cpu::CpuDevice dev;
     auto oracle = train_oracle(dev, o, 2);
     ASSERT_TRUE(oracle.is_ok());
@@ -427,10 +430,10 @@ TEST_P(BertFsdpPrecision, OracleFollowsThePrecisionPolicyBitwise) {
   o.fsdp.keep_low_precision_grads = p.keep_low_grads;
   if (p.bf16_compute) o.bert.compute_dtype = DType::kBF16;
   auto sharded = run_sim(o, 4);
-  ASSERT_TRUE(sharded.is_ok()) << sharded.status().to_string();
+  ASSERT_THAT(sharded, IsOk());
   device::cpu::CpuDevice dev;
   auto oracle = train_oracle(dev, o, 4);
-  ASSERT_TRUE(oracle.is_ok()) << oracle.status().to_string();
+  ASSERT_THAT(oracle, IsOk());
   const Comparison c = compare(*sharded, *oracle);
   EXPECT_TRUE(c.bitwise) << c.describe();
   if (p.keep_low_grads) {  // the stored gradients hold bf16 values only
@@ -471,17 +474,17 @@ TEST_P(BertFsdpResume, OracleStartsFromTheSameCheckpoint) {
   o.checkpoint.dir = dir.string();
   o.checkpoint.type = p.type;
   auto saved = run_sim(o, p.saved_world);
-  ASSERT_TRUE(saved.is_ok()) << saved.status().to_string();
+  ASSERT_THAT(saved, IsOk());
   o.steps = 4;
   o.checkpoint.resume = true;
   o.checkpoint.every_steps = 1;  // the run moves `latest` on; the oracle must still start at step 2
   auto resumed = run_sim(o, p.resumed_world);
-  ASSERT_TRUE(resumed.is_ok()) << resumed.status().to_string();
+  ASSERT_THAT(resumed, IsOk());
   ASSERT_EQ(resumed->first_step, 2);
   ASSERT_EQ(resumed->resumed_from, (dir / "step-00000002").string());
   device::cpu::CpuDevice dev;
   auto oracle = train_oracle(dev, o, p.resumed_world, resumed->resumed_from);
-  ASSERT_TRUE(oracle.is_ok()) << oracle.status().to_string();
+  ASSERT_THAT(oracle, IsOk());
   EXPECT_EQ(oracle->first_step, 2);
   EXPECT_EQ(oracle->losses.size(), 2u);
   const Comparison c = compare(*resumed, *oracle);

@@ -43,7 +43,7 @@
 // a straggler is captured at its own speed as its own program, link faults are the
 // network model's, and the replay stops a crashed, hung or corrupt-detecting rank (NOTE
 // [Faults in timing mode] in replay.h); a corruption nobody detects changes values only
-// and is refused (cli/timing_run.h check_timing_faults).
+// and is refused (cli/run_timing.h check_timing_faults).
 //
 // Thread safety: plain values.
 #pragma once

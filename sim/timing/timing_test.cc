@@ -22,6 +22,9 @@
 #include "sim/timing/capture.h"
 #include "sim/timing/replay.h"
 #include "sim/world.h"
+#include "testing/status_matchers.h"
+
+using shardlab::testlib::IsOk;
 
 namespace shardlab::sim::timing {
 namespace {
@@ -118,7 +121,7 @@ TEST(CommStreams, BackToBackAllGathersRunOneAfterTheOther) {
     SHARDLAB_RETURN_IF_ERROR(w2->wait(kNanosPerSecond));
     return w1->wait(kNanosPerSecond);
   });
-  for (const auto& r : results) ASSERT_TRUE(r.status.is_ok()) << r.status.to_string();
+  for (const auto& r : results) ASSERT_THAT(r.status, IsOk());
   std::vector<TraceEvent> ags;
   for (const auto& e : world.trace(0)) {
     if (e.stream == kTraceAllGather) ags.push_back(e);
@@ -312,7 +315,7 @@ NumericsRun run_numerics(const FsdpTrainOptions& in, int world, std::uint64_t pe
                               runtime::train::train_fsdp(ctx.comm, ctx.device, ctx.clock, mine));
     return Status::ok();
   });
-  for (const auto& r : results) EXPECT_TRUE(r.status.is_ok()) << r.status.to_string();
+  for (const auto& r : results) EXPECT_THAT(r.status, IsOk());
   for (int r = 0; r < world; ++r) out.traces.push_back(w.trace(r));
   return out;
 }
@@ -391,7 +394,7 @@ TEST(TimingMode, NumericsAndTimingGiveTheSameTimelineUnderCpuOffload) {
   const FsdpTrainOptions o = bert_tiny();
   const int w = 4;
   auto gaudi2 = load_device_profile("gaudi2");
-  ASSERT_TRUE(gaudi2.is_ok()) << gaudi2.status().to_string();
+  ASSERT_THAT(gaudi2, IsOk());
   CaptureOptions offload;
   offload.cpu_offload = true;
   const auto t = capture_and_replay(o, w, *gaudi2, offload);
@@ -443,7 +446,7 @@ TEST(TimingMode, NumericsAndTimingGiveTheSameTimelineUnderHybridShard) {
     spec.devices_per_node = dpn;
     spec.model = NetworkModelKind::kContention;
     auto network = make_network(spec);
-    ASSERT_TRUE(network.is_ok()) << network.status().to_string();
+    ASSERT_THAT(network, IsOk());
     const auto t = capture_and_replay(o, w, DeviceProfile{}, {}, *network);
     ASSERT_TRUE(t.has_value());
     bool shard_group = false, replica_group = false;
@@ -479,14 +482,14 @@ TEST(TimingMode, NumericsAndTimingAgreeWhenTheHostProgressesCollectives) {
   ns.nodes = 1;
   ns.devices_per_node = w;
   auto host = make_network(ns, spec);
-  ASSERT_TRUE(host.is_ok()) << host.status().to_string();
+  ASSERT_THAT(host, IsOk());
   const auto t = capture_and_replay(o, w, DeviceProfile{}, {}, *host);
   ASSERT_TRUE(t.has_value());
   expect_same_timeline(run_numerics(o, w, 0, DeviceProfile{}, false, {}, *host), t->graph, t->replay);
   expect_same_timeline(run_numerics(o, w, 5, DeviceProfile{}, false, {}, *host), t->graph, t->replay);
   spec.host_progress = false;
   auto async = make_network(ns, spec);
-  ASSERT_TRUE(async.is_ok()) << async.status().to_string();
+  ASSERT_THAT(async, IsOk());
   const auto a = capture_and_replay(o, w, DeviceProfile{}, {}, *async);
   ASSERT_TRUE(a.has_value());
   EXPECT_GT(t->replay.ranks[0].step_times.back(), a->replay.ranks[0].step_times.back());
@@ -502,9 +505,9 @@ TEST(TimingMode, LargeWorldsCaptureEachStragglerAtItsOwnSpeed) {
   slow.slowdown[40] = 2.0;
   slow.slowdown[w - 1] = 2.0;  // rank W-1's full-speed program is then nobody's
   auto g = capture_graph(o, w, DeviceProfile{}, slow);
-  ASSERT_TRUE(g.is_ok()) << g.status().to_string();
+  ASSERT_THAT(g, IsOk());
   auto plain = capture_graph(o, w, DeviceProfile{});
-  ASSERT_TRUE(plain.is_ok()) << plain.status().to_string();
+  ASSERT_THAT(plain, IsOk());
   ASSERT_EQ(plain->programs.size(), 2u);  // rank 0's and rank W-1's
   EXPECT_EQ(g->programs.size(), 3u);      // rank 0's and the two stragglers'
   EXPECT_NE(&g->program(w - 1), &g->program(40));
@@ -554,11 +557,11 @@ std::vector<Status> numerics_with_faults(const FsdpTrainOptions& in, int world, 
 // mode's errors may carry the FSDP layer's context in front).
 void expect_faults_as_in_numerics_mode(const FsdpTrainOptions& o, int w) {
   auto g = capture_graph(o, w, DeviceProfile{});
-  ASSERT_TRUE(g.is_ok()) << g.status().to_string();
+  ASSERT_THAT(g, IsOk());
   ReplayOptions ro;
   ro.network = make_alpha_beta_ring(NetworkModel{});
   auto plain = replay(*g, ro);
-  ASSERT_TRUE(plain.is_ok()) << plain.status().to_string();
+  ASSERT_THAT(plain, IsOk());
   ASSERT_EQ(plain->ranks[0].step_starts.size(), 3u);
   EXPECT_TRUE(plain->errors.empty());
   Fault crash;  // rank 2 at the top of step 2
@@ -577,7 +580,7 @@ void expect_faults_as_in_numerics_mode(const FsdpTrainOptions& o, int w) {
     SCOPED_TRACE(f.describe());
     ro.faults = {f};
     auto tim = replay(*g, ro);
-    ASSERT_TRUE(tim.is_ok()) << tim.status().to_string();
+    ASSERT_THAT(tim, IsOk());
     const std::vector<Status> num = numerics_with_faults(o, w, {f});
     ASSERT_EQ(tim->errors.size(), static_cast<std::size_t>(w));
     EXPECT_EQ(tim->errors.front().rank, f.rank);
@@ -610,12 +613,12 @@ TEST(TimingMode, ALateCollectiveTimesOutAsInNumericsMode) {
   o.fsdp.collective_timeout = 20'000;  // 20 µs: shorter than the gradient reduce-scatters
   const int w = 4;
   auto g = capture_graph(o, w, DeviceProfile{});
-  ASSERT_TRUE(g.is_ok()) << g.status().to_string();
+  ASSERT_THAT(g, IsOk());
   ReplayOptions ro;
   ro.network = make_alpha_beta_ring(NetworkModel{});
   ro.collective_timeout = o.fsdp.collective_timeout;
   auto tim = replay(*g, ro);
-  ASSERT_TRUE(tim.is_ok()) << tim.status().to_string();
+  ASSERT_THAT(tim, IsOk());
   const std::vector<Status> num = numerics_with_faults(o, w, {});
   ASSERT_EQ(tim->errors.size(), static_cast<std::size_t>(w));
   EXPECT_NE(tim->errors.front().status.message().find("it completed only at"), std::string::npos)
@@ -634,12 +637,12 @@ TEST(TimingMode, ALateCollectiveTimesOutAsInNumericsMode) {
 TEST(TimingMode, TheLongestTimeoutNeverWraps) {
   const FsdpTrainOptions o = bert_tiny();
   auto g = capture_graph(o, 4, DeviceProfile{});
-  ASSERT_TRUE(g.is_ok()) << g.status().to_string();
+  ASSERT_THAT(g, IsOk());
   ReplayOptions ro;
   ro.network = make_alpha_beta_ring(NetworkModel{});
   ro.collective_timeout = std::numeric_limits<Nanos>::max() - 1;
   auto tim = replay(*g, ro);
-  ASSERT_TRUE(tim.is_ok()) << tim.status().to_string();
+  ASSERT_THAT(tim, IsOk());
   EXPECT_TRUE(tim->errors.empty()) << tim->errors.front().status.to_string();
 }
 
@@ -649,7 +652,7 @@ TEST(TimingMode, LargeWorldsReportEveryRankAfterACrash) {
   const int w = kLargeWorld;
   const FsdpTrainOptions o = large_world_classifier(2);
   auto g = capture_graph(o, w, DeviceProfile{});
-  ASSERT_TRUE(g.is_ok()) << g.status().to_string();
+  ASSERT_THAT(g, IsOk());
   ReplayOptions ro;
   ro.network = make_alpha_beta_ring(NetworkModel{});
   ro.collective_timeout = 5'000'000'000;
@@ -658,7 +661,7 @@ TEST(TimingMode, LargeWorldsReportEveryRankAfterACrash) {
   crash.step = 1;
   ro.faults = {crash};
   auto tim = replay(*g, ro);
-  ASSERT_TRUE(tim.is_ok()) << tim.status().to_string();
+  ASSERT_THAT(tim, IsOk());
   ASSERT_EQ(tim->errors.size(), static_cast<std::size_t>(w));
   EXPECT_EQ(tim->errors[0].rank, 40);
   EXPECT_NE(tim->errors[0].status.message().find("crashed at the top of step 2"), std::string::npos);
@@ -678,7 +681,7 @@ TEST(TimingMode, LargeWorldsReplayRank0sProgramAndSayTheyAreApproximate) {
   const int w = kLargeWorld;
   const FsdpTrainOptions o = large_world_classifier(1);
   auto g = capture_graph(o, w, DeviceProfile{});
-  ASSERT_TRUE(g.is_ok()) << g.status().to_string();
+  ASSERT_THAT(g, IsOk());
   ASSERT_EQ(g->programs.size(), 2u);
   EXPECT_FALSE(g->approximation.empty());
   EXPECT_EQ(g->program_of_rank[0], 0);
@@ -687,7 +690,7 @@ TEST(TimingMode, LargeWorldsReplayRank0sProgramAndSayTheyAreApproximate) {
   ReplayOptions ro;
   ro.network = make_alpha_beta_ring(NetworkModel{});
   auto tim = replay(*g, ro);
-  ASSERT_TRUE(tim.is_ok()) << tim.status().to_string();
+  ASSERT_THAT(tim, IsOk());
   EXPECT_GT(tim->ranks.back().step_times.at(0), 0);
 }
 
@@ -701,12 +704,12 @@ TEST(TimingMode, LargeWorldsWithTheMaskedLmHeadReplayRank0sProgram) {
   o.global_batch = 2 * w;
   o.steps = 1;
   auto g = capture_graph(o, w, DeviceProfile{});
-  ASSERT_TRUE(g.is_ok()) << g.status().to_string();
+  ASSERT_THAT(g, IsOk());
   EXPECT_LE(g->programs.size(), 2u);
   ReplayOptions ro;
   ro.network = make_alpha_beta_ring(NetworkModel{});
   auto tim = replay(*g, ro);
-  ASSERT_TRUE(tim.is_ok()) << tim.status().to_string();
+  ASSERT_THAT(tim, IsOk());
   EXPECT_GT(tim->ranks.front().step_times.at(0), 0);
 }
 
@@ -719,13 +722,13 @@ TEST(TimingMode, LargeWorldsReplayHybridShardGroupByGroup) {
   o.fsdp.strategy = runtime::fsdp::ShardingStrategy::kHybridShard;
   o.fsdp.devices_per_node = 8;
   auto g = capture_graph(o, w, DeviceProfile{});
-  ASSERT_TRUE(g.is_ok()) << g.status().to_string();
+  ASSERT_THAT(g, IsOk());
   EXPECT_LE(g->programs.size(), 2u);
   ReplayOptions ro;
   ro.network = make_alpha_beta_ring(NetworkModel{});
   ro.traced_ranks = {0, w - 1};
   auto tim = replay(*g, ro);
-  ASSERT_TRUE(tim.is_ok()) << tim.status().to_string();
+  ASSERT_THAT(tim, IsOk());
   ASSERT_TRUE(tim->errors.empty());
   std::set<std::string> groups;
   for (const TraceEvent& e : tim->traces.at(w - 1)) {
@@ -754,7 +757,7 @@ TEST(TimingMode, LargeWorldsNeverHoldTheFullModelOnADevice) {
   DeviceProfile device;
   device.capacity_bytes = model_bytes;
   auto p = capture_rank(o, w, 0, device);
-  ASSERT_TRUE(p.is_ok()) << p.status().to_string();
+  ASSERT_THAT(p, IsOk());
   EXPECT_LT(p->memory.peak_total, model_bytes);
   EXPECT_LT(p->memory.peak[static_cast<int>(MemoryCategory::kOther)], 1 << 10);
 }
@@ -781,12 +784,12 @@ TEST(TimingMode, GraphJsonRoundTripReplaysTheSameTimeline) {
   FsdpTrainOptions o = hybrid(4);  // the group layouts round-trip too
   o.steps = 1;
   auto g = capture_graph(o, 8, DeviceProfile{});
-  ASSERT_TRUE(g.is_ok()) << g.status().to_string();
+  ASSERT_THAT(g, IsOk());
   const std::string path = (std::filesystem::temp_directory_path() / "shardlab_timing_test_graph.json").string();
   ASSERT_TRUE(write_graph_json(*g, path).is_ok());
   auto back = read_graph_json(path);
   std::filesystem::remove(path);
-  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  ASSERT_THAT(back, IsOk());
   EXPECT_EQ(graph_to_json_string(*back), graph_to_json_string(*g));
   ReplayOptions ro;
   ro.network = make_alpha_beta_ring(NetworkModel{});
@@ -861,7 +864,7 @@ TEST(TimingMode, GraphReaderRejectsBrokenFilesNamingTheField) {
   FsdpTrainOptions h = hybrid(2);
   h.steps = 1;
   auto hg = capture_graph(h, 4, DeviceProfile{});
-  ASSERT_TRUE(hg.is_ok()) << hg.status().to_string();
+  ASSERT_THAT(hg, IsOk());
   const std::string hybrid_text = graph_to_json_string(*hg);
   // A layout that does not tile the world.
   expect_graph_rejected(hybrid_text, "\"stride\":2}", "\"stride\":3}", "split_strided(stride 3, size 2) of a group of 4");
@@ -894,7 +897,7 @@ TEST(TimingMode, TheCaptureNeverMaterializesWhatOnlyDeviceOpsTouch) {
   // equality test above checks the program; here the timing-mode peak equals numerics'.
   const FsdpTrainOptions o = bert_tiny();
   auto p = capture_rank(o, 8, 0, DeviceProfile{});
-  ASSERT_TRUE(p.is_ok()) << p.status().to_string();
+  ASSERT_THAT(p, IsOk());
   EXPECT_GT(p->memory.peak_total, 15 << 20);
   EXPECT_GT(p->ops.size(), 100u);
   EXPECT_FALSE(p->collectives.empty());
@@ -943,7 +946,7 @@ TEST(Replay, CollectivesOnOneStreamRunOneAfterTheOther) {
   ro.network = std::make_shared<FlatModel>(1000);
   ro.traced_ranks = {0};
   auto r = replay(two_all_gathers(1000), ro);
-  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  ASSERT_THAT(r, IsOk());
   EXPECT_EQ(r->collectives, 2);
   // The traced rank's compute op carries its captured shapes into trace.json.
   const auto& events = r->traces.at(0);
@@ -1037,7 +1040,7 @@ TEST(Replay, AHostBoundStepTakesTheHostStreamsTime) {
   ro.traced_ranks = {0};
   ro.stack = eager_stack(50, true);
   auto r = replay(one_segment(10, 20), ro);
-  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  ASSERT_THAT(r, IsOk());
   const RankTiming& t = r->ranks[0];
   EXPECT_EQ(t.step_times, std::vector<Nanos>{520 + 1000});
   // The device waited D before the first op and D - d before each other one.
@@ -1058,13 +1061,13 @@ TEST(Replay, ADeviceBoundStepHidesTheHost) {
   ro.network = std::make_shared<FlatModel>(1000);
   ro.stack = eager_stack(5, true);
   auto r = replay(one_segment(10, 100), ro);
-  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  ASSERT_THAT(r, IsOk());
   EXPECT_EQ(r->ranks[0].step_times, std::vector<Nanos>{5 + 1000 + 1000});
   EXPECT_EQ(r->ranks[0].host_bound, std::vector<Nanos>{5});
   // Without overlap the host waits for each op: host and device add up.
   ro.stack = eager_stack(5, false);
   auto serial = replay(one_segment(10, 100), ro);
-  ASSERT_TRUE(serial.is_ok()) << serial.status().to_string();
+  ASSERT_THAT(serial, IsOk());
   EXPECT_EQ(serial->ranks[0].step_times, std::vector<Nanos>{10 * 105 + 7 + 1000});
 }
 
@@ -1083,13 +1086,13 @@ TEST(Replay, AGraphIsRecordedThenLaunchedAsOne) {
   ro.network = std::make_shared<FlatModel>(1000);
   ro.stack = s;
   auto r = replay(one_segment(10, 20), ro);
-  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  ASSERT_THAT(r, IsOk());
   EXPECT_EQ(r->ranks[0].step_times, std::vector<Nanos>{700 + 1000});
   EXPECT_EQ(r->ranks[0].host_bound, std::vector<Nanos>{500});
   // The ideal stack on the same graph: the one-timeline replay (no host time).
   ro.stack = SoftwareStack{};
   auto ideal = replay(one_segment(10, 20), ro);
-  ASSERT_TRUE(ideal.is_ok()) << ideal.status().to_string();
+  ASSERT_THAT(ideal, IsOk());
   EXPECT_EQ(ideal->ranks[0].step_times, std::vector<Nanos>{200 + 1000});
   EXPECT_EQ(ideal->ranks[0].host_bound, std::vector<Nanos>{0});
 }
@@ -1101,7 +1104,7 @@ TEST(TimingMode, GraphJsonCarriesItsSoftwareStack) {
   g.stack = *load_stack("pytorch_lazy");
   const std::string text = graph_to_json_string(g);
   auto back = graph_from_json_string(text, "g.json");
-  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  ASSERT_THAT(back, IsOk());
   EXPECT_EQ(back->stack, g.stack);
   EXPECT_EQ(graph_to_json_string(*back), text);
   // An ideal graph writes no stack (older graphs read the same).

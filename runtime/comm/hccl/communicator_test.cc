@@ -18,6 +18,9 @@
 #include "runtime/comm/mpi/communicator.h"
 #include "runtime/device/hpu/hpu_runtime.h"
 #include "runtime/device/hpu/testing/hpu_test_target.h"
+#include "testing/status_matchers.h"
+
+using shardlab::testlib::IsOk;
 
 namespace shardlab::runtime::comm::hccl {
 namespace {
@@ -56,7 +59,7 @@ class HcclHarness final : public CommHarness {
     if (!g_process->skip_reason.empty()) GTEST_SKIP() << g_process->skip_reason;
     ASSERT_EQ(world_size, mpi_world_size()) << "launch with mpiexec -n " << world_size;
     auto comm = make_world();
-    ASSERT_TRUE(comm.is_ok()) << comm.status().to_string();
+    ASSERT_THAT(comm, IsOk());
     RankEnv env{**comm, g_process->context->device(), g_process->clock, kShortTimeout};
     body(env);
   }
@@ -80,7 +83,7 @@ class HcclCommunicatorTest : public ::testing::Test {
   void SetUp() override {
     if (!g_process->skip_reason.empty()) GTEST_SKIP() << g_process->skip_reason;
     auto c = make_world();
-    ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+    ASSERT_THAT(c, IsOk());
     comm_ = std::move(c).value();
   }
   Tensor make(std::int64_t n, DType dtype, const std::string& name) {
@@ -95,7 +98,7 @@ TEST_F(HcclCommunicatorTest, GroupNamesFollowTheBootstrapAndSplitsNest) {
   const int r = comm_->rank();
   EXPECT_EQ(comm_->group_name(), "world");
   auto sub = comm_->split(r % 2, r);
-  ASSERT_TRUE(sub.is_ok()) << sub.status().to_string();
+  ASSERT_THAT(sub, IsOk());
   ASSERT_NE(*sub, nullptr);
   EXPECT_EQ((*sub)->group_name(), "world/" + std::to_string(r % 2));
   Tensor t = make(3, DType::kF32, "t");
@@ -135,14 +138,14 @@ TEST_F(HcclCommunicatorTest, WaitOnComputeMakesTheComputeStreamWaitWithoutTheHos
   const WorkPtr work = comm_->all_gather_into(out, in);
   const Status ordered = work->wait_on_compute(kLong);
   const std::string log = fake_log();
-  ASSERT_TRUE(ordered.is_ok()) << ordered.to_string();
+  ASSERT_THAT(ordered, IsOk());
   EXPECT_THAT(log, HasSubstr("hcclAllGather\nsynEventCreate\nsynEventRecord\nsynStreamWaitEvent\n"));
   EXPECT_THAT(log, ::testing::Not(HasSubstr("synEventQuery")));
   EXPECT_THAT(log, ::testing::Not(HasSubstr("synStreamSynchronize")));
   ASSERT_TRUE(dev.scale(out, 2.0f).is_ok());
   const auto got = device::values_to_host<float>(dev, out);
   unsetenv("SHARDLAB_FAKE_SYNAPSE_LAZY");
-  ASSERT_TRUE(got.is_ok()) << got.status().to_string();
+  ASSERT_THAT(got, IsOk());
   for (int src = 0; src < w; ++src) EXPECT_EQ((*got)[static_cast<std::size_t>(3 * src + 2)], 2.0f * (src + 1));
   EXPECT_TRUE(work->wait(kLong).is_ok());
 }
@@ -151,7 +154,7 @@ TEST_F(HcclCommunicatorTest, HcclCommIdReplacesTheUniqueIdBroadcast) {
   setenv("HCCL_COMM_ID", "127.0.0.1:5555", 1);
   auto c = make_world();
   unsetenv("HCCL_COMM_ID");
-  ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+  ASSERT_THAT(c, IsOk());
   Tensor t = make(2, DType::kI64, "t");
   device::Device& dev = g_process->context->device();
   ASSERT_TRUE(device::values_from_host(dev, std::vector<std::int64_t>{(*c)->rank(), 0}, t).is_ok());

@@ -20,6 +20,9 @@
 #include "runtime/comm/conformance_test.h"
 #include "runtime/core/clock.h"
 #include "runtime/device/cpu/device.h"
+#include "testing/status_matchers.h"
+
+using shardlab::testlib::IsOk;
 
 namespace shardlab::runtime::comm::mpi {
 namespace {
@@ -48,7 +51,7 @@ class MpiHarness final : public CommHarness {
     SteadyClock clock;
     device::cpu::CpuDevice device(device::DeviceId{"cpu", device::DeviceId::kNoIndex});
     auto comm = MpiEnvironment::create_world(clock);
-    ASSERT_TRUE(comm.is_ok()) << comm.status().to_string();
+    ASSERT_THAT(comm, IsOk());
     RankEnv env{**comm, device, clock, kShortTimeout};
     body(env);
   }
@@ -73,7 +76,7 @@ class MpiCommunicatorTest : public ::testing::Test {
  protected:
   void SetUp() override {
     auto world = MpiEnvironment::create_world(clock_);
-    ASSERT_TRUE(world.is_ok()) << world.status().to_string();
+    ASSERT_THAT(world, IsOk());
     comm_ = std::move(*world);
   }
 
@@ -85,7 +88,7 @@ class MpiCommunicatorTest : public ::testing::Test {
 
   static void expect_ok(const WorkPtr& w, const std::string& what) {
     const Status s = w->wait(kLong);
-    EXPECT_TRUE(s.is_ok()) << what << ": " << s.to_string();
+    EXPECT_THAT(s, IsOk()) << what;
   }
 
   // Called by every rank but `late` after its wait timed out: rank 0 collects an ack from
@@ -121,17 +124,17 @@ TEST_F(MpiCommunicatorTest, WorldMatchesMpiCommWorld) {
 TEST_F(MpiCommunicatorTest, SplitNamesGroupsParentSlashColorAndNests) {
   const int r = comm_->rank();
   auto sub = comm_->split(r % 2, r);
-  ASSERT_TRUE(sub.is_ok()) << sub.status().to_string();
+  ASSERT_THAT(sub, IsOk());
   ASSERT_NE(*sub, nullptr);
   EXPECT_EQ((*sub)->group_name(), "world/" + std::to_string(r % 2));
   auto nested = (*sub)->split(0, 0);
-  ASSERT_TRUE(nested.is_ok()) << nested.status().to_string();
+  ASSERT_THAT(nested, IsOk());
   ASSERT_NE(*nested, nullptr);
   EXPECT_EQ((*nested)->group_name(), "world/" + std::to_string(r % 2) + "/0");
   EXPECT_EQ((*nested)->size(), (*sub)->size());
 
   auto none = comm_->split(-1, 0);
-  ASSERT_TRUE(none.is_ok()) << none.status().to_string();
+  ASSERT_THAT(none, IsOk());
   EXPECT_EQ(*none, nullptr);
 }
 
@@ -275,7 +278,7 @@ TEST_F(MpiCommunicatorTest, BadTagAndPhantomTensorAreRejectedLocally) {
   auto phantom_storage = std::make_shared<Storage>(nullptr, 0, 64, MemoryCategory::kCommBuffers, "phantom", "cpu",
                                                    [](Storage&) {});
   auto phantom = Tensor::view_of(phantom_storage, DType::kF32, {16}, 0, "phantom");
-  ASSERT_TRUE(phantom.is_ok()) << phantom.status().to_string();
+  ASSERT_THAT(phantom, IsOk());
   s = comm_->all_reduce(*phantom, ReduceOp::kSum)->wait(kLong);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.to_string();
   EXPECT_NE(s.message().find("phantom"), std::string::npos) << s.message();

@@ -22,6 +22,9 @@
 #include "runtime/device/hpu/hpu_runtime.h"
 #include "runtime/device/hpu/testing/hpu_test_target.h"
 #include "runtime/fsdp/options.h"
+#include "testing/status_matchers.h"
+
+using shardlab::testlib::IsOk;
 
 namespace shardlab::runtime::device::hpu {
 namespace {
@@ -104,7 +107,7 @@ TEST(HpuLoaderTest, LoadsTheDoubleThroughTheOverrideVariable) {
   SHARDLAB_FAKE_ONLY();
   ScopedEnv env(kSynapseLibEnv, SHARDLAB_FAKE_SYNAPSE_PATH);
   auto lib = SynapseLibrary::open();
-  ASSERT_TRUE(lib.is_ok()) << lib.status().to_string();
+  ASSERT_THAT(lib, IsOk());
   EXPECT_EQ((*lib)->path(), SHARDLAB_FAKE_SYNAPSE_PATH);
   EXPECT_TRUE((*lib)->has_hccl());
   const HpuProbe probe = probe_hpu();
@@ -132,7 +135,7 @@ TEST(HpuModuleTest, VisibleModulesIndexedByLocalRank) {
     ScopedEnv local("LOCAL_RANK", "1");
     ScopedEnv ompi("OMPI_COMM_WORLD_LOCAL_RANK", "2");  // Open MPI's wins
     auto m = select_module();
-    ASSERT_TRUE(m.is_ok()) << m.status().to_string();
+    ASSERT_THAT(m, IsOk());
     EXPECT_EQ(*m, 6u);
   }
   {
@@ -157,7 +160,7 @@ class HpuDeviceTest : public ::testing::Test {
   void open(HpuOpenOptions options = {}) {
     ctx_.reset();
     auto ctx = open_hpu(options, nullptr, clock_);
-    ASSERT_TRUE(ctx.is_ok()) << ctx.status().to_string();
+    ASSERT_THAT(ctx, IsOk());
     ctx_ = std::move(ctx).value();
   }
   HpuDevice& dev() { return ctx_->hpu_device(); }
@@ -191,7 +194,7 @@ class HpuDeviceTest : public ::testing::Test {
 TEST_F(HpuDeviceTest, IdIsHpu0AndTheIndexlessIdResolvesToIt) {
   EXPECT_EQ(dev().id().to_string(), "hpu:0");
   auto resolved = fsdp::resolve_device_id("hpu", dev().id(), 4);
-  ASSERT_TRUE(resolved.is_ok()) << resolved.status().to_string();
+  ASSERT_THAT(resolved, IsOk());
   EXPECT_EQ(resolved->to_string(), "hpu:0");
   EXPECT_THAT(fsdp::resolve_device_id("hpu:1", dev().id(), 4).status().message(), HasSubstr("hpu:0"));
 }
@@ -200,7 +203,7 @@ TEST_F(HpuDeviceTest, MemoryIsAccountedPerCategoryAndReleased) {
   const std::int64_t base = dev().memory().stats().current_total;
   {
     auto a = dev().allocate(1 << 20, MemoryCategory::kParameters, "w");
-    ASSERT_TRUE(a.is_ok()) << a.status().to_string();
+    ASSERT_THAT(a, IsOk());
     auto b = dev().allocate(4096, MemoryCategory::kGradients, "g");
     ASSERT_TRUE(b.is_ok());
     const MemoryStats s = dev().memory().stats();
@@ -361,7 +364,7 @@ TEST_F(HpuDeviceTest, StreamsAndEventsMapOntoSynapse) {
   ASSERT_TRUE(dev().fill(x, 1.5f, *copies).is_ok());
   clear_fake_log();
   const auto e = dev().record_event(*copies);
-  ASSERT_TRUE(e.is_ok()) << e.status().to_string();
+  ASSERT_THAT(e, IsOk());
   ASSERT_TRUE(dev().wait_event(kComputeStream, *e).is_ok());
   ASSERT_TRUE(dev().scale(x, 2.0f, kComputeStream).is_ok());
   ASSERT_TRUE(dev().synchronize(kComputeStream).is_ok());
@@ -443,7 +446,7 @@ TEST_F(HpuDeviceTest, EventAndSynchronizeFailuresAreStatusesNamingTheCall) {
   for (const char* call : {"synEventRecord", "synStreamWaitEvent", "synStreamSynchronize"}) {
     SCOPED_TRACE(call);
     const auto ok_event = dev().record_event(kComputeStream);
-    ASSERT_TRUE(ok_event.is_ok()) << ok_event.status().to_string();
+    ASSERT_THAT(ok_event, IsOk());
     ScopedEnv fail("SHARDLAB_FAKE_SYNAPSE_FAIL", std::string(call) + ":1");
     Status s;
     if (std::string(call) == "synEventRecord") s = dev().record_event(kComputeStream).status();
@@ -560,8 +563,8 @@ class HpuOpsTest : public HpuDeviceTest {
     const Status hs = fn(dev(), h);
     const HpuDevice::Stats after = dev().stats();
     const Status cs = fn(cpu_, c);
-    ASSERT_TRUE(cs.is_ok()) << cs.to_string();
-    ASSERT_TRUE(hs.is_ok()) << hs.to_string();
+    ASSERT_THAT(cs, IsOk());
+    ASSERT_THAT(hs, IsOk());
     switch (runs) {
       case Runs::kLaunch: EXPECT_GT(after.launches, before.launches) << "expected a graph launch"; break;
       case Runs::kHostOp: EXPECT_GT(after.host_fallback_ops, before.host_fallback_ops) << "expected a host op"; break;
@@ -798,7 +801,7 @@ class HcclSoloTest : public HpuDeviceTest {
     HpuDeviceTest::SetUp();
     if (IsSkipped()) return;
     auto c = comm::hccl::HcclCommunicator::create(dev(), std::make_unique<SoloCommunicator>(), clock_);
-    ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+    ASSERT_THAT(c, IsOk());
     comm_ = std::move(c).value();
   }
   void TearDown() override { comm_.reset(); }
@@ -821,7 +824,7 @@ TEST_F(HcclSoloTest, CollectivesOfOneRankRoundTripThroughTheDevice) {
   EXPECT_EQ(get<float>(dev(), out)[3], 3.0f);
   ASSERT_TRUE(comm_->barrier()->wait(comm::kDefaultTimeout).is_ok());
   auto sub = comm_->split(0, 0);
-  ASSERT_TRUE(sub.is_ok()) << sub.status().to_string();
+  ASSERT_THAT(sub, IsOk());
   ASSERT_NE(*sub, nullptr);
   ASSERT_TRUE((*sub)->broadcast(t, 0)->wait(comm::kDefaultTimeout).is_ok());
   cpu::CpuDevice host;
