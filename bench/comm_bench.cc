@@ -29,7 +29,7 @@
 
 #include <benchmark/benchmark.h>
 
-#include "sim/world.h"
+#include "sim/engine/world.h"
 
 #include "runtime/comm/communicator.h"
 #include "runtime/comm/mpi/communicator.h"

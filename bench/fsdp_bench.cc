@@ -16,7 +16,7 @@
 #include "runtime/device/cpu/device.h"
 #include "runtime/fsdp/fully_sharded.h"
 #include "runtime/train/fsdp_train.h"
-#include "sim/world.h"
+#include "sim/engine/world.h"
 
 namespace shardlab::bench {
 namespace {

@@ -33,9 +33,9 @@
 
 #include "runtime/model/bert.h"
 #include "runtime/train/fsdp_train.h"
-#include "sim/network.h"
-#include "sim/profiles.h"
-#include "sim/stack.h"
+#include "sim/models/network/network.h"
+#include "sim/models/device/profiles.h"
+#include "sim/models/device/stack.h"
 #include "sim/timing/capture.h"
 #include "sim/timing/replay.h"
 

@@ -9,7 +9,7 @@ For every point (nodes × ranks per node, model, sharding strategy) this
    netns-cluster writes (each node one port at the shaped rate R, TCP's payload per frame,
    the link latency; NOTE in scripts/netns-cluster), Open MPI's nonblocking schedules
    (`world.collective_algorithm=libnbc`, NOTE [Open MPI's nonblocking schedules] in
-   sim/collectives.h) under per-link max-min sharing (`world.network_model=contention`),
+   sim/models/network/collectives.h) under per-link max-min sharing (`world.network_model=contention`),
    and the host: a device profile and the collectives' per-call overhead, reduction rate
    and shared-memory link calibrated by `shardlab calibrate` on this machine with the
    same number of processes, outside the cluster. Nothing is fitted to the runs compared.
@@ -110,7 +110,7 @@ def fabric_topology(cluster_topo, host, path):
     shared memory a collective moves only while its ranks are inside MPI, but across TCP
     the kernel carries what a rank has posted (socket buffers of up to 4 MiB) while it
     computes, so the links' collectives progress on their own (NOTE [Host-progressed
-    collectives] in sim/topology.h)."""
+    collectives] in sim/models/network/topology.h)."""
     with open(cluster_topo, encoding="utf-8") as f:
         t = json.load(f)
     for key in ("collective_overhead_ns", "reduce_gbyte_per_s"):

@@ -7,7 +7,7 @@ against reality").
    measures at once (sharing the cores as the real runs will) and the MPI collectives are
    timed on P ranks and fitted as a `switch` topology — per-call overhead, α, β, γ, under
    the simulator's own schedules (NOTE [Calibrate with the run's process count] and NOTE
-   [Fitting the collective model] in sim/calibrate.h); with one process, the per-call
+   [Fitting the collective model] in calibrate/calibrate.h); with one process, the per-call
    overhead and the one-rank reduce_scatter's copy rate.
 2. For every point (processes × model × sharding strategy): run the same scenario for real
    (`shardlab run --backend mpi` under `mpiexec -n P`) and in the simulator with the

@@ -12,7 +12,7 @@
 #include "runtime/device/cpu/device.h"
 #include "runtime/model/bert_io.h"
 #include "runtime/train/fsdp_train.h"
-#include "sim/world.h"
+#include "sim/engine/world.h"
 
 namespace shardlab::cli {
 

@@ -20,10 +20,10 @@
 #include "runtime/comm/mpi/communicator.h"
 #include "runtime/device/cpu/device.h"
 #include "runtime/device/hpu/hpu_runtime.h"
-#include "sim/network.h"
-#include "sim/profiles.h"
+#include "sim/models/network/network.h"
+#include "sim/models/device/profiles.h"
 #include "sim/timing/op_graph.h"
-#include "sim/world.h"
+#include "sim/engine/world.h"
 
 namespace shardlab::cli {
 
@@ -312,7 +312,7 @@ int run_sim(const RunArgs& a) {
   o.network_model = a.network;
   o.perturb_seed = a.perturb_seed;
   if (a.train.model_kind == runtime::train::ModelKind::kBert && a.train.bert.compute_dtype == DType::kBF16) {
-    o.emulated_dtype = DType::kBF16;  // NOTE [Emulated low precision] in sim/device.h
+    o.emulated_dtype = DType::kBF16;  // NOTE [Emulated low precision] in sim/models/device/device.h
   }
   if (!o.network_model) {
     // Without a scenario: the same network a scenario gets by default (world.topology
@@ -354,7 +354,7 @@ int run_sim(const RunArgs& a) {
       phases.set_step(s + 1);
       return faulty.before_step(s);
     };
-    // A view_offset fault (NOTE [Faults] in sim/faults.h): the first parameter view of its
+    // A view_offset fault (NOTE [Faults] in sim/faults/faults.h): the first parameter view of its
     // unit at its step gets the fault's byte offset; the launch check must refuse it.
     const sim::Fault* view_fault = a.faults ? a.faults->view_fault(ctx.rank) : nullptr;
     bool view_corrupted = false;

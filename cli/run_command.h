@@ -9,11 +9,11 @@
 #include "cli/run_outputs.h"
 #include "cli/scenario.h"
 #include "runtime/train/fsdp_train.h"
-#include "sim/cost_model.h"
-#include "sim/faults.h"
-#include "sim/network.h"
-#include "sim/profiles.h"
-#include "sim/stack.h"
+#include "sim/models/device/cost_model.h"
+#include "sim/faults/faults.h"
+#include "sim/models/network/network.h"
+#include "sim/models/device/profiles.h"
+#include "sim/models/device/stack.h"
 
 namespace shardlab::cli {
 
@@ -39,7 +39,7 @@ struct RunArgs {
   // The scenario whose expectations decide the exit code (null: the oracle check alone,
   // which must be bitwise on the simulator).
   const Scenario* spec = nullptr;
-  // Faults injected into the simulated run (NOTE [Faults] in sim/faults.h); null: none.
+  // Faults injected into the simulated run (NOTE [Faults] in sim/faults/faults.h); null: none.
   std::shared_ptr<const sim::FaultPlan> faults;
   // The simulated device and network (world.device, world.topology, …); null network: the
   // default α–β ring model.
@@ -58,7 +58,7 @@ struct RunArgs {
   // scenario.
   std::optional<sim::NetworkSpec> network_spec;
   // Test knob (--perturb-host-schedule): seeded random host yields in the simulator, which
-  // must not change a single output byte (NOTE [Determinism] in sim/world.h).
+  // must not change a single output byte (NOTE [Determinism] in sim/engine/world.h).
   std::uint64_t perturb_seed = 0;
 };
 

@@ -10,8 +10,8 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/train/fsdp_train.h"
-#include "sim/cost_model.h"
-#include "sim/trace.h"
+#include "sim/models/device/cost_model.h"
+#include "sim/engine/trace.h"
 
 namespace shardlab::cli {
 

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <cstdio>
 
-#include "sim/faults.h"
+#include "sim/faults/faults.h"
 #include "sim/timing/capture.h"
 #include "sim/timing/replay.h"
 

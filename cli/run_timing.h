@@ -15,9 +15,9 @@
 
 #include "cli/run_command.h"
 #include "cli/run_outputs.h"
-#include "sim/cost_model.h"
-#include "sim/faults.h"
-#include "sim/network.h"
+#include "sim/models/device/cost_model.h"
+#include "sim/faults/faults.h"
+#include "sim/models/network/network.h"
 #include "sim/timing/op_graph.h"
 
 namespace shardlab::cli {
@@ -39,7 +39,7 @@ struct TimingRunOptions {
   std::vector<sim::Fault> faults;
   Nanos collective_timeout = runtime::comm::kDefaultTimeout;
   // The software stack the replay keeps a host timeline for (run_timing sets it from its
-  // RunArgs; NOTE [Software stack] in sim/stack.h).
+  // RunArgs; NOTE [Software stack] in sim/models/device/stack.h).
   sim::SoftwareStack stack;
 };
 

@@ -14,8 +14,8 @@
 
 #include "cli/scenario_to_run_args.h"
 #include "runtime/model/bert.h"
-#include "sim/profiles.h"
-#include "sim/stack.h"
+#include "sim/models/device/profiles.h"
+#include "sim/models/device/stack.h"
 #include "testing/status_matchers.h"
 
 using shardlab::testlib::IsOk;

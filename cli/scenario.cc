@@ -25,9 +25,9 @@
 
 #include "runtime/model/bert.h"
 #include "runtime/model/bert_io.h"
-#include "sim/profiles.h"
-#include "sim/stack.h"
-#include "sim/topology.h"
+#include "sim/models/device/profiles.h"
+#include "sim/models/device/stack.h"
+#include "sim/models/network/topology.h"
 
 namespace shardlab::cli {
 
@@ -967,7 +967,7 @@ Status set_peak_memory(const Node& n, const std::string& key, Scenario& s) {
   return Status::ok();
 }
 
-// Link names (sim/topology.h): "a-b" the direct link of two different ranks, "a-net" rank
+// Link names (sim/models/network/topology.h): "a-b" the direct link of two different ranks, "a-net" rank
 // a's ports to its switch (b = -1), "leafK-spine" leaf K's uplinks (a = -1, b = K). Rank
 // ranges are checked against the world size later, the rest by the topology at run time.
 bool parse_link(const std::string& v, std::int64_t& a, std::int64_t& b) {
@@ -1006,7 +1006,7 @@ std::vector<KeyDef> fault_keys() {
   return {
       leaf("kind", enum_setter([f](Scenario& s) -> std::string& { return f(s).kind; }, fault_kinds()),
            {"what goes wrong (required); crash/hang end the run (exit 3), straggler/link_degrade slow it down, "
-            "corrupt changes a collective's payload, view_offset corrupts a parameter view (sim/faults.h)"}),
+            "corrupt changes a collective's payload, view_offset corrupts a parameter view (sim/faults/faults.h)"}),
       leaf("rank", int_setter([f](Scenario& s) -> int& { return f(s).rank; }, 0, kMaxWorldSize - 1),
            {"the faulty rank (every kind but the link faults); -1: not given"}),
       leaf("step", int_setter([f](Scenario& s) -> int& { return f(s).step; }, 1, kIntMax),

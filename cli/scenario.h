@@ -109,7 +109,7 @@ struct Scenario {
     // cpu-sim's rates, unlimited memory) or a path to a device profile, e.g. one `shardlab
     // calibrate` wrote on the accelerator node's host; its host link is ignored (it is the host).
     std::string offload_host = "host";
-    // How the framework drives the device (NOTE [Software stack] in sim/stack.h): a built-in
+    // How the framework drives the device (NOTE [Software stack] in sim/models/device/stack.h): a built-in
     // stack (ideal, pytorch_eager, pytorch_lazy, pytorch_compile) or a path to a stack file.
     // Anything but ideal is timing mode's: the replay keeps a host timeline beside the device's.
     std::string stack = "ideal";
@@ -122,7 +122,7 @@ struct Scenario {
   } world;
 
   struct Fault {
-    std::string kind;       // crash | hang | straggler | corrupt | link_down | link_degrade | view_offset (sim/faults.h)
+    std::string kind;       // crash | hang | straggler | corrupt | link_down | link_degrade | view_offset (sim/faults/faults.h)
     int rank = -1;          // -1: not given
     int step = -1;          // 1-based, like the step table; -1: not given
     double time_ms = -1.0;  // < 0: not given

@@ -662,7 +662,7 @@ TEST(ScenarioErrors, Faults) {
       {"  - {kind: crash, rank: 0, step: 1}\n  - {kind: crash, rank: 9, step: 1}\n",
        "s.yaml:4:25:",
        {"faults[1].rank = 9"}},
-      // view_offset (NOTE [Faults] in sim/faults.h).
+      // view_offset (NOTE [Faults] in sim/faults/faults.h).
       {"  - {kind: view_offset, rank: 1, step: 1}\n", "s.yaml:3:5:", {"(view_offset) needs step and unit"}},
       {"  - {kind: view_offset, rank: 1, unit: 1}\n", "s.yaml:3:5:", {"(view_offset) needs step and unit"}},
       {"  - {kind: view_offset, step: 1, unit: 1}\n", "s.yaml:3:5:", {"(view_offset) has no rank"}},

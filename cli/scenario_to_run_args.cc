@@ -9,9 +9,9 @@
 #include "runtime/fsdp/options.h"
 #include "runtime/io/sha256.h"
 #include "runtime/model/bert_io.h"
-#include "sim/network.h"
-#include "sim/profiles.h"
-#include "sim/world.h"
+#include "sim/models/network/network.h"
+#include "sim/models/device/profiles.h"
+#include "sim/engine/world.h"
 
 namespace shardlab::cli {
 
@@ -41,7 +41,7 @@ Status numerics_world_too_big(int world_size) {
   return Status::invalid_argument(
       "a numerics world of " + std::to_string(world_size) + " simulated ranks is above the limit of " +
       std::to_string(sim::kMaxNumericsRanks) +
-      " (each rank is a host thread holding real tensors; NOTE [Numerics world size] in sim/world.h); allowed: 1 to " +
+      " (each rank is a host thread holding real tensors; NOTE [Numerics world size] in sim/engine/world.h); allowed: 1 to " +
       std::to_string(sim::kMaxNumericsRanks) + " ranks, or world.mode: timing (up to 65536 ranks, no values)");
 }
 

@@ -31,7 +31,7 @@ Status scenario_to_run_args(const Scenario& s, RunArgs& args);
 Status check_device_id(const std::string& device_id, const std::string& torch_device, int world_size,
                        int devices_per_node);
 // INVALID_ARGUMENT: a simulated numerics world of `world_size` ranks is above
-// sim::kMaxNumericsRanks (NOTE [Numerics world size] in sim/world.h); says what is allowed.
+// sim::kMaxNumericsRanks (NOTE [Numerics world size] in sim/engine/world.h); says what is allowed.
 Status numerics_world_too_big(int world_size);
 // The PyTorch device type a rank computes on: hpu under --backend hpu, cpu under mpi, the
 // simulated device profile's torch_device on sim.

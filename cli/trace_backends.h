@@ -9,7 +9,7 @@
 // skew. A compute event spans the op's host call (the cpu backend computes inside it;
 // hpu enqueues, so there it is the launch). A collective spans its issue to the end of
 // its first wait (the runtime waits when it needs the result), so overlapped compute
-// shows inside it. The simulator records both in virtual time instead (sim/trace.h).
+// shows inside it. The simulator records both in virtual time instead (sim/engine/trace.h).
 //
 // Thread safety: one rank's thread, as Device and Communicator.
 #pragma once
@@ -23,7 +23,7 @@
 #include "runtime/core/clock.h"
 #include "runtime/device/device.h"
 #include "runtime/fsdp/options.h"
-#include "sim/trace.h"
+#include "sim/engine/trace.h"
 
 namespace shardlab::cli {
 

@@ -19,7 +19,7 @@
 #include "property_tests/fsdp_generators.h"
 #include "runtime/fsdp/checkpoint.h"
 #include "runtime/io/safetensors.h"
-#include "sim/world.h"
+#include "sim/engine/world.h"
 #include "testing/status_matchers.h"
 
 using shardlab::testlib::IsOk;

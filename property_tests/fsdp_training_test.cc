@@ -7,7 +7,7 @@
 
 #include "property_tests/fsdp_generators.h"
 #include "runtime/device/cpu/device.h"
-#include "sim/world.h"
+#include "sim/engine/world.h"
 
 namespace shardlab::property {
 namespace {

@@ -10,9 +10,9 @@
 #include "runtime/comm/mpi/communicator.h"
 #include "runtime/core/clock.h"
 #include "runtime/device/cpu/device.h"
-#include "sim/calibrate.h"
-#include "sim/profiles.h"
-#include "sim/topology.h"
+#include "calibrate/calibrate.h"
+#include "sim/models/device/profiles.h"
+#include "sim/models/network/topology.h"
 
 namespace shardlab::cli {
 
@@ -41,12 +41,12 @@ Subcommand add_calibrate_command(CLI::App& app) {
   calibrate_cmd->add_option("--topology-out", flags.calibrate_topology_out,
                             "Also time MPI all_gather/reduce_scatter/all_reduce on all processes (mpiexec -n P), "
                             "fit the per-call overhead, α, β and γ under the simulator's schedules and write them as a switch "
-                            "topology with the measured times (NOTE [Measured collectives] in sim/topology.h)");
+                            "topology with the measured times (NOTE [Measured collectives] in sim/models/network/topology.h)");
   calibrate_cmd
       ->add_option("--collective-sizes", flags.calibrate_sizes,
                    "With --topology-out: the buffer sizes in bytes to time each collective at, comma-separated, "
                    "at least 2 (default 64 B, 4 KiB, 64 KiB, 1, 2, 4, 8, 12, 15, 17, 24 and 32 MiB); the "
-                   "measured table interpolates between them (NOTE [Measured collectives] in sim/topology.h)")
+                   "measured table interpolates between them (NOTE [Measured collectives] in sim/models/network/topology.h)")
       ->delimiter(',')
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 34));
   return {calibrate_cmd, [state](int* argc, char*** argv) -> int {

@@ -7,8 +7,8 @@
 
 #include "runtime/device/cpu/gemm.h"
 #include "runtime/device/hpu/hpu_runtime.h"
-#include "sim/profiles.h"
-#include "sim/topology.h"
+#include "sim/models/device/profiles.h"
+#include "sim/models/network/topology.h"
 
 namespace shardlab::cli {
 

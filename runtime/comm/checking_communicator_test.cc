@@ -3,7 +3,7 @@
 
 #include <gtest/gtest.h>
 
-#include "sim/world.h"
+#include "sim/engine/world.h"
 #include "testing/status_matchers.h"
 
 using shardlab::testlib::IsOk;

@@ -1,6 +1,6 @@
 // Clock: the only source of time the runtime reads (timeouts included).
 //
-// Time is integer nanoseconds. The simulator injects a virtual clock (sim/virtual_clock.h);
+// Time is integer nanoseconds. The simulator injects a virtual clock (sim/engine/virtual_clock.h);
 // real backends inject SteadyClock. Nothing outside steady_clock.cc reads a wall clock.
 #pragma once
 

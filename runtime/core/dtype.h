@@ -3,7 +3,7 @@
 // bf16 conversion rounds to nearest, ties to even, and preserves NaN (a NaN never
 // rounds into an infinity: its payload is truncated and the quiet bit forced on).
 // All conversions are pure integer/IEEE operations, so they give the same bits on
-// every platform (see NOTE [Determinism] in sim/world.h).
+// every platform (see NOTE [Determinism] in sim/engine/world.h).
 #pragma once
 
 #include <cstddef>

@@ -15,8 +15,8 @@
 
 #include "runtime/device/cpu/device.h"
 #include "runtime/train/fsdp_train.h"
-#include "sim/profiles.h"
-#include "sim/world.h"
+#include "sim/models/device/profiles.h"
+#include "sim/engine/world.h"
 #include "testing/status_matchers.h"
 
 using shardlab::testlib::IsOk;
@@ -789,7 +789,7 @@ OffloadRun run_offload(double link, OffloadHost where) {
   return out;
 }
 
-// NOTE [Host link] (sim/cost_model.h): on a profile with a host link, CPU offload pays it
+// NOTE [Host link] (sim/models/device/cost_model.h): on a profile with a host link, CPU offload pays it
 // for the shards and gradients that cross every step, not a device memory copy's cost
 // (with which offloading would look free on Gaudi).
 TEST(FsdpOffload, OffloadPaysTheHostLinkEveryStep) {
@@ -864,7 +864,7 @@ TEST(FsdpMemory, PeakOfRepeatedUnshardsIsOneFullBufferWhateverTheHostTiming) {
 
 // A unit big enough (700 001 fp32 elements on 3 ranks) that the simulator splits every
 // collective's data movement into chunks shared by the waiting ranks (NOTE [Shared data
-// movement] in sim/communicator.cc): sync_module_states' broadcast, the unshard
+// movement] in sim/engine/communicator.cc): sync_module_states' broadcast, the unshard
 // all-gathers (in place), the gradient reduce-scatter (fp32 and bf16) and NO_SHARD's
 // all-reduce. Parameters and reduced gradients must be bitwise what one thread computes
 // in rank order, under any host timing.

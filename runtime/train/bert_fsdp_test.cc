@@ -15,7 +15,7 @@
 #include "runtime/device/cpu/device.h"
 #include "runtime/model/bert_data.h"
 #include "runtime/train/fsdp_train.h"
-#include "sim/world.h"
+#include "sim/engine/world.h"
 #include "testing/status_matchers.h"
 
 using shardlab::testlib::IsOk;

@@ -3,10 +3,10 @@
 #include <map>
 #include <memory>
 
-#include "sim/device.h"
-#include "sim/profiles.h"
-#include "sim/trace.h"
-#include "sim/virtual_clock.h"
+#include "sim/models/device/device.h"
+#include "sim/models/device/profiles.h"
+#include "sim/engine/trace.h"
+#include "sim/engine/virtual_clock.h"
 
 namespace shardlab::sim::timing {
 

@@ -7,15 +7,15 @@
 #include <vector>
 
 #include "runtime/train/fsdp_train.h"
-#include "sim/cost_model.h"
-#include "sim/profiles.h"
-#include "sim/stack.h"
+#include "sim/models/device/cost_model.h"
+#include "sim/models/device/profiles.h"
+#include "sim/models/device/stack.h"
 #include "sim/timing/op_graph.h"
 
 namespace shardlab::sim::timing {
 
 // What the capture adds to the trainer's options: the parts of a simulated world that
-// numerics mode builds around train_fsdp (cli/run_command.cc, sim/world.h).
+// numerics mode builds around train_fsdp (cli/run_command.cc, sim/engine/world.h).
 struct CaptureOptions {
   // CPU offload: shards, gradient shards and optimizer state live on the rank's host, a
   // timing-mode SimDevice named "host:<rank>" with `offload_host`'s costs on the
@@ -28,7 +28,7 @@ struct CaptureOptions {
   std::vector<double> slowdown;
   double slowdown_of(int rank) const;
   // What the stack's graph compiler changes on the device (SimDevice::set_graph_compiler;
-  // NOTE [Software stack] in sim/stack.h); its host side is the replay's.
+  // NOTE [Software stack] in sim/models/device/stack.h); its host side is the replay's.
   SoftwareStack stack;
 };
 

@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/io/safetensors.h"
-#include "sim/communicator.h"
+#include "sim/engine/communicator.h"
 
 namespace shardlab::sim::timing {
 
@@ -503,7 +503,7 @@ Result<OpGraph> graph_from_json_string(const std::string& text, const std::strin
     g.network = std::move(net);
   }
   if (j.contains("stack")) {
-    if (!j["stack"].is_object()) return r.fail("stack", "not an object (a software stack, sim/stack.h)");
+    if (!j["stack"].is_object()) return r.fail("stack", "not an object (a software stack, sim/models/device/stack.h)");
     auto stack = parse_stack(j["stack"].dump(), what + ": stack");
     if (!stack.is_ok()) return Status::invalid_argument(stack.status().message());
     g.stack = *stack;

@@ -3,7 +3,7 @@
 // without any model code. Written and read as JSON (`shardlab run --dump-graph FILE`).
 //
 // NOTE [Timing mode]
-// Numerics mode (sim/world.h) runs the real runtime with real math on every rank, one
+// Numerics mode (sim/engine/world.h) runs the real runtime with real math on every rank, one
 // host thread each: tens of ranks. Timing mode reaches tens of thousands:
 //  1. Capture (capture.h): the real trainer (runtime/train train_fsdp) runs once, on one
 //     rank's view of a W-rank world: a SimDevice in timing mode (phantom tensors, NOTE
@@ -25,13 +25,13 @@
 //     header). Otherwise they are refused.
 //  2. Replay (replay.h): a single-threaded event-driven simulation of all W ranks over
 //     their programs — per rank a host/compute timeline and the communication streams of
-//     NOTE [Comm streams] (sim/communicator.cc); a collective is timed by the
+//     NOTE [Comm streams] (sim/engine/communicator.cc); a collective is timed by the
 //     NetworkCostModel once all its members issued it and their previous operations on
 //     the same stream are timed, from the members' ready times, exactly as SimCommunicator
 //     does. So for the same scenario both modes give the same timeline: per-rank op and
 //     collective start/end times, step times, and (taken from the capture) memory peaks
 //     per category. Single-threaded and a pure function of the graph and the model:
-//     byte-identical on every run (NOTE [Determinism] in sim/world.h).
+//     byte-identical on every run (NOTE [Determinism] in sim/engine/world.h).
 // What timing mode cannot reproduce: values (losses and grad norms are NaN), and host
 // decisions made on values — FullyShardedModel::clip_grad_norm scales gradients only when
 // the norm exceeds the limit, which timing mode never sees (its norm reads 0), so a
@@ -60,7 +60,7 @@
 #include "runtime/core/status.h"
 #include "runtime/fsdp/fully_sharded.h"
 #include "runtime/train/fsdp_train.h"
-#include "sim/stack.h"
+#include "sim/models/device/stack.h"
 
 namespace shardlab::sim::timing {
 
@@ -114,7 +114,7 @@ inline int group_member(const CollectiveDesc& d, int color, int k) {
 inline int group_count(const CollectiveDesc& d, int world_size) { return d.stride == 0 ? 1 : world_size / d.size; }
 std::string group_name_of(const CollectiveDesc& d, int rank);
 // Whether rank `rank` receives a payload in `d`, as FaultInjector counts its collectives
-// (sim/faults.h): every kind but barrier and split, and broadcast except at its root.
+// (sim/faults/faults.h): every kind but barrier and split, and broadcast except at its root.
 bool has_payload(const CollectiveDesc& d, int rank);
 
 enum class NodeKind : std::uint8_t {

@@ -5,8 +5,8 @@
 #include <deque>
 #include <numeric>
 
-#include "sim/comm_streams.h"
-#include "sim/communicator.h"
+#include "sim/engine/comm_streams.h"
+#include "sim/engine/communicator.h"
 
 namespace shardlab::sim::timing {
 
@@ -459,7 +459,7 @@ class Replayer {
             break;
           }
           if (traced) trace_ops(*recorders_[r], p, n.index, n.count, s.t);
-          s.t = add_time(s.t, n.duration);  // NOTE [Virtual time limit] in sim/cost_model.h
+          s.t = add_time(s.t, n.duration);  // NOTE [Virtual time limit] in sim/models/device/cost_model.h
           break;
         case NodeKind::kIssue: {
           const CollectiveDesc& desc = p.collectives[static_cast<std::size_t>(n.index)];

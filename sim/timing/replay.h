@@ -3,7 +3,7 @@
 //
 // Each rank walks its program: a compute node advances its host time by the node's
 // duration; an issue enqueues the collective on the rank's stream for its kind (NOTE
-// [Comm streams] in sim/communicator.cc) with ready time max(host time, the rank's
+// [Comm streams] in sim/engine/communicator.cc) with ready time max(host time, the rank's
 // previous operation on that stream done); a wait blocks the rank until the collective
 // is timed, then advances its host time to the rank's completion time. A collective is
 // timed by the model once every member issued it and every member's previous operation
@@ -24,11 +24,11 @@
 #include <vector>
 
 #include "runtime/train/fsdp_train.h"
-#include "sim/faults.h"
-#include "sim/network.h"
-#include "sim/stack.h"
+#include "sim/faults/faults.h"
+#include "sim/models/network/network.h"
+#include "sim/models/device/stack.h"
 #include "sim/timing/op_graph.h"
-#include "sim/trace.h"
+#include "sim/engine/trace.h"
 
 namespace shardlab::sim::timing {
 
@@ -36,14 +36,14 @@ struct ReplayOptions {
   std::shared_ptr<const NetworkCostModel> network;  // required
   // Ranks whose timeline (trace.json events) and memory samples are kept.
   std::vector<int> traced_ranks;
-  // Injected faults that make a rank fail (sim/faults.h): crash and hang (by step or by
+  // Injected faults that make a rank fail (sim/faults/faults.h): crash and hang (by step or by
   // time), and corrupt with the integrity check. Carried out as the FaultInjector does in
   // numerics mode (NOTE [Faults in timing mode]); other kinds are not the replay's.
   std::vector<Fault> faults;
   // How long a rank waits for a collective before it times out (virtual time), as
   // FsdpOptions::collective_timeout.
   Nanos collective_timeout = runtime::comm::kDefaultTimeout;
-  // How the framework drives the device (NOTE [Software stack] in sim/stack.h). Ideal: one
+  // How the framework drives the device (NOTE [Software stack] in sim/models/device/stack.h). Ideal: one
   // timeline per rank, as above. Otherwise NOTE [Host and device timelines].
   SoftwareStack stack;
 };
@@ -93,7 +93,7 @@ struct ReplayResult {
 };
 
 // NOTE [Faults in timing mode]
-// A crash or hang stops its rank where the FaultInjector would (sim/faults.h): at the step
+// A crash or hang stops its rank where the FaultInjector would (sim/faults/faults.h): at the step
 // marker of its step, or before the first collective the rank issues at or after its time;
 // a corrupt fault with the integrity check fails the rank when it waits for its
 // collective number `collective` (counting those with a payload), which completed; a

@@ -16,12 +16,12 @@
 
 #include "runtime/core/check.h"
 #include "runtime/model/bert.h"
-#include "sim/device.h"
-#include "sim/faults.h"
-#include "sim/profiles.h"
+#include "sim/models/device/device.h"
+#include "sim/faults/faults.h"
+#include "sim/models/device/profiles.h"
 #include "sim/timing/capture.h"
 #include "sim/timing/replay.h"
-#include "sim/world.h"
+#include "sim/engine/world.h"
 #include "testing/status_matchers.h"
 
 using shardlab::testlib::IsOk;
@@ -411,7 +411,7 @@ TEST(TimingMode, NumericsAndTimingGiveTheSameTimelineUnderCpuOffload) {
   EXPECT_GT(t->replay.ranks[0].step_times.back(), on_device->replay.ranks[0].step_times.back());
 }
 
-// A straggler (sim/faults.h) runs its own, slower program; the others wait for it in the
+// A straggler (sim/faults/faults.h) runs its own, slower program; the others wait for it in the
 // collectives, in timing mode exactly as in numerics mode.
 TEST(TimingMode, NumericsAndTimingGiveTheSameTimelineWithAStraggler) {
   const FsdpTrainOptions o = bert_tiny();
@@ -466,7 +466,7 @@ TEST(TimingMode, NumericsAndTimingGiveTheSameTimelineUnderHybridShard) {
   }
 }
 
-// NOTE [Measured collectives], NOTE [Host-progressed collectives] (sim/topology.h): a
+// NOTE [Measured collectives], NOTE [Host-progressed collectives] (sim/models/network/topology.h): a
 // calibrated-MPI-like topology — measured tables for the group size, collectives that move
 // only inside the waits — gives the same timeline in both modes, and longer steps than the
 // same tables progressed asynchronously (the reductions no longer hide behind backward).

@@ -624,7 +624,7 @@ Result<std::unique_ptr<MpiEnvironment>> MpiEnvironment::initialize(int* argc, ch
     // two group (0.186 s there; libnbc falls back to linear otherwise). So shardlab asks
     // for it, unless the environment already chose (mpirun --mca
     // coll_libnbc_iallgather_algorithm …); the simulator's `libnbc` algorithm models the
-    // same choice (NOTE [Open MPI's nonblocking schedules] in sim/collectives.h). Other
+    // same choice (NOTE [Open MPI's nonblocking schedules] in sim/models/network/collectives.h). Other
     // MPI libraries ignore the variable.
     setenv("OMPI_MCA_coll_libnbc_iallgather_algorithm", "2", /*overwrite=*/0);
     int provided = 0;

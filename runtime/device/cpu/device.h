@@ -1,7 +1,7 @@
 // CpuDevice: the host backend of the Device seam — host memory, Eigen math, in-order
 // execution (every op completes before it returns; streams and events are bookkeeping).
 //
-// It is also the numerics engine of the simulated device (sim/device.h), which wraps
+// It is also the numerics engine of the simulated device (sim/models/device/device.h), which wraps
 // it and charges each op's cost to a virtual clock.
 //
 // Thread safety: as for Device (one owning thread; the MemoryTracker is thread-safe).
@@ -40,7 +40,7 @@ class CpuDevice final : public Device {
                                             std::string_view label) override;
   // The same, but the memory tracker is charged `charged_bytes` (<= nbytes) for it: a
   // simulated device that stands for one holding the tensor in fewer bytes (NOTE
-  // [Emulated low precision] in sim/device.h).
+  // [Emulated low precision] in sim/models/device/device.h).
   Result<std::shared_ptr<Storage>> allocate_charging(std::int64_t nbytes, std::int64_t charged_bytes,
                                                      MemoryCategory category, std::string_view label);
 

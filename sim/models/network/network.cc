@@ -1,0 +1,353 @@
+#include "sim/models/network/network.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <vector>
+
+#include "runtime/core/check.h"
+
+namespace shardlab::sim {
+
+namespace {
+
+class AlphaBetaRing final : public NetworkCostModel {
+ public:
+  explicit AlphaBetaRing(NetworkModel net) : net_(net) {}
+
+  CollectiveTiming collective(const CollectiveQuery& q) const override {
+    const std::vector<Nanos> arrivals(q.arrivals.begin(), q.arrivals.end());
+    const bool ring = q.kind == runtime::comm::OpKind::kAllGather || q.kind == runtime::comm::OpKind::kReduceScatter ||
+                      q.kind == runtime::comm::OpKind::kAllReduce;
+    return {collective_completion_times(q.kind, arrivals, q.bytes, net_),
+            ring ? "ring" : (q.kind == runtime::comm::OpKind::kBroadcast ? "binomial_tree" : "dissemination")};
+  }
+
+  Nanos message(int, int, std::int64_t bytes, Nanos start) const override {
+    return add_time(start, net_.message_time(bytes));
+  }
+
+  std::string describe() const override {
+    char buf[128];
+    std::snprintf(buf, sizeof buf, "alpha-beta ring, %.3g us latency, %.3g GB/s per link",
+                  static_cast<double>(net_.latency_ns) / 1e3, net_.bandwidth_bytes_per_s / 1e9);
+    return buf;
+  }
+
+ private:
+  NetworkModel net_;
+};
+
+}  // namespace
+
+std::int64_t reduced_bytes(runtime::comm::OpKind kind, std::int64_t group_size, std::int64_t bytes) {
+  const std::int64_t p = group_size;
+  if (kind == runtime::comm::OpKind::kReduceScatter) return p > 1 ? (p - 1) * bytes : bytes;
+  if (kind == runtime::comm::OpKind::kAllReduce) return (p - 1) * ((bytes + p - 1) / p);
+  return 0;
+}
+
+std::shared_ptr<const NetworkCostModel> make_alpha_beta_ring(NetworkModel net) {
+  return std::make_shared<const AlphaBetaRing>(net);
+}
+
+std::string_view network_model_name(NetworkModelKind k) {
+  return k == NetworkModelKind::kAlphaBeta ? "alpha_beta" : "contention";
+}
+
+Result<NetworkModelKind> parse_network_model(std::string_view text) {
+  if (text == "alpha_beta") return NetworkModelKind::kAlphaBeta;
+  if (text == "contention") return NetworkModelKind::kContention;
+  return Status::invalid_argument("unknown network model '" + std::string(text) + "'; allowed: alpha_beta, contention");
+}
+
+namespace {
+
+struct Window {
+  LinkId link;
+  Nanos start, end;
+  double factor;
+  std::string name;  // the fault's link name
+};
+
+class TopologyNetwork final : public NetworkCostModel {
+ public:
+  TopologyNetwork(Topology topo, NetworkModelKind model, Algorithm algorithm, std::vector<Window> windows)
+      : topo_(std::move(topo)), model_(model), algorithm_(algorithm), windows_(std::move(windows)) {
+    std::sort(windows_.begin(), windows_.end(), [](const Window& a, const Window& b) {
+      return a.link != b.link ? a.link < b.link : a.start < b.start;
+    });
+    for (const Window& w : windows_) last_end_ = std::max(last_end_, w.end);
+  }
+
+  CollectiveTiming collective(const CollectiveQuery& q) const override {
+    SHARDLAB_CHECK_EQ(q.world_ranks.size(), q.arrivals.size());
+    SHARDLAB_CHECK_GT(q.world_ranks.size(), 0u);
+    for (int r : q.world_ranks) SHARDLAB_CHECK(r >= 0 && r < topo_.devices());
+    const Schedule s = plan_collective(q.kind, q.world_ranks, q.bytes, q.root, algorithm_, topo_);
+    const PriceRound pricer = [this](std::span<const Transfer> round, std::span<Priced> out) {
+      if (model_ == NetworkModelKind::kContention) {
+        price_fair(round, out);
+      } else {
+        for (std::size_t i = 0; i < round.size(); ++i) topo_.route_cost(round[i].src, round[i].dst, &out[i].latency_ns, &out[i].bytes_per_s);
+      }
+    };
+    CollectiveTiming t;
+    t.algorithm = s.algorithm;
+    const Nanos earliest = *std::min_element(q.arrivals.begin(), q.arrivals.end());
+    if (!faults_after(earliest)) {
+      // NOTE [Measured collectives] in sim/topology.h.
+      if (const auto m = topo_.spec().measured.time(q.kind, static_cast<int>(q.world_ranks.size()), q.bytes)) {
+        t.algorithm = "measured";
+        t.done.assign(q.world_ranks.size(), add_time(*std::max_element(q.arrivals.begin(), q.arrivals.end()), *m));
+        check_time_limit(q, t);
+        return t;
+      }
+      t.done = evaluate_schedule(s, q.world_ranks, q.arrivals, pricer);
+      add_host_costs(q, t.done);
+      check_time_limit(q, t);
+      return t;
+    }
+    Transfer blocked{-1, -1, 0};
+    const FinishTime finish = [this](const Transfer& m, const Priced& p, Nanos start) { return finish_time(m, p, start); };
+    t.done = simulate_schedule(s, q.world_ranks, q.arrivals, pricer, finish, &blocked);
+    if (std::find(t.done.begin(), t.done.end(), kNever) != t.done.end()) {
+      std::fill(t.done.begin(), t.done.end(), kNever);
+      t.status = Status::unavailable(std::string(runtime::comm::op_kind_name(q.kind)) + " of " +
+                                     std::to_string(q.world_ranks.size()) + " ranks (" + s.algorithm +
+                                     ") cannot complete: " + down_reason(blocked));
+    } else {
+      add_host_costs(q, t.done);
+      check_time_limit(q, t);
+    }
+    return t;
+  }
+
+  Nanos message(int src, int dst, std::int64_t bytes, Nanos start) const override {
+    SHARDLAB_CHECK(src >= 0 && src < topo_.devices() && dst >= 0 && dst < topo_.devices());
+    Priced p;
+    topo_.route_cost(src, dst, &p.latency_ns, &p.bytes_per_s);
+    if (!faults_after(start)) return add_time(start, p.cost(bytes));
+    return finish_time({src, dst, bytes}, p, start);
+  }
+
+  std::string describe() const override {
+    std::string d = topo_.describe() + "; " + std::string(network_model_name(model_)) + " model, " +
+                    std::string(algorithm_name(algorithm_)) + " collectives";
+    if (!windows_.empty()) d += ", " + std::to_string(windows_.size()) + " link fault window(s)";
+    if (const int p = topo_.spec().measured.ranks; p > 0) {
+      d += ", measured collectives for groups of " + std::to_string(p);
+    }
+    if (host_progress()) d += ", progressed by the host";
+    return d;
+  }
+  bool host_progress() const override { return topo_.spec().host_progress; }
+
+ private:
+  bool faults_after(Nanos t) const { return !windows_.empty() && last_end_ > t; }
+
+  // NOTE [Virtual time limit]: a collective that would end there fails on every member,
+  // naming the topology's rate keys.
+  void check_time_limit(const CollectiveQuery& q, CollectiveTiming& t) const {
+    if (std::none_of(t.done.begin(), t.done.end(), [](Nanos d) { return d >= kTimeLimit && d != kNever; })) return;
+    const TopologySpec& spec = topo_.spec();
+    char rates[256];
+    std::snprintf(rates, sizeof rates, "%s%.4g, efficiency = %.4g, reduce_gbyte_per_s = %.4g%s",
+                  spec.kind == TopologyKind::kSwitch ? "port.gbit_per_s = " : "peer.gbit_per_s = ",
+                  spec.kind == TopologyKind::kSwitch ? spec.port.gbit_per_s : spec.peer.gbit_per_s, spec.efficiency,
+                  spec.reduce_bytes_per_s / 1e9, spec.kind == TopologyKind::kHls ? ", port.gbit_per_s, oversubscription" : "");
+    t.status = Status::invalid_argument(
+        "topology profile '" + spec.name + "': " + std::string(runtime::comm::op_kind_name(q.kind)) + " of " +
+        std::to_string(q.world_ranks.size()) + " ranks (" + t.algorithm + ", " + std::to_string(q.bytes) +
+        " bytes) would end past the simulator's virtual time limit of 2^62 ns, about 146 years (NOTE [Virtual time "
+        "limit] in sim/models/device/cost_model.h): its rates are too slow for this run (" + rates +
+        "); allowed: link rates that keep the run within the limit");
+  }
+
+  // NOTE [Reduction cost] in sim/models/network/topology.h: each member reduces (p-1) chunks of its result.
+  // Also NOTE [Collective overhead]: every member, every kind, any group size — except a
+  // one-member group under libnbc, which Open MPI completes without building a schedule (a
+  // no-op request; reduce_scatter's copy is the reduction term), where the overhead
+  // calibrated on p-member groups (~25 µs on 4 oversubscribed processes) would be charged
+  // to calls that cost ~1 µs.
+  void add_host_costs(const CollectiveQuery& q, std::vector<Nanos>& done) const {
+    const bool schedule_free = algorithm_ == Algorithm::kLibnbc && q.world_ranks.size() == 1;
+    if (const Nanos o = topo_.spec().collective_overhead_ns; o > 0 && !schedule_free) {
+      for (Nanos& d : done) d = add_time(d, o);
+    }
+    const double rate = topo_.spec().reduce_bytes_per_s;
+    if (!(rate > 0)) return;
+    const std::int64_t reduced =
+        reduced_bytes(q.kind, static_cast<std::int64_t>(q.world_ranks.size()), q.bytes);
+    if (reduced == 0) return;
+    const Nanos t = to_nanos(static_cast<double>(reduced) * 1e9 / rate);
+    for (Nanos& d : done) d = add_time(d, t);
+  }
+
+  // The windows on a route's links.
+  std::vector<const Window*> windows_on(const Route& r) const {
+    std::vector<const Window*> out;
+    for (LinkId l : r.links) {
+      auto it = std::lower_bound(windows_.begin(), windows_.end(), l,
+                                 [](const Window& w, LinkId id) { return w.link < id; });
+      for (; it != windows_.end() && it->link == l; ++it) out.push_back(&*it);
+    }
+    return out;
+  }
+
+  // NOTE [Link faults]: stream the bytes piecewise between window edges; round once.
+  Nanos finish_time(const Transfer& m, const Priced& p, Nanos start) const {
+    if (m.bytes == 0 || m.src == m.dst) return add_time(start, p.cost(m.bytes));
+    const auto ws = windows_on(topo_.route(m.src, m.dst));
+    if (ws.empty()) return add_time(start, p.cost(m.bytes));
+    std::vector<Nanos> edges;
+    for (const Window* w : ws) {
+      if (w->start > start) edges.push_back(w->start);
+      if (w->end > start && w->end != kNever) edges.push_back(w->end);
+    }
+    std::sort(edges.begin(), edges.end());
+    edges.erase(std::unique(edges.begin(), edges.end()), edges.end());
+    double remaining = static_cast<double>(m.bytes), elapsed_ns = 0;
+    Nanos at = start;
+    for (std::size_t e = 0;; ++e) {
+      const Nanos next = e < edges.size() ? edges[e] : kNever;
+      double factor = 1.0;
+      for (const Window* w : ws) {
+        if (w->start <= at && at < w->end) factor = std::min(factor, w->factor);
+      }
+      const double rate = p.bytes_per_s * factor;
+      if (rate > 0) {
+        const double need_ns = remaining * 1e9 / rate;
+        if (next == kNever || static_cast<double>(at) + need_ns <= static_cast<double>(next)) {
+          elapsed_ns += need_ns;
+          break;
+        }
+        remaining -= static_cast<double>(next - at) * rate / 1e9;
+      } else if (next == kNever) {
+        return kNever;
+      }
+      elapsed_ns += static_cast<double>(next - at);
+      at = next;
+    }
+    return add_time(add_time(start, p.latency_ns), to_nanos(elapsed_ns));
+  }
+
+  std::string down_reason(const Transfer& m) const {
+    if (m.src >= 0) {
+      for (const Window* w : windows_on(topo_.route(m.src, m.dst))) {
+        if (w->factor == 0 && w->end == kNever) {
+          return "link " + w->name + " is down from t=" + std::to_string(w->start) + " ns on (no end); the message " +
+                 std::to_string(m.src) + " -> " + std::to_string(m.dst) + " has no other route";
+        }
+      }
+    }
+    return "a link on its route is down for good";
+  }
+
+  // Max–min fair rates by progressive filling: repeatedly find the links whose remaining
+  // capacity per unfrozen flow is smallest, give their unfrozen flows that share, and
+  // take it off every link those flows cross. Deterministic: links in id order, flows in
+  // round order, exact double arithmetic in a fixed order.
+  void price_fair(std::span<const Transfer> round, std::span<Priced> out) const {
+    std::vector<std::vector<LinkId>> routes(round.size());
+    std::vector<std::pair<LinkId, int>> uses;
+    for (std::size_t f = 0; f < round.size(); ++f) {
+      Route r = topo_.route(round[f].src, round[f].dst);
+      out[f].latency_ns = r.latency_ns;
+      out[f].bytes_per_s = 0;
+      for (LinkId l : r.links) uses.push_back({l, static_cast<int>(f)});
+      routes[f] = std::move(r.links);
+    }
+    std::sort(uses.begin(), uses.end());
+    // Links (dense index), their flows, remaining capacity and unfrozen flow counts.
+    std::vector<LinkId> links;
+    std::vector<std::size_t> first;  // CSR into uses
+    for (std::size_t i = 0; i < uses.size(); ++i) {
+      if (i == 0 || uses[i].first != uses[i - 1].first) {
+        links.push_back(uses[i].first);
+        first.push_back(i);
+      }
+    }
+    first.push_back(uses.size());
+    const std::size_t nl = links.size();
+    std::vector<double> cap(nl);
+    std::vector<int> unfrozen(nl);
+    for (std::size_t l = 0; l < nl; ++l) {
+      cap[l] = topo_.link_bytes_per_s(links[l]);
+      unfrozen[l] = static_cast<int>(first[l + 1] - first[l]);
+    }
+    auto dense = [&](LinkId id) {
+      return static_cast<std::size_t>(std::lower_bound(links.begin(), links.end(), id) - links.begin());
+    };
+    std::vector<char> frozen(round.size(), 0);
+    for (;;) {
+      double share = -1;
+      for (std::size_t l = 0; l < nl; ++l) {
+        if (unfrozen[l] > 0) {
+          const double s = cap[l] / unfrozen[l];
+          if (share < 0 || s < share) share = s;
+        }
+      }
+      if (share < 0) break;
+      std::vector<int> freeze;
+      for (std::size_t l = 0; l < nl; ++l) {
+        if (unfrozen[l] > 0 && cap[l] / unfrozen[l] == share) {
+          for (std::size_t u = first[l]; u < first[l + 1]; ++u) {
+            const int f = uses[u].second;
+            if (!frozen[static_cast<std::size_t>(f)]) {
+              frozen[static_cast<std::size_t>(f)] = 1;
+              freeze.push_back(f);
+            }
+          }
+        }
+      }
+      for (int f : freeze) {
+        out[static_cast<std::size_t>(f)].bytes_per_s = share;
+        for (LinkId id : routes[static_cast<std::size_t>(f)]) {
+          const std::size_t l = dense(id);
+          cap[l] = std::max(0.0, cap[l] - share);
+          --unfrozen[l];
+        }
+      }
+    }
+  }
+
+  Topology topo_;
+  NetworkModelKind model_;
+  Algorithm algorithm_;
+  std::vector<Window> windows_;
+  Nanos last_end_ = 0;
+};
+
+}  // namespace
+
+Result<std::shared_ptr<const NetworkCostModel>> make_network(const NetworkSpec& spec, TopologySpec topology) {
+  SHARDLAB_ASSIGN_OR_RETURN(Topology topo, Topology::create(std::move(topology), spec.nodes, spec.devices_per_node));
+  std::vector<Window> windows;
+  for (std::size_t i = 0; i < spec.link_faults.size(); ++i) {
+    const LinkFault& f = spec.link_faults[i];
+    const std::string where = "link fault #" + std::to_string(i + 1) + " (" + f.link + ")";
+    if (!(f.factor >= 0 && f.factor <= 1)) {
+      return Status::invalid_argument(where + ": factor " + std::to_string(f.factor) +
+                                      " out of range; allowed: [0, 1] (0: link down)");
+    }
+    if (f.start < 0 || f.end <= f.start) {
+      return Status::invalid_argument(where + ": window [" + std::to_string(f.start) + ", " +
+                                      (f.end == kNever ? std::string("open") : std::to_string(f.end)) +
+                                      ") ns; allowed: 0 <= start < end (or no end)");
+    }
+    auto ids = topo.parse_link(f.link);
+    if (!ids.is_ok()) return ids.status().with_context(where);
+    for (LinkId id : *ids) windows.push_back({id, f.start, f.end, f.factor, f.link});
+  }
+  return std::shared_ptr<const NetworkCostModel>(
+      std::make_shared<const TopologyNetwork>(std::move(topo), spec.model, spec.algorithm, std::move(windows)));
+}
+
+Result<std::shared_ptr<const NetworkCostModel>> make_network(const NetworkSpec& spec) {
+  SHARDLAB_ASSIGN_OR_RETURN(TopologySpec topology, load_topology(spec.topology));
+  return make_network(spec, std::move(topology));
+}
+
+}  // namespace shardlab::sim
