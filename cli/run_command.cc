@@ -19,7 +19,7 @@
 #include "runtime/comm/checking_communicator.h"
 #include "runtime/comm/mpi/communicator.h"
 #include "runtime/device/cpu/device.h"
-#include "runtime/device/hpu/hpu_runtime.h"
+#include "runtime/platform/hpu/hpu_runtime.h"
 #include "sim/models/network/network.h"
 #include "sim/models/device/profiles.h"
 #include "sim/timing/op_graph.h"

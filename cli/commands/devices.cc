@@ -6,7 +6,7 @@
 #include <string>
 
 #include "runtime/device/cpu/gemm.h"
-#include "runtime/device/hpu/hpu_runtime.h"
+#include "runtime/platform/hpu/hpu_runtime.h"
 #include "sim/models/device/profiles.h"
 #include "sim/models/network/topology.h"
 

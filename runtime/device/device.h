@@ -75,7 +75,7 @@ struct OptimizerUpdate {
 // scalars, checkpoints, results. Everything else stays where the device keeps it. On the
 // hpu backend a storage has no host bytes at all, so Tensor::data() on one is a CHECK
 // failure naming the tensor: every test that runs the runtime on the Synapse test double
-// enforces this rule (runtime/device/hpu/device_test.cc, the hpu scenarios). Below the
+// enforces this rule (runtime/platform/hpu/device/device_test.cc, the hpu scenarios). Below the
 // seam — backends, communicators over host memory (MPI), the simulator's math — data()
 // is the implementation.
 

@@ -632,7 +632,7 @@ Status CpuDevice::layer_norm_backward(const Tensor& x, const Tensor& dy, const T
   const float* w = gamma.data<float>();
   float* out = dx.data<float>();
   // The row sums start from zero and are added to dgamma/dbeta once (accumulate), so a
-  // backend can compute them as a fresh reduction and add (runtime/device/hpu: the
+  // backend can compute them as a fresh reduction and add (runtime/platform/hpu: the
   // layer_norm_bwd kernel, then add_fwd): the same bits either way.
   std::vector<float> dw_rows(static_cast<std::size_t>(h), 0.0f), db_rows(static_cast<std::size_t>(h), 0.0f);
   float* dw = dw_rows.data();

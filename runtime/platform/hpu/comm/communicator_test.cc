@@ -4,7 +4,7 @@
 // opens its HpuDevice once; every test builds a fresh HcclCommunicator over a fresh MPI
 // bootstrap communicator. Only rank 0 prints gtest's output; every rank exits with the
 // worst result of the world.
-#include "runtime/comm/hccl/communicator.h"
+#include "runtime/platform/hpu/comm/communicator.h"
 
 #include <mpi.h>
 
@@ -16,8 +16,8 @@
 
 #include "runtime/comm/conformance_test.h"
 #include "runtime/comm/mpi/communicator.h"
-#include "runtime/device/hpu/hpu_runtime.h"
-#include "runtime/device/hpu/testing/hpu_test_target.h"
+#include "runtime/platform/hpu/hpu_runtime.h"
+#include "runtime/platform/hpu/testing/hpu_test_target.h"
 #include "testing/status_matchers.h"
 
 using shardlab::testlib::IsOk;

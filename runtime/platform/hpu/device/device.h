@@ -66,7 +66,7 @@
 
 #include "runtime/device/cpu/device.h"
 #include "runtime/device/device.h"
-#include "runtime/device/hpu/synapse_library.h"
+#include "runtime/platform/hpu/synapse_library.h"
 
 namespace shardlab::runtime::device::hpu {
 

@@ -13,7 +13,7 @@
 //   1. records an event on the device's compute stream and makes the collective stream
 //      wait on it (work already issued on compute comes first);
 //   2. calls hcclAllGather/hcclReduceScatter/hcclAllReduce/hcclBroadcast on the device
-//      addresses of its views (NOTE [HPU device memory] in runtime/device/hpu/device.h) on
+//      addresses of its views (NOTE [HPU device memory] in runtime/platform/hpu/device/device.h) on
 //      the dedicated collective stream (hcclSend/hcclRecv on a send and a receive stream),
 //      and records a completion event;
 //   3. returns a Work whose wait() polls synEventQuery until the event completes or the
@@ -44,7 +44,7 @@
 #include <string>
 
 #include "runtime/comm/communicator.h"
-#include "runtime/device/hpu/device.h"
+#include "runtime/platform/hpu/device/device.h"
 
 namespace shardlab::runtime::comm::hccl {
 

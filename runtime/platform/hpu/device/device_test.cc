@@ -3,7 +3,7 @@
 // rank. By default they run against the TEST DOUBLE (testing/fake_synapse.cc); with
 // SHARDLAB_HPU_TEST_TARGET=real (ctest label `hpu`) against libSynapse, skipping without
 // a card (testing/hpu_test_target.h).
-#include "runtime/device/hpu/device.h"
+#include "runtime/platform/hpu/device/device.h"
 
 #include <dlfcn.h>
 
@@ -16,11 +16,11 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "runtime/comm/hccl/communicator.h"
+#include "runtime/platform/hpu/comm/communicator.h"
 #include "runtime/core/clock.h"
 #include "runtime/device/cpu/device.h"
-#include "runtime/device/hpu/hpu_runtime.h"
-#include "runtime/device/hpu/testing/hpu_test_target.h"
+#include "runtime/platform/hpu/hpu_runtime.h"
+#include "runtime/platform/hpu/testing/hpu_test_target.h"
 #include "runtime/fsdp/options.h"
 #include "testing/status_matchers.h"
 

@@ -1,4 +1,4 @@
-#include "runtime/device/hpu/synapse_library.h"
+#include "runtime/platform/hpu/synapse_library.h"
 
 #include <dlfcn.h>
 

@@ -54,7 +54,7 @@
 #include "runtime/comm/communicator.h"
 #include "runtime/device/cpu/device.h"
 #include "runtime/device/cpu/vmath.h"
-#include "runtime/device/hpu/synapse_api.h"
+#include "runtime/platform/hpu/synapse_api.h"
 
 #define FAKE_EXPORT extern "C" __attribute__((visibility("default")))
 

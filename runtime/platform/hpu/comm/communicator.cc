@@ -1,4 +1,4 @@
-#include "runtime/comm/hccl/communicator.h"
+#include "runtime/platform/hpu/comm/communicator.h"
 
 #include <cstdlib>
 #include <cstring>

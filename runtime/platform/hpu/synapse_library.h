@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "runtime/core/status.h"
-#include "runtime/device/hpu/synapse_api.h"
+#include "runtime/platform/hpu/synapse_api.h"
 
 namespace shardlab::runtime::device::hpu {
 

@@ -19,7 +19,7 @@
 
 #include "runtime/comm/communicator.h"
 #include "runtime/core/clock.h"
-#include "runtime/device/hpu/device.h"
+#include "runtime/platform/hpu/device/device.h"
 
 namespace shardlab::runtime::comm::hccl {
 class HcclCommunicator;

@@ -16,7 +16,7 @@
 
 #include <gtest/gtest.h>
 
-#include "runtime/device/hpu/hpu_runtime.h"
+#include "runtime/platform/hpu/hpu_runtime.h"
 
 namespace shardlab::runtime::device::hpu::testing {
 

@@ -1,4 +1,4 @@
-#include "runtime/device/hpu/device.h"
+#include "runtime/platform/hpu/device/device.h"
 
 #include <cmath>
 #include <cstdlib>

@@ -1,6 +1,6 @@
-#include "runtime/device/hpu/hpu_runtime.h"
+#include "runtime/platform/hpu/hpu_runtime.h"
 
-#include "runtime/comm/hccl/communicator.h"
+#include "runtime/platform/hpu/comm/communicator.h"
 
 namespace shardlab::runtime::device::hpu {
 
