@@ -12,6 +12,7 @@
 #include <sstream>
 #include <string>
 
+#include "cli/backends.h"
 #include "cli/run_outputs.h"
 #include "cli/scenario_to_run_args.h"
 #include "cli/run_timing.h"
@@ -19,7 +20,6 @@
 #include "runtime/comm/checking_communicator.h"
 #include "runtime/comm/mpi/communicator.h"
 #include "runtime/device/cpu/device.h"
-#include "runtime/platform/hpu/hpu_runtime.h"
 #include "sim/models/network/network.h"
 #include "sim/models/device/profiles.h"
 #include "sim/timing/op_graph.h"
@@ -109,17 +109,16 @@ std::string this_host() {
 }  // namespace
 
 void fill_provenance(const RunArgs& a, RunRecord& r) {
-  if (a.backend == "sim") {
+  const BackendInfo& b = backend(a.backend);
+  if (b.simulated) {
     r.stack = {{"device", a.device.name + " (simulated)"},
                {"network", a.network ? a.network->describe() : "the default alpha-beta ring"}};
-  } else if (a.backend == "hpu") {
-    r.stack = {{"device", "hpu (Gaudi, one card per process)"}, {"network", "HCCL, bootstrapped over Open MPI"}};
   } else {
-    r.stack = {{"device", "cpu (one process per rank)"}, {"network", "Open MPI"}};
+    r.stack = {{"device", std::string(b.device_provenance)}, {"network", std::string(b.network_provenance)}};
   }
   if (!a.stack.ideal()) r.stack["software"] = a.stack.name;
   r.stack["cpu_offload"] = a.cpu_offload;
-  if (a.cpu_offload) r.stack["offload_host"] = a.backend == "sim" ? a.offload_host.name + " (simulated)" : "this host";
+  if (a.cpu_offload) r.stack["offload_host"] = b.simulated ? a.offload_host.name + " (simulated)" : "this host";
   r.version = std::string(shardlab_version());
   r.host = this_host();
 }
@@ -193,7 +192,7 @@ std::string header_line(const RunArgs& a, int world, int units) {
   std::snprintf(line, sizeof line, "shardlab run: %s · FSDP %s (%s) · %d %s rank%s · %d unit%s · global batch %lld · %d steps · seed %llu",
               arch.c_str(), std::string(runtime::fsdp::strategy_name(a.train.fsdp.strategy)).c_str(),
               std::string(runtime::fsdp::prefetch_name(a.train.fsdp.backward_prefetch)).c_str(), world,
-              a.backend == "sim" ? "simulated" : "MPI", world == 1 ? "" : "s", units, units == 1 ? "" : "s",
+              backend(a.backend).simulated ? "simulated" : "MPI", world == 1 ? "" : "s", units, units == 1 ? "" : "s",
               static_cast<long long>(a.train.global_batch), a.train.steps,
               static_cast<unsigned long long>(a.train.seed));
   return line;
@@ -466,21 +465,13 @@ int run_mpi(const RunArgs& a, int* argc, char*** argv) {
   SteadyClock clock;
   auto world = runtime::comm::mpi::MpiEnvironment::create_world(clock);
   if (!world.is_ok()) return fail(world.status());
-  runtime::comm::mpi::MpiCommunicator* roll = world->get();  // owned by `world`, or by `gaudi` below
-  const bool hpu = a.backend == "hpu";
-  std::unique_ptr<runtime::device::hpu::HpuContext> gaudi;
-  std::unique_ptr<runtime::device::cpu::CpuDevice> cpu;
-  const int world_rank = (*world)->rank();
-  if (hpu) {
-    auto ctx = runtime::device::hpu::open_hpu({}, std::move(*world), clock);
-    if (!ctx.is_ok()) return fail(ctx.status().with_context("rank " + std::to_string(world_rank)));
-    gaudi = std::move(*ctx);
-  } else {
-    cpu = std::make_unique<runtime::device::cpu::CpuDevice>(runtime::device::DeviceId{"cpu", world_rank});
-  }
-  runtime::comm::Communicator& base = hpu ? gaudi->communicator() : **world;
+  const BackendInfo& backend_info = backend(a.backend);
+  auto process = backend_info.open(std::move(*world), clock);
+  if (!process.is_ok()) return fail(process.status());
+  runtime::comm::mpi::MpiCommunicator* roll = &(*process)->mpi_world();
+  runtime::comm::Communicator& base = (*process)->communicator();
   if (Status s = check_run_device_id(a, torch_device_of(a.backend, a.device), base.size()); !s.is_ok()) return fail(s);
-  runtime::device::Device& raw_dev = hpu ? gaudi->device() : static_cast<runtime::device::Device&>(*cpu);
+  runtime::device::Device& raw_dev = (*process)->device();
   // NOTE [Ending a failed job] (runtime/comm/mpi/communicator.h): once ranks may be inside
   // collectives, a runtime failure (exit 3) ends the whole job rather than waiting in
   // MPI_Finalize for ranks that never arrive; bad input (exit 2), seen alike by every rank,
@@ -531,15 +522,16 @@ int run_mpi(const RunArgs& a, int* argc, char*** argv) {
     origin = clock.now();
   }
   TracingDevice traced_dev(&raw_dev, &clock, origin, &trace);
-  TracingCommunicator traced_comm(&unchecked, &clock, origin, &trace, hpu ? "hccl" : "mpi");
+  TracingCommunicator traced_comm(&unchecked, &clock, origin, &trace, std::string(backend_info.trace_algorithm));
   if (a.train.fsdp.devices_per_node > 0) traced_comm.set_nodes(a.train.fsdp.devices_per_node);
   FsdpTraceSink phases(&clock, origin, traced ? &trace : nullptr);
   runtime::device::Device& dev = traced ? static_cast<runtime::device::Device&>(traced_dev) : raw_dev;
   runtime::comm::Communicator& c = traced ? static_cast<runtime::comm::Communicator&>(traced_comm) : unchecked;
   RunArgs args = a;
-  if (hpu) {  // the runtime checks it again against the card this process opened
+  if (backend_info.runtime_checks_device_id) {  // against the device this process opened
     const int dpn = a.train.fsdp.devices_per_node > 0 ? a.train.fsdp.devices_per_node : c.size();
-    args.train.fsdp.device_id = device_id_of_rank(a.device_id, "hpu", c.rank(), dpn);
+    args.train.fsdp.device_id =
+        device_id_of_rank(a.device_id, std::string(backend_info.torch_device), c.rank(), dpn);
   }
   args.train.record_memory_timeline = c.rank() == 0 && !a.out_dir.empty();
   if (c.rank() == 0) args.train.on_step = progress_printer(a, "wall");
@@ -685,25 +677,25 @@ int replay_command(const ReplayArgs& r) {
 }
 
 Status check_run_plan(const RunArgs& a) {
-  if (a.backend == "sim" && a.mode == "timing") return Status::ok();  // no values: timing mode plans its own
-  if (a.backend == "sim" && a.world_size > sim::kMaxNumericsRanks) return numerics_world_too_big(a.world_size);
+  if (backend(a.backend).simulated && a.mode == "timing") return Status::ok();  // no values: timing mode plans its own
+  if (backend(a.backend).simulated && a.world_size > sim::kMaxNumericsRanks) return numerics_world_too_big(a.world_size);
   SHARDLAB_RETURN_IF_ERROR(runtime::train::validate(a.train, a.world_size));
-  if (a.backend != "sim") return Status::ok();  // one rank a process: each holds one shard
+  if (!backend(a.backend).simulated) return Status::ok();  // one rank a process: each holds one shard
   return runtime::train::check_numerics_host_memory(a.train, runtime::train::host_memory_bytes());
 }
 
 int run_command(const RunArgs& in, int* argc, char*** argv) {
   RunArgs args = in;
-  if (args.backend == "sim") {
+  if (backend(args.backend).simulated) {
     // NOTE [Output folder check]; under MPI rank 0 checks it (run_mpi).
     if (Status s = check_output_folder(args.out_dir); !s.is_ok()) return fail(s.with_context("--out"));
     if (Status s = check_run_device_id(args, torch_device_of("sim", args.device), args.world_size); !s.is_ok()) {
       return fail(s);
     }
   }
-  if (args.backend == "sim" && args.mode == "timing") return run_timing_mode(args);
-  if (args.backend == "sim") return run_sim(args);
-  return run_mpi(args, argc, argv);  // mpi or hpu
+  if (backend(args.backend).simulated && args.mode == "timing") return run_timing_mode(args);
+  if (backend(args.backend).simulated) return run_sim(args);
+  return run_mpi(args, argc, argv);  // a real backend: one rank per process
 }
 
 }  // namespace shardlab::cli

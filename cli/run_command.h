@@ -18,7 +18,7 @@
 namespace shardlab::cli {
 
 struct RunArgs {
-  std::string backend = "sim";  // sim | mpi
+  std::string backend = "sim";  // a registered backend (cli/backends.h)
   int world_size = 8;           // sim only; mpi takes the MPI world size
   std::string model_name = "mlp";  // for the header line: a BERT preset name or "mlp"
   // Non-empty: the oracle is off, and this says what turned it off ("--no-oracle",

@@ -14,6 +14,7 @@
 #include <regex>
 #include <sstream>
 
+#include "cli/backends.h"
 #include "runtime/io/safetensors.h"
 
 namespace shardlab::cli {
@@ -369,7 +370,7 @@ std::string summary_text(const RunRecord& r) {
     const std::string exposed_head = "exposed comm (rank " + std::to_string(r.traced_rank(0)) + ")";
     char line[320];
     std::snprintf(line, sizeof line, "%6s  %-14s  %-19s%s%s\n", "step", "loss",
-                  r.backend == "sim" ? "simulated step time" : "step time", exposed.empty() ? "" : "  ",
+                  backend(r.backend).simulated ? "simulated step time" : "step time", exposed.empty() ? "" : "  ",
                   exposed.empty() ? "" : exposed_head.c_str());
     o << line;
     for (std::size_t i = 0; i < r0.losses.size(); ++i) {

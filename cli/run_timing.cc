@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "cli/backends.h"
 #include "sim/faults/faults.h"
 #include "sim/timing/capture.h"
 #include "sim/timing/replay.h"
@@ -128,7 +129,7 @@ Status fill_timing_record(const sim::timing::OpGraph& g, const TimingRunOptions&
 Status run_timing(const RunArgs& a, const TimingRunOptions& options, RunRecord& record) {
   describe_run(a, record);
   Status s = [&]() -> Status {
-    if (a.backend != "sim") {
+    if (!backend(a.backend).simulated) {
       return Status::invalid_argument("timing mode runs on the simulator (backend sim), not '" + a.backend + "'");
     }
     SHARDLAB_RETURN_IF_ERROR(runtime::train::validate(a.train, a.world_size));

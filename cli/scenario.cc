@@ -23,6 +23,7 @@
 #include <system_error>
 #include <utility>
 
+#include "cli/backends.h"
 #include "runtime/model/bert.h"
 #include "runtime/model/bert_io.h"
 #include "sim/models/device/profiles.h"
@@ -811,6 +812,13 @@ std::string enum_allowed(const std::vector<EnumValue>& values, const std::string
   return join(names) + note;
 }
 
+// world.backend: the registered backends (cli/backends.h), in their order.
+std::vector<EnumValue> backend_values() {
+  std::vector<EnumValue> values;
+  for (const auto& name : backend_names()) values.push_back({name, {}});
+  return values;
+}
+
 template <class Get>
 ValueDef enum_setter(Get get, std::vector<EnumValue> values, std::string note = "") {
   Setter set = [get, values, note](const Node& n, const std::string& key, Scenario& s) -> Status {
@@ -1398,7 +1406,7 @@ std::vector<KeyDef> build_schema() {
       "world",
       {
           leaf("backend",
-               enum_setter([](S& s) -> std::string& { return s.world.backend; }, {{"sim", {}}, {"mpi", {}}, {"hpu", {}}}),
+               enum_setter([](S& s) -> std::string& { return s.world.backend; }, backend_values()),
                {"where ranks run: simulator threads, CPU processes under mpiexec, Gaudi cards under mpirun "
                 "(--backend overrides)",
                 "torch.distributed backend: gloo/mpi (mpi), hccl (hpu)"}),
@@ -2022,7 +2030,7 @@ void validate(const Scenario& s, const SourcePos& top, Problems& problems) {
                             "allowed: " + join(sim::device_profile_names()) + ", or an existing device profile file"));
   }
   if (s.world.stack != "ideal") {
-    if (s.world.mode != "timing" || s.world.backend != "sim") {
+    if (s.world.mode != "timing" || !backend(s.world.backend).simulated) {
       problems.add(bad(s.where("world.stack"),
                        "world.stack " + s.world.stack +
                            " models the host beside the device, which the simulator's timing mode replays; this run is " +
@@ -2039,7 +2047,7 @@ void validate(const Scenario& s, const SourcePos& top, Problems& problems) {
       problems.add(bad(s.where("world.offload_host"), "world.offload_host is set but fsdp.cpu_offload is false",
                  "allowed: fsdp.cpu_offload: true, or world.offload_host: host (the default)"));
     }
-    if (s.world.backend != "sim") {
+    if (!backend(s.world.backend).simulated) {
       problems.add(bad(s.where("world.offload_host"),
                  "world.offload_host models the host in the simulator; backend " + s.world.backend +
                      " offloads to the real host",

@@ -99,7 +99,7 @@ struct Scenario {
   } fsdp;
 
   struct World {
-    std::string backend = "sim";  // sim | mpi | hpu
+    std::string backend = "sim";  // a registered backend (cli/backends.h)
     std::string mode = "numerics";  // numerics | timing
     int nodes = 1;
     int devices_per_node = 8;       // world size = nodes × devices_per_node

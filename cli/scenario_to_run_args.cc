@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <memory>
 
+#include "cli/backends.h"
 #include "cli/run_timing.h"
 #include "runtime/device/cpu/device.h"
 #include "runtime/fsdp/options.h"
@@ -46,7 +47,8 @@ Status numerics_world_too_big(int world_size) {
 }
 
 std::string torch_device_of(const std::string& backend, const sim::DeviceProfile& device) {
-  return backend == "hpu" ? "hpu" : backend == "mpi" ? "cpu" : device.torch_device;
+  const BackendInfo& b = cli::backend(backend);
+  return b.torch_device.empty() ? device.torch_device : std::string(b.torch_device);
 }
 
 std::string device_id_of_rank(const std::string& device_id, const std::string& torch_device, int rank,
@@ -86,7 +88,7 @@ Status scenario_to_run_args(const Scenario& s, RunArgs& a) {
   a.out_dir = "out/" + s.name;
   a.backend = s.world.backend;
   a.mode = s.world.mode;
-  if (a.mode == "timing" && s.world.backend != "sim") {
+  if (a.mode == "timing" && !backend(s.world.backend).simulated) {
     return refuse(s, "world.mode", "timing mode is the simulator's (phantom tensors); run with --backend sim, or use "
                                    "mode: numerics on " + s.world.backend);
   }
@@ -148,7 +150,7 @@ Status scenario_to_run_args(const Scenario& s, RunArgs& a) {
     a.network = *network;
   }
   if (!s.faults.empty()) {
-    if (s.world.backend != "sim") {
+    if (!backend(s.world.backend).simulated) {
       return refuse(s, "world.backend", "faults are injected by the simulator; run with --backend sim (or remove faults)");
     }
     auto plan = std::make_shared<sim::FaultPlan>();
@@ -183,7 +185,7 @@ Status scenario_to_run_args(const Scenario& s, RunArgs& a) {
     o.checkpoint.type = *type;
   }
   a.world_size = s.world.world_size();
-  if (a.mode == "numerics" && a.backend == "sim" && a.world_size > sim::kMaxNumericsRanks) {
+  if (a.mode == "numerics" && backend(a.backend).simulated && a.world_size > sim::kMaxNumericsRanks) {
     const std::string key = s.positions.count("world.nodes") != 0 ? "world.nodes" : "world.devices_per_node";
     return refuse(s, key, numerics_world_too_big(a.world_size).message());
   }

@@ -7,6 +7,7 @@
 #include <sstream>
 #include <string>
 
+#include "cli/backends.h"
 #include "cli/run_command.h"
 #include "cli/scenario.h"
 #include "cli/scenario_to_run_args.h"
@@ -92,7 +93,7 @@ Subcommand add_run_command(CLI::App& app) {
   run_cmd->add_option("--backend", flags.run.backend,
                       "Where ranks run: sim (threads, virtual time), mpi (CPU processes under mpiexec) or hpu "
                       "(Gaudi cards under mpirun, one process per card)")
-      ->check(CLI::IsMember({"sim", "mpi", "hpu"}))
+      ->check(CLI::IsMember(backend_names()))
       ->capture_default_str();
   run_cmd->add_option("--world-size,-n", flags.run.world_size, "Simulated ranks (sim only; mpi uses mpiexec -n)")
       ->check(CLI::Range(1, 4096))
@@ -228,7 +229,7 @@ Subcommand add_run_command(CLI::App& app) {
       for (const auto* opt : run_cmd->get_options()) {
         const std::string name = opt->get_name();
         if (opt->count() == 0 || name == "--out" || name == "--no-oracle" || name == "--check-collectives" ||
-            name == "--perturb-host-schedule" || name == "--help" || (name == "--backend" && flags.run.backend == "sim")) {
+            name == "--perturb-host-schedule" || name == "--help" || (name == "--backend" && flags.run.backend == kDefaultBackend)) {
           continue;
         }
         changed += name;
