@@ -677,7 +677,7 @@ int replay_command(const ReplayArgs& r) {
 }
 
 Status check_run_plan(const RunArgs& a) {
-  if (backend(a.backend).simulated && a.mode == "timing") return Status::ok();  // no values: timing mode plans its own
+  if (backend(a.backend).simulated && a.mode == RunMode::kTiming) return Status::ok();  // no values: timing mode plans its own
   if (backend(a.backend).simulated && a.world_size > sim::kMaxNumericsRanks) return numerics_world_too_big(a.world_size);
   SHARDLAB_RETURN_IF_ERROR(runtime::train::validate(a.train, a.world_size));
   if (!backend(a.backend).simulated) return Status::ok();  // one rank a process: each holds one shard
@@ -693,7 +693,7 @@ int run_command(const RunArgs& in, int* argc, char*** argv) {
       return fail(s);
     }
   }
-  if (backend(args.backend).simulated && args.mode == "timing") return run_timing_mode(args);
+  if (backend(args.backend).simulated && args.mode == RunMode::kTiming) return run_timing_mode(args);
   if (backend(args.backend).simulated) return run_sim(args);
   return run_mpi(args, argc, argv);  // a real backend: one rank per process
 }

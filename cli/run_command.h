@@ -49,7 +49,7 @@ struct RunArgs {
   // cli/scenario_to_run_args.h), and where it stands ("FILE:LINE:COL: fsdp.device_id: ") for errors.
   std::string device_id, device_id_where;
   // numerics (real math on every rank) or timing (phantom tensors, capture + replay; sim only).
-  std::string mode = "numerics";
+  RunMode mode = RunMode::kNumerics;
   std::string dump_graph;  // timing: also write the op graph here (--dump-graph)
   // The ranks trace.json holds (scenario trace.ranks, NOTE [Traced ranks] in
   // cli/run_outputs.h); empty: every rank (timing mode: 0-7).

@@ -1003,6 +1003,33 @@ const std::vector<EnumValue>& fault_kinds() {
   return kKinds;
 }
 
+// world.mode, held as the RunMode it names.
+template <class Get>
+ValueDef mode_setter(Get get) {
+  static const std::vector<EnumValue> kModes = {{"numerics", {}}, {"timing", {}}};
+  Setter set = [get](const Node& n, const std::string& key, Scenario& s) -> Status {
+    SHARDLAB_ASSIGN_OR_RETURN(std::string name, to_enum(n, key, kModes));
+    get(s) = name == "timing" ? RunMode::kTiming : RunMode::kNumerics;
+    return Status::ok();
+  };
+  return {set, "name", enum_allowed(kModes, ""),
+          [get](const Scenario& s) { return std::string(run_mode_name(value_of(get, s))); }};
+}
+
+// faults[].kind: one of fault_kinds(), held as the sim::FaultKind it names.
+template <class Get>
+ValueDef fault_kind_setter(Get get) {
+  Setter set = [get](const Node& n, const std::string& key, Scenario& s) -> Status {
+    SHARDLAB_ASSIGN_OR_RETURN(std::string name, to_enum(n, key, fault_kinds()));
+    SHARDLAB_ASSIGN_OR_RETURN(get(s).kind, sim::parse_fault_kind(name));
+    return Status::ok();
+  };
+  return {set, "name", enum_allowed(fault_kinds(), ""), [get](const Scenario& s) {
+            const auto kind = value_of(get, s).kind;
+            return kind ? std::string(sim::fault_kind_name(*kind)) : std::string();
+          }};
+}
+
 std::vector<KeyDef> fault_keys() {
   auto f = [](Scenario& s) -> Scenario::Fault& { return s.faults.back(); };
   const std::string link_allowed =
@@ -1012,7 +1039,7 @@ std::vector<KeyDef> fault_keys() {
       "a byte offset from 0 to 18446744073709551615, decimal or 0x-hexadecimal, a multiple of 4 (the fp32 element "
       "size), e.g. 13835057943613014016 (the seed bug's)";
   return {
-      leaf("kind", enum_setter([f](Scenario& s) -> std::string& { return f(s).kind; }, fault_kinds()),
+      leaf("kind", fault_kind_setter(f),
            {"what goes wrong (required); crash/hang end the run (exit 3), straggler/link_degrade slow it down, "
             "corrupt changes a collective's payload, view_offset corrupts a parameter view (sim/faults/faults.h)"}),
       leaf("rank", int_setter([f](Scenario& s) -> int& { return f(s).rank; }, 0, kMaxWorldSize - 1),
@@ -1411,7 +1438,7 @@ std::vector<KeyDef> build_schema() {
                 "(--backend overrides)",
                 "torch.distributed backend: gloo/mpi (mpi), hccl (hpu)"}),
           leaf("mode",
-               enum_setter([](S& s) -> std::string& { return s.world.mode; }, {{"numerics", {}}, {"timing", {}}}),
+               mode_setter([](S& s) -> RunMode& { return s.world.mode; }),
                {"numerics: real math on every rank; timing: phantom tensors, one rank's op graph replayed (sim only)"}),
           leaf("nodes", int_setter([](S& s) -> int& { return s.world.nodes; }, 1, kMaxWorldSize),
                {"machines; world size = nodes × devices_per_node", "accelerate num_machines; torchrun --nnodes"}),
@@ -2030,11 +2057,11 @@ void validate(const Scenario& s, const SourcePos& top, Problems& problems) {
                             "allowed: " + join(sim::device_profile_names()) + ", or an existing device profile file"));
   }
   if (s.world.stack != "ideal") {
-    if (s.world.mode != "timing" || !backend(s.world.backend).simulated) {
+    if (s.world.mode != RunMode::kTiming || !backend(s.world.backend).simulated) {
       problems.add(bad(s.where("world.stack"),
                        "world.stack " + s.world.stack +
                            " models the host beside the device, which the simulator's timing mode replays; this run is " +
-                           s.world.backend + " in " + s.world.mode + " mode",
+                           s.world.backend + " in " + std::string(run_mode_name(s.world.mode)) + " mode",
                        "allowed: world.stack: ideal (the default), or world.backend: sim with world.mode: timing"));
     }
     if (looks_like_path(s.world.stack)) {
@@ -2070,27 +2097,30 @@ void validate(const Scenario& s, const SourcePos& top, Problems& problems) {
       auto it = s.positions.find(name + "." + key);
       return it != s.positions.end() ? it->second : f.pos;
     };
-    if (f.kind.empty()) {
+    if (!f.kind) {
       if (problems.reported_at(s.where(name + ".kind"))) return Status::ok();  // refused already
       return bad(f.pos, name + " has no kind",
                  "allowed kinds: crash, hang, straggler, corrupt, link_down, link_degrade, view_offset");
     }
-    const bool link_kind = f.kind == "link_down" || f.kind == "link_degrade";
+    using sim::FaultKind;
+    const FaultKind kind = *f.kind;
+    const std::string kind_name(sim::fault_kind_name(kind));
+    const bool link_kind = kind == FaultKind::kLinkDown || kind == FaultKind::kLinkDegrade;
     const bool rank_kind = !link_kind;  // crash, hang, straggler, corrupt, view_offset
-    const bool view_kind = f.kind == "view_offset";
-    const bool when_kind = f.kind == "crash" || f.kind == "hang";
+    const bool view_kind = kind == FaultKind::kViewOffset;
+    const bool when_kind = kind == FaultKind::kCrash || kind == FaultKind::kHang;
     if (link_kind && f.link.empty()) {
-      return bad(f.pos, name + " (" + f.kind + ") has no link", "allowed: link: \"a-b\" naming two ranks");
+      return bad(f.pos, name + " (" + kind_name + ") has no link", "allowed: link: \"a-b\" naming two ranks");
     }
     if (link_kind && f.rank >= 0) {
-      return bad(at("rank"), name + " (" + f.kind + ") names a rank",
+      return bad(at("rank"), name + " (" + kind_name + ") names a rank",
                  "a link fault names its link (\"a-b\"), not a rank");
     }
     if (!link_kind && !f.link.empty()) {
-      return bad(at("link"), name + " (" + f.kind + ") names a link", "only link_down and link_degrade take a link");
+      return bad(at("link"), name + " (" + kind_name + ") names a link", "only link_down and link_degrade take a link");
     }
     if (rank_kind && f.rank < 0)
-      return bad(f.pos, name + " (" + f.kind + ") has no rank", "allowed: rank: 0 to " + std::to_string(world - 1));
+      return bad(f.pos, name + " (" + kind_name + ") has no rank", "allowed: rank: 0 to " + std::to_string(world - 1));
     if (f.rank >= world) {
       return bad(at("rank"),
                  name + ".rank = " + std::to_string(f.rank) + " is not a rank of the world (size " +
@@ -2115,7 +2145,7 @@ void validate(const Scenario& s, const SourcePos& top, Problems& problems) {
                  "allowed: 1 to " + std::to_string(s.train.steps) + " (steps count from 1, like the step table)");
     }
     if (when_kind && f.step < 0 && f.time_ms < 0) {
-      return bad(f.pos, name + " (" + f.kind + ") has neither step nor time_ms",
+      return bad(f.pos, name + " (" + kind_name + ") has neither step nor time_ms",
                  "give step (1-based, like the step table) or time_ms to say when it happens");
     }
     if (view_kind && (f.step < 0 || f.unit < 0)) {
@@ -2124,51 +2154,51 @@ void validate(const Scenario& s, const SourcePos& top, Problems& problems) {
                  "corrupted)");
     }
     if (!view_kind && (f.unit >= 0 || s.positions.count(name + ".offset") != 0)) {
-      return bad(at(f.unit >= 0 ? "unit" : "offset"), name + " (" + f.kind + ") takes no " + (f.unit >= 0 ? "unit" : "offset"),
+      return bad(at(f.unit >= 0 ? "unit" : "offset"), name + " (" + kind_name + ") takes no " + (f.unit >= 0 ? "unit" : "offset"),
                  "only view_offset takes unit and offset");
     }
     if (!when_kind && !view_kind && f.step >= 0) {
-      return bad(at("step"), name + " (" + f.kind + ") takes no step",
-                 f.kind == "corrupt" ? "a corrupt fault names the rank's collective index (collective: N)"
-                                     : std::string("a ") + f.kind + " fault starts at time_ms (default 0) and lasts the run");
+      return bad(at("step"), name + " (" + kind_name + ") takes no step",
+                 kind == FaultKind::kCorrupt ? "a corrupt fault names the rank's collective index (collective: N)"
+                                     : std::string("a ") + kind_name + " fault starts at time_ms (default 0) and lasts the run");
     }
-    if ((f.kind == "straggler" || f.kind == "corrupt" || view_kind) && f.time_ms >= 0) {
-      return bad(at("time_ms"), name + " (" + f.kind + ") takes no time_ms",
-                 f.kind == "corrupt" ? "a corrupt fault names the rank's collective index (collective: N)"
+    if ((kind == FaultKind::kStraggler || kind == FaultKind::kCorrupt || view_kind) && f.time_ms >= 0) {
+      return bad(at("time_ms"), name + " (" + kind_name + ") takes no time_ms",
+                 kind == FaultKind::kCorrupt ? "a corrupt fault names the rank's collective index (collective: N)"
                  : view_kind         ? "a view_offset fault happens at its step (step: N)"
                                      : "a straggler is slow for the whole run");
     }
-    if (f.kind == "corrupt" && f.collective < 0) {
+    if (kind == FaultKind::kCorrupt && f.collective < 0) {
       return bad(f.pos, name + " (corrupt) has no collective",
                  "give collective: N, the 0-based index among the rank's collectives with a payload");
     }
-    if (f.kind != "corrupt" && f.collective >= 0) {
-      return bad(at("collective"), name + " (" + f.kind + ") takes no collective", "only corrupt takes a collective index");
+    if (kind != FaultKind::kCorrupt && f.collective >= 0) {
+      return bad(at("collective"), name + " (" + kind_name + ") takes no collective", "only corrupt takes a collective index");
     }
-    if (f.kind != "corrupt" && s.positions.count(name + ".integrity_check") != 0) {
-      return bad(at("integrity_check"), name + " (" + f.kind + ") takes no integrity_check",
+    if (kind != FaultKind::kCorrupt && s.positions.count(name + ".integrity_check") != 0) {
+      return bad(at("integrity_check"), name + " (" + kind_name + ") takes no integrity_check",
                  "only corrupt takes integrity_check");
     }
-    if ((f.kind == "crash" || f.kind == "hang" || f.kind == "corrupt" || f.kind == "link_down" || view_kind) &&
+    if ((kind == FaultKind::kCrash || kind == FaultKind::kHang || kind == FaultKind::kCorrupt || kind == FaultKind::kLinkDown || view_kind) &&
         s.positions.count(name + ".factor") != 0) {
-      return bad(at("factor"), name + " (" + f.kind + ") takes no factor",
+      return bad(at("factor"), name + " (" + kind_name + ") takes no factor",
                  "only straggler (slowdown in [1, 1e6]) and link_degrade (bandwidth factor in [1e-6, 1]) take a factor");
     }
     // The bounds keep every degraded duration far inside the simulator's virtual time
     // (a 10^6 slowdown of a second-long op is 12 days; NOTE [Virtual time limit]).
-    if (f.kind == "straggler" && f.factor < 1) {
+    if (kind == FaultKind::kStraggler && f.factor < 1) {
       return bad(at("factor"), name + ".factor = " + yaml_number(f.factor) + " would speed the straggler up",
                  "allowed: a slowdown factor in [1, 1e6]");
     }
-    if (f.kind == "straggler" && f.factor > kMaxFaultSlowdown) {
+    if (kind == FaultKind::kStraggler && f.factor > kMaxFaultSlowdown) {
       return bad(at("factor"), name + ".factor = " + yaml_number(f.factor) + " is out of range",
                  "allowed: a slowdown factor in [1, 1e6]");
     }
-    if (f.kind == "link_degrade" && f.factor > 1) {
+    if (kind == FaultKind::kLinkDegrade && f.factor > 1) {
       return bad(at("factor"), name + ".factor = " + yaml_number(f.factor) + " would speed the link up",
                  "allowed: a bandwidth factor in [1e-6, 1]");
     }
-    if (f.kind == "link_degrade" && f.factor < 1 / kMaxFaultSlowdown) {
+    if (kind == FaultKind::kLinkDegrade && f.factor < 1 / kMaxFaultSlowdown) {
       return bad(at("factor"), name + ".factor = " + yaml_number(f.factor) + " is out of range",
                  "allowed: a bandwidth factor in [1e-6, 1] (0 is link_down)");
     }
@@ -2292,7 +2322,7 @@ std::string to_yaml(const Scenario& s) {
   o << "    buffer_dtype: " << s.fsdp.mixed_precision.buffer_dtype << "\n";
   o << "world:\n";
   o << "  backend: " << s.world.backend << "\n";
-  o << "  mode: " << s.world.mode << "\n";
+  o << "  mode: " << run_mode_name(s.world.mode) << "\n";
   o << "  nodes: " << s.world.nodes << "\n";
   o << "  devices_per_node: " << s.world.devices_per_node << "\n";
   o << "  device: " << yaml_string(s.world.device) << "\n";
@@ -2307,15 +2337,17 @@ std::string to_yaml(const Scenario& s) {
   } else {
     o << "faults:\n";
     for (const auto& f : s.faults) {
-      o << "  - {kind: " << yaml_string(f.kind);
+      o << "  - {kind: " << yaml_string(f.kind ? std::string(sim::fault_kind_name(*f.kind)) : std::string());
       if (f.rank >= 0) o << ", rank: " << f.rank;
       if (f.step >= 0) o << ", step: " << f.step;
       if (f.time_ms >= 0) o << ", time_ms: " << yaml_number(f.time_ms);
       if (!f.link.empty()) o << ", link: " << yaml_string(f.link);
       if (f.collective >= 0) o << ", collective: " << f.collective;
       if (f.unit >= 0) o << ", unit: " << f.unit << ", offset: " << f.offset;
-      if (f.kind == "corrupt") o << ", integrity_check: " << yaml_bool(f.integrity_check);
-      if (f.kind == "straggler" || f.kind == "link_degrade") o << ", factor: " << yaml_number(f.factor);
+      if (f.kind == sim::FaultKind::kCorrupt) o << ", integrity_check: " << yaml_bool(f.integrity_check);
+      if (f.kind == sim::FaultKind::kStraggler || f.kind == sim::FaultKind::kLinkDegrade) {
+        o << ", factor: " << yaml_number(f.factor);
+      }
       o << "}\n";
     }
   }
@@ -2473,5 +2505,7 @@ std::string schema_reference(bool markdown) {
     << join(accelerate_launcher_keys()) << "\n";
   return o.str();
 }
+
+std::string_view run_mode_name(RunMode mode) { return mode == RunMode::kTiming ? "timing" : "numerics"; }
 
 }  // namespace shardlab::cli

@@ -27,8 +27,15 @@
 #include <vector>
 
 #include "runtime/core/status.h"
+#include "sim/faults/faults.h"
 
 namespace shardlab::cli {
+
+// world.mode: real values on every rank (numerics), or time only, with phantom tensors
+// captured once and replayed over the world (timing; NOTE [Timing mode] in
+// sim/timing/op_graph.h).
+enum class RunMode { kNumerics, kTiming };
+std::string_view run_mode_name(RunMode mode);  // "numerics", "timing"
 
 // Where a value came from: a file position, or a command-line override.
 struct SourcePos {
@@ -100,7 +107,7 @@ struct Scenario {
 
   struct World {
     std::string backend = "sim";  // a registered backend (cli/backends.h)
-    std::string mode = "numerics";  // numerics | timing
+    RunMode mode = RunMode::kNumerics;
     int nodes = 1;
     int devices_per_node = 8;       // world size = nodes × devices_per_node
     std::string device = "cpu";     // profile name (cpu, gaudi1, gaudi2, gaudi3) or a path to a profile file
@@ -122,7 +129,7 @@ struct Scenario {
   } world;
 
   struct Fault {
-    std::string kind;       // crash | hang | straggler | corrupt | link_down | link_degrade | view_offset (sim/faults/faults.h)
+    std::optional<sim::FaultKind> kind;  // not given until the file names it (sim/faults/faults.h)
     int rank = -1;          // -1: not given
     int step = -1;          // 1-based, like the step table; -1: not given
     double time_ms = -1.0;  // < 0: not given

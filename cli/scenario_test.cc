@@ -211,17 +211,17 @@ expect:
   EXPECT_EQ(s.fsdp.mixed_precision.reduce_dtype, "fp32");
   EXPECT_EQ(s.fsdp.mixed_precision.buffer_dtype, "fp16");
   EXPECT_EQ(s.world.backend, "mpi");
-  EXPECT_EQ(s.world.mode, "timing");
+  EXPECT_EQ(s.world.mode, RunMode::kTiming);
   EXPECT_EQ(s.world.world_size(), 8);
   EXPECT_EQ(s.world.device, path("profiles/dev.yaml"));
   EXPECT_EQ(s.world.topology, path("profiles/topo.json"));
   ASSERT_EQ(s.faults.size(), 3u);
-  EXPECT_EQ(s.faults[0].kind, "crash");
+  EXPECT_EQ(s.faults[0].kind, sim::FaultKind::kCrash);
   EXPECT_EQ(s.faults[0].rank, 7);
   EXPECT_EQ(s.faults[0].step, 6);
   EXPECT_EQ(s.faults[0].time_ms, -1.0);
   EXPECT_EQ(s.faults[0].pos.to_string(), file + ":52:5");
-  EXPECT_EQ(s.faults[1].kind, "link_degrade");  // the old spelling is an alias
+  EXPECT_EQ(s.faults[1].kind, sim::FaultKind::kLinkDegrade);  // the old spelling is an alias
   EXPECT_EQ(s.faults[1].link, "0-7");
   EXPECT_EQ(s.faults[1].rank, -1);
   EXPECT_EQ(s.faults[1].time_ms, 12.5);
@@ -262,7 +262,7 @@ TEST(Scenario, ToYamlRoundTripsAwkwardValues) {
   s.fsdp.transformer_layer_cls_to_wrap = {"BertLayer", "my.module.Block"};
   s.expect.grads_match_unsharded = Scenario::Tolerance{};
   s.expect.final_loss_below = -2.5;
-  s.faults.push_back({"hang", 2, -1, 3.25, "", 1.0, -1, false, -1, Scenario::Fault{}.offset, {}});
+  s.faults.push_back({sim::FaultKind::kHang, 2, -1, 3.25, "", 1.0, -1, false, -1, Scenario::Fault{}.offset, {}});
   const std::string y = to_yaml(s);
   auto r = parse_scenario("s.yaml", y);
   ASSERT_THAT(r, IsOk()) << y;
@@ -412,7 +412,7 @@ TEST(Scenario, BackendsModesAndProfileNames) {
     auto r = parse(std::string("name: a\nworld: {backend: ") + backend + ", mode: timing}\n");
     ASSERT_THAT(r, IsOk());
     EXPECT_EQ(r->world.backend, backend);
-    EXPECT_EQ(r->world.mode, "timing");
+    EXPECT_EQ(r->world.mode, RunMode::kTiming);
   }
   for (const char* device : {"cpu", "gaudi1", "gaudi2", "gaudi3"}) {
     auto r = parse(std::string("name: a\nworld: {device: ") + device + "}\n");

@@ -88,11 +88,11 @@ Status scenario_to_run_args(const Scenario& s, RunArgs& a) {
   a.out_dir = "out/" + s.name;
   a.backend = s.world.backend;
   a.mode = s.world.mode;
-  if (a.mode == "timing" && !backend(s.world.backend).simulated) {
+  if (a.mode == RunMode::kTiming && !backend(s.world.backend).simulated) {
     return refuse(s, "world.mode", "timing mode is the simulator's (phantom tensors); run with --backend sim, or use "
                                    "mode: numerics on " + s.world.backend);
   }
-  if (a.mode == "timing") {
+  if (a.mode == RunMode::kTiming) {
     // Checks of values: timing mode has none (losses and gradients are NaN).
     const struct {
       const char* key;
@@ -131,11 +131,11 @@ Status scenario_to_run_args(const Scenario& s, RunArgs& a) {
     SHARDLAB_ASSIGN_OR_RETURN(net.model, sim::parse_network_model(s.world.network_model));
     SHARDLAB_ASSIGN_OR_RETURN(net.algorithm, sim::parse_algorithm(s.world.collective_algorithm));
     for (const auto& f : s.faults) {
-      if (f.kind != "link_down" && f.kind != "link_degrade") continue;
+      if (f.kind != sim::FaultKind::kLinkDown && f.kind != sim::FaultKind::kLinkDegrade) continue;
       sim::LinkFault lf;
       lf.link = f.link;
       lf.start = f.time_ms >= 0 ? static_cast<Nanos>(std::llround(f.time_ms * 1e6)) : 0;
-      lf.factor = f.kind == "link_down" ? 0.0 : f.factor;
+      lf.factor = f.kind == sim::FaultKind::kLinkDown ? 0.0 : f.factor;
       net.link_faults.push_back(lf);
     }
     a.network_spec = net;
@@ -157,7 +157,7 @@ Status scenario_to_run_args(const Scenario& s, RunArgs& a) {
     plan->seed = s.seed;
     for (const auto& f : s.faults) {
       sim::Fault x;
-      SHARDLAB_ASSIGN_OR_RETURN(x.kind, sim::parse_fault_kind(f.kind));
+      x.kind = *f.kind;  // validate() refused a fault without a kind
       x.rank = f.rank;
       x.step = f.step >= 1 ? f.step - 1 : -1;  // the scenario counts steps from 1
       x.time = f.time_ms >= 0 ? static_cast<Nanos>(std::llround(f.time_ms * 1e6)) : -1;
@@ -170,7 +170,7 @@ Status scenario_to_run_args(const Scenario& s, RunArgs& a) {
       x.link = f.link;
       plan->faults.push_back(std::move(x));
     }
-    if (a.mode == "timing") SHARDLAB_RETURN_IF_ERROR(check_timing_faults(*plan));
+    if (a.mode == RunMode::kTiming) SHARDLAB_RETURN_IF_ERROR(check_timing_faults(*plan));
     a.faults = std::move(plan);
   }
   // checkpoint.dir is anchored like every path (NOTE [Relative paths] in cli/scenario.h).
@@ -185,7 +185,7 @@ Status scenario_to_run_args(const Scenario& s, RunArgs& a) {
     o.checkpoint.type = *type;
   }
   a.world_size = s.world.world_size();
-  if (a.mode == "numerics" && backend(a.backend).simulated && a.world_size > sim::kMaxNumericsRanks) {
+  if (a.mode == RunMode::kNumerics && backend(a.backend).simulated && a.world_size > sim::kMaxNumericsRanks) {
     const std::string key = s.positions.count("world.nodes") != 0 ? "world.nodes" : "world.devices_per_node";
     return refuse(s, key, numerics_world_too_big(a.world_size).message());
   }

@@ -189,7 +189,7 @@ Subcommand add_run_command(CLI::App& app) {
       }
       flags.run.dump_graph = dump_graph;
       flags.run.perturb_seed = perturb_seed;
-      if (!flags.run.dump_graph.empty() && flags.run.mode != "timing") {
+      if (!flags.run.dump_graph.empty() && flags.run.mode != RunMode::kTiming) {
         return bad(shardlab::Status::invalid_argument("--dump-graph needs timing mode (world.mode: timing, or --set "
                                                       "world.mode=timing)"));
       }
