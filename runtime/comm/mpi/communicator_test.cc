@@ -20,6 +20,7 @@
 #include "runtime/comm/conformance_test.h"
 #include "runtime/core/clock.h"
 #include "runtime/device/cpu/device.h"
+#include "testing/mpi_gtest.h"
 #include "testing/status_matchers.h"
 
 using shardlab::testlib::IsOk;
@@ -33,11 +34,7 @@ using testing::RankEnv;
 constexpr Nanos kShortTimeout = 300 * kNanosPerMilli;
 constexpr Nanos kLong = 60 * kNanosPerSecond;
 
-int mpi_world_size() {
-  int size = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  return size;
-}
+using testlib::mpi_world_size;
 
 // Each run gets a fresh world communicator (a new MPI_Comm_dup), so requests left
 // behind by a failed test cannot match the next test's collectives.
@@ -286,25 +283,6 @@ TEST_F(MpiCommunicatorTest, BadTagAndPhantomTensorAreRejectedLocally) {
 }
 
 // On ranks other than 0: print only failures, prefixed with the rank.
-class RankFailurePrinter final : public ::testing::EmptyTestEventListener {
- public:
-  explicit RankFailurePrinter(int rank) : rank_(rank) {}
-  // gtest holds its lock while calling OnTestPartResult, so the test's name is recorded
-  // here rather than asked for there.
-  void OnTestStart(const ::testing::TestInfo& info) override {
-    test_ = std::string(info.test_suite_name()) + "." + info.name();
-  }
-  void OnTestPartResult(const ::testing::TestPartResult& result) override {
-    if (!result.failed()) return;
-    std::fprintf(stderr, "[rank %d] %s: %s:%d: Failure\n%s\n", rank_, test_.c_str(),
-                 result.file_name() ? result.file_name() : "?", result.line_number(), result.message());
-  }
-
- private:
-  int rank_;
-  std::string test_;
-};
-
 }  // namespace
 }  // namespace shardlab::runtime::comm::mpi
 
@@ -316,21 +294,8 @@ int main(int argc, char** argv) {
     return 3;
   }
   ::testing::InitGoogleTest(&argc, argv);
-  const int rank = (*env)->world_rank();
-  if (rank != 0) {
-    ::testing::TestEventListeners& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-    delete listeners.Release(listeners.default_xml_generator());
-    listeners.Append(new shardlab::runtime::comm::mpi::RankFailurePrinter(rank));
-  }
-  const int mine = RUN_ALL_TESTS();
-  int worst = mine;
-  MPI_Allreduce(&mine, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  if (rank == 0 && mine == 0 && worst != 0) {
-    std::fprintf(stderr, "comm_mpi_test: tests failed on other ranks (see the [rank N] lines above)\n");
-  }
-  // Nobody exits (which makes mpiexec kill the others) before rank 0 has reported.
-  MPI_Barrier(MPI_COMM_WORLD);
+  shardlab::testlib::print_only_failures_off_rank_0((*env)->world_rank());
+  const int worst = shardlab::testlib::worst_over_ranks(RUN_ALL_TESTS(), "comm_mpi_test");
   env->reset();
   return worst;
 }

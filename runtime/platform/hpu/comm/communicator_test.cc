@@ -18,6 +18,7 @@
 #include "runtime/comm/mpi/communicator.h"
 #include "runtime/platform/hpu/hpu_runtime.h"
 #include "runtime/platform/hpu/testing/hpu_test_target.h"
+#include "testing/mpi_gtest.h"
 #include "testing/status_matchers.h"
 
 using shardlab::testlib::IsOk;
@@ -32,11 +33,7 @@ using testing::RankEnv;
 constexpr Nanos kShortTimeout = 300 * kNanosPerMilli;
 constexpr Nanos kLong = 60 * kNanosPerSecond;
 
-int mpi_world_size() {
-  int size = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  return size;
-}
+using testlib::mpi_world_size;
 
 // The process's device (opened in main, closed before MPI_Finalize).
 struct Process {
@@ -164,18 +161,6 @@ TEST_F(HcclCommunicatorTest, HcclCommIdReplacesTheUniqueIdBroadcast) {
 }
 
 // Only rank 0 prints gtest's usual output (the mpi test's convention).
-class RankPrefixPrinter : public ::testing::EmptyTestEventListener {
- public:
-  explicit RankPrefixPrinter(int rank) : rank_(rank) {}
-  void OnTestPartResult(const ::testing::TestPartResult& r) override {
-    if (r.failed()) std::fprintf(stderr, "[rank %d] %s:%d: %s\n", rank_, r.file_name() ? r.file_name() : "?",
-                                 r.line_number(), r.summary());
-  }
-
- private:
-  int rank_;
-};
-
 }  // namespace
 }  // namespace shardlab::runtime::comm::hccl
 
@@ -199,15 +184,9 @@ int main(int argc, char** argv) {
     }
     process->context = std::move(ctx).value();
   }
-  if (rank != 0) {
-    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-    listeners.Append(new comm::hccl::RankPrefixPrinter(rank));
-  }
-  int result = RUN_ALL_TESTS();
+  shardlab::testlib::print_only_failures_off_rank_0(rank);
+  const int result = RUN_ALL_TESTS();
   process.reset();
   comm::hccl::g_process = nullptr;
-  int worst = 0;
-  MPI_Allreduce(&result, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  return worst;
+  return shardlab::testlib::worst_over_ranks(result, "comm_hccl_test");
 }
