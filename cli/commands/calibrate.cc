@@ -76,7 +76,7 @@ Subcommand add_calibrate_command(CLI::App& app) {
       print_device(*profile, 1);
       return 0;
     }
-    // NOTE [Calibrate with the run's process count] in sim/calibrate.h.
+    // NOTE [Calibrate with the run's process count] in calibrate/calibrate.h.
     auto env = shardlab::runtime::comm::mpi::MpiEnvironment::initialize(argc, argv);
     if (!env.is_ok()) return failed(env.status());
     shardlab::SteadyClock clock;

@@ -149,7 +149,7 @@ struct Transfer {
 struct Priced {
   Nanos latency_ns = 0;
   double bytes_per_s = 0;  // the rate the message gets (its path's bottleneck or fair share)
-  // latency + llround(bytes / rate) — the one rounding per message (NOTE in cost_model.h).
+  // latency + llround(bytes / rate) — the one rounding per message (NOTE in sim/models/device/cost_model.h).
   Nanos cost(std::int64_t bytes) const;
 };
 // Prices the messages of one round (they run concurrently).
