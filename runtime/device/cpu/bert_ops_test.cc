@@ -20,6 +20,7 @@
 
 #include "runtime/core/rng.h"
 #include "runtime/device/cpu/device.h"
+#include "testing/tensors.h"
 
 namespace shardlab::runtime::device::cpu {
 namespace {
@@ -29,29 +30,10 @@ using ::testing::HasSubstr;
 constexpr float kFdStep = 1e-2f;
 constexpr double kFdTolerance = 2e-3;
 
-Tensor make(CpuDevice& dev, const Shape& shape, DType dtype = DType::kF32, const std::string& name = "t") {
-  Result<Tensor> t = dev.empty(shape, dtype, MemoryCategory::kActivations, name);
-  SHARDLAB_CHECK_OK(t.status());
-  return *t;
-}
-
-std::vector<float> get(const Tensor& t) {
-  const float* p = t.data<float>();
-  return std::vector<float>(p, p + t.numel());
-}
-
-void set(const Tensor& t, const std::vector<float>& values) {
-  SHARDLAB_CHECK_EQ(t.numel(), static_cast<std::int64_t>(values.size()));
-  std::memcpy(t.data<float>(), values.data(), values.size() * sizeof(float));
-}
-
-Tensor random_f32(CpuDevice& dev, const Shape& shape, Rng& rng, const std::string& name = "r", float lo = -1.0f,
-                  float hi = 1.0f) {
-  Tensor t = make(dev, shape, DType::kF32, name);
-  float* p = t.data<float>();
-  for (std::int64_t i = 0; i < t.numel(); ++i) p[i] = rng.uniform(lo, hi);
-  return t;
-}
+using testlib::get;
+using testlib::make;
+using testlib::random_f32;
+using testlib::set;
 
 Tensor make_ids(CpuDevice& dev, const std::vector<std::int64_t>& values) {
   Tensor t = make(dev, {static_cast<std::int64_t>(values.size())}, DType::kI64, "ids");

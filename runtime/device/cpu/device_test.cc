@@ -21,6 +21,7 @@
 
 #include "runtime/core/rng.h"
 #include "runtime/optim/optimizer.h"
+#include "testing/tensors.h"
 
 namespace shardlab::runtime::device::cpu {
 namespace {
@@ -30,39 +31,12 @@ using ::testing::HasSubstr;
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-Tensor make(CpuDevice& dev, const Shape& shape, DType dtype = DType::kF32, const std::string& name = "t",
-            MemoryCategory category = MemoryCategory::kActivations) {
-  Result<Tensor> t = dev.empty(shape, dtype, category, name);
-  SHARDLAB_CHECK_OK(t.status());
-  return *t;
-}
-
-void set(const Tensor& t, const std::vector<float>& values) {
-  SHARDLAB_CHECK_EQ(t.numel(), static_cast<std::int64_t>(values.size()));
-  std::memcpy(t.data<float>(), values.data(), values.size() * sizeof(float));
-}
-
-Tensor make_f32(CpuDevice& dev, const Shape& shape, const std::vector<float>& values, const std::string& name = "t") {
-  Tensor t = make(dev, shape, DType::kF32, name);
-  set(t, values);
-  return t;
-}
-
-std::vector<float> get(const Tensor& t) {
-  const float* p = t.data<float>();
-  return std::vector<float>(p, p + t.numel());
-}
-
-void fill_random(const Tensor& t, Rng& rng, float lo = -1.0f, float hi = 1.0f) {
-  float* p = t.data<float>();
-  for (std::int64_t i = 0; i < t.numel(); ++i) p[i] = rng.uniform(lo, hi);
-}
-
-Tensor random_f32(CpuDevice& dev, const Shape& shape, Rng& rng, const std::string& name = "r") {
-  Tensor t = make(dev, shape, DType::kF32, name);
-  fill_random(t, rng);
-  return t;
-}
+using testlib::fill_random;
+using testlib::get;
+using testlib::make;
+using testlib::make_f32;
+using testlib::random_f32;
+using testlib::set;
 
 // ---- memory ---------------------------------------------------------------------------------
 
