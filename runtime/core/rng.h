@@ -4,7 +4,7 @@
 // stateful generator makes results depend on call order across threads. A Philox
 // stream is a pure function of (key, counter), so every platform produces the same
 // bits, and `split(id)` derives independent child streams without touching the parent
-// (e.g. one per (seed, step, rank, layer, site)). See NOTE [Determinism] in sim/world.h.
+// (e.g. one per (seed, step, rank, layer, site)). See NOTE [Determinism] in sim/engine/world.h.
 //
 // Floating outputs use only exact integer->float conversions and IEEE multiplications,
 // never libm, so they are bitwise reproducible too.

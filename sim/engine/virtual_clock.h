@@ -1,7 +1,7 @@
 // VirtualClock: a rank's simulated time, in integer nanoseconds.
 //
 // Owned by one rank; only that rank's thread advances it (its device ops and its
-// Work::wait). Time never goes backwards. See NOTE [Determinism] in sim/world.h.
+// Work::wait). Time never goes backwards. See NOTE [Determinism] in sim/engine/world.h.
 #pragma once
 
 #include <algorithm>

@@ -185,7 +185,7 @@ Schedule plan_halving_doubling(OpKind kind, int q, std::int64_t bytes, int root)
   return s;
 }
 
-// NOTE [Open MPI's nonblocking schedules] in sim/collectives.h.
+// NOTE [Open MPI's nonblocking schedules] in sim/models/network/collectives.h.
 Schedule plan_libnbc(OpKind kind, int q, std::int64_t bytes, int root) {
   Schedule s;
   const auto all = iota_members(q);

@@ -97,7 +97,7 @@ class TopologyNetwork final : public NetworkCostModel {
     t.algorithm = s.algorithm;
     const Nanos earliest = *std::min_element(q.arrivals.begin(), q.arrivals.end());
     if (!faults_after(earliest)) {
-      // NOTE [Measured collectives] in sim/topology.h.
+      // NOTE [Measured collectives] in sim/models/network/topology.h.
       if (const auto m = topo_.spec().measured.time(q.kind, static_cast<int>(q.world_ranks.size()), q.bytes)) {
         t.algorithm = "measured";
         t.done.assign(q.world_ranks.size(), add_time(*std::max_element(q.arrivals.begin(), q.arrivals.end()), *m));
