@@ -123,10 +123,7 @@ void fill_provenance(const RunArgs& a, RunRecord& r) {
   r.host = this_host();
 }
 
-namespace {
-
-RunRecord make_record(const RunArgs& a, int world, const std::string& backend) {
-  RunRecord r;
+void describe_run(const RunArgs& a, int world, const std::string& backend, RunRecord& r) {
   fill_provenance(a, r);
   r.scenario = a.scenario;
   r.backend = backend;
@@ -148,6 +145,13 @@ RunRecord make_record(const RunArgs& a, int world, const std::string& backend) {
             {"devices_per_node", a.train.fsdp.devices_per_node > 0 ? a.train.fsdp.devices_per_node : world},
             {"grad_accumulation", a.train.grad_accumulation}};
   r.flops_per_step = analytic_step_flops(a.train);
+}
+
+namespace {
+
+RunRecord make_record(const RunArgs& a, int world, const std::string& backend) {
+  RunRecord r;
+  describe_run(a, world, backend, r);
   if (!a.device_id.empty()) {
     // NOTE [Simulated device_id] (cli/scenario_to_run_args.h): the run got here, so every rank's
     // device_id resolved to its compute device.

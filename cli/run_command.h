@@ -102,4 +102,9 @@ int replay_command(const ReplayArgs& args);
 // differ between builds and machines, not between runs of one build).
 void fill_provenance(const RunArgs& args, RunRecord& record);
 
+// What every run's record says about itself, whatever executed it: provenance, scenario,
+// backend, seed, world size, batch, the model and its parameter count, the FSDP settings
+// and the analytic FLOPs per step. `world` is the run's world size.
+void describe_run(const RunArgs& args, int world, const std::string& backend, RunRecord& record);
+
 }  // namespace shardlab::cli

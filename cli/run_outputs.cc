@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "cli/backends.h"
+#include "cli/scenario.h"
 #include "runtime/io/safetensors.h"
 
 namespace shardlab::cli {
@@ -376,7 +377,7 @@ std::string summary_text(const RunRecord& r) {
     for (std::size_t i = 0; i < r0.losses.size(); ++i) {
       // Timing mode computes no loss (NaN by construction): "-" rather than "nan".
       char loss[32] = "-";
-      if (!(std::isnan(r0.losses[i]) && r.mode == "timing")) std::snprintf(loss, sizeof loss, "%.8f", r0.losses[i]);
+      if (!(std::isnan(r0.losses[i]) && r.mode == run_mode_name(RunMode::kTiming))) std::snprintf(loss, sizeof loss, "%.8f", r0.losses[i]);
       char time[40];
       std::snprintf(time, sizeof time, "%.6f s", seconds(r0.step_times[i]));
       if (exposed.empty()) {
@@ -545,7 +546,7 @@ Status write_run_files(const std::filesystem::path& dir, const RunRecord& r, std
   std::string loss = "step,loss,oracle_loss\n";
   for (std::size_t i = 0; i < r0.losses.size(); ++i) {
     const std::size_t step = i + static_cast<std::size_t>(r0.first_step);
-    const bool no_loss = std::isnan(r0.losses[i]) && r.mode == "timing";  // timing mode: empty
+    const bool no_loss = std::isnan(r0.losses[i]) && r.mode == run_mode_name(RunMode::kTiming);  // timing mode: empty
     loss += std::to_string(step + 1) + "," + (no_loss ? std::string() : exact(r0.losses[i])) + "," +
             (step < r.oracle_loss.size() ? exact(r.oracle_loss[step]) : std::string()) + "\n";
   }

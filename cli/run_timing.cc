@@ -15,31 +15,11 @@ namespace {
 
 using runtime::train::FsdpTrainResult;
 
-// The numerics run's record fields (run_command.cc make_record), for timing mode.
-void describe_run(const RunArgs& a, RunRecord& r) {
-  fill_provenance(a, r);
-  r.scenario = a.scenario;
-  r.backend = "sim";
-  r.mode = "timing";
-  r.seed = a.train.seed;
-  r.world_size = a.world_size;
-  r.global_batch = a.train.global_batch;
-  const auto net = runtime::train::make_model(a.train);
-  if (a.train.model_kind == runtime::train::ModelKind::kBert) {
-    r.model = {{"name", a.model_name}, {"head", runtime::model::bert_head_name(a.train.bert.head)}};
-    r.seq_len = a.train.bert.seq_len;
-  } else {
-    r.model = {{"name", "mlp"}};
-  }
-  r.model["parameters"] = runtime::model::total_numel(net->params());
-  r.fsdp = {{"sharding_strategy", runtime::fsdp::strategy_name(a.train.fsdp.strategy)},
-            {"backward_prefetch", runtime::fsdp::prefetch_name(a.train.fsdp.backward_prefetch)},
-            {"forward_prefetch", a.train.fsdp.forward_prefetch},
-            {"limit_all_gathers", a.train.fsdp.limit_all_gathers},
-            {"async_reduction", a.train.fsdp.async_reduction},
-            {"devices_per_node", a.train.fsdp.devices_per_node > 0 ? a.train.fsdp.devices_per_node : a.world_size},
-            {"grad_accumulation", a.train.grad_accumulation}};
-  r.flops_per_step = analytic_step_flops(a.train);
+// describe_run's record, as timing mode reports it.
+void describe_timing_run(const RunArgs& a, RunRecord& r) {
+  describe_run(a, a.world_size, "sim", r);  // timing mode is the simulator's
+  r.mode = std::string(run_mode_name(RunMode::kTiming));
+  r.fsdp["async_reduction"] = a.train.fsdp.async_reduction;
 }
 
 std::shared_ptr<const sim::NetworkCostModel> network_of(const TimingRunOptions& o) {
@@ -86,7 +66,7 @@ Status fill_timing_record(const sim::timing::OpGraph& g, const TimingRunOptions&
     }
   }
   SHARDLAB_ASSIGN_OR_RETURN(sim::timing::ReplayResult rep, sim::timing::replay(g, ro));
-  record.mode = "timing";
+  record.mode = std::string(run_mode_name(RunMode::kTiming));
   if (!record.stack.empty()) record.stack["network"] = ro.network->describe();  // as replayed
   record.world_size = g.world_size;
   record.device_peak_flops = options.device.matrix_flops_per_s;
@@ -127,7 +107,7 @@ Status fill_timing_record(const sim::timing::OpGraph& g, const TimingRunOptions&
 }
 
 Status run_timing(const RunArgs& a, const TimingRunOptions& options, RunRecord& record) {
-  describe_run(a, record);
+  describe_timing_run(a, record);
   Status s = [&]() -> Status {
     if (!backend(a.backend).simulated) {
       return Status::invalid_argument("timing mode runs on the simulator (backend sim), not '" + a.backend + "'");
