@@ -5,7 +5,7 @@
 // before anything runs: syntax errors, unknown keys (with a did-you-mean), wrong types,
 // out-of-range values and inconsistencies are INVALID_ARGUMENT with one line
 // `file:line:col: what is wrong; what is allowed` per problem of the file (at most 20
-// shown; NOTE [Every error] in scenario.cc), exit code 2. Hostile input (alias bombs, deep
+// shown; NOTE [Every error] in cli/scenario/messages.h), exit code 2. Hostile input (alias bombs, deep
 // nesting, huge numbers, binary junk, empty or oversized files) gets the same treatment,
 // quickly and in bounded memory.
 //
@@ -15,6 +15,10 @@
 // fsdp_transformer_layer_cls_to_wrap, fsdp_offload_params, fsdp_state_dict_type,
 // fsdp_use_orig_params, fsdp_sync_module_states, fsdp_forward_prefetch,
 // fsdp_min_num_params); the same key given twice under both spellings is an error.
+//
+// A value is typed as it is read: every closed set of names is an enum (the runtime's own
+// where it has one), the backend its registry entry; only paths, profile names and free
+// text stay strings.
 //
 // Thread safety: plain data; the functions are reentrant.
 #pragma once
@@ -26,8 +30,16 @@
 #include <string_view>
 #include <vector>
 
+#include "cli/backends.h"
+#include "runtime/core/dtype.h"
 #include "runtime/core/status.h"
+#include "runtime/fsdp/checkpoint.h"
+#include "runtime/fsdp/options.h"
+#include "runtime/model/bert.h"
+#include "runtime/optim/optimizer.h"
 #include "sim/faults/faults.h"
+#include "sim/models/network/collectives.h"
+#include "sim/models/network/network.h"
 
 namespace shardlab::cli {
 
@@ -36,6 +48,15 @@ namespace shardlab::cli {
 // sim/timing/op_graph.h).
 enum class RunMode { kNumerics, kTiming };
 std::string_view run_mode_name(RunMode mode);  // "numerics", "timing"
+
+// data.kind: seeded synthetic batches, or token batches read from data.path.
+enum class DataKind { kSynthetic, kFile };
+std::string_view data_kind_name(DataKind kind);  // "synthetic", "file"
+
+// fsdp.auto_wrap_policy: one unit per module of the named classes, units closed by size, or
+// one unit for the whole model.
+enum class AutoWrapPolicy { kTransformer, kSize, kNone };
+std::string_view auto_wrap_policy_name(AutoWrapPolicy policy);  // "transformer", "size", "none"
 
 // Where a value came from: a file position, or a command-line override.
 struct SourcePos {
@@ -54,19 +75,19 @@ struct Scenario {
   struct Model {
     std::string preset = "bert-tiny";  // bert-tiny|mini|small|base|large, or "mlp"; ignored when `config` is set
     std::string config;                // path to a Hugging Face config.json (NOTE [Relative paths])
-    std::string head = "mlm";          // classification | mlm | qa
+    runtime::model::BertHead head = runtime::model::BertHead::kMaskedLM;
     std::string weights = "random";    // random | path to model.safetensors
   } model;
 
   struct Data {
-    std::string kind = "synthetic";  // synthetic | file
+    DataKind kind = DataKind::kSynthetic;
     std::string path;                // kind file: a batch safetensors (NOTE [Relative paths])
     std::int64_t batch_size_per_rank = 2;
     std::int64_t seq_len = 64;
   } data;
 
   struct Optimizer {
-    std::string name = "adamw";  // adamw | sgd
+    runtime::optim::OptimizerConfig::Kind name = runtime::optim::OptimizerConfig::Kind::kAdamW;
     double lr = 1e-3;
     double weight_decay = 0.0;
     double beta1 = 0.9, beta2 = 0.999;  // YAML: betas: [0.9, 0.999]
@@ -77,19 +98,20 @@ struct Scenario {
     int steps = 5;
     int grad_accumulation = 1;
     double max_grad_norm = 0.0;     // 0: off
-    std::string precision = "fp32";  // fp32 | bf16
+    DType precision = DType::kF32;  // fp32 | bf16
     Optimizer optimizer;
   } train;
 
   struct MixedPrecision {
-    std::string param_dtype = "fp32", reduce_dtype = "fp32", buffer_dtype = "fp32";  // fp32 | bf16 | fp16
+    // fp32 | bf16 | fp16 (read, and refused with its reason where the run is set up).
+    DType param_dtype = DType::kF32, reduce_dtype = DType::kF32, buffer_dtype = DType::kF32;
   };
   struct Fsdp {
-    std::string sharding_strategy = "FULL_SHARD";  // FULL_SHARD | SHARD_GRAD_OP | NO_SHARD | HYBRID_SHARD | _HYBRID_SHARD_ZERO2
-    std::string auto_wrap_policy = "transformer";  // transformer | size | none (accelerate: TRANSFORMER_BASED_WRAP | SIZE_BASED_WRAP | NO_WRAP)
+    runtime::fsdp::ShardingStrategy sharding_strategy = runtime::fsdp::ShardingStrategy::kFullShard;
+    AutoWrapPolicy auto_wrap_policy = AutoWrapPolicy::kTransformer;
     std::vector<std::string> transformer_layer_cls_to_wrap = {"BertLayer"};  // YAML: a list or a comma-separated string
     std::int64_t min_num_params = 100000000;
-    std::string backward_prefetch = "BACKWARD_PRE";  // BACKWARD_PRE | BACKWARD_POST | NONE (accelerate: NO_PREFETCH)
+    runtime::fsdp::BackwardPrefetch backward_prefetch = runtime::fsdp::BackwardPrefetch::kBackwardPre;
     bool forward_prefetch = false;
     bool limit_all_gathers = true;
     bool async_reduction = true;
@@ -101,12 +123,12 @@ struct Scenario {
     std::string device_id;
     bool cpu_offload = false;
     bool activation_checkpointing = false;
-    std::string state_dict_type = "FULL_STATE_DICT";  // FULL_STATE_DICT | SHARDED_STATE_DICT | LOCAL_STATE_DICT
+    runtime::fsdp::StateDictType state_dict_type = runtime::fsdp::StateDictType::kFull;
     MixedPrecision mixed_precision;
   } fsdp;
 
   struct World {
-    std::string backend = "sim";  // a registered backend (cli/backends.h)
+    const BackendInfo* backend = &cli::backend(kDefaultBackend);  // a registered backend (cli/backends.h)
     RunMode mode = RunMode::kNumerics;
     int nodes = 1;
     int devices_per_node = 8;       // world size = nodes × devices_per_node
@@ -123,8 +145,8 @@ struct Scenario {
     // How long a rank waits in a collective before it fails with a timeout (exit 3), as
     // torch.distributed.init_process_group(timeout=…); virtual time in the simulator.
     double collective_timeout_s = 30.0;
-    std::string network_model = "alpha_beta";  // alpha_beta (congestion-unaware) | contention (max–min fair links)
-    std::string collective_algorithm = "auto";  // auto | ring | direct | hierarchical | halving_doubling | libnbc
+    sim::NetworkModelKind network_model = sim::NetworkModelKind::kAlphaBeta;  // congestion-unaware, or max–min fair links
+    sim::Algorithm collective_algorithm = sim::Algorithm::kAuto;
     int world_size() const { return nodes * devices_per_node; }
   } world;
 
@@ -176,7 +198,7 @@ struct Scenario {
   // Where each given key was set ("world.nodes" → position), for later semantic errors.
   std::map<std::string, SourcePos> positions;
   // What the run was given but does not honour, one line each (e.g. --fsdp-config keys with
-  // no effect; NOTE [accelerate config files] in scenario.cc). `run` and `validate` print
+  // no effect; NOTE [accelerate config files] in cli/scenario/accelerate.cc). `run` and `validate` print
   // them on stdout.
   std::vector<std::string> notes;
   // The position of `key` if it was given, else the file itself (line 0).
@@ -186,7 +208,7 @@ struct Scenario {
 struct ScenarioOverrides {
   std::vector<std::string> set;  // "section.key=value" (value parsed as a YAML scalar or flow sequence)
   // An accelerate config: `accelerate config`'s YAML file, or an fsdp_config JSON
-  // (NOTE [accelerate config files] in scenario.cc); empty: none.
+  // (NOTE [accelerate config files] in cli/scenario/accelerate.cc); empty: none.
   std::string fsdp_config;
 };
 

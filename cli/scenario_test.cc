@@ -18,6 +18,10 @@ namespace shardlab::cli {
 namespace {
 
 namespace fs = std::filesystem;
+using runtime::fsdp::BackwardPrefetch;
+using runtime::fsdp::ShardingStrategy;
+using runtime::fsdp::StateDictType;
+using runtime::model::BertHead;
 
 Result<Scenario> parse(const std::string& text, const ScenarioOverrides& o = {}) {
   return parse_scenario("s.yaml", text, o);
@@ -65,15 +69,15 @@ TEST(Scenario, NameAloneGivesEveryDefault) {
   EXPECT_EQ(s.name, "smoke");
   EXPECT_EQ(s.seed, 0u);
   EXPECT_EQ(s.model.preset, "bert-tiny");
-  EXPECT_EQ(s.model.head, "mlm");
+  EXPECT_EQ(s.model.head, BertHead::kMaskedLM);
   EXPECT_EQ(s.model.weights, "random");
-  EXPECT_EQ(s.data.kind, "synthetic");
+  EXPECT_EQ(s.data.kind, DataKind::kSynthetic);
   EXPECT_EQ(s.data.batch_size_per_rank, 2);
   EXPECT_EQ(s.data.seq_len, 64);
   EXPECT_EQ(s.train.steps, 5);
   EXPECT_EQ(s.train.optimizer.lr, d.train.optimizer.lr);
   EXPECT_EQ(s.train.optimizer.beta2, 0.999);
-  EXPECT_EQ(s.fsdp.sharding_strategy, "FULL_SHARD");
+  EXPECT_EQ(s.fsdp.sharding_strategy, ShardingStrategy::kFullShard);
   EXPECT_EQ(s.fsdp.transformer_layer_cls_to_wrap, std::vector<std::string>{"BertLayer"});
   EXPECT_EQ(s.world.world_size(), 8);
   EXPECT_EQ(s.world.device, "cpu");
@@ -177,28 +181,28 @@ expect:
   EXPECT_EQ(s.model.preset, "bert-base");
   // Paths in a file are relative to its folder (NOTE [Relative paths]).
   EXPECT_EQ(s.model.config, path("hf/config.json"));
-  EXPECT_EQ(s.model.head, "qa");
+  EXPECT_EQ(s.model.head, BertHead::kQuestionAnswering);
   EXPECT_EQ(s.model.weights, path("hf/model.safetensors"));
-  EXPECT_EQ(s.data.kind, "file");
+  EXPECT_EQ(s.data.kind, DataKind::kFile);
   EXPECT_EQ(s.data.path, path("data/batch.safetensors"));
   EXPECT_EQ(s.data.batch_size_per_rank, 12);
   EXPECT_EQ(s.data.seq_len, 1000);
   EXPECT_EQ(s.train.steps, 7);
   EXPECT_EQ(s.train.grad_accumulation, 3);
   EXPECT_EQ(s.train.max_grad_norm, 0.5);
-  EXPECT_EQ(s.train.precision, "bf16");
-  EXPECT_EQ(s.train.optimizer.name, "sgd");
+  EXPECT_EQ(s.train.precision, DType::kBF16);
+  EXPECT_EQ(s.train.optimizer.name, runtime::optim::OptimizerConfig::Kind::kSgd);
   EXPECT_EQ(s.train.optimizer.lr, 3e-5);
   EXPECT_EQ(s.train.optimizer.weight_decay, 0.01);
   EXPECT_EQ(s.train.optimizer.beta1, 0.8);
   EXPECT_EQ(s.train.optimizer.beta2, 0.95);
   EXPECT_EQ(s.train.optimizer.eps, 1e-6);
   EXPECT_EQ(s.train.optimizer.momentum, 0.9);
-  EXPECT_EQ(s.fsdp.sharding_strategy, "HYBRID_SHARD");
-  EXPECT_EQ(s.fsdp.auto_wrap_policy, "size");
+  EXPECT_EQ(s.fsdp.sharding_strategy, ShardingStrategy::kHybridShard);
+  EXPECT_EQ(s.fsdp.auto_wrap_policy, AutoWrapPolicy::kSize);
   EXPECT_EQ(s.fsdp.transformer_layer_cls_to_wrap, (std::vector<std::string>{"BertLayer", "BertEmbeddings"}));
   EXPECT_EQ(s.fsdp.min_num_params, 1000);
-  EXPECT_EQ(s.fsdp.backward_prefetch, "BACKWARD_POST");
+  EXPECT_EQ(s.fsdp.backward_prefetch, BackwardPrefetch::kBackwardPost);
   EXPECT_TRUE(s.fsdp.forward_prefetch);
   EXPECT_FALSE(s.fsdp.limit_all_gathers);
   EXPECT_FALSE(s.fsdp.async_reduction);
@@ -206,11 +210,11 @@ expect:
   EXPECT_TRUE(s.fsdp.sync_module_states);
   EXPECT_TRUE(s.fsdp.cpu_offload);
   EXPECT_TRUE(s.fsdp.activation_checkpointing);
-  EXPECT_EQ(s.fsdp.state_dict_type, "SHARDED_STATE_DICT");
-  EXPECT_EQ(s.fsdp.mixed_precision.param_dtype, "bf16");
-  EXPECT_EQ(s.fsdp.mixed_precision.reduce_dtype, "fp32");
-  EXPECT_EQ(s.fsdp.mixed_precision.buffer_dtype, "fp16");
-  EXPECT_EQ(s.world.backend, "mpi");
+  EXPECT_EQ(s.fsdp.state_dict_type, StateDictType::kSharded);
+  EXPECT_EQ(s.fsdp.mixed_precision.param_dtype, DType::kBF16);
+  EXPECT_EQ(s.fsdp.mixed_precision.reduce_dtype, DType::kF32);
+  EXPECT_EQ(s.fsdp.mixed_precision.buffer_dtype, DType::kF16);
+  EXPECT_EQ(s.world.backend->name, "mpi");
   EXPECT_EQ(s.world.mode, RunMode::kTiming);
   EXPECT_EQ(s.world.world_size(), 8);
   EXPECT_EQ(s.world.device, path("profiles/dev.yaml"));
@@ -334,16 +338,19 @@ TEST(Scenario, ResumeIfPresent) {
 
 TEST(Scenario, AccelerateNamesAndNumbers) {
   const char* names[] = {"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", "_HYBRID_SHARD_ZERO2"};
+  const ShardingStrategy strategies[] = {ShardingStrategy::kFullShard, ShardingStrategy::kShardGradOp,
+                                         ShardingStrategy::kNoShard, ShardingStrategy::kHybridShard,
+                                         ShardingStrategy::kHybridShardZero2};
   for (int i = 1; i <= 5; ++i) {
     auto by_number = parse("name: a\nfsdp:\n  fsdp_sharding_strategy: " + std::to_string(i) + "\n");
     ASSERT_THAT(by_number, IsOk());
-    EXPECT_EQ(by_number->fsdp.sharding_strategy, names[i - 1]);
+    EXPECT_EQ(by_number->fsdp.sharding_strategy, strategies[i - 1]);
     auto quoted = parse("name: a\nfsdp:\n  fsdp_sharding_strategy: \"" + std::to_string(i) + "\"\n");
     ASSERT_THAT(quoted, IsOk());
-    EXPECT_EQ(quoted->fsdp.sharding_strategy, names[i - 1]);
+    EXPECT_EQ(quoted->fsdp.sharding_strategy, strategies[i - 1]);
     auto by_name = parse(std::string("name: a\nfsdp:\n  fsdp_sharding_strategy: ") + names[i - 1] + "\n");
     ASSERT_THAT(by_name, IsOk());
-    EXPECT_EQ(by_name->fsdp.sharding_strategy, names[i - 1]);
+    EXPECT_EQ(by_name->fsdp.sharding_strategy, strategies[i - 1]);
   }
   auto r = parse(R"(name: a
 fsdp:
@@ -361,14 +368,14 @@ fsdp:
   fsdp_version: 1
 )");
   ASSERT_THAT(r, IsOk());
-  EXPECT_EQ(r->fsdp.auto_wrap_policy, "transformer");
-  EXPECT_EQ(r->fsdp.backward_prefetch, "NONE");
+  EXPECT_EQ(r->fsdp.auto_wrap_policy, AutoWrapPolicy::kTransformer);
+  EXPECT_EQ(r->fsdp.backward_prefetch, BackwardPrefetch::kNone);
   EXPECT_EQ(r->fsdp.transformer_layer_cls_to_wrap, (std::vector<std::string>{"BertLayer", "BertEmbeddings"}));
   EXPECT_TRUE(r->fsdp.cpu_offload);
   EXPECT_FALSE(r->fsdp.use_orig_params);
   EXPECT_TRUE(r->fsdp.sync_module_states);
   EXPECT_TRUE(r->fsdp.forward_prefetch);
-  EXPECT_EQ(r->fsdp.state_dict_type, "LOCAL_STATE_DICT");
+  EXPECT_EQ(r->fsdp.state_dict_type, StateDictType::kLocal);
   EXPECT_EQ(r->fsdp.min_num_params, 2000);
   EXPECT_TRUE(r->fsdp.activation_checkpointing);
   // The canonical name of the key records the position.
@@ -377,11 +384,11 @@ fsdp:
   auto wrap =
       parse("name: a\nfsdp:\n  fsdp_auto_wrap_policy: SIZE_BASED_WRAP\n  fsdp_backward_prefetch: BACKWARD_PRE\n");
   ASSERT_THAT(wrap, IsOk());
-  EXPECT_EQ(wrap->fsdp.auto_wrap_policy, "size");
+  EXPECT_EQ(wrap->fsdp.auto_wrap_policy, AutoWrapPolicy::kSize);
   auto lower = parse("name: a\nfsdp:\n  sharding_strategy: full_shard\n  backward_prefetch: backward_post\n");
   ASSERT_THAT(lower, IsOk());
-  EXPECT_EQ(lower->fsdp.sharding_strategy, "FULL_SHARD");
-  EXPECT_EQ(lower->fsdp.backward_prefetch, "BACKWARD_POST");
+  EXPECT_EQ(lower->fsdp.sharding_strategy, ShardingStrategy::kFullShard);
+  EXPECT_EQ(lower->fsdp.backward_prefetch, BackwardPrefetch::kBackwardPost);
 
   expect_error(parse("name: a\nfsdp:\n  fsdp_sharding_strategy: 6\n"),
                "s.yaml:3:27:", {"fsdp.sharding_strategy", "'6'", "FULL_SHARD", "1-5"});
@@ -411,7 +418,7 @@ TEST(Scenario, BackendsModesAndProfileNames) {
   for (const char* backend : {"sim", "mpi", "hpu"}) {
     auto r = parse(std::string("name: a\nworld: {backend: ") + backend + ", mode: timing}\n");
     ASSERT_THAT(r, IsOk());
-    EXPECT_EQ(r->world.backend, backend);
+    EXPECT_EQ(r->world.backend->name, backend);
     EXPECT_EQ(r->world.mode, RunMode::kTiming);
   }
   for (const char* device : {"cpu", "gaudi1", "gaudi2", "gaudi3"}) {
@@ -837,14 +844,14 @@ TEST_F(ScenarioFiles, FsdpConfigJsonOverridesTheFile) {
   auto r = parse(
       "name: a\nfsdp:\n  sharding_strategy: NO_SHARD\n  cpu_offload: true\n  activation_checkpointing: true\n", o);
   ASSERT_THAT(r, IsOk());
-  EXPECT_EQ(r->fsdp.sharding_strategy, "SHARD_GRAD_OP");
-  EXPECT_EQ(r->fsdp.backward_prefetch, "BACKWARD_POST");
+  EXPECT_EQ(r->fsdp.sharding_strategy, ShardingStrategy::kShardGradOp);
+  EXPECT_EQ(r->fsdp.backward_prefetch, BackwardPrefetch::kBackwardPost);
   EXPECT_FALSE(r->fsdp.cpu_offload);
   EXPECT_TRUE(r->fsdp.activation_checkpointing);  // from the file: the JSON does not set it
   EXPECT_TRUE(r->fsdp.sync_module_states);
   EXPECT_TRUE(r->fsdp.forward_prefetch);
   EXPECT_FALSE(r->fsdp.limit_all_gathers);
-  EXPECT_EQ(r->fsdp.state_dict_type, "SHARDED_STATE_DICT");
+  EXPECT_EQ(r->fsdp.state_dict_type, StateDictType::kSharded);
   EXPECT_EQ(r->where("fsdp.sharding_strategy").to_string(), json + ":2:29");
 
   // Nested under "fsdp_config" (trainer style), with the trainer's other keys left alone.
@@ -854,15 +861,15 @@ TEST_F(ScenarioFiles, FsdpConfigJsonOverridesTheFile) {
   o.fsdp_config = nested;
   auto n = parse("name: a\n", o);
   ASSERT_THAT(n, IsOk());
-  EXPECT_EQ(n->fsdp.sharding_strategy, "HYBRID_SHARD");
-  EXPECT_EQ(n->fsdp.backward_prefetch, "BACKWARD_PRE");
+  EXPECT_EQ(n->fsdp.sharding_strategy, ShardingStrategy::kHybridShard);
+  EXPECT_EQ(n->fsdp.backward_prefetch, BackwardPrefetch::kBackwardPre);
 
   // --set wins over --fsdp-config.
   o.fsdp_config = json;
   o.set = {"fsdp.sharding_strategy=FULL_SHARD"};
   auto s = parse("name: a\n", o);
   ASSERT_THAT(s, IsOk());
-  EXPECT_EQ(s->fsdp.sharding_strategy, "FULL_SHARD");
+  EXPECT_EQ(s->fsdp.sharding_strategy, ShardingStrategy::kFullShard);
   EXPECT_EQ(s->where("fsdp.sharding_strategy").to_string(), "--set:1:24");
 }
 
@@ -904,13 +911,13 @@ TEST(ScenarioSet, ScalarsListsAndNestedKeys) {
   ASSERT_THAT(r, IsOk());
   EXPECT_EQ(r->train.optimizer.lr, 3e-5);
   EXPECT_EQ(r->train.steps, 3);
-  EXPECT_EQ(r->fsdp.mixed_precision.param_dtype, "bf16");
-  EXPECT_EQ(r->fsdp.mixed_precision.reduce_dtype, "bf16");
+  EXPECT_EQ(r->fsdp.mixed_precision.param_dtype, DType::kBF16);
+  EXPECT_EQ(r->fsdp.mixed_precision.reduce_dtype, DType::kBF16);
   EXPECT_EQ(r->world.nodes, 64);
   EXPECT_EQ(r->world.world_size(), 512);
   EXPECT_EQ(r->fsdp.transformer_layer_cls_to_wrap, (std::vector<std::string>{"BertLayer", "BertEmbeddings"}));
   EXPECT_EQ(r->train.optimizer.beta1, 0.5);
-  EXPECT_EQ(r->fsdp.sharding_strategy, "HYBRID_SHARD");
+  EXPECT_EQ(r->fsdp.sharding_strategy, ShardingStrategy::kHybridShard);
   EXPECT_EQ(r->name, "renamed");
   EXPECT_EQ(r->description, "a = b");
   ASSERT_EQ(r->faults.size(), 1u);
@@ -1191,11 +1198,11 @@ TEST_F(ScenarioFiles, AccelerateYamlConfigIsHonoured) {
   o.fsdp_config = write("default_config.yaml", kAccelerateYaml);
   auto r = parse("name: a\n", o);
   ASSERT_THAT(r, IsOk());
-  EXPECT_EQ(r->fsdp.sharding_strategy, "HYBRID_SHARD");
+  EXPECT_EQ(r->fsdp.sharding_strategy, ShardingStrategy::kHybridShard);
   EXPECT_TRUE(r->fsdp.cpu_offload);
   EXPECT_FALSE(r->fsdp.use_orig_params);
   EXPECT_TRUE(r->fsdp.sync_module_states);
-  EXPECT_EQ(r->train.precision, "bf16");
+  EXPECT_EQ(r->train.precision, DType::kBF16);
   EXPECT_EQ(r->world.nodes, 2);
   EXPECT_EQ(r->world.devices_per_node, 4);
   EXPECT_EQ(r->where("world.devices_per_node").to_string(), o.fsdp_config + ":20:16");

@@ -22,10 +22,8 @@ Status refuse(const Scenario& s, const std::string& key, const std::string& what
   return Status::invalid_argument(s.where(key).to_string() + ": " + key + ": " + what);
 }
 
-Result<DType> dtype_of(const Scenario& s, const std::string& key, const std::string& name) {
-  if (name == "fp32") return DType::kF32;
-  if (name == "bf16") return DType::kBF16;
-  if (name == "fp16") {
+Result<DType> dtype_of(const Scenario& s, const std::string& key, DType dtype) {
+  if (dtype == DType::kF16) {
     // PyTorch trains fp16 only with a ShardedGradScaler (dynamic loss scale, steps skipped
     // on inf/nan), which shardlab does not model; refusing here makes `validate` refuse
     // what `run` could not do.
@@ -33,7 +31,7 @@ Result<DType> dtype_of(const Scenario& s, const std::string& key, const std::str
                           "steps skipped on inf/nan), which shardlab does not model; allowed: fp32, bf16 (bf16 "
                           "needs no scaler: it has fp32's exponent range)");
   }
-  return refuse(s, key, "unsupported dtype '" + name + "'; allowed: fp32, bf16");
+  return dtype;
 }
 
 }  // namespace
@@ -82,15 +80,13 @@ Status check_device_id(const std::string& device_id, const std::string& torch_de
   return Status::invalid_argument(first.message() + more + why);
 }
 
-Status scenario_to_run_args(const Scenario& s, RunArgs& a) {
-  auto& o = a.train;
-  a.scenario = s.name;
-  a.out_dir = "out/" + s.name;
-  a.backend = s.world.backend;
-  a.mode = s.world.mode;
-  if (a.mode == RunMode::kTiming && !backend(s.world.backend).simulated) {
+namespace {
+
+// What a timing run cannot do.
+Status check_mode(const Scenario& s, RunArgs& a) {
+  if (a.mode == RunMode::kTiming && !s.world.backend->simulated) {
     return refuse(s, "world.mode", "timing mode is the simulator's (phantom tensors); run with --backend sim, or use "
-                                   "mode: numerics on " + s.world.backend);
+                                   "mode: numerics on " + std::string(s.world.backend->name));
   }
   if (a.mode == RunMode::kTiming) {
     // Checks of values: timing mode has none (losses and gradients are NaN).
@@ -109,48 +105,56 @@ Status scenario_to_run_args(const Scenario& s, RunArgs& a) {
       }
     }
   }
-  {
-    auto device = sim::load_device_profile(s.world.device);
-    if (!device.is_ok()) return Status::invalid_argument(s.where("world.device").to_string() + ": " + device.status().message());
-    a.device = *device;
-    if (s.world.offload_host != "host") {
-      auto host = sim::load_device_profile(s.world.offload_host);
-      if (!host.is_ok()) {
-        return Status::invalid_argument(s.where("world.offload_host").to_string() + ": " + host.status().message());
-      }
-      host->host_link_bytes_per_s = 0;  // it is the host
-      a.offload_host = *host;
+  return Status::ok();
+}
+
+// The device and host profiles, the software stack and the network (with its link faults).
+Status set_platform(const Scenario& s, RunArgs& a) {
+  auto device = sim::load_device_profile(s.world.device);
+  if (!device.is_ok()) return Status::invalid_argument(s.where("world.device").to_string() + ": " + device.status().message());
+  a.device = *device;
+  if (s.world.offload_host != "host") {
+    auto host = sim::load_device_profile(s.world.offload_host);
+    if (!host.is_ok()) {
+      return Status::invalid_argument(s.where("world.offload_host").to_string() + ": " + host.status().message());
     }
-    auto stack = sim::load_stack(s.world.stack);
-    if (!stack.is_ok()) return Status::invalid_argument(s.where("world.stack").to_string() + ": " + stack.status().message());
-    a.stack = *stack;
-    sim::NetworkSpec net;
-    net.topology = s.world.topology;
-    net.nodes = s.world.nodes;
-    net.devices_per_node = s.world.devices_per_node;
-    SHARDLAB_ASSIGN_OR_RETURN(net.model, sim::parse_network_model(s.world.network_model));
-    SHARDLAB_ASSIGN_OR_RETURN(net.algorithm, sim::parse_algorithm(s.world.collective_algorithm));
-    for (const auto& f : s.faults) {
-      if (f.kind != sim::FaultKind::kLinkDown && f.kind != sim::FaultKind::kLinkDegrade) continue;
-      sim::LinkFault lf;
-      lf.link = f.link;
-      lf.start = f.time_ms >= 0 ? static_cast<Nanos>(std::llround(f.time_ms * 1e6)) : 0;
-      lf.factor = f.kind == sim::FaultKind::kLinkDown ? 0.0 : f.factor;
-      net.link_faults.push_back(lf);
-    }
-    a.network_spec = net;
-    auto network = sim::make_network(net);
-    if (!network.is_ok()) {
-      // A bad link name is the fault's problem, anything else the topology's.
-      std::string where = s.where("world.topology").to_string();
-      for (const auto& f : s.faults)
-        if (!f.link.empty() && network.status().message().find(f.link) != std::string::npos) where = f.pos.to_string();
-      return Status::invalid_argument(where + ": " + network.status().message());
-    }
-    a.network = *network;
+    host->host_link_bytes_per_s = 0;  // it is the host
+    a.offload_host = *host;
   }
+  auto stack = sim::load_stack(s.world.stack);
+  if (!stack.is_ok()) return Status::invalid_argument(s.where("world.stack").to_string() + ": " + stack.status().message());
+  a.stack = *stack;
+  sim::NetworkSpec net;
+  net.topology = s.world.topology;
+  net.nodes = s.world.nodes;
+  net.devices_per_node = s.world.devices_per_node;
+  net.model = s.world.network_model;
+  net.algorithm = s.world.collective_algorithm;
+  for (const auto& f : s.faults) {
+    if (f.kind != sim::FaultKind::kLinkDown && f.kind != sim::FaultKind::kLinkDegrade) continue;
+    sim::LinkFault lf;
+    lf.link = f.link;
+    lf.start = f.time_ms >= 0 ? static_cast<Nanos>(std::llround(f.time_ms * 1e6)) : 0;
+    lf.factor = f.kind == sim::FaultKind::kLinkDown ? 0.0 : f.factor;
+    net.link_faults.push_back(lf);
+  }
+  a.network_spec = net;
+  auto network = sim::make_network(net);
+  if (!network.is_ok()) {
+    // A bad link name is the fault's problem, anything else the topology's.
+    std::string where = s.where("world.topology").to_string();
+    for (const auto& f : s.faults)
+      if (!f.link.empty() && network.status().message().find(f.link) != std::string::npos) where = f.pos.to_string();
+    return Status::invalid_argument(where + ": " + network.status().message());
+  }
+  a.network = *network;
+  return Status::ok();
+}
+
+// The fault plan the simulator injects.
+Status set_faults(const Scenario& s, RunArgs& a) {
   if (!s.faults.empty()) {
-    if (!backend(s.world.backend).simulated) {
+    if (!s.world.backend->simulated) {
       return refuse(s, "world.backend", "faults are injected by the simulator; run with --backend sim (or remove faults)");
     }
     auto plan = std::make_shared<sim::FaultPlan>();
@@ -173,32 +177,31 @@ Status scenario_to_run_args(const Scenario& s, RunArgs& a) {
     if (a.mode == RunMode::kTiming) SHARDLAB_RETURN_IF_ERROR(check_timing_faults(*plan));
     a.faults = std::move(plan);
   }
+  return Status::ok();
+}
+
+Status set_checkpoint(const Scenario& s, RunArgs& a) {
+  auto& o = a.train;
   // checkpoint.dir is anchored like every path (NOTE [Relative paths] in cli/scenario.h).
   o.checkpoint.dir = s.checkpoint.dir;
   o.checkpoint.every_steps = s.checkpoint.every_steps;
   o.checkpoint.resume = s.checkpoint.resume;
   o.checkpoint.resume_if_present = s.checkpoint.resume_if_present;
   o.checkpoint.run = nlohmann::json{{"scenario", s.name}, {"config_sha256", runtime::io::sha256_hex(to_yaml(s))}}.dump();
-  {
-    auto type = runtime::fsdp::parse_state_dict_type(s.fsdp.state_dict_type);
-    if (!type.is_ok()) return refuse(s, "fsdp.state_dict_type", type.status().message());
-    o.checkpoint.type = *type;
-  }
-  a.world_size = s.world.world_size();
-  if (a.mode == RunMode::kNumerics && backend(a.backend).simulated && a.world_size > sim::kMaxNumericsRanks) {
-    const std::string key = s.positions.count("world.nodes") != 0 ? "world.nodes" : "world.devices_per_node";
-    return refuse(s, key, numerics_world_too_big(a.world_size).message());
-  }
-  a.trace_ranks = s.trace.ranks;
-  o.seed = s.seed;
+  o.checkpoint.type = s.fsdp.state_dict_type;
+  return Status::ok();
+}
+
+// The model, and its initial weights when a file gives them.
+Status set_model(const Scenario& s, RunArgs& a) {
+  auto& o = a.train;
   // Model.
   if (!s.model.config.empty()) {
-    SHARDLAB_ASSIGN_OR_RETURN(runtime::model::BertHead head, runtime::model::parse_bert_head(s.model.head));
-    auto hf = runtime::model::read_bert_config(s.model.config, head);
+    auto hf = runtime::model::read_bert_config(s.model.config, s.model.head);
     if (!hf.is_ok()) return Status::invalid_argument(s.where("model.config").to_string() + ": " + hf.status().message());
     o.model_kind = runtime::train::ModelKind::kBert;
     o.bert.config = hf->config;
-    o.bert.head = head;
+    o.bert.head = s.model.head;
     a.model_name = s.model.config;
   } else if (s.model.preset == "mlp") {
     o.model_kind = runtime::train::ModelKind::kMlp;
@@ -206,10 +209,9 @@ Status scenario_to_run_args(const Scenario& s, RunArgs& a) {
   } else {
     auto preset = runtime::model::bert_preset(s.model.preset);
     if (!preset.is_ok()) return refuse(s, "model.preset", preset.status().message());
-    SHARDLAB_ASSIGN_OR_RETURN(runtime::model::BertHead head, runtime::model::parse_bert_head(s.model.head));
     o.model_kind = runtime::train::ModelKind::kBert;
     o.bert.config = *preset;
-    o.bert.head = head;
+    o.bert.head = s.model.head;
     a.model_name = s.model.preset;
   }
   o.bert.seq_len = s.data.seq_len;
@@ -228,7 +230,13 @@ Status scenario_to_run_args(const Scenario& s, RunArgs& a) {
     }
     o.initial_params = std::make_shared<const std::vector<float>>(p.data<float>(), p.data<float>() + total);
   }
-  if (s.data.kind == "file") {
+  return Status::ok();
+}
+
+// Token batches from a file (synthetic data needs nothing here).
+Status set_data(const Scenario& s, RunArgs& a) {
+  auto& o = a.train;
+  if (s.data.kind == DataKind::kFile) {
     if (o.model_kind != runtime::train::ModelKind::kBert) {
       return refuse(s, "data.kind", "token batches from a file need a BERT model (model.preset or model.config)");
     }
@@ -257,21 +265,29 @@ Status scenario_to_run_args(const Scenario& s, RunArgs& a) {
       return runtime::model::slice_batch(data->batch, dev, (step * global + first) % data->batch.rows, rows);
     };
   }
-  // Training.
+  return Status::ok();
+}
+
+Status set_training(const Scenario& s, RunArgs& a) {
+  auto& o = a.train;
   o.steps = s.train.steps;
   o.grad_accumulation = s.train.grad_accumulation;
   o.global_batch = s.data.batch_size_per_rank * a.world_size;
   o.max_grad_norm = s.train.max_grad_norm;
-  SHARDLAB_ASSIGN_OR_RETURN(o.optimizer.kind, runtime::optim::parse_optimizer(s.train.optimizer.name));
+  o.optimizer.kind = s.train.optimizer.name;
   o.optimizer.lr = static_cast<float>(s.train.optimizer.lr);
   o.optimizer.weight_decay = static_cast<float>(s.train.optimizer.weight_decay);
   o.optimizer.beta1 = static_cast<float>(s.train.optimizer.beta1);
   o.optimizer.beta2 = static_cast<float>(s.train.optimizer.beta2);
   o.optimizer.eps = static_cast<float>(s.train.optimizer.eps);
   o.optimizer.momentum = static_cast<float>(s.train.optimizer.momentum);
-  // FSDP.
-  SHARDLAB_ASSIGN_OR_RETURN(o.fsdp.strategy, runtime::fsdp::parse_strategy(s.fsdp.sharding_strategy));
-  SHARDLAB_ASSIGN_OR_RETURN(o.fsdp.backward_prefetch, runtime::fsdp::parse_prefetch(s.fsdp.backward_prefetch));
+  return Status::ok();
+}
+
+Status set_fsdp(const Scenario& s, RunArgs& a) {
+  auto& o = a.train;
+  o.fsdp.strategy = s.fsdp.sharding_strategy;
+  o.fsdp.backward_prefetch = s.fsdp.backward_prefetch;
   o.fsdp.devices_per_node = s.world.devices_per_node;
   o.fsdp.collective_timeout = static_cast<Nanos>(std::llround(s.world.collective_timeout_s * 1e9));
   o.fsdp.forward_prefetch = s.fsdp.forward_prefetch;
@@ -298,10 +314,10 @@ Status scenario_to_run_args(const Scenario& s, RunArgs& a) {
   // original parameters to 16-byte boundaries only with use_orig_params=True.
   o.fsdp.align_bytes = s.fsdp.use_orig_params ? 16 : 0;
   a.cpu_offload = s.fsdp.cpu_offload;
-  if (s.fsdp.auto_wrap_policy == "transformer") {
+  if (s.fsdp.auto_wrap_policy == AutoWrapPolicy::kTransformer) {
     o.wrap = runtime::train::WrapPolicy::kByClass;
     o.wrap_classes = s.fsdp.transformer_layer_cls_to_wrap;
-  } else if (s.fsdp.auto_wrap_policy == "size") {
+  } else if (s.fsdp.auto_wrap_policy == AutoWrapPolicy::kSize) {
     o.wrap = runtime::train::WrapPolicy::kBySize;
     o.min_num_params = s.fsdp.min_num_params;
   } else {
@@ -314,14 +330,45 @@ Status scenario_to_run_args(const Scenario& s, RunArgs& a) {
     SHARDLAB_ASSIGN_OR_RETURN(o.fsdp.buffer_dtype,
                               dtype_of(s, "fsdp.mixed_precision.buffer_dtype", s.fsdp.mixed_precision.buffer_dtype));
   }
-  if (s.train.precision == "bf16") {
+  if (s.train.precision == DType::kBF16) {
     o.bert.compute_dtype = DType::kBF16;
     if (o.fsdp.param_dtype == DType::kF32) o.fsdp.param_dtype = DType::kBF16;
   }
+  return Status::ok();
+}
+
+Status set_expect(const Scenario& s, RunArgs& a) {
   a.oracle_off = s.expect.oracle_off ? "expect.grads_match_unsharded: false at " + s.where("expect.grads_match_unsharded").to_string() : "";
   // Only a tolerance the file states; otherwise the dtypes' (NOTE [Default tolerance]).
   if (s.positions.count("expect.grads_match_unsharded.rtol") != 0) a.rtol = s.expect.grads_match_unsharded->rtol;
   if (s.positions.count("expect.grads_match_unsharded.atol") != 0) a.atol = s.expect.grads_match_unsharded->atol;
+  return Status::ok();
+}
+
+}  // namespace
+
+Status scenario_to_run_args(const Scenario& s, RunArgs& a) {
+  auto& o = a.train;
+  a.scenario = s.name;
+  a.out_dir = "out/" + s.name;
+  a.backend = s.world.backend->name;
+  a.mode = s.world.mode;
+  SHARDLAB_RETURN_IF_ERROR(check_mode(s, a));
+  SHARDLAB_RETURN_IF_ERROR(set_platform(s, a));
+  SHARDLAB_RETURN_IF_ERROR(set_faults(s, a));
+  SHARDLAB_RETURN_IF_ERROR(set_checkpoint(s, a));
+  a.world_size = s.world.world_size();
+  if (a.mode == RunMode::kNumerics && backend(a.backend).simulated && a.world_size > sim::kMaxNumericsRanks) {
+    const std::string key = s.positions.count("world.nodes") != 0 ? "world.nodes" : "world.devices_per_node";
+    return refuse(s, key, numerics_world_too_big(a.world_size).message());
+  }
+  a.trace_ranks = s.trace.ranks;
+  o.seed = s.seed;
+  SHARDLAB_RETURN_IF_ERROR(set_model(s, a));
+  SHARDLAB_RETURN_IF_ERROR(set_data(s, a));
+  SHARDLAB_RETURN_IF_ERROR(set_training(s, a));
+  SHARDLAB_RETURN_IF_ERROR(set_fsdp(s, a));
+  SHARDLAB_RETURN_IF_ERROR(set_expect(s, a));
   return Status::ok();
 }
 

@@ -140,7 +140,7 @@ Subcommand add_run_command(CLI::App& app) {
   return {run_cmd, [state, run_cmd](int* argc, char*** argv) -> int {
     State& flags = *state;
     const auto bad = [](const shardlab::Status& s) {
-      // A scenario's problems come one per line (NOTE [Every error] in cli/scenario.cc).
+      // A scenario's problems come one per line (NOTE [Every error] in cli/scenario/messages.h).
       std::istringstream lines(s.message());
       for (std::string line; std::getline(lines, line);) std::fprintf(stderr, "shardlab run: %s\n", line.c_str());
       return 2;
@@ -182,7 +182,7 @@ Subcommand add_run_command(CLI::App& app) {
                                                                     std::string(default_scenario_text()))
                                     : load_scenario(flags.scenario_path);
         std::string effective = to_yaml(*spec);
-        if (flags.run.backend != spec->world.backend) effective += "# --backend " + flags.run.backend + "\n";
+        if (flags.run.backend != spec->world.backend->name) effective += "# --backend " + flags.run.backend + "\n";
         if (!as_written.is_ok() || effective != to_yaml(*as_written)) {
           flags.run.out_dir += "-" + config_hash(effective);
         }

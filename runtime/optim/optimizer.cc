@@ -2,9 +2,14 @@
 
 namespace shardlab::runtime::optim {
 
+std::string_view optimizer_name(OptimizerConfig::Kind kind) {
+  return kind == OptimizerConfig::Kind::kAdamW ? "adamw" : "sgd";
+}
+
 Result<OptimizerConfig::Kind> parse_optimizer(std::string_view name) {
-  if (name == "sgd") return OptimizerConfig::Kind::kSgd;
-  if (name == "adamw") return OptimizerConfig::Kind::kAdamW;
+  for (const auto kind : {OptimizerConfig::Kind::kSgd, OptimizerConfig::Kind::kAdamW}) {
+    if (name == optimizer_name(kind)) return kind;
+  }
   return Status::invalid_argument("unknown optimizer '" + std::string(name) + "'; allowed: sgd, adamw");
 }
 

@@ -28,6 +28,7 @@ struct OptimizerConfig {
   float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;  // AdamW
 };
 Result<OptimizerConfig::Kind> parse_optimizer(std::string_view name);  // "sgd" | "adamw"
+std::string_view optimizer_name(OptimizerConfig::Kind kind);           // "sgd", "adamw"
 
 class Optimizer {
  public:
