@@ -63,6 +63,16 @@ std::vector<BackendInfo> make_backends() {
   hpu.network_provenance = "HCCL, bootstrapped over Open MPI";
   hpu.trace_algorithm = "hccl";
   hpu.runtime_checks_device_id = true;
+  hpu.unavailable = [] {
+    const auto probe = runtime::device::hpu::probe_hpu();
+    if (!probe.found) {
+      // The first clause of the loader's message; the paths it tried follow below.
+      if (!probe.error.empty()) return probe.error.substr(0, probe.error.find_first_of(";\n"));
+      return std::string("no Gaudi software found");
+    }
+    if (probe.device_count == 0) return "Synapse (" + probe.library + ") sees no Gaudi card";
+    return std::string();
+  };
   hpu.open = [](std::unique_ptr<MpiCommunicator> world, const Clock& clock) -> Result<std::unique_ptr<ProcessBackend>> {
     MpiCommunicator* roll = world.get();
     const int rank = world->rank();

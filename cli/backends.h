@@ -47,6 +47,10 @@ struct BackendInfo {
   // The runtime checks fsdp.device_id against the device this process opened (its id
   // names the card, as PyTorch checks it); the cli's own check covers the others.
   bool runtime_checks_device_id = false;
+  // Why this machine cannot run the backend, or "" when it can (hpu: no Gaudi software, or
+  // no card). `shardlab devices` lists every backend with this answer; a run on an
+  // unavailable backend still fails where it opens (exit 3, with the same reason).
+  std::function<std::string()> unavailable = [] { return std::string(); };
   // Real backends: opens this process's device and communicator over the MPI world (it
   // takes `world`); an error names the rank.
   std::function<Result<std::unique_ptr<ProcessBackend>>(std::unique_ptr<runtime::comm::mpi::MpiCommunicator> world,

@@ -1,6 +1,7 @@
-// rapidcheck generators for the FSDP domain: shard layouts and small FSDP training runs.
+// rapidcheck generators for the FSDP domain: shard layouts and small FSDP training runs
+// (MLP and BERT).
 // The domain's one generators header (one per domain, so properties share their
-// generators); every property in fsdp_*_test.cc draws from here.
+// generators); every property in property_tests/ draws from here.
 #pragma once
 
 #include <rapidcheck.h>
@@ -57,7 +58,7 @@ inline std::ostream& operator<<(std::ostream& os, const FsdpCase& c) {
             << "/" << o.model.hidden_dim << "x" << o.model.num_hidden_layers << "/" << o.model.num_classes
             << ", batch=" << o.global_batch << ", accum=" << o.grad_accumulation << ", steps=" << o.steps
             << ", wrap=" << static_cast<int>(o.wrap) << ", min_params=" << o.min_num_params
-            << ", optimizer=" << (o.optimizer.kind == runtime::optim::OptimizerConfig::Kind::kSgd ? "sgd" : "adamw")
+            << ", optimizer=" << runtime::optim::optimizer_name(o.optimizer.kind)
             << ", frozen_mask=" << o.model.frozen_mask << ", seed=" << o.seed << "}";
 }
 
@@ -110,6 +111,65 @@ inline rc::Gen<FsdpCase> gen_fsdp_case() {
     o.optimizer.lr = o.optimizer.kind == optim::OptimizerConfig::Kind::kSgd ? 0.1f : 0.01f;
     o.optimizer.momentum = *rc::gen::element(0.0f, 0.9f);
     o.optimizer.weight_decay = *rc::gen::element(0.0f, 0.01f);
+    return c;
+  });
+}
+
+struct BertCase {
+  int world_size = 1;
+  runtime::train::FsdpTrainOptions options;
+};
+
+inline std::ostream& operator<<(std::ostream& os, const BertCase& c) {
+  using namespace runtime;
+  const auto& b = c.options.bert;
+  return os << "BertCase{W=" << c.world_size << ", head=" << model::bert_head_name(b.head) << ", V="
+            << b.config.vocab_size << ", H=" << b.config.hidden_size << ", A=" << b.config.num_attention_heads
+            << ", I=" << b.config.intermediate_size << ", L=" << b.config.num_hidden_layers << ", T=" << b.seq_len
+            << ", dropout=" << b.config.hidden_dropout_prob << ", ckpt=" << b.activation_checkpointing
+            << ", strategy=" << fsdp::strategy_name(c.options.fsdp.strategy)
+            << ", dpn=" << c.options.fsdp.devices_per_node
+            << ", prefetch=" << fsdp::prefetch_name(c.options.fsdp.backward_prefetch)
+            << ", fwd_prefetch=" << c.options.fsdp.forward_prefetch << ", B=" << c.options.global_batch
+            << ", accum=" << c.options.grad_accumulation << ", steps=" << c.options.steps
+            << ", wrap_none=" << (c.options.wrap == train::WrapPolicy::kNone) << ", seed=" << c.options.seed << "}";
+}
+
+// A small random BERT FSDP run: every head, sizes from a few to a few dozen, dropout,
+// activation checkpointing, gradient accumulation, every strategy and prefetch mode, the
+// transformer-layer policy (each BertLayer a unit) or no auto-wrap, SGD or AdamW.
+inline rc::Gen<BertCase> gen_bert_case() {
+  return rc::gen::exec([] {
+    using namespace runtime;
+    BertCase c;
+    auto& o = c.options;
+    auto& cfg = o.bert.config;
+    c.world_size = *rc::gen::inRange(1, 7);
+    o.model_kind = train::ModelKind::kBert;
+    o.bert.head = *rc::gen::element(model::BertHead::kSequenceClassification, model::BertHead::kMaskedLM,
+                                    model::BertHead::kQuestionAnswering);
+    cfg.vocab_size = *rc::gen::inRange<std::int64_t>(105, 160);
+    cfg.num_attention_heads = *rc::gen::inRange(1, 4);
+    cfg.hidden_size = cfg.num_attention_heads * *rc::gen::element<std::int64_t>(2, 4, 8);
+    cfg.intermediate_size = *rc::gen::inRange<std::int64_t>(4, 33);
+    cfg.num_hidden_layers = *rc::gen::inRange(0, 4);
+    cfg.type_vocab_size = *rc::gen::inRange<std::int64_t>(1, 3);
+    cfg.num_labels = *rc::gen::inRange<std::int64_t>(2, 5);
+    cfg.hidden_act = *rc::gen::element(device::Activation::kGelu, device::Activation::kGeluTanh);
+    const float dropout = *rc::gen::element(0.0f, 0.1f, 0.3f);
+    cfg.hidden_dropout_prob = cfg.attention_probs_dropout_prob = dropout;
+    o.bert.seq_len = *rc::gen::inRange<std::int64_t>(2, 9);
+    cfg.max_position_embeddings = o.bert.seq_len + *rc::gen::inRange<std::int64_t>(0, 4);
+    o.bert.activation_checkpointing = *rc::gen::arbitrary<bool>();
+    o.grad_accumulation = *rc::gen::inRange(1, 3);
+    o.global_batch = static_cast<std::int64_t>(c.world_size) * o.grad_accumulation * *rc::gen::inRange(1, 3);
+    o.steps = *rc::gen::inRange(1, 3);
+    o.seed = *rc::gen::inRange<std::uint64_t>(0, 1000);
+    gen_fsdp_schedule(c.world_size, o.fsdp);
+    // The transformer-layer policy (each BertLayer a unit) or no auto-wrap.
+    o.wrap = *rc::gen::element(train::WrapPolicy::kByClass, train::WrapPolicy::kNone);
+    o.optimizer.kind = *rc::gen::element(optim::OptimizerConfig::Kind::kSgd, optim::OptimizerConfig::Kind::kAdamW);
+    o.optimizer.lr = o.optimizer.kind == optim::OptimizerConfig::Kind::kSgd ? 0.1f : 0.01f;
     return c;
   });
 }

@@ -8,6 +8,7 @@
 #include "runtime/fsdp/shard_layout.h"
 #include "runtime/device/cpu/device.h"
 #include "sim/engine/world.h"
+#include "testing/sim_world.h"
 
 namespace shardlab::property {
 namespace {
@@ -97,11 +98,7 @@ RC_GTEST_PROP(FsdpLayout, AllGatherOfShardsRebuildsTheFlatBufferBitwise, ()) {
   Rng rng(*rc::gen::arbitrary<std::uint32_t>());
   for (const auto& p : l.params())
     for (std::int64_t i = 0; i < p.numel; ++i) flat[static_cast<std::size_t>(p.flat_offset + i)] = rng.uniform(-1, 1);
-  sim::WorldOptions o;
-  o.world_size = c.world_size;
-  sim::World world(o);
-  std::vector<std::vector<float>> gathered(static_cast<std::size_t>(c.world_size));
-  const auto results = world.run([&](sim::RankContext& ctx) -> Status {
+  const auto gathered = testlib::on_sim_ranks(c.world_size, [&](sim::RankContext& ctx) -> Result<std::vector<float>> {
     const std::int64_t s = l.shard_numel();
     SHARDLAB_ASSIGN_OR_RETURN(Tensor shard, ctx.device.zeros({s}, DType::kF32, MemoryCategory::kParameters, "shard"));
     // Fill the shard from the pieces (padding stays zero), as FlatParameter does.
@@ -110,18 +107,18 @@ RC_GTEST_PROP(FsdpLayout, AllGatherOfShardsRebuildsTheFlatBufferBitwise, ()) {
       std::memcpy(shard.data<float>() + p.offset_in_shard, flat.data() + param.flat_offset + p.param_begin,
                   static_cast<std::size_t>(p.numel()) * 4);
     }
+    std::vector<float> g;
     for (int round = 0; round < 2; ++round) {  // unshard, reshard (free), unshard again
       SHARDLAB_ASSIGN_OR_RETURN(Tensor full, ctx.device.empty({s * ctx.world_size}, DType::kF32, MemoryCategory::kParameters, "full"));
       SHARDLAB_RETURN_IF_ERROR(ctx.comm.all_gather_into(full, shard)->wait(kNanosPerSecond));
-      auto& g = gathered[static_cast<std::size_t>(ctx.rank)];
       std::vector<float> now(full.data<float>(), full.data<float>() + full.numel());
       if (round == 1 && now != g) return Status::internal("reshard + unshard changed the buffer");
       g = std::move(now);
     }
-    return Status::ok();
+    return g;
   });
-  for (const auto& r : results) RC_ASSERT(r.status.is_ok());
-  for (const auto& g : gathered) {
+  if (!gathered.is_ok()) RC_FAIL(gathered.status().to_string());
+  for (const auto& g : *gathered) {
     RC_ASSERT(g.size() == flat.size());
     RC_ASSERT(std::memcmp(g.data(), flat.data(), flat.size() * 4) == 0);
   }

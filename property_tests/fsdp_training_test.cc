@@ -8,6 +8,7 @@
 #include "property_tests/fsdp_generators.h"
 #include "runtime/device/cpu/device.h"
 #include "sim/engine/world.h"
+#include "testing/sim_world.h"
 
 namespace shardlab::property {
 namespace {
@@ -16,11 +17,7 @@ using runtime::fsdp::ShardingStrategy;
 using runtime::train::FsdpTrainResult;
 
 std::vector<FsdpTrainResult> run_fsdp(const FsdpCase& c, std::uint64_t delay_seed = 0) {
-  sim::WorldOptions o;
-  o.world_size = c.world_size;
-  sim::World world(o);
-  std::vector<FsdpTrainResult> out(static_cast<std::size_t>(c.world_size));
-  const auto results = world.run([&](sim::RankContext& ctx) -> Status {
+  auto out = testlib::on_sim_ranks(c.world_size, [&](sim::RankContext& ctx) {
     runtime::train::FsdpTrainOptions opts = c.options;
     Rng delays(delay_seed, static_cast<std::uint64_t>(ctx.rank));
     if (delay_seed != 0) {
@@ -29,12 +26,10 @@ std::vector<FsdpTrainResult> run_fsdp(const FsdpCase& c, std::uint64_t delay_see
         ctx.clock.advance_by(static_cast<Nanos>(delays.uniform_int(5 * kNanosPerMilli)));
       };
     }
-    SHARDLAB_ASSIGN_OR_RETURN(out[static_cast<std::size_t>(ctx.rank)],
-                              runtime::train::train_fsdp(ctx.comm, ctx.device, ctx.clock, opts));
-    return Status::ok();
+    return runtime::train::train_fsdp(ctx.comm, ctx.device, ctx.clock, opts);
   });
-  for (const auto& r : results) RC_ASSERT(r.status.is_ok());
-  return out;
+  if (!out.is_ok()) RC_FAIL(out.status().to_string());
+  return std::move(out).value();
 }
 
 FsdpTrainResult oracle(const FsdpCase& c) {

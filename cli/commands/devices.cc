@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 
+#include "cli/backends.h"
 #include "runtime/device/cpu/gemm.h"
 #include "runtime/platform/hpu/hpu_runtime.h"
 #include "sim/models/device/profiles.h"
@@ -51,6 +52,14 @@ Subcommand add_devices_command(CLI::App& app) {
     } else {
       std::printf("accelerators: none\n  %s\n", probe.error.empty() ? ("no Gaudi software found (looked in: " + searched + ")").c_str() : probe.error.c_str());
       std::printf("Run scenarios with --backend sim (default, any machine) or under mpiexec with --backend mpi.\n");
+    }
+    std::printf("backends (--backend, world.backend):\n");
+    for (const auto& b : backends()) {
+      const std::string why = b.unavailable();
+      std::printf("  %-4s %s\n", std::string(b.name).c_str(),
+                  why.empty() ? (b.simulated ? "available: ranks are threads of this process on the simulator's clock"
+                                             : "available: one rank per process under mpiexec/mpirun")
+                              : ("not available here: " + why).c_str());
     }
     return 0;
   }};

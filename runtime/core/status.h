@@ -69,6 +69,7 @@ class [[nodiscard]] Status {
 template <typename T>
 class [[nodiscard]] Result {
  public:
+  using value_type = T;
   Result(T value) : v_(std::move(value)) {}            // NOLINT(implicit)
   Result(Status status) : v_(std::move(status)) {       // NOLINT(implicit)
     if (std::get<Status>(v_).is_ok()) v_ = Status::internal("Result constructed from an ok Status without a value");

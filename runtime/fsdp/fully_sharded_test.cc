@@ -17,6 +17,7 @@
 #include "runtime/train/fsdp_train.h"
 #include "sim/models/device/profiles.h"
 #include "sim/engine/world.h"
+#include "testing/sim_world.h"
 #include "testing/status_matchers.h"
 
 using shardlab::testlib::IsOk;
@@ -86,9 +87,7 @@ std::vector<std::int64_t> int64_values(const Tensor& t) {
   return {t.data<std::int64_t>(), t.data<std::int64_t>() + t.numel()};
 }
 
-void expect_ok(const std::vector<sim::RankResult>& results) {
-  for (const auto& r : results) EXPECT_THAT(r.status, IsOk());
-}
+void expect_ok(const std::vector<sim::RankResult>& results) { EXPECT_THAT(testlib::all_ranks_ok(results), IsOk()); }
 
 TEST(FsdpBuffers, BufferDtypeBf16RoundsFloatingBuffersToNearestEvenAndLeavesInt64Alone) {
   FsdpOptions o;

@@ -16,6 +16,7 @@
 #include "runtime/model/bert_data.h"
 #include "runtime/train/fsdp_train.h"
 #include "sim/engine/world.h"
+#include "testing/sim_world.h"
 #include "testing/status_matchers.h"
 
 using shardlab::testlib::IsOk;
@@ -51,15 +52,8 @@ Result<FsdpTrainResult> run_sim(const FsdpTrainOptions& o, int world, std::uint6
   sim::WorldOptions wo;
   wo.world_size = world;
   wo.perturb_seed = perturb_seed;
-  sim::World w(wo);
-  FsdpTrainResult rank0;
-  const auto results = w.run([&](sim::RankContext& ctx) -> Status {
-    SHARDLAB_ASSIGN_OR_RETURN(FsdpTrainResult r, train_fsdp(ctx.comm, ctx.device, ctx.clock, o));
-    if (ctx.rank == 0) rank0 = std::move(r);
-    return Status::ok();
-  });
-  for (const auto& r : results) SHARDLAB_RETURN_IF_ERROR(r.status);
-  return rank0;
+  SHARDLAB_ASSIGN_OR_RETURN(auto ranks, testlib::train_fsdp_on_sim(o, wo));
+  return std::move(ranks[0]);
 }
 
 struct Case {
