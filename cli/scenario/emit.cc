@@ -6,6 +6,7 @@
 #include <type_traits>
 
 #include "cli/scenario.h"
+#include "cli/scenario/messages.h"
 #include "cli/scenario/values.h"
 
 namespace shardlab::cli::scenario_detail {
@@ -30,13 +31,7 @@ std::string yaml_string(const std::string& v) {
         out += "\\r";
         break;
       default:
-        if (c < 0x20 || c == 0x7f) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\x%02x", static_cast<unsigned>(c));
-          out += buf;
-        } else {
-          out += static_cast<char>(c);
-        }
+        append_printable(out, c);
     }
   }
   return out + "\"";

@@ -38,15 +38,19 @@ std::string show(std::string_view text) {
       out += "...";
       break;
     }
-    if (c < 0x20 || c == 0x7f) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02x", static_cast<unsigned>(c));
-      out += buf;
-    } else {
-      out += static_cast<char>(c);
-    }
+    append_printable(out, c);
   }
   return out + "'";
+}
+
+void append_printable(std::string& out, unsigned char c) {
+  if (c < 0x20 || c == 0x7f) {
+    char buf[8];
+    std::snprintf(buf, sizeof buf, "\\x%02x", static_cast<unsigned>(c));
+    out += buf;
+  } else {
+    out += static_cast<char>(c);
+  }
 }
 
 std::string join(const std::vector<std::string>& items, const std::string& sep) {

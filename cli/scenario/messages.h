@@ -23,6 +23,8 @@ Status bad(const SourcePos& at, const std::string& what, const std::string& allo
 std::string show(std::string_view text);
 std::string join(const std::vector<std::string>& items, const std::string& sep = ", ");
 std::string lower(std::string_view s);
+// Appends byte `c` as it is, or as \xNN when it is a control byte (< 0x20 or 0x7f).
+void append_printable(std::string& out, unsigned char c);
 // The closest candidate, if it is close enough to be a plausible typo (case-insensitive).
 std::optional<std::string> suggest(std::string_view word, const std::vector<std::string>& candidates);
 
