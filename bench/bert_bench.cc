@@ -71,9 +71,9 @@
 #include <string>
 #include <vector>
 
+#include "bench/eigen_native.h"
 #include "runtime/core/clock.h"
 #include "runtime/core/rng.h"
-#include "bench/eigen_native.h"
 #include "runtime/device/cpu/device.h"
 #include "runtime/device/cpu/gemm.h"
 #include "runtime/device/cpu/vmath.h"
@@ -160,7 +160,8 @@ double total_flops(const std::vector<GemmShape>& gemms) {
 // LayerNorm statistics (N each); embeddings: the sum, its output and mask (N·H each), two
 // statistics (N); the last layer's output (N·H).
 double analytic_activation_floats(const BertConfig& c) {
-  const double n = kBatch * kSeqLen, h = static_cast<double>(c.hidden_size), i = static_cast<double>(c.intermediate_size);
+  const double n = kBatch * kSeqLen, h = static_cast<double>(c.hidden_size),
+               i = static_cast<double>(c.intermediate_size);
   const double probs = static_cast<double>(kBatch * c.num_attention_heads) * kSeqLen * kSeqLen;
   const bool dropout = c.hidden_dropout_prob > 0.0f, attn_dropout = c.attention_probs_dropout_prob > 0.0f;
   const double per_layer = n * h * (dropout ? 10 : 8) + 2 * n * i + probs * (attn_dropout ? 3 : 1) + 4 * n;
@@ -228,8 +229,9 @@ class GemmPlan {
   bool ours_;
   Tensor a_, b_, c_;
   int threads_ = runtime::device::cpu::gemm_threads();
-  runtime::device::cpu::GemmIsa isa_ = runtime::device::cpu::gemm_isa().is_ok() ? *runtime::device::cpu::gemm_isa()
-                                                                                 : runtime::device::cpu::GemmIsa::kScalar;
+  runtime::device::cpu::GemmIsa isa_ = runtime::device::cpu::gemm_isa().is_ok()
+                                           ? *runtime::device::cpu::gemm_isa()
+                                           : runtime::device::cpu::GemmIsa::kScalar;
 };
 
 void set_rate_counters(benchmark::State& state, double flops) {
@@ -268,7 +270,9 @@ void BM_EigenPlan(benchmark::State& state, std::vector<GemmShape> gemms, double 
 class TimingAccess final : public runtime::model::ParamAccess {
  public:
   TimingAccess(runtime::model::ParamAccess& inner, int num_layers)
-      : inner_(inner), forward_(static_cast<std::size_t>(num_layers)), backward_(static_cast<std::size_t>(num_layers)) {}
+      : inner_(inner),
+        forward_(static_cast<std::size_t>(num_layers)),
+        backward_(static_cast<std::size_t>(num_layers)) {}
   Result<Tensor> param(int i) override { return inner_.param(i); }
   Result<Tensor> grad(int i) override { return inner_.grad(i); }
   Status pre_forward(int) override { return start(); }
@@ -450,8 +454,8 @@ void BM_Step(benchmark::State& state, BertConfig config, double peak_gflops) {
 double measure_peak(const BertConfig& config, int runs) {
   const std::int64_t n = kBatch * kSeqLen, h = config.hidden_size, i = config.intermediate_size;
   double best = 0;
-  for (const GemmShape& s : {GemmShape{1, n, h, h, false, true}, GemmShape{1, n, i, h, false, true},
-                             GemmShape{1, n, h, i, false, true}}) {
+  for (const GemmShape& s :
+       {GemmShape{1, n, h, h, false, true}, GemmShape{1, n, i, h, false, true}, GemmShape{1, n, h, i, false, true}}) {
     GemmPlan plan({s});
     plan.run();
     WallClock clock;
@@ -510,7 +514,8 @@ void BM_Dropout(benchmark::State& state, BertConfig config, bool per_call) {
 // to, not the same bits as, vmath's).
 std::vector<float> ramp(std::int64_t n, float lo, float hi) {
   std::vector<float> v(static_cast<std::size_t>(n));
-  for (std::int64_t i = 0; i < n; ++i) v[static_cast<std::size_t>(i)] = lo + (hi - lo) * static_cast<float>(i % 4099) / 4099.0f;
+  for (std::int64_t i = 0; i < n; ++i)
+    v[static_cast<std::size_t>(i)] = lo + (hi - lo) * static_cast<float>(i % 4099) / 4099.0f;
   return v;
 }
 
@@ -560,13 +565,15 @@ void register_bert_benchmarks(const std::string& preset_name, double peak_gflops
   const BertConfig config = preset(preset_name);
   const std::string size = preset_name.substr(preset_name.find('-') + 1);
   const std::int64_t n = kBatch * kSeqLen, h = config.hidden_size, i = config.intermediate_size;
-  for (const GemmShape& s : {GemmShape{1, n, h, h, false, true}, GemmShape{1, n, i, h, false, true},
-                             GemmShape{1, n, h, i, false, true}}) {
-    benchmark::RegisterBenchmark(("bert_peak/eigen/" + shape_name(s)).c_str(), BM_EigenPlan, std::vector<GemmShape>{s}, peak_gflops, false)
+  for (const GemmShape& s :
+       {GemmShape{1, n, h, h, false, true}, GemmShape{1, n, i, h, false, true}, GemmShape{1, n, h, i, false, true}}) {
+    benchmark::RegisterBenchmark(("bert_peak/eigen/" + shape_name(s)).c_str(), BM_EigenPlan, std::vector<GemmShape>{s},
+                                 peak_gflops, false)
         ->UseManualTime()
         ->Unit(benchmark::kMillisecond);
   }
-  benchmark::RegisterBenchmark(("bert_layer/eigen/" + size).c_str(), BM_EigenPlan, layer_gemms(config), peak_gflops, false)
+  benchmark::RegisterBenchmark(("bert_layer/eigen/" + size).c_str(), BM_EigenPlan, layer_gemms(config), peak_gflops,
+                               false)
       ->UseManualTime()
       ->Unit(benchmark::kMillisecond);
   // The layer's GEMMs alone through the cpu backend's GEMM: what the layer would take
@@ -589,7 +596,8 @@ void register_bert_benchmarks(const std::string& preset_name, double peak_gflops
     benchmark::RegisterBenchmark(("bert_exp/" + variant + size).c_str(), BM_Exp, config, libm)
         ->Unit(benchmark::kMillisecond);
   }
-  benchmark::RegisterBenchmark(("bert_step/eigen/" + size).c_str(), BM_EigenPlan, step_gemms(config), peak_gflops, false)
+  benchmark::RegisterBenchmark(("bert_step/eigen/" + size).c_str(), BM_EigenPlan, step_gemms(config), peak_gflops,
+                               false)
       ->UseManualTime()
       ->Unit(benchmark::kMillisecond);
   benchmark::RegisterBenchmark(("bert_step/cpu_device/" + size).c_str(), BM_Step, config, peak_gflops)
@@ -630,7 +638,8 @@ int main(int argc, char** argv) {
   // The peak is measured first, on bert-base's shapes whatever the presets, so every case
   // (whatever the filter) is judged against the same machine peak.
   const double peak = shardlab::bench::measure_peak(*shardlab::runtime::model::bert_preset("bert-base"), 3);
-  std::fprintf(stderr, "bert_bench: %s, batch %lld, sequence %lld; SGEMM peak (native Eigen, every core) %.1f GFLOP/s\n",
+  std::fprintf(stderr,
+               "bert_bench: %s, batch %lld, sequence %lld; SGEMM peak (native Eigen, every core) %.1f GFLOP/s\n",
                presets.c_str(), static_cast<long long>(shardlab::bench::kBatch),
                static_cast<long long>(shardlab::bench::kSeqLen), peak);
   benchmark::AddCustomContext("bert_presets", presets);

@@ -40,9 +40,7 @@ namespace shardlab::bench {
 
 enum class Collective { kAllGather, kReduceScatter };
 
-std::string_view collective_name(Collective c) {
-  return c == Collective::kAllGather ? "all_gather" : "reduce_scatter";
-}
+std::string_view collective_name(Collective c) { return c == Collective::kAllGather ? "all_gather" : "reduce_scatter"; }
 
 // The hook for more backends: one object per rank that can run a prepared collective and
 // say how long it took. register_comm_benchmarks() turns a backend into benchmarks named
@@ -216,8 +214,10 @@ class SimCommunicatorBackend final : public CommBenchBackend {
     sim::World world(o);
     double seconds = 0;
     const auto results = world.run([&](sim::RankContext& ctx) -> Status {
-      SHARDLAB_ASSIGN_OR_RETURN(Tensor full, ctx.device.zeros({chunk_ * world_size_}, DType::kF32, MemoryCategory::kCommBuffers, "full"));
-      SHARDLAB_ASSIGN_OR_RETURN(Tensor part, ctx.device.zeros({chunk_}, DType::kF32, MemoryCategory::kCommBuffers, "part"));
+      SHARDLAB_ASSIGN_OR_RETURN(
+          Tensor full, ctx.device.zeros({chunk_ * world_size_}, DType::kF32, MemoryCategory::kCommBuffers, "full"));
+      SHARDLAB_ASSIGN_OR_RETURN(Tensor part,
+                                ctx.device.zeros({chunk_}, DType::kF32, MemoryCategory::kCommBuffers, "part"));
       SHARDLAB_RETURN_IF_ERROR(ctx.comm.barrier()->wait(runtime::comm::kDefaultTimeout));
       const Nanos t0 = clock_.now();
       for (int i = 0; i < kRepeats; ++i) {
@@ -230,7 +230,8 @@ class SimCommunicatorBackend final : public CommBenchBackend {
       if (ctx.rank == 0) seconds = static_cast<double>(clock_.now() - t0) / 1e9 / kRepeats;
       return Status::ok();
     });
-    for (const auto& r : results) if (!r.status.is_ok()) die(r.status.to_string());
+    for (const auto& r : results)
+      if (!r.status.is_ok()) die(r.status.to_string());
     double max = 0;
     MPI_Allreduce(&seconds, &max, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     return max;
@@ -271,10 +272,8 @@ void register_comm_benchmarks(const std::shared_ptr<CommBenchBackend>& backend, 
                               const std::vector<std::int64_t>& sizes) {
   for (std::int64_t bytes : sizes) {
     const std::string name = std::string(collective_name(c)) + "/" + backend->name();
-    benchmark::RegisterBenchmark(name.c_str(),
-                                 [backend, c, bytes](benchmark::State& state) {
-                                   run_benchmark(state, *backend, c, bytes);
-                                 })
+    benchmark::RegisterBenchmark(
+        name.c_str(), [backend, c, bytes](benchmark::State& state) { run_benchmark(state, *backend, c, bytes); })
         ->Arg(bytes)
         ->Iterations(iterations_for(bytes))
         ->UseManualTime()

@@ -23,10 +23,14 @@ void product(const float* a, bool trans_a, const float* b, bool trans_b, float* 
   const ConstMap A(a, trans_a ? k : m, trans_a ? m : k), B(b, trans_b ? n : k, trans_b ? k : n);
   Map C(c, m, n);
   auto out = C.middleCols(lo, hi - lo);
-  if (!trans_a && !trans_b) out.noalias() = A * B.middleCols(lo, hi - lo);
-  else if (trans_a && !trans_b) out.noalias() = A.transpose() * B.middleCols(lo, hi - lo);
-  else if (!trans_a && trans_b) out.noalias() = A * B.middleRows(lo, hi - lo).transpose();
-  else out.noalias() = A.transpose() * B.middleRows(lo, hi - lo).transpose();
+  if (!trans_a && !trans_b)
+    out.noalias() = A * B.middleCols(lo, hi - lo);
+  else if (trans_a && !trans_b)
+    out.noalias() = A.transpose() * B.middleCols(lo, hi - lo);
+  else if (!trans_a && trans_b)
+    out.noalias() = A * B.middleRows(lo, hi - lo).transpose();
+  else
+    out.noalias() = A.transpose() * B.middleRows(lo, hi - lo).transpose();
 }
 
 template <typename F>
@@ -45,8 +49,8 @@ void eigen_native_gemm(const float* a, bool trans_a, const float* b, bool trans_
   on_threads(t, [&](int i) { product(a, trans_a, b, trans_b, c, m, n, k, n * i / t, n * (i + 1) / t); });
 }
 
-void eigen_native_gemm_batched(const float* a, bool trans_a, const float* b, bool trans_b, float* c,
-                               std::int64_t batch, std::int64_t m, std::int64_t n, std::int64_t k, int threads) {
+void eigen_native_gemm_batched(const float* a, bool trans_a, const float* b, bool trans_b, float* c, std::int64_t batch,
+                               std::int64_t m, std::int64_t n, std::int64_t k, int threads) {
   const int t = static_cast<int>(std::max<std::int64_t>(1, std::min<std::int64_t>(threads, batch)));
   on_threads(t, [&](int i) {
     for (std::int64_t x = batch * i / t; x < batch * (i + 1) / t; ++x) {

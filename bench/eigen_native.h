@@ -14,7 +14,7 @@ namespace shardlab::bench {
 void eigen_native_gemm(const float* a, bool trans_a, const float* b, bool trans_b, float* c, std::int64_t m,
                        std::int64_t n, std::int64_t k, int threads);
 // `batch` such products, operands consecutive; the batch is split across the threads.
-void eigen_native_gemm_batched(const float* a, bool trans_a, const float* b, bool trans_b, float* c,
-                               std::int64_t batch, std::int64_t m, std::int64_t n, std::int64_t k, int threads);
+void eigen_native_gemm_batched(const float* a, bool trans_a, const float* b, bool trans_b, float* c, std::int64_t batch,
+                               std::int64_t m, std::int64_t n, std::int64_t k, int threads);
 
 }  // namespace shardlab::bench

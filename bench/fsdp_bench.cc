@@ -36,7 +36,8 @@ void BM_UnshardMemcpy(benchmark::State& state) {
     benchmark::DoNotOptimize(dst.data());
     benchmark::ClobberMemory();
   }
-  state.counters["GBps"] = benchmark::Counter(static_cast<double>(bytes), benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GBps"] =
+      benchmark::Counter(static_cast<double>(bytes), benchmark::Counter::kIsIterationInvariantRate);
 }
 
 void BM_UnshardSimFsdp(benchmark::State& state) {
@@ -50,9 +51,9 @@ void BM_UnshardSimFsdp(benchmark::State& state) {
     const auto results = world.run([&](sim::RankContext& ctx) -> Status {
       SHARDLAB_ASSIGN_OR_RETURN(Tensor init, ctx.device.zeros({numel}, DType::kF32, MemoryCategory::kOther, "init"));
       runtime::fsdp::FsdpOptions fo;
-      SHARDLAB_ASSIGN_OR_RETURN(auto m, runtime::fsdp::FullyShardedModel::create(
-                                            ctx.comm, ctx.device, {{"w", {numel}, true, 0, "Linear"}},
-                                            runtime::fsdp::WrapPlan::per_layer(1), fo, init));
+      SHARDLAB_ASSIGN_OR_RETURN(
+          auto m, runtime::fsdp::FullyShardedModel::create(ctx.comm, ctx.device, {{"w", {numel}, true, 0, "Linear"}},
+                                                           runtime::fsdp::WrapPlan::per_layer(1), fo, init));
       SHARDLAB_RETURN_IF_ERROR(m->summon_full_params(true));  // warm the allocator
       SHARDLAB_RETURN_IF_ERROR(m->summon_full_params(false));
       SHARDLAB_RETURN_IF_ERROR(ctx.comm.barrier()->wait(runtime::comm::kDefaultTimeout));
@@ -71,7 +72,8 @@ void BM_UnshardSimFsdp(benchmark::State& state) {
     }
     state.SetIterationTime(seconds);
   }
-  state.counters["GBps"] = benchmark::Counter(static_cast<double>(bytes), benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GBps"] =
+      benchmark::Counter(static_cast<double>(bytes), benchmark::Counter::kIsIterationInvariantRate);
 }
 
 runtime::train::FsdpTrainOptions step_options(std::int64_t hidden) {
@@ -113,8 +115,29 @@ void BM_StepFsdpFullShard(benchmark::State& state) {
 }  // namespace shardlab::bench
 
 using namespace shardlab::bench;
-BENCHMARK(BM_UnshardMemcpy)->Name("unshard/memcpy")->RangeMultiplier(8)->Range(64 << 10, 32 << 20)->Unit(benchmark::kMicrosecond);
-BENCHMARK(BM_UnshardSimFsdp)->Name("unshard/sim_fsdp")->RangeMultiplier(8)->Range(64 << 10, 32 << 20)->UseManualTime()->Unit(benchmark::kMicrosecond);
-BENCHMARK(BM_StepUnsharded)->Name("step/unsharded")->Arg(16)->Arg(256)->Arg(512)->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_StepFsdpFullShard)->Name("step/fsdp_full_shard")->Arg(16)->Arg(256)->Arg(512)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_UnshardMemcpy)
+    ->Name("unshard/memcpy")
+    ->RangeMultiplier(8)
+    ->Range(64 << 10, 32 << 20)
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_UnshardSimFsdp)
+    ->Name("unshard/sim_fsdp")
+    ->RangeMultiplier(8)
+    ->Range(64 << 10, 32 << 20)
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_StepUnsharded)
+    ->Name("step/unsharded")
+    ->Arg(16)
+    ->Arg(256)
+    ->Arg(512)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_StepFsdpFullShard)
+    ->Name("step/fsdp_full_shard")
+    ->Arg(16)
+    ->Arg(256)
+    ->Arg(512)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK_MAIN();

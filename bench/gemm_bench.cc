@@ -48,7 +48,9 @@ void BM_EigenGemm(benchmark::State& state) {
   const Tensor ta = random_matrix(device, n, "a", 1), tb = random_matrix(device, n, "b", 2),
                tc = random_matrix(device, n, "c", 3);
   const int threads = runtime::device::cpu::gemm_threads();
-  const auto run = [&] { eigen_native_gemm(ta.data<float>(), false, tb.data<float>(), false, tc.data<float>(), n, n, n, threads); };
+  const auto run = [&] {
+    eigen_native_gemm(ta.data<float>(), false, tb.data<float>(), false, tc.data<float>(), n, n, n, threads);
+  };
   run();  // warm-up
   for (auto _ : state) {
     run();
@@ -83,7 +85,10 @@ void BM_CpuDeviceGemm(benchmark::State& state) {
 void register_gemm_benchmarks() {
   for (std::int64_t n = 256; n <= 2048; n *= 2) {
     benchmark::RegisterBenchmark("gemm/eigen", BM_EigenGemm)->Arg(n)->UseRealTime()->Unit(benchmark::kMillisecond);
-    benchmark::RegisterBenchmark("gemm/cpu_device", BM_CpuDeviceGemm)->Arg(n)->UseRealTime()->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark("gemm/cpu_device", BM_CpuDeviceGemm)
+        ->Arg(n)
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond);
   }
 }
 

@@ -32,8 +32,8 @@
 #include <thread>
 #include <vector>
 
-#include <Eigen/Core>
 #include <benchmark/benchmark.h>
+#include <Eigen/Core>
 
 namespace {
 
@@ -191,7 +191,8 @@ int main(int argc, char** argv) {
     const std::int64_t padded = bytes / (4 * world) * (4 * world);
     for (Variant v : kVariants) {
       const std::string name = "overlap/" + std::string(variant_name(v));
-      benchmark::RegisterBenchmark(name.c_str(), [v, padded, world](benchmark::State& s) { bench(s, v, padded, world); })
+      benchmark::RegisterBenchmark(name.c_str(),
+                                   [v, padded, world](benchmark::State& s) { bench(s, v, padded, world); })
           ->Arg(padded)
           ->Iterations(bytes >= 4 * 1024 * 1024 ? 10 : 30)
           ->UseManualTime()

@@ -33,9 +33,9 @@
 
 #include "runtime/model/bert.h"
 #include "runtime/train/fsdp_train.h"
-#include "sim/models/network/network.h"
 #include "sim/models/device/profiles.h"
 #include "sim/models/device/stack.h"
+#include "sim/models/network/network.h"
 #include "sim/timing/capture.h"
 #include "sim/timing/replay.h"
 
@@ -166,16 +166,37 @@ void BM_Replay(benchmark::State& state, runtime::fsdp::ShardingStrategy strategy
 
 // One iteration at the large sizes: a run is seconds long and its own measurement.
 BENCHMARK_CAPTURE(BM_Replay, full_shard, runtime::fsdp::ShardingStrategy::kFullShard, "")
-    ->Name("timing_step/replay")->Arg(256)->Arg(4096)->Arg(65536)->Unit(benchmark::kMillisecond)
-    ->UseRealTime()->Iterations(1);
+    ->Name("timing_step/replay")
+    ->Arg(256)
+    ->Arg(4096)
+    ->Arg(65536)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->Iterations(1);
 BENCHMARK_CAPTURE(BM_Replay, hybrid_shard, runtime::fsdp::ShardingStrategy::kHybridShard, "")
-    ->Name("timing_step/hybrid_replay")->Arg(256)->Arg(4096)->Arg(65536)->Unit(benchmark::kMillisecond)
-    ->UseRealTime()->Iterations(1);
+    ->Name("timing_step/hybrid_replay")
+    ->Arg(256)
+    ->Arg(4096)
+    ->Arg(65536)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->Iterations(1);
 BENCHMARK_CAPTURE(BM_Replay, stack, runtime::fsdp::ShardingStrategy::kFullShard, "pytorch_lazy")
-    ->Name("timing_step/stack_replay")->Arg(256)->Arg(4096)->Arg(65536)->Unit(benchmark::kMillisecond)
-    ->UseRealTime()->Iterations(1);
-BENCHMARK(BM_CaptureReplay)->Name("timing_step/capture_replay")->Arg(256)->Arg(4096)->Arg(65536)
-    ->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(1);
+    ->Name("timing_step/stack_replay")
+    ->Arg(256)
+    ->Arg(4096)
+    ->Arg(65536)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->Iterations(1);
+BENCHMARK(BM_CaptureReplay)
+    ->Name("timing_step/capture_replay")
+    ->Arg(256)
+    ->Arg(4096)
+    ->Arg(65536)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->Iterations(1);
 
 }  // namespace
 }  // namespace shardlab::bench

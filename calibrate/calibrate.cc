@@ -20,11 +20,11 @@
 #include "runtime/device/cpu/device.h"
 #include "runtime/io/safetensors.h"
 #include "runtime/train/fsdp_train.h"
-#include "sim/models/network/collectives.h"
-#include "sim/models/device/device.h"
-#include "sim/models/network/network.h"
 #include "sim/engine/virtual_clock.h"
 #include "sim/engine/world.h"
+#include "sim/models/device/device.h"
+#include "sim/models/network/collectives.h"
+#include "sim/models/network/network.h"
 
 namespace shardlab::sim {
 
@@ -143,8 +143,7 @@ Result<Nanos> window_time(runtime::device::Device& device, const Clock& clock, N
 // Best-of-`repeats` window time of `op` after one warm-up window (page faults, caches,
 // lazy init); `cold` as for window_time.
 Result<Nanos> best_time(runtime::device::Device& device, const Clock& clock, const DeviceCalibrationOptions& o,
-                        const Timing& timing, const std::function<Status()>& op,
-                        const std::vector<Tensor>& cold = {}) {
+                        const Timing& timing, const std::function<Status()>& op, const std::vector<Tensor>& cold = {}) {
   SHARDLAB_RETURN_IF_ERROR(timing.co.before());
   SHARDLAB_RETURN_IF_ERROR(window_time(device, clock, o.min_window_ns, op, cold).status());
   Nanos best = -1;
@@ -282,17 +281,15 @@ Result<OpFactors> measure_op_factors(runtime::device::Device& device, const Cloc
          return d.layer_norm_backward(x, dy, mean, rstd, gamma, dx, dgamma, dbeta, false, kComputeStream);
        }},
       {"multiply", [&](auto& d) { return d.multiply(x, dy, y, kComputeStream); }},
-      {"optimizer_step",
-       [&](auto& d) {
-         return d.optimizer_step(adamw, param, grad, state0, state1, kComputeStream);
-       }},
+      {"optimizer_step", [&](auto& d) { return d.optimizer_step(adamw, param, grad, state0, state1, kComputeStream); }},
       {"scale", [&](auto& d) { return d.scale(y, 1.0f, kComputeStream); }},
       {"softmax_cross_entropy",
        [&](auto& d) { return d.softmax_cross_entropy(x, labels, loss_sum, dx, 1.0f, -100, kComputeStream); }},
   };
-  const std::pair<Activation, const char*> acts[] = {
-      {Activation::kRelu, "relu"}, {Activation::kGelu, "gelu"}, {Activation::kGeluTanh, "gelu_tanh"},
-      {Activation::kTanh, "tanh"}};
+  const std::pair<Activation, const char*> acts[] = {{Activation::kRelu, "relu"},
+                                                     {Activation::kGelu, "gelu"},
+                                                     {Activation::kGeluTanh, "gelu_tanh"},
+                                                     {Activation::kTanh, "tanh"}};
   for (const auto& [act, name] : acts) {
     ops.emplace_back(std::string("activation_") + name,
                      [&, act = act](auto& d) { return d.activation(act, x, y, kComputeStream); });
@@ -315,8 +312,9 @@ Result<OpFactors> measure_op_factors(runtime::device::Device& device, const Cloc
     const Nanos memory_charged = memory_clock.now() - memory_before;
     const auto sized = at_size.find(key);
     static const std::vector<Tensor> kWarm;
-    SHARDLAB_ASSIGN_OR_RETURN(const Nanos t, best_time(device, clock, quick, co, [&, &op = op] { return op(device); },
-                                                       sized == at_size.end() ? kWarm : sized->second));
+    SHARDLAB_ASSIGN_OR_RETURN(const Nanos t, best_time(
+                                                 device, clock, quick, co, [&, &op = op] { return op(device); },
+                                                 sized == at_size.end() ? kWarm : sized->second));
     const double work = static_cast<double>(std::max<Nanos>(t - measured.launch_ns, 1));
     if (charged > 0) {  // else no compute term at this size: nothing to scale
       factors.compute.emplace(key, std::clamp(work / static_cast<double>(charged), 1e-3, 1000.0));
@@ -372,8 +370,8 @@ Result<Nanos> host_time_per_op(runtime::device::Device& device, const Clock& clo
     t.steps = i == 0 ? kShort : kLong;
     if (co.co.solo != nullptr) {
       SHARDLAB_ASSIGN_OR_RETURN(real[i], best_time(device, clock, quick, co, [&] {
-        return runtime::train::train_fsdp(*co.co.solo, device, clock, t).status();
-      }));
+                                  return runtime::train::train_fsdp(*co.co.solo, device, clock, t).status();
+                                }));
       // The same loop in a one-rank World (its one-member collectives cost nothing there).
       WorldOptions w;
       w.device = prediction;
@@ -388,9 +386,8 @@ Result<Nanos> host_time_per_op(runtime::device::Device& device, const Clock& clo
       SHARDLAB_RETURN_IF_ERROR(ran[0].status);
       continue;
     }
-    SHARDLAB_ASSIGN_OR_RETURN(real[i], best_time(device, clock, quick, co, [&] {
-      return runtime::train::train_oracle(device, t, 1).status();
-    }));
+    SHARDLAB_ASSIGN_OR_RETURN(real[i], best_time(device, clock, quick, co,
+                                                 [&] { return runtime::train::train_oracle(device, t, 1).status(); }));
     VirtualClock sim_clock;
     SimDevice sim(0, prediction, &sim_clock);
     SHARDLAB_RETURN_IF_ERROR(runtime::train::train_oracle(sim, t, 1).status());
@@ -404,8 +401,9 @@ Result<Nanos> host_time_per_op(runtime::device::Device& device, const Clock& clo
 Status check_options(const DeviceCalibrationOptions& o) {
   if (o.gemm_size < 1 || o.vector_elements < 1 || o.copy_bytes < 4 || o.repeats < 1 || o.rounds < 1 ||
       o.capacity_bytes < 0 || o.min_window_ns < 0 || o.cache_bytes < -1) {
-    return Status::invalid_argument("calibrate: gemm_size, vector_elements, repeats, rounds must be >= 1, "
-                                    "copy_bytes >= 4, capacity_bytes and min_window_ns >= 0, cache_bytes >= -1");
+    return Status::invalid_argument(
+        "calibrate: gemm_size, vector_elements, repeats, rounds must be >= 1, "
+        "copy_bytes >= 4, capacity_bytes and min_window_ns >= 0, cache_bytes >= -1");
   }
   return Status::ok();
 }
@@ -428,39 +426,39 @@ Result<DeviceProfile> measure_round(runtime::device::Device& device, const Clock
   for (const Tensor* t : {&a, &b, &x, &src}) SHARDLAB_RETURN_IF_ERROR(device.fill(*t, 0.5f, kComputeStream));
   // NOTE [Cache-resident bytes]: the core's cache, and a copy whose source and destination
   // fill half of it (the other half holds what a step keeps beside them).
-  const std::int64_t cache =
-      !device.host_addressable() ? 0 : o.cache_bytes >= 0 ? o.cache_bytes : host_cache_bytes();
+  const std::int64_t cache = !device.host_addressable() ? 0 : o.cache_bytes >= 0 ? o.cache_bytes : host_cache_bytes();
   const std::int64_t cached_elements = std::max<std::int64_t>(1, cache / 16);
   SHARDLAB_ASSIGN_OR_RETURN(Tensor csrc, device.empty({cached_elements}, DType::kF32, cat, "calibrate.csrc"));
   SHARDLAB_ASSIGN_OR_RETURN(Tensor cdst, device.empty({cached_elements}, DType::kF32, cat, "calibrate.cdst"));
   SHARDLAB_RETURN_IF_ERROR(device.fill(csrc, 0.5f, kComputeStream));
 
-  SHARDLAB_ASSIGN_OR_RETURN(const Nanos launch, best_time(device, clock, o, co, [&] {
-    return device.fill(one, 1.0f, kComputeStream);
-  }));
+  SHARDLAB_ASSIGN_OR_RETURN(const Nanos launch,
+                            best_time(device, clock, o, co, [&] { return device.fill(one, 1.0f, kComputeStream); }));
   SHARDLAB_ASSIGN_OR_RETURN(const Nanos t_gemm, best_time(device, clock, o, co, [&] {
-    return device.gemm(a, false, b, false, out, 1.0f, 0.0f, kComputeStream);
-  }));
+                              return device.gemm(a, false, b, false, out, 1.0f, 0.0f, kComputeStream);
+                            }));
   SHARDLAB_ASSIGN_OR_RETURN(const Nanos t_gelu, best_time(device, clock, o, co, [&] {
-    return device.activation(Activation::kGelu, x, y, kComputeStream);
-  }));
-  SHARDLAB_ASSIGN_OR_RETURN(const Nanos t_copy, best_time(device, clock, o, co, [&] {
-    return device.copy(src, dst, kComputeStream);
-  }, cold_operands(device, cache, {src, dst})));
+                              return device.activation(Activation::kGelu, x, y, kComputeStream);
+                            }));
+  SHARDLAB_ASSIGN_OR_RETURN(const Nanos t_copy,
+                            best_time(
+                                device, clock, o, co, [&] { return device.copy(src, dst, kComputeStream); },
+                                cold_operands(device, cache, {src, dst})));
   Nanos t_cached_copy = 0;
   if (cache > 0) {
-    SHARDLAB_ASSIGN_OR_RETURN(t_cached_copy, best_time(device, clock, quick_options(o), co, [&] {
-      return device.copy(csrc, cdst, kComputeStream);
-    }));
+    SHARDLAB_ASSIGN_OR_RETURN(t_cached_copy, best_time(device, clock, quick_options(o), co,
+                                                       [&] { return device.copy(csrc, cdst, kComputeStream); }));
   }
 
   // NOTE [Host time per allocation]: an activation-sized tensor allocated and dropped, then
   // the one-element op (a device may charge the allocation only with its next op, as
   // SimDevice does); the one-element op's own time is taken off.
-  SHARDLAB_ASSIGN_OR_RETURN(const Nanos t_alloc_op, best_time(device, clock, o, co, [&]() -> Status {
-    SHARDLAB_RETURN_IF_ERROR(device.empty({v}, DType::kF32, MemoryCategory::kActivations, "calibrate.alloc").status());
-    return device.fill(one, 1.0f, kComputeStream);
-  }));
+  SHARDLAB_ASSIGN_OR_RETURN(
+      const Nanos t_alloc_op, best_time(device, clock, o, co, [&]() -> Status {
+        SHARDLAB_RETURN_IF_ERROR(
+            device.empty({v}, DType::kF32, MemoryCategory::kActivations, "calibrate.alloc").status());
+        return device.fill(one, 1.0f, kComputeStream);
+      }));
   const Nanos t_alloc = std::max<Nanos>(0, t_alloc_op - launch);
 
   DeviceProfile p;
@@ -522,11 +520,12 @@ Result<DeviceProfile> measure_round(runtime::device::Device& device, const Clock
     };
     const auto time_thin = [&](Layout layout, std::int64_t d) -> Result<Thin> {
       const bool ta = layout == Layout::kWeightGrad, tb = layout == Layout::kForward;
-      const std::array<std::int64_t, 2> a_shape = layout == Layout::kForward ? std::array<std::int64_t, 2>{d, half}
-                                                                             : std::array<std::int64_t, 2>{d, wide};
-      const std::array<std::int64_t, 2> b_shape = layout == Layout::kForward     ? std::array<std::int64_t, 2>{wide, half}
-                                                  : layout == Layout::kInputGrad ? std::array<std::int64_t, 2>{wide, half}
-                                                                                 : std::array<std::int64_t, 2>{d, half};
+      const std::array<std::int64_t, 2> a_shape =
+          layout == Layout::kForward ? std::array<std::int64_t, 2>{d, half} : std::array<std::int64_t, 2>{d, wide};
+      const std::array<std::int64_t, 2> b_shape = layout == Layout::kForward ? std::array<std::int64_t, 2>{wide, half}
+                                                  : layout == Layout::kInputGrad
+                                                      ? std::array<std::int64_t, 2>{wide, half}
+                                                      : std::array<std::int64_t, 2>{d, half};
       const std::int64_t m = ta ? a_shape[1] : a_shape[0], k = ta ? a_shape[0] : a_shape[1];
       const std::int64_t cols = tb ? b_shape[0] : b_shape[1];
       SHARDLAB_ASSIGN_OR_RETURN(Tensor ga, device.empty({a_shape[0], a_shape[1]}, DType::kF32, cat, "calibrate.ga"));
@@ -534,9 +533,11 @@ Result<DeviceProfile> measure_round(runtime::device::Device& device, const Clock
       SHARDLAB_ASSIGN_OR_RETURN(Tensor gc, device.empty({m, cols}, DType::kF32, cat, "calibrate.gc"));
       SHARDLAB_RETURN_IF_ERROR(device.fill(ga, 0.5f, kComputeStream));
       SHARDLAB_RETURN_IF_ERROR(device.fill(gb, 0.5f, kComputeStream));
-      SHARDLAB_ASSIGN_OR_RETURN(const Nanos t, best_time(device, clock, quick, co, [&] {
-        return device.gemm(ga, ta, gb, tb, gc, 1.0f, 0.0f, kComputeStream);
-      }, cold_operands(device, cache, {ga, gb, gc})));
+      SHARDLAB_ASSIGN_OR_RETURN(
+          const Nanos t,
+          best_time(
+              device, clock, quick, co, [&] { return device.gemm(ga, ta, gb, tb, gc, 1.0f, 0.0f, kComputeStream); },
+              cold_operands(device, cache, {ga, gb, gc})));
       return Thin{t, static_cast<double>(m), static_cast<double>(cols), static_cast<double>(k)};
     };
     // The matrix rate and the operand passes together, from the square GEMM and the thin
@@ -643,9 +644,8 @@ Result<DeviceProfile> calibrate_device(runtime::device::Device& device, const Cl
 
 Result<Nanos> measure_op_host_ns(runtime::device::Device& device, const Clock& clock, const DeviceProfile& profile,
                                  const DeviceCalibrationOptions& options) {
-  return over_rounds<Nanos>(options, alone(), [&](const Timing& t) {
-    return host_time_per_op(device, clock, options, t, profile);
-  });
+  return over_rounds<Nanos>(options, alone(),
+                            [&](const Timing& t) { return host_time_per_op(device, clock, options, t, profile); });
 }
 
 Result<DeviceProfile> calibrate_cpu_device(const DeviceCalibrationOptions& options) {
@@ -654,17 +654,17 @@ Result<DeviceProfile> calibrate_cpu_device(const DeviceCalibrationOptions& optio
   return calibrate_device(device, clock, options);
 }
 
-Result<DeviceProfile> calibrate_device_together(Communicator& comm, runtime::device::Device& device,
-                                                const Clock& clock, const DeviceCalibrationOptions& o) {
+Result<DeviceProfile> calibrate_device_together(Communicator& comm, runtime::device::Device& device, const Clock& clock,
+                                                const DeviceCalibrationOptions& o) {
   // NOTE [Host time per op]: every rank trains over a group of its own.
   SHARDLAB_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> solo, comm.split(comm.rank(), 0));
-  const Coordination together{
-      [&] { return comm.barrier()->wait(runtime::comm::kDefaultTimeout); },
-      [&](Nanos t) -> Result<Nanos> {
-        SHARDLAB_ASSIGN_OR_RETURN(std::vector<Nanos> slowest, max_over_ranks(comm, device, {t}));
-        return slowest[0];
-      },
-      solo.get()};
+  const Coordination together{[&] { return comm.barrier()->wait(runtime::comm::kDefaultTimeout); },
+                              [&](Nanos t) -> Result<Nanos> {
+                                SHARDLAB_ASSIGN_OR_RETURN(std::vector<Nanos> slowest,
+                                                          max_over_ranks(comm, device, {t}));
+                                return slowest[0];
+                              },
+                              solo.get()};
   return measure_device(device, clock, o, together);
 }
 
@@ -691,9 +691,8 @@ CriticalPath critical_path(OpKind kind, std::int64_t query_bytes, Algorithm algo
   const Schedule s = plan_collective(kind, members, query_bytes, 0, algorithm, topo);
   const std::vector<Nanos> arrivals(members.size(), 0);
   const auto latest = [&](Priced price) {
-    const std::vector<Nanos> done = evaluate_schedule(s, members, arrivals, [price](auto, std::span<Priced> out) {
-      std::fill(out.begin(), out.end(), price);
-    });
+    const std::vector<Nanos> done = evaluate_schedule(
+        s, members, arrivals, [price](auto, std::span<Priced> out) { std::fill(out.begin(), out.end(), price); });
     return done.empty() ? Nanos{0} : *std::max_element(done.begin(), done.end());
   };
   return {s.algorithm, static_cast<int>(latest({1, 0.0})), latest({0, 1e9})};
@@ -771,8 +770,8 @@ Status fit_collective_model(NetworkCalibration& r) {
   if (!fit_overhead) c[0] = static_cast<double>(overhead);
   if (r.ranks > 1 && !(c[2] > 0)) {
     return Status::failed_precondition(
-        "calibrate_network: collective times do not grow with the bytes on the path (fitted " +
-        std::to_string(c[2]) + " ns/byte); use larger sizes");
+        "calibrate_network: collective times do not grow with the bytes on the path (fitted " + std::to_string(c[2]) +
+        " ns/byte); use larger sizes");
   }
   r.overhead_ns = static_cast<Nanos>(std::llround(c[0]));
   r.latency_ns = static_cast<Nanos>(std::llround(c[1]));
@@ -781,8 +780,8 @@ Status fit_collective_model(NetworkCalibration& r) {
   double largest_share = 0;
   for (const CollectiveSample& s : fitted) {
     if (s.reduced_bytes > 0) {
-      largest_share = std::max(largest_share, c[3] * static_cast<double>(s.reduced_bytes) /
-                                                  std::max(static_cast<double>(s.time_ns), 1.0));
+      largest_share = std::max(
+          largest_share, c[3] * static_cast<double>(s.reduced_bytes) / std::max(static_cast<double>(s.time_ns), 1.0));
     }
   }
   r.reduce_bytes_per_s = largest_share >= 0.01 ? 1e9 / c[3] : 0.0;
@@ -791,8 +790,8 @@ Status fit_collective_model(NetworkCalibration& r) {
 
 }  // namespace
 
-Result<NetworkCalibration> calibrate_network(Communicator& comm, runtime::device::Device& device,
-                                             const Clock& clock, const NetworkCalibrationOptions& o) {
+Result<NetworkCalibration> calibrate_network(Communicator& comm, runtime::device::Device& device, const Clock& clock,
+                                             const NetworkCalibrationOptions& o) {
   const int p = comm.size();
   if (o.sizes.size() < 2 || o.repeats < 1) {
     return Status::invalid_argument("calibrate_network: needs at least 2 sizes and repeats >= 1");
@@ -871,9 +870,9 @@ TopologySpec switch_topology_from(const NetworkCalibration& c, std::string name)
   t.name = std::move(name);
   t.description = "measured by shardlab calibrate with " + std::to_string(c.ranks) +
                   (c.ranks == 1 ? " MPI process (the per-call overhead of one-rank collectives; default links)"
-                                 : " MPI processes (per-call overhead, latency, bandwidth and reduction rate fit "
-                                   "together to all_gather, reduce_scatter and all_reduce under the simulator's "
-                                   "schedules)");
+                                : " MPI processes (per-call overhead, latency, bandwidth and reduction rate fit "
+                                  "together to all_gather, reduce_scatter and all_reduce under the simulator's "
+                                  "schedules)");
   t.kind = TopologyKind::kSwitch;
   if (c.bytes_per_s > 0) {  // one rank measures no links: the defaults stay
     t.port.gbit_per_s = c.bytes_per_s * 8.0 / 1e9;
@@ -893,8 +892,9 @@ TopologySpec switch_topology_from(const NetworkCalibration& c, std::string name)
   for (auto& [kind, table] : t.measured.tables) {
     // By size; sizes too small to split into p fp32 chunks repeat a query size: keep one.
     std::stable_sort(table.begin(), table.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-    table.erase(std::unique(table.begin(), table.end(), [](const auto& a, const auto& b) { return a.first == b.first; }),
-                table.end());
+    table.erase(
+        std::unique(table.begin(), table.end(), [](const auto& a, const auto& b) { return a.first == b.first; }),
+        table.end());
   }
   return t;
 }

@@ -47,18 +47,18 @@
 #include "runtime/comm/communicator.h"
 #include "runtime/core/clock.h"
 #include "runtime/device/device.h"
-#include "sim/models/network/collectives.h"
 #include "sim/models/device/cost_model.h"
+#include "sim/models/network/collectives.h"
 #include "sim/models/network/topology.h"
 
 namespace shardlab::sim {
 
 struct DeviceCalibrationOptions {
-  std::string name = "calibrated-cpu";  // the profile's name
-  std::int64_t gemm_size = 512;         // square fp32 GEMM (m = n = k): compute bound
+  std::string name = "calibrated-cpu";     // the profile's name
+  std::int64_t gemm_size = 512;            // square fp32 GEMM (m = n = k): compute bound
   std::int64_t vector_elements = 1 << 15;  // GELU on an in-cache tensor: vector compute
-  std::int64_t copy_bytes = 64 << 20;   // a copy far larger than caches: memory bandwidth
-  int repeats = 2;                      // windows per op and round (after one warm-up window)
+  std::int64_t copy_bytes = 64 << 20;      // a copy far larger than caches: memory bandwidth
+  int repeats = 2;                         // windows per op and round (after one warm-up window)
   // The whole measurement runs this many times and each op keeps its best window over all
   // of them (NOTE [Calibration rounds] in calibrate/calibrate.cc): an op's windows then span the
   // calibration, not one moment of it.
@@ -66,7 +66,7 @@ struct DeviceCalibrationOptions {
   // Each window runs the op until this much time has passed (at least once). Longer
   // windows average over time slices when ranks share cores; shorter ones calibrate faster.
   Nanos min_window_ns = 50 * kNanosPerMilli;
-  std::int64_t capacity_bytes = 0;      // 0: the host's physical memory
+  std::int64_t capacity_bytes = 0;  // 0: the host's physical memory
   // The profile's cache_bytes (NOTE [Cache-resident bytes] in sim/models/device/cost_model.h): -1 the
   // host's L2 per core (0 where the host does not say), 0 no cache model (every operand
   // warm, every byte at one rate). Only host-addressable devices get one.
@@ -80,7 +80,6 @@ struct DeviceCalibrationOptions {
   // Measure op_host_ns from a training loop (NOTE [Host time per op] in sim/models/device/cost_model.h),
   // in windows of min_window_ns / 5.
   bool op_host = true;
-
 };
 
 // The host's L2 cache per core in bytes (what DeviceCalibrationOptions::cache_bytes = -1
@@ -116,8 +115,8 @@ struct NetworkCalibrationOptions {
   // 15 and 17 MiB straddle the step of Open MPI 4.1's reduce_scatter just past 16 MiB
   // (2 processes here: 15 MiB 5.8 ms, 16 MiB 6.2 ms, 17 MiB 12.7 ms), so the table's
   // interpolation does not smear it over the sizes below.
-  std::vector<std::int64_t> sizes = {64,       4 << 10,  64 << 10, 1 << 20,  2 << 20,  4 << 20,
-                                     8 << 20,  12 << 20, 15 << 20, 17 << 20, 24 << 20, 32 << 20};
+  std::vector<std::int64_t> sizes = {64,      4 << 10,  64 << 10, 1 << 20,  2 << 20,  4 << 20,
+                                     8 << 20, 12 << 20, 15 << 20, 17 << 20, 24 << 20, 32 << 20};
   // The α–β–γ fit uses the sizes up to this many bytes; every size goes into the measured
   // table (NOTE [Measured collectives] in sim/models/network/topology.h).
   int repeats = 10;
@@ -144,19 +143,19 @@ struct CollectiveSample {
   runtime::comm::OpKind kind = runtime::comm::OpKind::kAllGather;
   std::int64_t buffer_bytes = 0;  // p chunks
   std::int64_t chunk_bytes = 0;
-  std::string algorithm;          // what the simulator runs ("ring", "halving_doubling" …)
+  std::string algorithm;  // what the simulator runs ("ring", "halving_doubling" …)
   int rounds = 0;
   std::int64_t path_bytes = 0;
   std::int64_t reduced_bytes = 0;  // what each member reduces: (p-1) chunks, 0 for all_gather
   Nanos time_ns = 0;
 };
 struct NetworkCalibration {
-  int ranks = 0;                     // how many processes were measured
-  std::int64_t fit_max_bytes = 0;    // the samples fitted: buffer_bytes up to this
-  Nanos overhead_ns = 0;             // o: per call (NOTE [Collective overhead] in sim/models/network/topology.h)
-  Nanos latency_ns = 0;              // α: one round's message latency (0 with one rank)
-  double bytes_per_s = 0;            // 1/β: a message's bytes per second (0 with one rank)
-  double reduce_bytes_per_s = 0;     // 1/γ (NOTE [Reduction cost] in sim/models/network/topology.h); 0: none fitted
+  int ranks = 0;                   // how many processes were measured
+  std::int64_t fit_max_bytes = 0;  // the samples fitted: buffer_bytes up to this
+  Nanos overhead_ns = 0;           // o: per call (NOTE [Collective overhead] in sim/models/network/topology.h)
+  Nanos latency_ns = 0;            // α: one round's message latency (0 with one rank)
+  double bytes_per_s = 0;          // 1/β: a message's bytes per second (0 with one rank)
+  double reduce_bytes_per_s = 0;   // 1/γ (NOTE [Reduction cost] in sim/models/network/topology.h); 0: none fitted
   std::vector<CollectiveSample> samples;
   // What the fitted model predicts for a sample: o + rounds·α + path_bytes·β + reduced·γ.
   double fitted_ns(const CollectiveSample& s) const;

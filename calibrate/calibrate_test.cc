@@ -10,11 +10,11 @@
 #include <filesystem>
 #include <limits>
 
-#include "sim/models/device/device.h"
-#include "sim/models/network/network.h"
-#include "sim/models/device/profiles.h"
-#include "sim/models/network/topology.h"
 #include "sim/engine/world.h"
+#include "sim/models/device/device.h"
+#include "sim/models/device/profiles.h"
+#include "sim/models/network/network.h"
+#include "sim/models/network/topology.h"
 #include "testing/status_matchers.h"
 
 using shardlab::testlib::IsOk;
@@ -242,8 +242,9 @@ TEST(Calibrate, RecoversASimulatedDevicesRoofline) {
     EXPECT_NEAR(p->small_dim_factors[i].second, want[i], 1e-2) << "dimension " << (8 << i);
   }
   // What `shardlab calibrate` writes reads back as a profile.
-  const std::string path = (std::filesystem::temp_directory_path() /
-                            ("shardlab_calibrated_" + std::to_string(::getpid()) + ".json")).string();
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("shardlab_calibrated_" + std::to_string(::getpid()) + ".json"))
+          .string();
   ASSERT_TRUE(write_device_profile(*p, path).is_ok());
   auto back = load_device_profile(path);
   ASSERT_THAT(back, IsOk());
@@ -493,7 +494,8 @@ TEST(Calibrate, OneRankMeasuresTheCollectiveOverhead) {
   // Bad values in a file are refused naming the key.
   for (const char* bad : {"-1", "1.5", "2e9", "\"7us\""}) {
     auto r = parse_topology(R"({"name": "t", "kind": "switch", "port": {"gbit_per_s": 100, "latency_ns": 1000},
-                                "collective_overhead_ns": )" + std::string(bad) + "}",
+                                "collective_overhead_ns": )" +
+                                std::string(bad) + "}",
                             "t.json");
     ASSERT_FALSE(r.is_ok()) << bad;
     EXPECT_NE(r.status().message().find("collective_overhead_ns"), std::string::npos) << r.status().message();
@@ -519,9 +521,9 @@ TEST(Calibrate, MeasuredTableTimesCollectivesOfItsGroupSize) {
   EXPECT_EQ(t.measured.tables.at(OpKind::kAllGather),
             (std::vector<std::pair<std::int64_t, Nanos>>{{1024, 5'000}, {4096, 11'000}}));
   EXPECT_EQ(t.measured.tables.at(OpKind::kAllReduce), (std::vector<std::pair<std::int64_t, Nanos>>{{8192, 40'000}}));
-  EXPECT_EQ(t.measured.time(OpKind::kAllGather, 2, 512), 5'000);     // below the smallest
-  EXPECT_EQ(t.measured.time(OpKind::kAllGather, 2, 2560), 8'000);    // halfway
-  EXPECT_EQ(t.measured.time(OpKind::kAllGather, 2, 7168), 17'000);   // the last interval continued
+  EXPECT_EQ(t.measured.time(OpKind::kAllGather, 2, 512), 5'000);       // below the smallest
+  EXPECT_EQ(t.measured.time(OpKind::kAllGather, 2, 2560), 8'000);      // halfway
+  EXPECT_EQ(t.measured.time(OpKind::kAllGather, 2, 7168), 17'000);     // the last interval continued
   EXPECT_EQ(t.measured.time(OpKind::kAllReduce, 2, 1 << 20), 40'000);  // one size: its time
   EXPECT_FALSE(t.measured.time(OpKind::kAllGather, 3, 2560).has_value());
   EXPECT_FALSE(t.measured.time(OpKind::kReduceScatter, 2, 2560).has_value());

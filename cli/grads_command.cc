@@ -103,7 +103,8 @@ int grads_command(const GradsArgs& a) {
     return fail(Status::invalid_argument("--world-size " + std::to_string(a.world_size) + " is above the limit of " +
                                          std::to_string(sim::kMaxNumericsRanks) +
                                          " simulated ranks (each is a host thread holding real tensors); allowed: 1 "
-                                         "to " + std::to_string(sim::kMaxNumericsRanks)));
+                                         "to " +
+                                         std::to_string(sim::kMaxNumericsRanks)));
   }
   auto hf = model::read_bert_config(a.model_dir + "/config.json");
   if (!hf.is_ok()) return fail(hf.status());
@@ -141,7 +142,8 @@ int grads_command(const GradsArgs& a) {
   // The weights are read straight into the buffer training starts from (no copies).
   auto initial = std::make_shared<std::vector<float>>(static_cast<std::size_t>(total));
   {
-    const Tensor params = Tensor::host_floats(initial->data(), total, MemoryCategory::kParameters, "checkpoint", "cpu:0");
+    const Tensor params =
+        Tensor::host_floats(initial->data(), total, MemoryCategory::kParameters, "checkpoint", "cpu:0");
     model::FlatParamAccess views(specs, params, params);
     if (Status s = model::load_bert_weights(a.model_dir + "/model.safetensors", specs, views.params()); !s.is_ok()) {
       return fail(s);
@@ -207,19 +209,22 @@ int grads_command(const GradsArgs& a) {
     if (!results[r].status.is_ok()) return fail(results[r].status.with_context("rank " + std::to_string(r)));
   }
   // Write the gradients under their Hugging Face names.
-  const Tensor grads = Tensor::host_floats(result.last_grads.data(), static_cast<std::int64_t>(result.last_grads.size()),
-                                           MemoryCategory::kGradients, "grads", "cpu:0");
+  const Tensor grads =
+      Tensor::host_floats(result.last_grads.data(), static_cast<std::int64_t>(result.last_grads.size()),
+                          MemoryCategory::kGradients, "grads", "cpu:0");
   model::FlatParamAccess out_views(specs, grads, grads);
   char loss[64];
   std::snprintf(loss, sizeof loss, "%.9g", result.losses.at(0));
-  if (Status s = model::save_bert_tensors(a.out, specs, out_views.params(), {{"loss", loss}}); !s.is_ok()) return fail(s);
+  if (Status s = model::save_bert_tensors(a.out, specs, out_views.params(), {{"loss", loss}}); !s.is_ok())
+    return fail(s);
   // A non-finite loss or gradient is a failed result (exit 3), said with how many and where;
   // the file is still written, for inspection.
   double max_abs = 0;
   const NonFinite bad_grads = find_non_finite(specs, result.last_grads.data(), &max_abs);
   const double loss_value = result.losses.at(0);
   if (bad_grads.total() > 0 || !std::isfinite(loss_value)) {
-    std::fprintf(stderr, "shardlab grads: non-finite result (gradients written to %s for inspection):\n", a.out.c_str());
+    std::fprintf(stderr, "shardlab grads: non-finite result (gradients written to %s for inspection):\n",
+                 a.out.c_str());
     if (!std::isfinite(loss_value)) std::fprintf(stderr, "  loss: %s\n", loss);
     if (bad_grads.total() > 0) {
       std::fprintf(stderr, "  gradients: %s\n", describe(bad_grads, total, specs.size()).c_str());
@@ -231,8 +236,10 @@ int grads_command(const GradsArgs& a) {
     std::vector<std::int64_t> targets(probe.loss_term_weights().size(), 0);
     if (auto counted = probe.count_targets(*batch); counted.is_ok()) targets = *counted;
     if (std::any_of(targets.begin(), targets.end(), [](std::int64_t n) { return n == 0; })) {
-      std::fprintf(stderr, "  cause: the batch in %s has no targets (every label ignored, e.g. -100): the mean "
-                           "cross-entropy over no targets is NaN, as in PyTorch\n", a.inputs.c_str());
+      std::fprintf(stderr,
+                   "  cause: the batch in %s has no targets (every label ignored, e.g. -100): the mean "
+                   "cross-entropy over no targets is NaN, as in PyTorch\n",
+                   a.inputs.c_str());
     }
     return 3;
   }
@@ -240,7 +247,8 @@ int grads_command(const GradsArgs& a) {
     std::printf("shardlab grads: %s (%s, %lld parameters) · batch %lld × %lld · %d simulated rank%s, FSDP %s, %s\n",
                 std::string(model::bert_architecture_name(o.bert.head)).c_str(), a.model_dir.c_str(),
                 static_cast<long long>(total), static_cast<long long>(B), static_cast<long long>(T), a.world_size,
-                a.world_size == 1 ? "" : "s", std::string(fsdp::strategy_name(o.fsdp.strategy)).c_str(), a.dtype.c_str());
+                a.world_size == 1 ? "" : "s", std::string(fsdp::strategy_name(o.fsdp.strategy)).c_str(),
+                a.dtype.c_str());
     if (switched) {
       std::printf("note: FSDP runs NO_SHARD instead of %s since the world size is 1, as PyTorch FSDP does\n",
                   std::string(fsdp::strategy_name(a.strategy)).c_str());

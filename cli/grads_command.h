@@ -11,13 +11,13 @@
 namespace shardlab::cli {
 
 struct GradsArgs {
-  std::string model_dir;    // config.json + model.safetensors
-  std::string inputs;       // batch safetensors
-  std::string out;          // gradients safetensors
+  std::string model_dir;  // config.json + model.safetensors
+  std::string inputs;     // batch safetensors
+  std::string out;        // gradients safetensors
   int world_size = 1;
   runtime::fsdp::ShardingStrategy strategy = runtime::fsdp::ShardingStrategy::kFullShard;
-  int devices_per_node = 0;  // HYBRID_SHARD; 0: world_size / 2 (two groups) when possible
-  std::string dtype = "fp32";  // fp32 | bf16
+  int devices_per_node = 0;      // HYBRID_SHARD; 0: world_size / 2 (two groups) when possible
+  std::string dtype = "fp32";    // fp32 | bf16
   std::optional<float> dropout;  // overrides hidden and attention dropout
   std::uint64_t seed = 0;        // dropout masks
   bool quiet = false;

@@ -39,7 +39,7 @@ struct Files {
     fs::create_directories(dir);
     const char* arch = head == BertHead::kMaskedLM            ? "BertForMaskedLM"
                        : head == BertHead::kQuestionAnswering ? "BertForQuestionAnswering"
-                                                               : "BertForSequenceClassification";
+                                                              : "BertForSequenceClassification";
     std::ofstream(dir / "config.json") << R"({"model_type": "bert", "architectures": [")" << arch << R"("],
       "vocab_size": 200, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
       "intermediate_size": 64, "hidden_act": "gelu", "max_position_embeddings": 16, "type_vocab_size": 2,
@@ -56,7 +56,8 @@ struct Files {
     Tensor g = *dev.empty({total}, DType::kF32, MemoryCategory::kGradients, "g");
     runtime::model::FlatParamAccess views(bert.params(), p, g);
     EXPECT_TRUE(bert.init_params(dev, views.params(), 17).is_ok());
-    EXPECT_TRUE(runtime::model::save_bert_tensors((dir / "model.safetensors").string(), bert.params(), views.params()).is_ok());
+    EXPECT_TRUE(
+        runtime::model::save_bert_tensors((dir / "model.safetensors").string(), bert.params(), views.params()).is_ok());
     // The batch: synthetic rows written as a user's file would hold them.
     o.seq_len = 12;
     runtime::model::Bert sized(o);
@@ -122,7 +123,8 @@ TEST_P(GradsCommand, FourShardedRanksEqualOneRankForEveryStrategy) {
     GradsArgs a = files.args(4, "g4.safetensors");
     a.strategy = strategy;
     ASSERT_EQ(grads_command(a), 0);
-    const auto [diff, scale] = max_diff((files.dir / "g4.safetensors").string(), (files.dir / "g1.safetensors").string());
+    const auto [diff, scale] =
+        max_diff((files.dir / "g4.safetensors").string(), (files.dir / "g1.safetensors").string());
     EXPECT_GT(scale, 0.0);
     // fp32, summation order differs by rank: a few ulps of the largest gradient.
     EXPECT_LE(diff, 1e-6 * scale + 1e-9) << runtime::fsdp::strategy_name(strategy) << " max |Δ| " << diff;
@@ -167,8 +169,8 @@ TEST_P(GradsCommand, DropoutZeroAndBf16Run) {
   a.out = (files.dir / "bf16.safetensors").string();
   ASSERT_EQ(grads_command(a), 0);
   const auto [diff, scale] = max_diff(a.out, (files.dir / "fp32.safetensors").string());
-  EXPECT_GT(diff, 0.0);              // bf16 really rounds
-  EXPECT_LT(diff, 0.1 * scale);      // and stays close (bf16 keeps 8 bits)
+  EXPECT_GT(diff, 0.0);          // bf16 really rounds
+  EXPECT_LT(diff, 0.1 * scale);  // and stays close (bf16 keeps 8 bits)
 }
 
 INSTANTIATE_TEST_SUITE_P(Heads, GradsCommand,
@@ -291,8 +293,7 @@ TEST(GradsCommandErrors, NonFiniteWeightsGiveExitThreeNamingCountsAndTensors) {
   EXPECT_NE(err.find("  gradients: "), std::string::npos) << err;
   EXPECT_NE(err.find(" NaN, "), std::string::npos) << err;
   EXPECT_NE(err.find("bert.embeddings.word_embeddings.weight ("), std::string::npos) << err;
-  EXPECT_NE(err.find("cause: the weights in " + files.dir.string() +
-                     "/model.safetensors are not finite: 2 of "),
+  EXPECT_NE(err.find("cause: the weights in " + files.dir.string() + "/model.safetensors are not finite: 2 of "),
             std::string::npos)
       << err;
   EXPECT_NE(err.find("(1 NaN, 1 ±Inf) in 2 of "), std::string::npos) << err;

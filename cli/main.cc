@@ -26,9 +26,9 @@ int main_impl(int argc, char** argv) {
   namespace cli = shardlab::cli;
   // A braced list runs its elements in order: the order `shardlab --help` lists them.
   const std::vector<cli::Subcommand> commands = {
-      cli::add_run_command(app),    cli::add_grads_command(app),  cli::add_validate_command(app),
+      cli::add_run_command(app),    cli::add_grads_command(app),     cli::add_validate_command(app),
       cli::add_report_command(app), cli::add_calibrate_command(app), cli::add_schema_command(app),
-      cli::add_replay_command(app), cli::add_devices_command(app), cli::add_layout_command(app),
+      cli::add_replay_command(app), cli::add_devices_command(app),   cli::add_layout_command(app),
   };
   try {
     app.parse(argc, argv);
@@ -39,7 +39,8 @@ int main_impl(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "shardlab: error: %s\nRun 'shardlab --help' (or 'shardlab SUBCOMMAND --help') for what is allowed.\n",
+    std::fprintf(stderr,
+                 "shardlab: error: %s\nRun 'shardlab --help' (or 'shardlab SUBCOMMAND --help') for what is allowed.\n",
                  e.what());
     return 2;
   }

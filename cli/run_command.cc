@@ -3,27 +3,27 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <limits>
 #include <cmath>
 #include <cstdio>
-#include <functional>
-#include <memory>
 #include <filesystem>
+#include <functional>
+#include <limits>
+#include <memory>
 #include <sstream>
 #include <string>
 
 #include "cli/backends.h"
 #include "cli/run_outputs.h"
-#include "cli/scenario_to_run_args.h"
 #include "cli/run_timing.h"
+#include "cli/scenario_to_run_args.h"
 #include "cli/trace_backends.h"
 #include "runtime/comm/checking_communicator.h"
 #include "runtime/comm/mpi/communicator.h"
 #include "runtime/device/cpu/device.h"
-#include "sim/models/network/network.h"
-#include "sim/models/device/profiles.h"
-#include "sim/timing/op_graph.h"
 #include "sim/engine/world.h"
+#include "sim/models/device/profiles.h"
+#include "sim/models/network/network.h"
+#include "sim/timing/op_graph.h"
 
 namespace shardlab::cli {
 
@@ -54,13 +54,14 @@ std::function<void(const FsdpTrainResult&)> progress_printer(const RunArgs& a, c
     const double step_s = static_cast<double>(r.step_times.back()) / 1e9;
     const double rate = step_s > 0 ? static_cast<double>(a.train.global_batch) / step_s : 0.0;
     const double elapsed = static_cast<double>(now - start) / 1e9;
-    const double eta = elapsed / static_cast<double>(r.losses.size()) * static_cast<double>(a.train.steps - static_cast<int>(done));
+    const double eta =
+        elapsed / static_cast<double>(r.losses.size()) * static_cast<double>(a.train.steps - static_cast<int>(done));
     if (tty) {
       std::fprintf(stderr, "\r  step %zu/%d · loss %.6f · %.1f samples/s (%s) · ETA %.0f s   %s", done, a.train.steps,
                    r.losses.back(), rate, time_kind, eta, static_cast<int>(done) == a.train.steps ? "\n" : "");
     } else {
-      std::fprintf(stderr, "  step %zu/%d · loss %.6f · %.1f samples/s (%s)\n", done, a.train.steps, r.losses.back(), rate,
-                   time_kind);
+      std::fprintf(stderr, "  step %zu/%d · loss %.6f · %.1f samples/s (%s)\n", done, a.train.steps, r.losses.back(),
+                   rate, time_kind);
     }
     std::fflush(stderr);
   };
@@ -184,8 +185,9 @@ std::string header_line(const RunArgs& a, int world, int units) {
     const auto& b = a.train.bert;
     const auto& c = b.config;
     arch = "BERT " + a.model_name + " (L" + std::to_string(c.num_hidden_layers) + " H" + std::to_string(c.hidden_size) +
-           " A" + std::to_string(c.num_attention_heads) + ", " + std::string(runtime::model::bert_architecture_name(b.head)) +
-           ", seq " + std::to_string(b.seq_len) + (b.activation_checkpointing ? ", activation checkpointing" : "") + ")";
+           " A" + std::to_string(c.num_attention_heads) + ", " +
+           std::string(runtime::model::bert_architecture_name(b.head)) + ", seq " + std::to_string(b.seq_len) +
+           (b.activation_checkpointing ? ", activation checkpointing" : "") + ")";
   } else {
     const auto& m = a.train.model;
     arch = "MLP " + std::to_string(m.input_dim);
@@ -193,12 +195,13 @@ std::string header_line(const RunArgs& a, int world, int units) {
     arch += "→" + std::to_string(m.num_classes);
   }
   char line[512];
-  std::snprintf(line, sizeof line, "shardlab run: %s · FSDP %s (%s) · %d %s rank%s · %d unit%s · global batch %lld · %d steps · seed %llu",
-              arch.c_str(), std::string(runtime::fsdp::strategy_name(a.train.fsdp.strategy)).c_str(),
-              std::string(runtime::fsdp::prefetch_name(a.train.fsdp.backward_prefetch)).c_str(), world,
-              backend(a.backend).simulated ? "simulated" : "MPI", world == 1 ? "" : "s", units, units == 1 ? "" : "s",
-              static_cast<long long>(a.train.global_batch), a.train.steps,
-              static_cast<unsigned long long>(a.train.seed));
+  std::snprintf(line, sizeof line,
+                "shardlab run: %s · FSDP %s (%s) · %d %s rank%s · %d unit%s · global batch %lld · %d steps · seed %llu",
+                arch.c_str(), std::string(runtime::fsdp::strategy_name(a.train.fsdp.strategy)).c_str(),
+                std::string(runtime::fsdp::prefetch_name(a.train.fsdp.backward_prefetch)).c_str(), world,
+                backend(a.backend).simulated ? "simulated" : "MPI", world == 1 ? "" : "s", units, units == 1 ? "" : "s",
+                static_cast<long long>(a.train.global_batch), a.train.steps,
+                static_cast<unsigned long long>(a.train.seed));
   return line;
 }
 
@@ -216,8 +219,8 @@ void print_steps(const FsdpTrainResult& r, const char* time_label, bool timing =
 }
 
 // 0 when the run matches the oracle (bitwise on the simulator when no tolerance is given
-// and gradients are not clipped, NOTE [The oracle by default]), 1 otherwise; fills the record's check and oracle losses, or says why the
-// oracle did not run (NOTE [The oracle by default] in cli/run_command.h).
+// and gradients are not clipped, NOTE [The oracle by default]), 1 otherwise; fills the record's check and oracle
+// losses, or says why the oracle did not run (NOTE [The oracle by default] in cli/run_command.h).
 int report_oracle(const RunArgs& a, const FsdpTrainResult& result, int world, bool simulated, RunRecord& record) {
   if (!a.oracle_off.empty()) {
     record.oracle_not_run = "turned off by " + a.oracle_off;
@@ -234,8 +237,7 @@ int report_oracle(const RunArgs& a, const FsdpTrainResult& result, int world, bo
   const auto cmp = runtime::train::compare(result, *oracle, a.rtol.value_or(tol.rtol), a.atol.value_or(tol.atol));
   record.check = cmp;
   record.oracle_loss = oracle->losses;
-  const std::string start =
-      result.resumed_from.empty() ? "" : ", from " + result.resumed_from + " loaded unsharded";
+  const std::string start = result.resumed_from.empty() ? "" : ", from " + result.resumed_from + " loaded unsharded";
   std::printf("unsharded oracle (1 process, the concatenated batch of %lld, reductions in rank order%s): %s\n",
               static_cast<long long>(a.train.global_batch), start.c_str(), cmp.describe().c_str());
   const bool tolerance_given = a.rtol.has_value() || a.atol.has_value();
@@ -256,7 +258,10 @@ int apply_expectations(const RunArgs& a, RunRecord& record, int code) {
   if (a.spec != nullptr) {
     record.expects = check_expectations(*a.spec, metrics_json(record));
     for (const auto& e : record.expects) {
-      std::printf("expect %s: %s — %s\n", e.name.c_str(), e.skipped ? "skipped" : e.ok ? "ok" : "FAILED",
+      std::printf("expect %s: %s — %s\n", e.name.c_str(),
+                  e.skipped ? "skipped"
+                  : e.ok    ? "ok"
+                            : "FAILED",
                   e.detail.c_str());
       if (!e.ok && !e.skipped) code = std::max(code, 1);
     }
@@ -342,7 +347,8 @@ int run_sim(const RunArgs& a) {
     // Outermost, so that a corrupt fault's collective index counts the runtime's collectives only.
     // Without faults too: its errors then say the rank, the step and the rank's collective
     // number, as a faulty run's (and timing mode's) do.
-    sim::FaultInjector faulty(&base, a.faults ? a.faults : std::make_shared<const sim::FaultPlan>(), ctx.rank, &ctx.clock);
+    sim::FaultInjector faulty(&base, a.faults ? a.faults : std::make_shared<const sim::FaultPlan>(), ctx.rank,
+                              &ctx.clock);
     runtime::comm::Communicator& comm = faulty;
     // CPU offload's host: on the rank's clock and trace, across the device's host link.
     sim::SimDevice host({"host", ctx.rank}, a.offload_host, &ctx.clock);
@@ -419,7 +425,8 @@ int run_sim(const RunArgs& a) {
     if (per_rank[0].num_units > 0) record.header = header_line(a, a.world_size, per_rank[0].num_units);
     // What the ranks had when they stopped: steps, memory, trace (outputs keep it).
     record.ranks = std::move(per_rank);
-    add_traces(a, a.world_size, [&](int r) { return world.trace(r); }, record);
+    add_traces(
+        a, a.world_size, [&](int r) { return world.trace(r); }, record);
     return write_outputs(a, record, code);
   }
   const FsdpTrainResult& r0 = per_rank[0];
@@ -430,7 +437,8 @@ int run_sim(const RunArgs& a) {
   print_steps(r0, "simulated step time");
   int code = report_oracle(a, r0, a.world_size, /*simulated=*/true, record);
   record.ranks = std::move(per_rank);
-  add_traces(a, a.world_size, [&](int r) { return world.trace(r); }, record);
+  add_traces(
+      a, a.world_size, [&](int r) { return world.trace(r); }, record);
   code = apply_expectations(a, record, code);
   return write_outputs(a, record, code);
 }
@@ -508,11 +516,13 @@ int run_mpi(const RunArgs& a, int* argc, char*** argv) {
     auto agreed = runtime::device::values_to_host<std::int64_t>(raw_dev, *flag);
     if (!agreed.is_ok()) return fail_job(agreed.status());
     if ((*agreed)[0] != 1) {
-      return fail(Status::invalid_argument("--out: rank 0 cannot write the output folder '" + a.out_dir + "' (its error says why)"));
+      return fail(Status::invalid_argument("--out: rank 0 cannot write the output folder '" + a.out_dir +
+                                           "' (its error says why)"));
     }
   }
   runtime::comm::CheckingCommunicator checked(&base, a.train.fsdp.collective_timeout);
-  runtime::comm::Communicator& unchecked = a.check_collectives ? static_cast<runtime::comm::Communicator&>(checked) : base;
+  runtime::comm::Communicator& unchecked =
+      a.check_collectives ? static_cast<runtime::comm::Communicator&>(checked) : base;
   if (Status s = runtime::train::validate(a.train, unchecked.size()); !s.is_ok()) return fail_job(s);
   // Traces in wall time (NOTE [Wall-clock traces] in cli/trace_backends.h): every rank
   // records its ops, collectives and FSDP phases from a common origin after a barrier;
@@ -534,8 +544,7 @@ int run_mpi(const RunArgs& a, int* argc, char*** argv) {
   RunArgs args = a;
   if (backend_info.runtime_checks_device_id) {  // against the device this process opened
     const int dpn = a.train.fsdp.devices_per_node > 0 ? a.train.fsdp.devices_per_node : c.size();
-    args.train.fsdp.device_id =
-        device_id_of_rank(a.device_id, std::string(backend_info.torch_device), c.rank(), dpn);
+    args.train.fsdp.device_id = device_id_of_rank(a.device_id, std::string(backend_info.torch_device), c.rank(), dpn);
   }
   args.train.record_memory_timeline = c.rank() == 0 && !a.out_dir.empty();
   if (c.rank() == 0) args.train.on_step = progress_printer(a, "wall");
@@ -580,7 +589,8 @@ int run_mpi(const RunArgs& a, int* argc, char*** argv) {
     code = report_oracle(a, *result, c.size(), /*simulated=*/false, record);
     record.ranks.push_back(*result);
     record.rank_steps = std::move(rank_steps);
-    add_traces(a, c.size(), [&](int r) { return std::move(traces[static_cast<std::size_t>(r)]); }, record);
+    add_traces(
+        a, c.size(), [&](int r) { return std::move(traces[static_cast<std::size_t>(r)]); }, record);
     code = apply_expectations(a, record, code);
     code = write_outputs(a, record, code);
   }
@@ -621,7 +631,8 @@ int replay_command(const ReplayArgs& r) {
   };
   auto graph = sim::timing::read_graph_json(r.graph);
   if (!graph.is_ok()) return bad(graph.status());
-  const std::string out_dir = r.out_dir.empty() ? "out/replay-" + std::filesystem::path(r.graph).stem().string() : r.out_dir;
+  const std::string out_dir =
+      r.out_dir.empty() ? "out/replay-" + std::filesystem::path(r.graph).stem().string() : r.out_dir;
   if (Status s = check_output_folder(out_dir); !s.is_ok()) return bad(s.with_context("--out"));
   // The network: as the graph recorded it, with the flags' overrides.
   sim::NetworkSpec spec;
@@ -633,12 +644,16 @@ int replay_command(const ReplayArgs& r) {
     spec.nodes = 1;
     spec.devices_per_node = graph->world_size;
   }
-  const auto choose = [](const std::string& given, const std::string& recorded) { return given.empty() ? recorded : given; };
+  const auto choose = [](const std::string& given, const std::string& recorded) {
+    return given.empty() ? recorded : given;
+  };
   const std::string model = choose(r.network_model, graph->network ? graph->network->model : "alpha_beta");
   const std::string algorithm = choose(r.collective_algorithm, graph->network ? graph->network->algorithm : "auto");
   if (!r.topology.empty()) spec.topology = r.topology;
   auto parsed_model = sim::parse_network_model(model);
-  if (!parsed_model.is_ok()) return bad(parsed_model.status().with_context(r.network_model.empty() ? r.graph + ": network.model" : "--network-model"));
+  if (!parsed_model.is_ok())
+    return bad(
+        parsed_model.status().with_context(r.network_model.empty() ? r.graph + ": network.model" : "--network-model"));
   spec.model = *parsed_model;
   auto parsed_algorithm = sim::parse_algorithm(algorithm);
   if (!parsed_algorithm.is_ok()) {
@@ -681,8 +696,10 @@ int replay_command(const ReplayArgs& r) {
 }
 
 Status check_run_plan(const RunArgs& a) {
-  if (backend(a.backend).simulated && a.mode == RunMode::kTiming) return Status::ok();  // no values: timing mode plans its own
-  if (backend(a.backend).simulated && a.world_size > sim::kMaxNumericsRanks) return numerics_world_too_big(a.world_size);
+  if (backend(a.backend).simulated && a.mode == RunMode::kTiming)
+    return Status::ok();  // no values: timing mode plans its own
+  if (backend(a.backend).simulated && a.world_size > sim::kMaxNumericsRanks)
+    return numerics_world_too_big(a.world_size);
   SHARDLAB_RETURN_IF_ERROR(runtime::train::validate(a.train, a.world_size));
   if (!backend(a.backend).simulated) return Status::ok();  // one rank a process: each holds one shard
   return runtime::train::check_numerics_host_memory(a.train, runtime::train::host_memory_bytes());

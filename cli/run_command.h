@@ -9,17 +9,17 @@
 #include "cli/run_outputs.h"
 #include "cli/scenario.h"
 #include "runtime/train/fsdp_train.h"
-#include "sim/models/device/cost_model.h"
 #include "sim/faults/faults.h"
-#include "sim/models/network/network.h"
+#include "sim/models/device/cost_model.h"
 #include "sim/models/device/profiles.h"
 #include "sim/models/device/stack.h"
+#include "sim/models/network/network.h"
 
 namespace shardlab::cli {
 
 struct RunArgs {
-  std::string backend = "sim";  // a registered backend (cli/backends.h)
-  int world_size = 8;           // sim only; mpi takes the MPI world size
+  std::string backend = "sim";     // a registered backend (cli/backends.h)
+  int world_size = 8;              // sim only; mpi takes the MPI world size
   std::string model_name = "mlp";  // for the header line: a BERT preset name or "mlp"
   // Non-empty: the oracle is off, and this says what turned it off ("--no-oracle",
   // "expect.grads_match_unsharded: false at FILE:LINE:COL"). NOTE [The oracle by default].
@@ -28,7 +28,7 @@ struct RunArgs {
   runtime::train::FsdpTrainOptions train;
   std::string out_dir = "out/default";  // metrics.json, trace.json, loss.csv, memory.csv, summary.txt
   std::string scenario = "default";
-  bool cpu_offload = false;             // shards, gradients and optimizer state on a host device per rank
+  bool cpu_offload = false;  // shards, gradients and optimizer state on a host device per rank
   // The simulated host of each rank under cpu_offload (world.offload_host).
   sim::DeviceProfile offload_host = sim::offload_host_profile();
   // How the framework drives the device (world.stack; timing mode only when not ideal).

@@ -132,7 +132,8 @@ std::vector<std::string> group_failures(const std::vector<std::string>& lines, i
     std::vector<int> sorted = g.ranks;
     std::sort(sorted.begin(), sorted.end());
     out.push_back(g.first.substr(0, colon) + ": " + std::to_string(g.ranks.size()) + " of " +
-                  std::to_string(world_size) + " ranks (" + rank_ranges(sorted) + ") failed the same way, e.g. " + g.first.substr(colon + 2));
+                  std::to_string(world_size) + " ranks (" + rank_ranges(sorted) + ") failed the same way, e.g. " +
+                  g.first.substr(colon + 2));
   }
   return out;
 }
@@ -156,8 +157,8 @@ double analytic_step_flops(const runtime::train::FsdpTrainOptions& o) {
   }
   const auto& c = o.bert.config;
   const double T = static_cast<double>(o.bert.seq_len), N = B * T, H = static_cast<double>(c.hidden_size),
-               I = static_cast<double>(c.intermediate_size), A = static_cast<double>(c.num_attention_heads),
-               d = H / A, V = static_cast<double>(c.vocab_size);
+               I = static_cast<double>(c.intermediate_size), A = static_cast<double>(c.num_attention_heads), d = H / A,
+               V = static_cast<double>(c.vocab_size);
   // Per layer forward: Q, K, V, output (4·H²) and the two FFN GEMMs (2·H·I) per token, plus
   // scores and context (2 · 2·T²·d per row and head).
   double forward = c.num_hidden_layers * (2.0 * N * (4.0 * H * H + 2.0 * H * I) + 4.0 * B * A * T * T * d);
@@ -249,16 +250,19 @@ Json metrics_json(const RunRecord& r) {
         const std::vector<Nanos>& times = own ? r.ranks[k].step_times : r.rank_steps[k].times;
         const std::vector<double> c = compute_per_step(starts, times, r.traces[k]);
         std::vector<double> e;
-        for (std::size_t s = 0; s < c.size() && s < times.size(); ++s) e.push_back(std::max(0.0, seconds(times[s]) - c[s]));
+        for (std::size_t s = 0; s < c.size() && s < times.size(); ++s)
+          e.push_back(std::max(0.0, seconds(times[s]) - c[s]));
         per_rank.push_back({{"compute", median(c)}, {"exposed_comm", median(e)}});
       }
       j["step_breakdown_s_per_rank"] = per_rank;
     }
     Json bytes = {{"all_gather", 0}, {"reduce_scatter", 0}, {"all_reduce", 0}, {"broadcast", 0}};
     for (const auto& e : r.traces.front()) {
-      if (e.stream != sim::kTraceCompute && e.bytes > 0) bytes[comm_key(e.stream)] = bytes[comm_key(e.stream)].get<std::int64_t>() + e.bytes;
+      if (e.stream != sim::kTraceCompute && e.bytes > 0)
+        bytes[comm_key(e.stream)] = bytes[comm_key(e.stream)].get<std::int64_t>() + e.bytes;
     }
-    for (auto& [k, v] : bytes.items()) v = v.get<std::int64_t>() / std::max<std::int64_t>(1, static_cast<std::int64_t>(per_step.size()));
+    for (auto& [k, v] : bytes.items())
+      v = v.get<std::int64_t>() / std::max<std::int64_t>(1, static_cast<std::int64_t>(per_step.size()));
     j["comm_bytes"] = bytes;
   }
   // {"parameters": …, …, "other": …} of per-category bytes.
@@ -336,19 +340,22 @@ std::string host_bound_line(const RunRecord& r, const Json& m) {
 }
 }  // namespace
 
-std::string host_bound_line(const RunRecord& r) { return r.host_bound.empty() ? "" : host_bound_line(r, metrics_json(r)); }
+std::string host_bound_line(const RunRecord& r) {
+  return r.host_bound.empty() ? "" : host_bound_line(r, metrics_json(r));
+}
 
 std::string summary_text(const RunRecord& r) {
   std::ostringstream o;
   o << (r.header.empty() ? "shardlab run: " + r.scenario : r.header) << "\n";
-  o << "scenario " << r.scenario << " · backend " << r.backend << " (" << r.mode << ") · " << r.world_size
-    << " rank" << (r.world_size == 1 ? "" : "s") << " · seed " << r.seed << "\n";
+  o << "scenario " << r.scenario << " · backend " << r.backend << " (" << r.mode << ") · " << r.world_size << " rank"
+    << (r.world_size == 1 ? "" : "s") << " · seed " << r.seed << "\n";
   if (!r.traces.empty() && r.traces.size() < static_cast<std::size_t>(r.world_size)) {
     o << "trace: ranks " << rank_ranges(traced_ranks(r)) << " of " << r.world_size << " (trace.ranks chooses)\n";
   }
   if (!r.stack.empty()) {
     o << "stack: device " << r.stack.value("device", "?") << " · network " << r.stack.value("network", "?")
-      << " · cpu offload " << (r.stack.value("cpu_offload", false) ? "on, host " + r.stack.value("offload_host", "?") : "off")
+      << " · cpu offload "
+      << (r.stack.value("cpu_offload", false) ? "on, host " + r.stack.value("offload_host", "?") : "off")
       << (r.stack.contains("software") ? " · software " + r.stack.value("software", "?") : "") << "\n";
   }
   o << "provenance: shardlab " << (r.version.empty() ? "unknown" : r.version) << " on "
@@ -377,14 +384,16 @@ std::string summary_text(const RunRecord& r) {
     for (std::size_t i = 0; i < r0.losses.size(); ++i) {
       // Timing mode computes no loss (NaN by construction): "-" rather than "nan".
       char loss[32] = "-";
-      if (!(std::isnan(r0.losses[i]) && r.mode == run_mode_name(RunMode::kTiming))) std::snprintf(loss, sizeof loss, "%.8f", r0.losses[i]);
+      if (!(std::isnan(r0.losses[i]) && r.mode == run_mode_name(RunMode::kTiming)))
+        std::snprintf(loss, sizeof loss, "%.8f", r0.losses[i]);
       char time[40];
       std::snprintf(time, sizeof time, "%.6f s", seconds(r0.step_times[i]));
       if (exposed.empty()) {
-        std::snprintf(line, sizeof line, "%6zu  %-14s  %s\n", i + 1 + static_cast<std::size_t>(r0.first_step), loss, time);
+        std::snprintf(line, sizeof line, "%6zu  %-14s  %s\n", i + 1 + static_cast<std::size_t>(r0.first_step), loss,
+                      time);
       } else {
-        std::snprintf(line, sizeof line, "%6zu  %-14s  %-19s  %.6f s\n", i + 1 + static_cast<std::size_t>(r0.first_step),
-                      loss, time, exposed[i]);
+        std::snprintf(line, sizeof line, "%6zu  %-14s  %-19s  %.6f s\n",
+                      i + 1 + static_cast<std::size_t>(r0.first_step), loss, time, exposed[i]);
       }
       o << line;
     }
@@ -409,7 +418,8 @@ std::string summary_text(const RunRecord& r) {
                     "where the time went (median per step): compute %.6f s on rank %zu (most) … %.6f s on rank %zu "
                     "(least); exposed communication %.6f s on rank %zu, %.6f s on rank %zu\n",
                     per_rank[slow]["compute"].get<double>(), slow, per_rank[fast]["compute"].get<double>(), fast,
-                    per_rank[slow]["exposed_comm"].get<double>(), slow, per_rank[fast]["exposed_comm"].get<double>(), fast);
+                    per_rank[slow]["exposed_comm"].get<double>(), slow, per_rank[fast]["exposed_comm"].get<double>(),
+                    fast);
       o << line;
     }
   }
@@ -454,7 +464,8 @@ Status publish(const fs::path& staged, const fs::path& dir, const std::vector<st
   }
   if (!fs::is_directory(dir, ec)) return failed("it exists and is not a folder");
   bool only_outputs = true;
-  for (const auto& e : fs::directory_iterator(dir, ec)) only_outputs = only_outputs && is_output_file(e.path().filename());
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    only_outputs = only_outputs && is_output_file(e.path().filename());
   if (ec) return failed(ec.message());
   if (only_outputs && ::renameat2(AT_FDCWD, staged.c_str(), AT_FDCWD, dir.c_str(), RENAME_EXCHANGE) == 0) {
     fs::remove_all(staged, ec);  // now the previous run's folder
@@ -490,7 +501,8 @@ std::pair<fs::path, fs::path> output_paths(const std::string& out) {
 Status check_output_folder(const std::string& out) {
   if (out.empty()) return Status::ok();
   const auto bad = [&](const std::string& why) {
-    return Status::invalid_argument("output folder '" + out.substr(0, 200) + (out.size() > 200 ? "…" : "") + "': " + why);
+    return Status::invalid_argument("output folder '" + out.substr(0, 200) + (out.size() > 200 ? "…" : "") +
+                                    "': " + why);
   };
   for (const auto& part : fs::path(out)) {
     if (part.native().size() > 255) return bad("a path component is longer than 255 bytes");
@@ -565,13 +577,18 @@ Status write_run_files(const std::filesystem::path& dir, const RunRecord& r, std
   Json events = Json::array();
   for (std::size_t i = 0; i < r.traces.size(); ++i) {
     const int rank = r.traced_rank(i);
-    events.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", rank}, {"args", {{"name", "rank " + std::to_string(rank)}}}});
+    events.push_back(
+        {{"ph", "M"}, {"name", "process_name"}, {"pid", rank}, {"args", {{"name", "rank " + std::to_string(rank)}}}});
     // The host stream only where a software stack put work on it.
     const bool host = std::any_of(r.traces[i].begin(), r.traces[i].end(),
                                   [](const sim::TraceEvent& e) { return e.stream == sim::kTraceHost; });
     for (int t = 0; t < sim::kNumTraceStreams; ++t) {
       if (t == sim::kTraceHost && !host) continue;
-      events.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", rank}, {"tid", t}, {"args", {{"name", sim::trace_stream_name(t)}}}});
+      events.push_back({{"ph", "M"},
+                        {"name", "thread_name"},
+                        {"pid", rank},
+                        {"tid", t},
+                        {"args", {{"name", sim::trace_stream_name(t)}}}});
     }
     for (const auto& e : r.traces[i]) {
       const char* cat = e.stream == sim::kTraceCompute ? "compute"

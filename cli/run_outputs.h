@@ -10,8 +10,8 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/train/fsdp_train.h"
-#include "sim/models/device/cost_model.h"
 #include "sim/engine/trace.h"
+#include "sim/models/device/cost_model.h"
 
 namespace shardlab::cli {
 
@@ -32,14 +32,14 @@ struct RunRecord {
   nlohmann::json model = nlohmann::json::object();  // name, head, parameters
   nlohmann::json fsdp = nlohmann::json::object();
   std::int64_t global_batch = 0, seq_len = 1;
-  double flops_per_step = 0;          // analytic model FLOPs of one step over all ranks
-  double device_peak_flops = 0;       // per device; 0: unknown (mfu null)
+  double flops_per_step = 0;                           // analytic model FLOPs of one step over all ranks
+  double device_peak_flops = 0;                        // per device; 0: unknown (mfu null)
   std::vector<runtime::train::FsdpTrainResult> ranks;  // per rank (sim) or rank 0 only (mpi)
   // NOTE [Traced ranks]: trace.json holds the ranks `traced_ranks` names (the scenario's
   // trace.ranks; by default every rank, in timing mode 0-7), traces[i] being rank
   // traced_ranks[i]'s; empty traced_ranks: traces[i] is rank i's. trace.json (pid, and
   // otherData.traced_ranks), metrics.json (traced_ranks) and summary.txt say which.
-  std::vector<std::vector<sim::TraceEvent>> traces;    // empty when not traced
+  std::vector<std::vector<sim::TraceEvent>> traces;  // empty when not traced
   std::vector<int> traced_ranks;
   // Runs whose `ranks` hold rank 0 only (Open MPI, HCCL): every rank's step starts and step
   // times on the trace's clock, gathered to rank 0, for the per-rank breakdown.
@@ -54,9 +54,9 @@ struct RunRecord {
   std::string oracle_not_run;
   std::vector<double> oracle_loss;
   std::vector<ExpectResult> expects;
-  std::string status = "ok";  // ok | expect_failed | the error (grouped, NOTE [Grouped failures])
+  std::string status = "ok";          // ok | expect_failed | the error (grouped, NOTE [Grouped failures])
   std::vector<std::string> failures;  // a failed run: every failed rank's error, one line each
-  std::string header;          // the run's one-line description (summary.txt)
+  std::string header;                 // the run's one-line description (summary.txt)
   // fsdp.device_id and what it resolved to, e.g. "hpu → hpu:0 on every rank"; empty: not given.
   std::string device_id;
   std::vector<std::string> faults;  // injected faults, described (sim::Fault::describe without origin)

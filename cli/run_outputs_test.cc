@@ -75,7 +75,8 @@ TEST(RunOutputs, ListsExactlyTheFilesItWrote) {
   std::vector<std::string> written;
   ASSERT_TRUE(write_run_outputs(dir.string(), finished_run(), &written).is_ok());
   EXPECT_EQ(written, (std::vector<std::string>{"summary.txt", "metrics.json", "loss.csv", "memory.csv", "trace.json"}));
-  EXPECT_EQ(files_in(dir), (std::vector<std::string>{"loss.csv", "memory.csv", "metrics.json", "summary.txt", "trace.json"}));
+  EXPECT_EQ(files_in(dir),
+            (std::vector<std::string>{"loss.csv", "memory.csv", "metrics.json", "summary.txt", "trace.json"}));
   // A run that failed before any rank trained: the summary and the metrics only.
   RunRecord failed;
   failed.status = "INVALID_ARGUMENT: nothing ran";
@@ -126,7 +127,8 @@ TEST(RunOutputs, GivesEveryRanksBreakdownFromGatheredStepTimes) {
   EXPECT_DOUBLE_EQ(per_rank[1]["compute"].get<double>(), 660e-9);
   EXPECT_DOUBLE_EQ(per_rank[1]["exposed_comm"].get<double>(), 340e-9);
   const std::string summary = summary_text(r);
-  EXPECT_NE(summary.find("where the time went (median per step): compute 0.000001 s on rank 1 (most)"), std::string::npos)
+  EXPECT_NE(summary.find("where the time went (median per step): compute 0.000001 s on rank 1 (most)"),
+            std::string::npos)
       << summary;
   // Without the gathered step times only rank 0's breakdown can be told.
   r.rank_steps.clear();

@@ -84,7 +84,8 @@ Status fill_timing_record(const sim::timing::OpGraph& g, const TimingRunOptions&
     out.num_trainable_units = p.num_trainable_units;
     out.max_live_unsharded = p.max_live_unsharded;
     out.counts = p.counts;
-    if (auto it = rep.memory_timelines.find(r); it != rep.memory_timelines.end()) out.memory_timeline = std::move(it->second);
+    if (auto it = rep.memory_timelines.find(r); it != rep.memory_timelines.end())
+      out.memory_timeline = std::move(it->second);
   }
   record.traces.clear();
   record.traced_ranks = ro.traced_ranks;
@@ -128,7 +129,9 @@ Status run_timing(const RunArgs& a, const TimingRunOptions& options, RunRecord& 
     SHARDLAB_ASSIGN_OR_RETURN(sim::timing::OpGraph g,
                               sim::timing::capture_graph(a.train, a.world_size, options.device, capture));
     char line[256];
-    std::snprintf(line, sizeof line, "shardlab run (timing mode): %s · FSDP %s · %d simulated ranks · %d unit%s · global batch %lld · %d steps · seed %llu",
+    std::snprintf(line, sizeof line,
+                  "shardlab run (timing mode): %s · FSDP %s · %d simulated ranks · %d unit%s · global batch %lld · %d "
+                  "steps · seed %llu",
                   a.model_name.c_str(), std::string(runtime::fsdp::strategy_name(a.train.fsdp.strategy)).c_str(),
                   a.world_size, g.programs.front().num_units, g.programs.front().num_units == 1 ? "" : "s",
                   static_cast<long long>(a.train.global_batch), a.train.steps,
@@ -159,7 +162,8 @@ Status replay_graph_file(const std::string& path, const TimingRunOptions& option
     SHARDLAB_ASSIGN_OR_RETURN(sim::timing::OpGraph g, sim::timing::read_graph_json(path));
     record.scenario = path;
     record.backend = "sim";
-    record.header = g.description.empty() ? "shardlab replay of " + path : g.description + " (replayed from " + path + ")";
+    record.header =
+        g.description.empty() ? "shardlab replay of " + path : g.description + " (replayed from " + path + ")";
     TimingRunOptions with_stack = options;
     with_stack.stack = g.stack;  // the host the graph was captured for
     return fill_timing_record(g, with_stack, record);

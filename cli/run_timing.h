@@ -15,8 +15,8 @@
 
 #include "cli/run_command.h"
 #include "cli/run_outputs.h"
-#include "sim/models/device/cost_model.h"
 #include "sim/faults/faults.h"
+#include "sim/models/device/cost_model.h"
 #include "sim/models/network/network.h"
 #include "sim/timing/op_graph.h"
 

@@ -258,10 +258,11 @@ TEST(TimingRun, TheOffloadHostProfileSetsTheHostsCosts) {
   fast.host_link_bytes_per_s = 1e6;  // would make every host op a slow transfer if kept
   ASSERT_TRUE(sim::write_device_profile(fast, host_file).is_ok());
   const auto args = [&](const std::string& host) {
-    auto sc = parse_scenario("s.yaml", "name: t\nmodel: {preset: bert-tiny, head: mlm}\ndata: {seq_len: 16}\n"
-                                       "train: {steps: 2}\nfsdp: {cpu_offload: true}\n"
-                                       "world: {mode: timing, devices_per_node: 4, device: gaudi2, offload_host: " +
-                                           host + "}\n");
+    auto sc = parse_scenario("s.yaml",
+                             "name: t\nmodel: {preset: bert-tiny, head: mlm}\ndata: {seq_len: 16}\n"
+                             "train: {steps: 2}\nfsdp: {cpu_offload: true}\n"
+                             "world: {mode: timing, devices_per_node: 4, device: gaudi2, offload_host: " +
+                                 host + "}\n");
     EXPECT_THAT(sc, IsOk());
     RunArgs a;
     EXPECT_TRUE(scenario_to_run_args(*sc, a).is_ok());
@@ -286,12 +287,13 @@ TEST(TimingRun, TheOffloadHostProfileSetsTheHostsCosts) {
 // corruption nobody detects (it changes values only) — exits 2 naming the line and what is
 // allowed; every other fault runs.
 TEST(TimingRun, ScenariosRefuseValueChecksAndSilentCorruptionNamingTheLine) {
-  const std::string head = "name: t\nmodel: {preset: bert-tiny, head: mlm}\nworld: {mode: timing, devices_per_node: 4}\n";
+  const std::string head =
+      "name: t\nmodel: {preset: bert-tiny, head: mlm}\nworld: {mode: timing, devices_per_node: 4}\n";
   const struct {
     std::string yaml, where, what;
   } refused[] = {
-      {"faults:\n  - {kind: corrupt, rank: 1, collective: 3}\n", "s.yaml:5:5:",
-       "a corrupt fault without the integrity check changes values only"},
+      {"faults:\n  - {kind: corrupt, rank: 1, collective: 3}\n",
+       "s.yaml:5:5:", "a corrupt fault without the integrity check changes values only"},
       {"expect: {grads_match_unsharded: true}\n", "s.yaml:4:", "expect.grads_match_unsharded: checks values"},
       {"expect: {final_loss_below: 11}\n", "s.yaml:4:", "expect.final_loss_below: checks values"},
   };
@@ -305,11 +307,11 @@ TEST(TimingRun, ScenariosRefuseValueChecksAndSilentCorruptionNamingTheLine) {
     EXPECT_NE(s.message().find(c.what), std::string::npos) << s.message();
     EXPECT_NE(s.message().find("numerics"), std::string::npos) << s.message();
   }
-  for (const std::string ok : {"faults:\n  - {kind: straggler, rank: 1, factor: 2}\n",
-                               "faults:\n  - {kind: crash, rank: 1, step: 2}\n",
-                               "faults:\n  - {kind: hang, rank: 1, time_ms: 5}\n",
-                               "faults:\n  - {kind: corrupt, rank: 1, collective: 3, integrity_check: true}\n",
-                               "expect: {max_step_time_s: 1, max_peak_memory_per_rank: 1 GiB}\n"}) {
+  for (const std::string ok :
+       {"faults:\n  - {kind: straggler, rank: 1, factor: 2}\n", "faults:\n  - {kind: crash, rank: 1, step: 2}\n",
+        "faults:\n  - {kind: hang, rank: 1, time_ms: 5}\n",
+        "faults:\n  - {kind: corrupt, rank: 1, collective: 3, integrity_check: true}\n",
+        "expect: {max_step_time_s: 1, max_peak_memory_per_rank: 1 GiB}\n"}) {
     auto sc = parse_scenario("s.yaml", head + ok);
     ASSERT_THAT(sc, IsOk());
     RunArgs a;

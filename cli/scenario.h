@@ -60,9 +60,9 @@ std::string_view auto_wrap_policy_name(AutoWrapPolicy policy);  // "transformer"
 
 // Where a value came from: a file position, or a command-line override.
 struct SourcePos {
-  std::string file;  // the scenario path, "--set" or the --fsdp-config path
-  int line = 0;      // 1-based; 0 when unknown
-  int column = 0;    // 1-based
+  std::string file;               // the scenario path, "--set" or the --fsdp-config path
+  int line = 0;                   // 1-based; 0 when unknown
+  int column = 0;                 // 1-based
   std::string to_string() const;  // "file:line:col"
 };
 
@@ -76,12 +76,12 @@ struct Scenario {
     std::string preset = "bert-tiny";  // bert-tiny|mini|small|base|large, or "mlp"; ignored when `config` is set
     std::string config;                // path to a Hugging Face config.json (NOTE [Relative paths])
     runtime::model::BertHead head = runtime::model::BertHead::kMaskedLM;
-    std::string weights = "random";    // random | path to model.safetensors
+    std::string weights = "random";  // random | path to model.safetensors
   } model;
 
   struct Data {
     DataKind kind = DataKind::kSynthetic;
-    std::string path;                // kind file: a batch safetensors (NOTE [Relative paths])
+    std::string path;  // kind file: a batch safetensors (NOTE [Relative paths])
     std::int64_t batch_size_per_rank = 2;
     std::int64_t seq_len = 64;
   } data;
@@ -131,8 +131,8 @@ struct Scenario {
     const BackendInfo* backend = &cli::backend(kDefaultBackend);  // a registered backend (cli/backends.h)
     RunMode mode = RunMode::kNumerics;
     int nodes = 1;
-    int devices_per_node = 8;       // world size = nodes × devices_per_node
-    std::string device = "cpu";     // profile name (cpu, gaudi1, gaudi2, gaudi3) or a path to a profile file
+    int devices_per_node = 8;         // world size = nodes × devices_per_node
+    std::string device = "cpu";       // profile name (cpu, gaudi1, gaudi2, gaudi3) or a path to a profile file
     std::string topology = "switch";  // profile name (hls1, hls2, hls3, ring, fully_connected, switch) or a path
     // Each rank's host under fsdp.cpu_offload (sim backend): "host" (sim::offload_host_profile:
     // cpu-sim's rates, unlimited memory) or a path to a device profile, e.g. one `shardlab
@@ -145,21 +145,22 @@ struct Scenario {
     // How long a rank waits in a collective before it fails with a timeout (exit 3), as
     // torch.distributed.init_process_group(timeout=…); virtual time in the simulator.
     double collective_timeout_s = 30.0;
-    sim::NetworkModelKind network_model = sim::NetworkModelKind::kAlphaBeta;  // congestion-unaware, or max–min fair links
+    sim::NetworkModelKind network_model =
+        sim::NetworkModelKind::kAlphaBeta;  // congestion-unaware, or max–min fair links
     sim::Algorithm collective_algorithm = sim::Algorithm::kAuto;
     int world_size() const { return nodes * devices_per_node; }
   } world;
 
   struct Fault {
     std::optional<sim::FaultKind> kind;  // not given until the file names it (sim/faults/faults.h)
-    int rank = -1;          // -1: not given
-    int step = -1;          // 1-based, like the step table; -1: not given
-    double time_ms = -1.0;  // < 0: not given
-    std::string link;       // "a-b" rank pair, for link faults
-    double factor = 1.0;    // slowdown / bandwidth factor
-    int collective = -1;    // corrupt: which of the rank's collectives (0-based); -1: not given
-    bool integrity_check = false;  // corrupt: a checksum detects it (the run ends) instead of silent damage
-    int unit = -1;                 // view_offset: the FSDP unit (0-based); -1: not given
+    int rank = -1;                       // -1: not given
+    int step = -1;                       // 1-based, like the step table; -1: not given
+    double time_ms = -1.0;               // < 0: not given
+    std::string link;                    // "a-b" rank pair, for link faults
+    double factor = 1.0;                 // slowdown / bandwidth factor
+    int collective = -1;                 // corrupt: which of the rank's collectives (0-based); -1: not given
+    bool integrity_check = false;        // corrupt: a checksum detects it (the run ends) instead of silent damage
+    int unit = -1;                       // view_offset: the FSDP unit (0-based); -1: not given
     std::uint64_t offset = 13835057943613014016ull;  // view_offset: the byte offset the view gets (the seed bug's)
     SourcePos pos;
   };
@@ -172,8 +173,8 @@ struct Scenario {
   } trace;
 
   struct Checkpoint {
-    std::string dir;        // empty: no checkpoints (NOTE [Relative paths])
-    int every_steps = 0;    // 0: only at the end when dir is set
+    std::string dir;      // empty: no checkpoints (NOTE [Relative paths])
+    int every_steps = 0;  // 0: only at the end when dir is set
     bool resume = false;
     bool resume_if_present = false;  // resume: if_present (NOTE [Resume] in runtime/train/fsdp_train.h)
   } checkpoint;

@@ -473,8 +473,8 @@ TEST(ScenarioErrors, WrongTypes) {
   expect_error(parse("name: a\ntrain:\n  optimizer: {lr: fast}\n"),
                "s.yaml:3:19:", {"train.optimizer.lr", "expected a number"});
   expect_error(parse("name: a\nfsdp:\n  forward_prefetch: maybe\n"), "s.yaml:3:21:", {"expected true or false"});
-  expect_error(parse("name: a\nfsdp:\n  async_reduction: 2\n"), "s.yaml:3:20:",
-               {"fsdp.async_reduction", "expected true or false"});
+  expect_error(parse("name: a\nfsdp:\n  async_reduction: 2\n"),
+               "s.yaml:3:20:", {"fsdp.async_reduction", "expected true or false"});
   expect_error(parse("name: {first: a}\n"), "s.yaml:1:7:", {"name: expected a string, got a map"});
   expect_error(parse("name: a\ntrain: 5\n"), "s.yaml:2:8:", {"train: expected a map of keys", "steps"});
   expect_error(parse("name: a\ntrain:\n  steps:\n"), "s.yaml:", {"train.steps: expected an integer, got nothing"});
@@ -520,7 +520,8 @@ TEST(ScenarioErrors, OutOfRange) {
       {"world:\n  nodes: 0\n", "s.yaml:3:10:", {"world.nodes"}},
       {"world:\n  devices_per_node: 0\n", "s.yaml:3:21:", {"world.devices_per_node"}},
       {"world:\n  devices_per_node: 65537\n", "s.yaml:3:21:", {"world.devices_per_node", "65536"}},
-      {"world:\n  collective_timeout_s: 0\n", "s.yaml:3:25:",
+      {"world:\n  collective_timeout_s: 0\n",
+       "s.yaml:3:25:",
        {"world.collective_timeout_s", "out of range", "seconds from 1e-6 to 1e6"}},
       {"world:\n  collective_timeout_s: 2e6\n", "s.yaml:3:25:", {"world.collective_timeout_s", "out of range"}},
       {"world:\n  collective_timeout_s: soon\n", "s.yaml:3:25:", {"world.collective_timeout_s", "expected a number"}},
@@ -606,8 +607,9 @@ TEST_F(ScenarioFiles, SeqLenBeyondConfigPositions) {
 
 TEST_F(ScenarioFiles, ModelConfigMissingOrBroken) {
   const std::string file = path("s.yaml");
-  expect_error(parse_scenario(file, "name: a\nmodel:\n  config: nope/config.json\n"),
-               file + ":3:11:", {"model.config", "'" + path("nope/config.json") + "' not found", "relative to the scenario file's folder"});
+  expect_error(
+      parse_scenario(file, "name: a\nmodel:\n  config: nope/config.json\n"), file + ":3:11:",
+      {"model.config", "'" + path("nope/config.json") + "' not found", "relative to the scenario file's folder"});
   const std::string cfg = write("bad.json", "{\n  \"max_position_embeddings\": ,\n}\n");
   expect_error(parse_scenario(file, "name: a\nmodel:\n  config: bad.json\n"),
                cfg + ":2:30:", {"invalid JSON", "model config"});
@@ -655,9 +657,13 @@ TEST(ScenarioErrors, Faults) {
       {"  - {kind: crash, rank: 1, step: 1, integrity_check: true}\n", "s.yaml:3:54:", {"takes no integrity_check"}},
       {"  - {kind: hang, rank: 1, step: 1, factor: 2}\n", "s.yaml:3:44:", {"(hang) takes no factor"}},
       {"  - {kind: timeout, rank: 1, step: 1}\n", "s.yaml:3:12:", {"faults[0].kind", "'timeout'", "crash, hang"}},
-      {"  - {kind: crash, rank: 0, time_ms: -5}\n", "s.yaml:3:37:", {"faults[0].time_ms", "from the start of the run, initialization included"}},
+      {"  - {kind: crash, rank: 0, time_ms: -5}\n",
+       "s.yaml:3:37:",
+       {"faults[0].time_ms", "from the start of the run, initialization included"}},
       {"  - {kind: straggler, rank: 0, factor: 0.5}\n", "s.yaml:3:40:", {"faults[0].factor = 0.5", "[1, 1e6]"}},
-      {"  - {kind: straggler, rank: 0, factor: 1e300}\n", "s.yaml:3:40:", {"factor = 1e+300 is out of range", "[1, 1e6]"}},
+      {"  - {kind: straggler, rank: 0, factor: 1e300}\n",
+       "s.yaml:3:40:",
+       {"factor = 1e+300 is out of range", "[1, 1e6]"}},
       {"  - {kind: link_degrade, link: 0-1, time_ms: 0, factor: 2}\n",
        "s.yaml:3:57:",
        {"faults[0].factor = 2 ", "[1e-6, 1]"}},
@@ -689,8 +695,9 @@ TEST(ScenarioErrors, Faults) {
     SCOPED_TRACE(c.faults);
     expect_error(parse("name: a\nfaults:\n" + c.faults), c.prefix, c.words);
   }
-  auto view = parse("name: a\nfaults:\n  - {kind: view_offset, rank: 2, step: 3, unit: 1, offset: 0xC000000000000000}\n"
-                    "  - {kind: view_offset, rank: 3, step: 1, unit: 0}\n");
+  auto view = parse(
+      "name: a\nfaults:\n  - {kind: view_offset, rank: 2, step: 3, unit: 1, offset: 0xC000000000000000}\n"
+      "  - {kind: view_offset, rank: 3, step: 1, unit: 0}\n");
   ASSERT_THAT(view, IsOk());
   EXPECT_EQ(view->faults[0].offset, 0xC000000000000000ull);
   EXPECT_EQ(view->faults[0].unit, 1);
@@ -731,10 +738,11 @@ TEST_F(ScenarioFiles, OffloadHostProfile) {
   ASSERT_THAT(ok, IsOk());
   EXPECT_EQ(ok->world.offload_host, path("profiles/xeon.json"));
   EXPECT_EQ(parse("name: a\n")->world.offload_host, "host");
-  expect_error(parse_scenario(file, "name: a\nworld:\n  offload_host: profiles/xeon.json\n"), file + ":3:17:",
-               {"world.offload_host is set but fsdp.cpu_offload is false", "fsdp.cpu_offload: true"});
-  expect_error(parse_scenario(file, "name: a\nfsdp: {cpu_offload: true}\nworld:\n  backend: mpi\n"
-                                    "  offload_host: profiles/xeon.json\n"),
+  expect_error(parse_scenario(file, "name: a\nworld:\n  offload_host: profiles/xeon.json\n"),
+               file + ":3:17:", {"world.offload_host is set but fsdp.cpu_offload is false", "fsdp.cpu_offload: true"});
+  expect_error(parse_scenario(file,
+                              "name: a\nfsdp: {cpu_offload: true}\nworld:\n  backend: mpi\n"
+                              "  offload_host: profiles/xeon.json\n"),
                file + ":5:17:", {"world.offload_host models the host in the simulator", "world.backend: sim"});
   expect_error(parse_scenario(file, "name: a\nfsdp: {cpu_offload: true}\nworld:\n  offload_host: xeon.json\n"),
                file + ":4:17:", {"world.offload_host", "/xeon.json' not found", "allowed: host"});
@@ -1045,9 +1053,7 @@ expect: {grads_match_unsharded: {rtol: 1e-5}, max_peak_memory_per_rank: 1 GiB}
     for (int e = 0; e < edits; ++e) {
       const std::size_t at = rng() % (t.size() + 1);
       switch (rng() % 3) {
-        case 0:
-          t.insert(at, 1, alphabet[rng() % alphabet.size()]);
-          break;
+        case 0: t.insert(at, 1, alphabet[rng() % alphabet.size()]); break;
         case 1:
           if (at < t.size()) t.erase(at, 1);
           break;
@@ -1083,8 +1089,9 @@ std::vector<std::string> lines_of(const std::string& text) {
 }
 
 TEST(ScenarioErrors, EveryProblemOfAFileIsReported) {
-  auto r = parse("name: a\ntrain:\n  steps: many\nfsdp:\n  sharding_stratgy: FULL_SHARD\nworld:\n  nodes: 0\n"
-                 "checkpoint:\n  resume: true\n");
+  auto r = parse(
+      "name: a\ntrain:\n  steps: many\nfsdp:\n  sharding_stratgy: FULL_SHARD\nworld:\n  nodes: 0\n"
+      "checkpoint:\n  resume: true\n");
   ASSERT_FALSE(r.is_ok());
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
   const auto lines = lines_of(r.status().message());
@@ -1133,8 +1140,8 @@ TEST(ScenarioErrors, AtMostTwentyAreShownAndTheRestCounted) {
 
 TEST_F(ScenarioFiles, PathsInAFileAreRelativeToItsFolder) {
   write("sub/dev.json", "{}");
-  const std::string file = write("sub/s.yaml",
-                                 "name: a\nworld: {device: dev.json}\ncheckpoint: {dir: ckpt}\nmodel: {weights: random}\n");
+  const std::string file =
+      write("sub/s.yaml", "name: a\nworld: {device: dev.json}\ncheckpoint: {dir: ckpt}\nmodel: {weights: random}\n");
   auto r = load_scenario(file);
   ASSERT_THAT(r, IsOk());
   EXPECT_EQ(r->world.device, path("sub/dev.json"));
@@ -1229,8 +1236,8 @@ TEST_F(ScenarioFiles, AccelerateYamlConfigRefusesWhatWouldChangeTheRun) {
   };
   auto with = [&](const std::string& from, const std::string& to) { return edit(base, from, to); };
   o.fsdp_config = write("multi_gpu.yaml", with("distributed_type: FSDP", "distributed_type: MULTI_GPU"));
-  expect_error(parse("name: a\n", o), o.fsdp_config + ":3:19:",
-               {"distributed_type: unknown value 'MULTI_GPU'", "allowed: FSDP"});
+  expect_error(parse("name: a\n", o),
+               o.fsdp_config + ":3:19:", {"distributed_type: unknown value 'MULTI_GPU'", "allowed: FSDP"});
   o.fsdp_config = write("fp16.yaml", with("mixed_precision: bf16", "mixed_precision: fp16"));
   expect_error(parse("name: a\n", o), o.fsdp_config + ":18:18:", {"fp16 is not modeled", "allowed: no, bf16"});
   o.fsdp_config = write("uneven.yaml", with("num_processes: 8", "num_processes: 7"));
@@ -1249,9 +1256,8 @@ TEST_F(ScenarioFiles, AccelerateYamlConfigRefusesWhatWouldChangeTheRun) {
   o.fsdp_config = write("syntax.yaml", "distributed_type: FSDP\nfsdp_config:\n  fsdp_sharding_strategy: [FULL_SHARD\n");
   expect_error(parse("name: a\n", o), o.fsdp_config + ":", {"YAML syntax error"});
   // Every problem of the file at once.
-  o.fsdp_config =
-      write("two.yaml", edit(with("mixed_precision: bf16", "mixed_precision: fp8"), "fsdp_use_orig_params: false",
-                             "fsdp_use_orig_params: maybe"));
+  o.fsdp_config = write("two.yaml", edit(with("mixed_precision: bf16", "mixed_precision: fp8"),
+                                         "fsdp_use_orig_params: false", "fsdp_use_orig_params: maybe"));
   auto two = parse("name: a\n", o);
   ASSERT_FALSE(two.is_ok());
   EXPECT_EQ(lines_of(two.status().message()).size(), 2u) << two.status().message();
@@ -1269,7 +1275,8 @@ TEST(ScenarioSchema, ReferenceListsEveryKeyWithDefaultsAndEquivalents) {
                     "fsdp_sharding_strategy |"),
             std::string::npos);
   EXPECT_NE(md.find("| `train.steps` | integer | `5` |"), std::string::npos);
-  EXPECT_NE(md.find("| `world.device` | name or path | `cpu` | cpu, gaudi1, gaudi2, gaudi3, or a path"), std::string::npos);
+  EXPECT_NE(md.find("| `world.device` | name or path | `cpu` | cpu, gaudi1, gaudi2, gaudi3, or a path"),
+            std::string::npos);
   EXPECT_NE(md.find("| `faults[].kind` | name | `\"\"` |"), std::string::npos) << md;
   EXPECT_NE(md.find("| `train.optimizer.betas` | list | `[0.9, 0.999]` |"), std::string::npos);
   // Every key of the canonical YAML (what `validate --print` writes) is in the reference.
@@ -1279,7 +1286,8 @@ TEST(ScenarioSchema, ReferenceListsEveryKeyWithDefaultsAndEquivalents) {
   for (std::string line; std::getline(yaml, line);) {
     const std::size_t indent = line.find_first_not_of(' ');
     const std::size_t colon = line.find(':');
-    if (indent == std::string::npos || colon == std::string::npos || line[indent] == '#' || line[indent] == '-') continue;
+    if (indent == std::string::npos || colon == std::string::npos || line[indent] == '#' || line[indent] == '-')
+      continue;
     stack.resize(indent / 2);
     const std::string key = line.substr(indent, colon - indent);
     std::string full;

@@ -10,9 +10,9 @@
 #include "runtime/fsdp/options.h"
 #include "runtime/io/sha256.h"
 #include "runtime/model/bert_io.h"
-#include "sim/models/network/network.h"
-#include "sim/models/device/profiles.h"
 #include "sim/engine/world.h"
+#include "sim/models/device/profiles.h"
+#include "sim/models/network/network.h"
 
 namespace shardlab::cli {
 
@@ -27,9 +27,10 @@ Result<DType> dtype_of(const Scenario& s, const std::string& key, DType dtype) {
     // PyTorch trains fp16 only with a ShardedGradScaler (dynamic loss scale, steps skipped
     // on inf/nan), which shardlab does not model; refusing here makes `validate` refuse
     // what `run` could not do.
-    return refuse(s, key, "fp16 needs a gradient scaler (PyTorch's ShardedGradScaler: dynamic loss scaling, "
-                          "steps skipped on inf/nan), which shardlab does not model; allowed: fp32, bf16 (bf16 "
-                          "needs no scaler: it has fp32's exponent range)");
+    return refuse(s, key,
+                  "fp16 needs a gradient scaler (PyTorch's ShardedGradScaler: dynamic loss scaling, "
+                  "steps skipped on inf/nan), which shardlab does not model; allowed: fp32, bf16 (bf16 "
+                  "needs no scaler: it has fp32's exponent range)");
   }
   return dtype;
 }
@@ -37,11 +38,12 @@ Result<DType> dtype_of(const Scenario& s, const std::string& key, DType dtype) {
 }  // namespace
 
 Status numerics_world_too_big(int world_size) {
-  return Status::invalid_argument(
-      "a numerics world of " + std::to_string(world_size) + " simulated ranks is above the limit of " +
-      std::to_string(sim::kMaxNumericsRanks) +
-      " (each rank is a host thread holding real tensors; NOTE [Numerics world size] in sim/engine/world.h); allowed: 1 to " +
-      std::to_string(sim::kMaxNumericsRanks) + " ranks, or world.mode: timing (up to 65536 ranks, no values)");
+  return Status::invalid_argument("a numerics world of " + std::to_string(world_size) +
+                                  " simulated ranks is above the limit of " + std::to_string(sim::kMaxNumericsRanks) +
+                                  " (each rank is a host thread holding real tensors; NOTE [Numerics world size] in "
+                                  "sim/engine/world.h); allowed: 1 to " +
+                                  std::to_string(sim::kMaxNumericsRanks) +
+                                  " ranks, or world.mode: timing (up to 65536 ranks, no values)");
 }
 
 std::string torch_device_of(const std::string& backend, const sim::DeviceProfile& device) {
@@ -57,11 +59,13 @@ std::string device_id_of_rank(const std::string& device_id, const std::string& t
 
 Status check_device_id(const std::string& device_id, const std::string& torch_device, int world, int dpn) {
   if (device_id.empty()) return Status::ok();
-  const runtime::device::DeviceId compute{torch_device, torch_device == "cpu" ? runtime::device::DeviceId::kNoIndex : 0};
+  const runtime::device::DeviceId compute{torch_device,
+                                          torch_device == "cpu" ? runtime::device::DeviceId::kNoIndex : 0};
   Status first = Status::ok();
   int first_rank = -1, last_rank = -1, failing = 0;
   for (int r = 0; r < world; ++r) {
-    const Status s = runtime::fsdp::resolve_device_id(device_id_of_rank(device_id, torch_device, r, dpn), compute, r).status();
+    const Status s =
+        runtime::fsdp::resolve_device_id(device_id_of_rank(device_id, torch_device, r, dpn), compute, r).status();
     if (s.is_ok()) continue;
     if (failing++ == 0) {
       first = s;
@@ -85,8 +89,10 @@ namespace {
 // What a timing run cannot do.
 Status check_mode(const Scenario& s, RunArgs& a) {
   if (a.mode == RunMode::kTiming && !s.world.backend->simulated) {
-    return refuse(s, "world.mode", "timing mode is the simulator's (phantom tensors); run with --backend sim, or use "
-                                   "mode: numerics on " + std::string(s.world.backend->name));
+    return refuse(s, "world.mode",
+                  "timing mode is the simulator's (phantom tensors); run with --backend sim, or use "
+                  "mode: numerics on " +
+                      std::string(s.world.backend->name));
   }
   if (a.mode == RunMode::kTiming) {
     // Checks of values: timing mode has none (losses and gradients are NaN).
@@ -98,10 +104,11 @@ Status check_mode(const Scenario& s, RunArgs& a) {
                         {"expect.final_loss_below", s.expect.final_loss_below.has_value(), "null"}};
     for (const auto& c : value_checks) {
       if (c.given) {
-        return refuse(s, c.key, std::string("checks values, and timing mode has none (phantom tensors); allowed in "
-                                            "timing mode: expect.max_peak_memory_per_rank, min_samples_per_s, "
-                                            "max_step_time_s — remove it (--set ") +
-                                    c.key + "=" + c.off + ") or run with world.mode: numerics");
+        return refuse(s, c.key,
+                      std::string("checks values, and timing mode has none (phantom tensors); allowed in "
+                                  "timing mode: expect.max_peak_memory_per_rank, min_samples_per_s, "
+                                  "max_step_time_s — remove it (--set ") +
+                          c.key + "=" + c.off + ") or run with world.mode: numerics");
       }
     }
   }
@@ -111,7 +118,8 @@ Status check_mode(const Scenario& s, RunArgs& a) {
 // The device and host profiles, the software stack and the network (with its link faults).
 Status set_platform(const Scenario& s, RunArgs& a) {
   auto device = sim::load_device_profile(s.world.device);
-  if (!device.is_ok()) return Status::invalid_argument(s.where("world.device").to_string() + ": " + device.status().message());
+  if (!device.is_ok())
+    return Status::invalid_argument(s.where("world.device").to_string() + ": " + device.status().message());
   a.device = *device;
   if (s.world.offload_host != "host") {
     auto host = sim::load_device_profile(s.world.offload_host);
@@ -122,7 +130,8 @@ Status set_platform(const Scenario& s, RunArgs& a) {
     a.offload_host = *host;
   }
   auto stack = sim::load_stack(s.world.stack);
-  if (!stack.is_ok()) return Status::invalid_argument(s.where("world.stack").to_string() + ": " + stack.status().message());
+  if (!stack.is_ok())
+    return Status::invalid_argument(s.where("world.stack").to_string() + ": " + stack.status().message());
   a.stack = *stack;
   sim::NetworkSpec net;
   net.topology = s.world.topology;
@@ -155,7 +164,8 @@ Status set_platform(const Scenario& s, RunArgs& a) {
 Status set_faults(const Scenario& s, RunArgs& a) {
   if (!s.faults.empty()) {
     if (!s.world.backend->simulated) {
-      return refuse(s, "world.backend", "faults are injected by the simulator; run with --backend sim (or remove faults)");
+      return refuse(s, "world.backend",
+                    "faults are injected by the simulator; run with --backend sim (or remove faults)");
     }
     auto plan = std::make_shared<sim::FaultPlan>();
     plan->seed = s.seed;
@@ -187,7 +197,8 @@ Status set_checkpoint(const Scenario& s, RunArgs& a) {
   o.checkpoint.every_steps = s.checkpoint.every_steps;
   o.checkpoint.resume = s.checkpoint.resume;
   o.checkpoint.resume_if_present = s.checkpoint.resume_if_present;
-  o.checkpoint.run = nlohmann::json{{"scenario", s.name}, {"config_sha256", runtime::io::sha256_hex(to_yaml(s))}}.dump();
+  o.checkpoint.run =
+      nlohmann::json{{"scenario", s.name}, {"config_sha256", runtime::io::sha256_hex(to_yaml(s))}}.dump();
   o.checkpoint.type = s.fsdp.state_dict_type;
   return Status::ok();
 }
@@ -198,7 +209,8 @@ Status set_model(const Scenario& s, RunArgs& a) {
   // Model.
   if (!s.model.config.empty()) {
     auto hf = runtime::model::read_bert_config(s.model.config, s.model.head);
-    if (!hf.is_ok()) return Status::invalid_argument(s.where("model.config").to_string() + ": " + hf.status().message());
+    if (!hf.is_ok())
+      return Status::invalid_argument(s.where("model.config").to_string() + ": " + hf.status().message());
     o.model_kind = runtime::train::ModelKind::kBert;
     o.bert.config = hf->config;
     o.bert.head = s.model.head;
@@ -217,15 +229,15 @@ Status set_model(const Scenario& s, RunArgs& a) {
   o.bert.seq_len = s.data.seq_len;
   o.bert.activation_checkpointing = s.fsdp.activation_checkpointing;
   if (s.model.weights != "random") {
-    if (o.model_kind != runtime::train::ModelKind::kBert) return refuse(s, "model.weights", "weights need a BERT model");
+    if (o.model_kind != runtime::train::ModelKind::kBert)
+      return refuse(s, "model.weights", "weights need a BERT model");
     const auto specs = runtime::model::bert_param_specs(o.bert.config, o.bert.head);
     const std::int64_t total = runtime::model::total_numel(specs);
     runtime::device::cpu::CpuDevice host;
     SHARDLAB_ASSIGN_OR_RETURN(Tensor p, host.empty({total}, DType::kF32, MemoryCategory::kParameters, "weights"));
     SHARDLAB_ASSIGN_OR_RETURN(Tensor g, host.empty({total}, DType::kF32, MemoryCategory::kOther, "scratch"));
     runtime::model::FlatParamAccess views(specs, p, g);
-    if (Status st = runtime::model::load_bert_weights(s.model.weights, specs, views.params());
-        !st.is_ok()) {
+    if (Status st = runtime::model::load_bert_weights(s.model.weights, specs, views.params()); !st.is_ok()) {
       return Status::invalid_argument(s.where("model.weights").to_string() + ": " + st.message());
     }
     o.initial_params = std::make_shared<const std::vector<float>>(p.data<float>(), p.data<float>() + total);
@@ -250,14 +262,16 @@ Status set_data(const Scenario& s, RunArgs& a) {
     auto data = std::make_shared<FileData>();
     const runtime::model::Bert bert(o.bert);
     auto batch = runtime::model::read_bert_batch(s.data.path, bert, data->host);
-    if (!batch.is_ok()) return Status::invalid_argument(s.where("data.path").to_string() + ": " + batch.status().message());
+    if (!batch.is_ok())
+      return Status::invalid_argument(s.where("data.path").to_string() + ": " + batch.status().message());
     data->batch = std::move(*batch);
     SHARDLAB_ASSIGN_OR_RETURN(Tensor ids, data->batch.get("input_ids"));
     const std::int64_t t = ids.shape()[1];
     if (s.positions.count("data.seq_len") != 0 && s.data.seq_len != t) {
-      return refuse(s, "data.seq_len", "is " + std::to_string(s.data.seq_len) + " but the batch file " + s.data.path +
-                                           " has sequences of " + std::to_string(t) + " tokens; remove data.seq_len or set it to " +
-                                           std::to_string(t));
+      return refuse(s, "data.seq_len",
+                    "is " + std::to_string(s.data.seq_len) + " but the batch file " + s.data.path +
+                        " has sequences of " + std::to_string(t) + " tokens; remove data.seq_len or set it to " +
+                        std::to_string(t));
     }
     o.bert.seq_len = t;
     const std::int64_t global = s.data.batch_size_per_rank * a.world_size;
@@ -298,7 +312,8 @@ Status set_fsdp(const Scenario& s, RunArgs& a) {
     if (s.fsdp.device_id != "local_rank") {
       auto parsed = runtime::device::DeviceId::parse(s.fsdp.device_id);
       if (!parsed.is_ok() || (parsed->type != "hpu" && parsed->type != "cpu")) {
-        return refuse(s, "fsdp.device_id", "'" + s.fsdp.device_id + "' is not a device; allowed: hpu, hpu:N, cpu, or local_rank");
+        return refuse(s, "fsdp.device_id",
+                      "'" + s.fsdp.device_id + "' is not a device; allowed: hpu, hpu:N, cpu, or local_rank");
       }
     }
     a.device_id = s.fsdp.device_id;
@@ -323,8 +338,10 @@ Status set_fsdp(const Scenario& s, RunArgs& a) {
   } else {
     o.wrap = runtime::train::WrapPolicy::kNone;
   }
-  SHARDLAB_ASSIGN_OR_RETURN(o.fsdp.param_dtype, dtype_of(s, "fsdp.mixed_precision.param_dtype", s.fsdp.mixed_precision.param_dtype));
-  SHARDLAB_ASSIGN_OR_RETURN(o.fsdp.reduce_dtype, dtype_of(s, "fsdp.mixed_precision.reduce_dtype", s.fsdp.mixed_precision.reduce_dtype));
+  SHARDLAB_ASSIGN_OR_RETURN(o.fsdp.param_dtype,
+                            dtype_of(s, "fsdp.mixed_precision.param_dtype", s.fsdp.mixed_precision.param_dtype));
+  SHARDLAB_ASSIGN_OR_RETURN(o.fsdp.reduce_dtype,
+                            dtype_of(s, "fsdp.mixed_precision.reduce_dtype", s.fsdp.mixed_precision.reduce_dtype));
   // buffer_dtype as PyTorch: unset keeps each buffer's declared dtype.
   if (s.positions.count("fsdp.mixed_precision.buffer_dtype") != 0) {
     SHARDLAB_ASSIGN_OR_RETURN(o.fsdp.buffer_dtype,
@@ -338,7 +355,9 @@ Status set_fsdp(const Scenario& s, RunArgs& a) {
 }
 
 Status set_expect(const Scenario& s, RunArgs& a) {
-  a.oracle_off = s.expect.oracle_off ? "expect.grads_match_unsharded: false at " + s.where("expect.grads_match_unsharded").to_string() : "";
+  a.oracle_off = s.expect.oracle_off
+                     ? "expect.grads_match_unsharded: false at " + s.where("expect.grads_match_unsharded").to_string()
+                     : "";
   // Only a tolerance the file states; otherwise the dtypes' (NOTE [Default tolerance]).
   if (s.positions.count("expect.grads_match_unsharded.rtol") != 0) a.rtol = s.expect.grads_match_unsharded->rtol;
   if (s.positions.count("expect.grads_match_unsharded.atol") != 0) a.atol = s.expect.grads_match_unsharded->atol;
@@ -392,7 +411,8 @@ std::vector<ExpectResult> check_expectations(const Scenario& s, const nlohmann::
   }
   if (e.max_peak_memory_per_rank) {
     std::int64_t worst = 0;
-    for (const auto& p : m.value("peak_memory_bytes", nlohmann::json::array())) worst = std::max(worst, p.get<std::int64_t>());
+    for (const auto& p : m.value("peak_memory_bytes", nlohmann::json::array()))
+      worst = std::max(worst, p.get<std::int64_t>());
     out.push_back({"max_peak_memory_per_rank", worst <= *e.max_peak_memory_per_rank,
                    "peak " + format_bytes(worst) + " ≤ " + format_bytes(*e.max_peak_memory_per_rank)});
   }

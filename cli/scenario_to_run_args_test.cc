@@ -44,7 +44,8 @@ TEST(ScenarioRun, Fp16IsRefusedAtItsLine) {
     EXPECT_EQ(a.status().code(), StatusCode::kInvalidArgument);
     const std::string m = a.status().message();
     EXPECT_NE(m.find("s.yaml:4:"), std::string::npos) << m;
-    EXPECT_NE(m.find(std::string("fsdp.mixed_precision.") + key + ": fp16 needs a gradient scaler"), std::string::npos) << m;
+    EXPECT_NE(m.find(std::string("fsdp.mixed_precision.") + key + ": fp16 needs a gradient scaler"), std::string::npos)
+        << m;
     EXPECT_NE(m.find("allowed: fp32, bf16"), std::string::npos) << m;
   }
 }

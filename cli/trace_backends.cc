@@ -57,8 +57,8 @@ Status TracingDevice::traced(const char* name, Nanos start, Status s, std::initi
 }
 
 // Each op: the start time first, then the forwarded call, then the record.
-#define SHARDLAB_TRACED(name, call, ...)      \
-  const Nanos start = clock_->now();          \
+#define SHARDLAB_TRACED(name, call, ...) \
+  const Nanos start = clock_->now();     \
   return traced(name, start, inner_->call, {__VA_ARGS__})
 
 Status TracingDevice::copy(const Tensor& src, const Tensor& dst, StreamId stream) {
@@ -106,8 +106,8 @@ Status TracingDevice::layer_norm_backward(const Tensor& x, const Tensor& dy, con
                                           const Tensor& gamma, const Tensor& dx, const Tensor& dgamma,
                                           const Tensor& dbeta, bool accumulate, StreamId stream) {
   SHARDLAB_TRACED("layer_norm_backward",
-                  layer_norm_backward(x, dy, mean, rstd, gamma, dx, dgamma, dbeta, accumulate, stream), &x, &dy,
-                  &mean, &rstd, &gamma, &dx, &dgamma, &dbeta);
+                  layer_norm_backward(x, dy, mean, rstd, gamma, dx, dgamma, dbeta, accumulate, stream), &x, &dy, &mean,
+                  &rstd, &gamma, &dx, &dgamma, &dbeta);
 }
 Status TracingDevice::attention_softmax(const Tensor& scores, const Tensor& attention_mask, float scale,
                                         const Tensor& probs, StreamId stream) {
@@ -151,21 +151,28 @@ Status TracingDevice::multiply(const Tensor& a, const Tensor& b, const Tensor& c
   SHARDLAB_TRACED("multiply", multiply(a, b, c, stream), &a, &b, &c);
 }
 Status TracingDevice::optimizer_step(const runtime::device::OptimizerUpdate& update, const Tensor& param,
-                                     const Tensor& grad, const Tensor& state0, const Tensor& state1,
-                                     StreamId stream) {
-  SHARDLAB_TRACED("optimizer_step", optimizer_step(update, param, grad, state0, state1, stream), &param, &grad,
-                  &state0, &state1);
+                                     const Tensor& grad, const Tensor& state0, const Tensor& state1, StreamId stream) {
+  SHARDLAB_TRACED("optimizer_step", optimizer_step(update, param, grad, state0, state1, stream), &param, &grad, &state0,
+                  &state1);
 }
 #undef SHARDLAB_TRACED
 
 TracingCommunicator::TracingCommunicator(runtime::comm::Communicator* inner, const Clock* clock, Nanos origin,
                                          sim::TraceRecorder* trace, std::string algorithm)
-    : ForwardingCommunicator(inner), clock_(clock), origin_(origin), trace_(trace), algorithm_(algorithm),
+    : ForwardingCommunicator(inner),
+      clock_(clock),
+      origin_(origin),
+      trace_(trace),
+      algorithm_(algorithm),
       base_algorithm_(std::move(algorithm)) {}
 TracingCommunicator::TracingCommunicator(std::unique_ptr<runtime::comm::Communicator> owned, const Clock* clock,
                                          Nanos origin, sim::TraceRecorder* trace, std::string algorithm)
-    : ForwardingCommunicator(std::move(owned)), clock_(clock), origin_(origin), trace_(trace),
-      algorithm_(algorithm), base_algorithm_(std::move(algorithm)) {}
+    : ForwardingCommunicator(std::move(owned)),
+      clock_(clock),
+      origin_(origin),
+      trace_(trace),
+      algorithm_(algorithm),
+      base_algorithm_(std::move(algorithm)) {}
 
 void TracingCommunicator::set_nodes(int devices_per_node) {
   SHARDLAB_CHECK_GT(devices_per_node, 0);
@@ -183,8 +190,13 @@ void TracingCommunicator::describe_placement() {
 
 WorkPtr TracingCommunicator::traced(OpKind kind, std::int64_t bytes, WorkPtr work, Nanos start) {
   auto record = [this, kind, bytes, start](Nanos end) {
-    sim::TraceEvent e{std::string(runtime::comm::op_kind_name(kind)), stream_of(kind), start - origin_, end - start,
-                      bytes, inner()->group_name(), algorithm_};
+    sim::TraceEvent e{std::string(runtime::comm::op_kind_name(kind)),
+                      stream_of(kind),
+                      start - origin_,
+                      end - start,
+                      bytes,
+                      inner()->group_name(),
+                      algorithm_};
     trace_->add_comm(std::move(e));
   };
   return std::make_shared<TracedWork>(std::move(work), std::move(record), clock_);
@@ -331,7 +343,8 @@ Result<std::vector<std::vector<std::int64_t>>> gather_words(runtime::comm::Commu
       dev, std::vector<std::int64_t>{static_cast<std::int64_t>(mine.size())}, my_len));
   SHARDLAB_ASSIGN_OR_RETURN(Tensor lens, dev.zeros({w}, DType::kI64, MemoryCategory::kOther, "gather_lens"));
   SHARDLAB_RETURN_IF_ERROR(comm.all_gather_into(lens, my_len)->wait(timeout).with_context("gathering traces"));
-  SHARDLAB_ASSIGN_OR_RETURN(const std::vector<std::int64_t> lengths, runtime::device::values_to_host<std::int64_t>(dev, lens));
+  SHARDLAB_ASSIGN_OR_RETURN(const std::vector<std::int64_t> lengths,
+                            runtime::device::values_to_host<std::int64_t>(dev, lens));
   const std::int64_t longest = std::max<std::int64_t>(1, *std::max_element(lengths.begin(), lengths.end()));
   std::vector<std::int64_t> padded(static_cast<std::size_t>(longest), 0);
   std::copy(mine.begin(), mine.end(), padded.begin());
@@ -341,7 +354,8 @@ Result<std::vector<std::vector<std::int64_t>>> gather_words(runtime::comm::Commu
   SHARDLAB_RETURN_IF_ERROR(comm.all_gather_into(all, my_words)->wait(timeout).with_context("gathering traces"));
   std::vector<std::vector<std::int64_t>> out;
   if (comm.rank() != 0) return out;
-  SHARDLAB_ASSIGN_OR_RETURN(const std::vector<std::int64_t> flat, runtime::device::values_to_host<std::int64_t>(dev, all));
+  SHARDLAB_ASSIGN_OR_RETURN(const std::vector<std::int64_t> flat,
+                            runtime::device::values_to_host<std::int64_t>(dev, all));
   for (int r = 0; r < w; ++r) {
     const auto begin = flat.begin() + static_cast<std::ptrdiff_t>(r) * longest;
     out.emplace_back(begin, begin + lengths[static_cast<std::size_t>(r)]);

@@ -36,10 +36,13 @@ class TracingDevice final : public runtime::device::Device {
 
   runtime::device::DeviceId id() const override { return inner_->id(); }
   MemoryTracker& memory() override { return inner_->memory(); }
-  Result<std::shared_ptr<Storage>> allocate(std::int64_t nbytes, MemoryCategory category, std::string_view label) override {
+  Result<std::shared_ptr<Storage>> allocate(std::int64_t nbytes, MemoryCategory category,
+                                            std::string_view label) override {
     return inner_->allocate(nbytes, category, label);
   }
-  Result<runtime::device::StreamId> create_stream(std::string_view name) override { return inner_->create_stream(name); }
+  Result<runtime::device::StreamId> create_stream(std::string_view name) override {
+    return inner_->create_stream(name);
+  }
   Result<runtime::device::EventId> record_event(runtime::device::StreamId stream) override {
     return inner_->record_event(stream);
   }
@@ -127,7 +130,8 @@ class TracingCommunicator final : public runtime::comm::ForwardingCommunicator {
   void set_nodes(int devices_per_node);
 
  private:
-  runtime::comm::WorkPtr traced(runtime::comm::OpKind kind, std::int64_t bytes, runtime::comm::WorkPtr work, Nanos start);
+  runtime::comm::WorkPtr traced(runtime::comm::OpKind kind, std::int64_t bytes, runtime::comm::WorkPtr work,
+                                Nanos start);
   // algorithm_ from base_algorithm_ and whether world_ranks_ span nodes.
   void describe_placement();
 
@@ -171,7 +175,8 @@ Result<std::vector<std::vector<std::int64_t>>> gather_words(runtime::comm::Commu
 // Every rank's events at rank 0 (rank order), as gather_words.
 Result<std::vector<std::vector<sim::TraceEvent>>> gather_traces(runtime::comm::Communicator& comm,
                                                                 runtime::device::Device& dev,
-                                                                const std::vector<sim::TraceEvent>& mine, Nanos timeout);
+                                                                const std::vector<sim::TraceEvent>& mine,
+                                                                Nanos timeout);
 
 // The JSON form gather_traces exchanges (exposed for tests): read back equal.
 std::string serialize_trace_events(const std::vector<sim::TraceEvent>& events);

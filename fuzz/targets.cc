@@ -15,12 +15,12 @@
 #include "runtime/io/safetensors.h"
 #include "runtime/model/bert_io.h"
 #include "runtime/train/fsdp_train.h"
+#include "sim/engine/world.h"
 #include "sim/models/device/profiles.h"
-#include "sim/timing/capture.h"
-#include "sim/timing/op_graph.h"
 #include "sim/models/device/stack.h"
 #include "sim/models/network/topology.h"
-#include "sim/engine/world.h"
+#include "sim/timing/capture.h"
+#include "sim/timing/op_graph.h"
 
 namespace shardlab::fuzz {
 namespace {

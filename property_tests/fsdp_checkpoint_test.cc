@@ -56,8 +56,8 @@ Result<Snapshot> snapshot(runtime::fsdp::FullyShardedModel& m) {
 
 std::string fresh_dir() {
   static std::atomic<int> counter{0};
-  const fs::path p = fs::temp_directory_path() /
-                     ("shardlab-ckpt-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
+  const fs::path p =
+      fs::temp_directory_path() / ("shardlab-ckpt-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
   fs::remove_all(p);
   return p.string();
 }
@@ -119,7 +119,8 @@ RC_GTEST_PROP(FsdpCheckpoint, SaveAtOneWorldSizeLoadAtAnotherGivesIdenticalState
       return Status::unavailable("simulated crash before writing " + path);
     };
     const Status second = runtime::fsdp::save_checkpoint(t.model(), dir, 3, opts);
-    if (second.is_ok() && ctx.rank == failing_rank && crashed) return Status::internal("the interrupted save reported success");
+    if (second.is_ok() && ctx.rank == failing_rank && crashed)
+      return Status::internal("the interrupted save reported success");
     return Status::ok();
   });
   std::error_code ec;
@@ -128,9 +129,9 @@ RC_GTEST_PROP(FsdpCheckpoint, SaveAtOneWorldSizeLoadAtAnotherGivesIdenticalState
   // World 2 (another size, strategy and initial values): load and compare.
   runtime::train::FsdpTrainOptions o2 = at_world(c.options, w2);
   if (type != StateDictType::kLocal) {
-    o2.fsdp.strategy = *rc::gen::element(runtime::fsdp::ShardingStrategy::kFullShard,
-                                         runtime::fsdp::ShardingStrategy::kShardGradOp,
-                                         runtime::fsdp::ShardingStrategy::kNoShard);
+    o2.fsdp.strategy =
+        *rc::gen::element(runtime::fsdp::ShardingStrategy::kFullShard, runtime::fsdp::ShardingStrategy::kShardGradOp,
+                          runtime::fsdp::ShardingStrategy::kNoShard);
     o2.fsdp.align_bytes = *rc::gen::element<std::int64_t>(0, 16);
     o2.wrap = *rc::gen::element(runtime::train::WrapPolicy::kPerLayer, runtime::train::WrapPolicy::kNone);
   } else {
@@ -264,7 +265,6 @@ TEST(FsdpCheckpoint, AMissingCheckpointNamesThePath) {
   EXPECT_NE(results[0].status.message().find("/nonexistent/ckpt/latest: missing"), std::string::npos)
       << results[0].status.message();
 }
-
 
 // ---------------------------------------------------------------------------------------
 // Hostile checkpoints (NOTE [Checkpoint integrity], NOTE [Checkpoint writers]): every
@@ -451,7 +451,8 @@ TEST(CheckpointWriters, ASecondWriterIsLockedOut) {
     SHARDLAB_ASSIGN_OR_RETURN(auto t, FsdpTrainer::create(ctx.comm, ctx.device, ctx.clock, c.options));
     return runtime::fsdp::save_checkpoint(t->model(), other, 1);
   });
-  expect_refused(results[0].status, {"another run is writing checkpoints here", "give each run its own checkpoint.dir"});
+  expect_refused(results[0].status,
+                 {"another run is writing checkpoints here", "give each run its own checkpoint.dir"});
   EXPECT_FALSE(fs::exists(other + "/step-00000001"));
   ::close(other_fd);
   ::close(fd);

@@ -38,7 +38,8 @@ inline rc::Gen<Shape> gen_shape() {
 
 inline rc::Gen<LayoutCase> gen_layout_case() {
   return rc::gen::build<LayoutCase>(
-      rc::gen::set(&LayoutCase::shapes, rc::gen::resize(12, rc::gen::nonEmpty(rc::gen::container<std::vector<Shape>>(gen_shape())))),
+      rc::gen::set(&LayoutCase::shapes,
+                   rc::gen::resize(12, rc::gen::nonEmpty(rc::gen::container<std::vector<Shape>>(gen_shape())))),
       rc::gen::set(&LayoutCase::world_size, rc::gen::inRange(1, 65)),
       rc::gen::set(&LayoutCase::dtype, rc::gen::element(DType::kF32, DType::kBF16, DType::kF16, DType::kI64)),
       rc::gen::set(&LayoutCase::align_bytes, rc::gen::element<std::int64_t>(0, 16)));
@@ -67,16 +68,17 @@ inline std::ostream& operator<<(std::ostream& os, const FsdpCase& c) {
 inline void gen_fsdp_schedule(int world_size, runtime::fsdp::FsdpOptions& o) {
   using runtime::fsdp::BackwardPrefetch;
   using runtime::fsdp::ShardingStrategy;
-  o.strategy = *rc::gen::element(ShardingStrategy::kFullShard, ShardingStrategy::kShardGradOp, ShardingStrategy::kNoShard,
-                                 ShardingStrategy::kHybridShard, ShardingStrategy::kHybridShardZero2);
+  o.strategy =
+      *rc::gen::element(ShardingStrategy::kFullShard, ShardingStrategy::kShardGradOp, ShardingStrategy::kNoShard,
+                        ShardingStrategy::kHybridShard, ShardingStrategy::kHybridShardZero2);
   if (runtime::fsdp::is_hybrid(o.strategy)) {
     std::vector<int> divisors;
     for (int d = 1; d <= world_size; ++d)
       if (world_size % d == 0) divisors.push_back(d);
     o.devices_per_node = *rc::gen::elementOf(divisors);
   }
-  o.backward_prefetch = *rc::gen::element(BackwardPrefetch::kNone, BackwardPrefetch::kBackwardPre,
-                                          BackwardPrefetch::kBackwardPost);
+  o.backward_prefetch =
+      *rc::gen::element(BackwardPrefetch::kNone, BackwardPrefetch::kBackwardPre, BackwardPrefetch::kBackwardPost);
   o.forward_prefetch = *rc::gen::arbitrary<bool>();
   o.limit_all_gathers = *rc::gen::arbitrary<bool>();
 }
@@ -93,8 +95,8 @@ inline rc::Gen<FsdpCase> gen_fsdp_case() {
     o.model.hidden_dim = *rc::gen::inRange<std::int64_t>(1, 12);
     o.model.num_classes = *rc::gen::inRange<std::int64_t>(2, 5);
     o.model.num_hidden_layers = *rc::gen::inRange(0, 4);
-    o.model.activation = *rc::gen::element(device::Activation::kRelu, device::Activation::kGelu,
-                                            device::Activation::kGeluTanh);
+    o.model.activation =
+        *rc::gen::element(device::Activation::kRelu, device::Activation::kGelu, device::Activation::kGeluTanh);
     // Frozen parameters (LoRA-style mixed requires_grad) in a quarter of the cases.
     o.model.frozen_mask = *rc::gen::weightedOneOf<std::uint64_t>(
         {{3, rc::gen::just<std::uint64_t>(0)}, {1, rc::gen::inRange<std::uint64_t>(0, 1u << 10)}});
@@ -123,8 +125,8 @@ struct BertCase {
 inline std::ostream& operator<<(std::ostream& os, const BertCase& c) {
   using namespace runtime;
   const auto& b = c.options.bert;
-  return os << "BertCase{W=" << c.world_size << ", head=" << model::bert_head_name(b.head) << ", V="
-            << b.config.vocab_size << ", H=" << b.config.hidden_size << ", A=" << b.config.num_attention_heads
+  return os << "BertCase{W=" << c.world_size << ", head=" << model::bert_head_name(b.head)
+            << ", V=" << b.config.vocab_size << ", H=" << b.config.hidden_size << ", A=" << b.config.num_attention_heads
             << ", I=" << b.config.intermediate_size << ", L=" << b.config.num_hidden_layers << ", T=" << b.seq_len
             << ", dropout=" << b.config.hidden_dropout_prob << ", ckpt=" << b.activation_checkpointing
             << ", strategy=" << fsdp::strategy_name(c.options.fsdp.strategy)

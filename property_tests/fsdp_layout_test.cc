@@ -5,8 +5,8 @@
 #include <cstring>
 
 #include "property_tests/fsdp_generators.h"
-#include "runtime/fsdp/shard_layout.h"
 #include "runtime/device/cpu/device.h"
+#include "runtime/fsdp/shard_layout.h"
 #include "sim/engine/world.h"
 #include "testing/sim_world.h"
 
@@ -49,7 +49,8 @@ RC_GTEST_PROP(FsdpLayout, PartitionCoversEveryElementExactlyOnce, ()) {
   }
   std::int64_t owned = 0;
   for (const auto& param : l.params()) {
-    for (std::int64_t i = 0; i < param.numel; ++i) RC_ASSERT(owner[static_cast<std::size_t>(param.flat_offset + i)] >= 0);
+    for (std::int64_t i = 0; i < param.numel; ++i)
+      RC_ASSERT(owner[static_cast<std::size_t>(param.flat_offset + i)] >= 0);
     owned += param.numel;
   }
   std::int64_t marked = 0;
@@ -69,7 +70,8 @@ RC_GTEST_PROP(FsdpLayout, ShardInfoTilesEachParameterInRankOrder, ()) {
     if (i > 0) RC_ASSERT(l.params()[i].flat_offset >= l.params()[i - 1].flat_offset + l.params()[i - 1].numel);
   }
   runtime::device::cpu::CpuDevice dev;
-  auto storage = dev.allocate(l.shard_numel() * static_cast<std::int64_t>(element_size(c.dtype)), MemoryCategory::kParameters, "shard");
+  auto storage = dev.allocate(l.shard_numel() * static_cast<std::int64_t>(element_size(c.dtype)),
+                              MemoryCategory::kParameters, "shard");
   RC_ASSERT(storage.is_ok());
   for (const auto& shard : l.shards()) {
     std::int64_t last_offset = -1;
@@ -109,7 +111,8 @@ RC_GTEST_PROP(FsdpLayout, AllGatherOfShardsRebuildsTheFlatBufferBitwise, ()) {
     }
     std::vector<float> g;
     for (int round = 0; round < 2; ++round) {  // unshard, reshard (free), unshard again
-      SHARDLAB_ASSIGN_OR_RETURN(Tensor full, ctx.device.empty({s * ctx.world_size}, DType::kF32, MemoryCategory::kParameters, "full"));
+      SHARDLAB_ASSIGN_OR_RETURN(
+          Tensor full, ctx.device.empty({s * ctx.world_size}, DType::kF32, MemoryCategory::kParameters, "full"));
       SHARDLAB_RETURN_IF_ERROR(ctx.comm.all_gather_into(full, shard)->wait(kNanosPerSecond));
       std::vector<float> now(full.data<float>(), full.data<float>() + full.numel());
       if (round == 1 && now != g) return Status::internal("reshard + unshard changed the buffer");
@@ -132,10 +135,18 @@ TEST(FsdpLayout, ReferenceExampleThreeTenByTenWeightsOnTwoRanks) {
   const auto& r1 = l->shard(1).pieces;
   ASSERT_EQ(r0.size(), 2u);
   ASSERT_EQ(r1.size(), 2u);
-  EXPECT_EQ(r0[0].param, 0); EXPECT_EQ(r0[0].offset_in_shard, 0); EXPECT_EQ(r0[0].param_end, 100);
-  EXPECT_EQ(r0[1].param, 1); EXPECT_EQ(r0[1].offset_in_shard, 100); EXPECT_EQ(r0[1].param_end, 50);
-  EXPECT_EQ(r1[0].param, 1); EXPECT_EQ(r1[0].offset_in_shard, 0); EXPECT_EQ(r1[0].param_begin, 50);
-  EXPECT_EQ(r1[1].param, 2); EXPECT_EQ(r1[1].offset_in_shard, 50); EXPECT_EQ(r1[1].param_end, 100);
+  EXPECT_EQ(r0[0].param, 0);
+  EXPECT_EQ(r0[0].offset_in_shard, 0);
+  EXPECT_EQ(r0[0].param_end, 100);
+  EXPECT_EQ(r0[1].param, 1);
+  EXPECT_EQ(r0[1].offset_in_shard, 100);
+  EXPECT_EQ(r0[1].param_end, 50);
+  EXPECT_EQ(r1[0].param, 1);
+  EXPECT_EQ(r1[0].offset_in_shard, 0);
+  EXPECT_EQ(r1[0].param_begin, 50);
+  EXPECT_EQ(r1[1].param, 2);
+  EXPECT_EQ(r1[1].offset_in_shard, 50);
+  EXPECT_EQ(r1[1].param_end, 100);
 }
 
 TEST(FsdpLayout, NineElementsOnEightRanksLeavesTrailingRanksWithOnlyPadding) {

@@ -138,7 +138,8 @@ RC_GTEST_PROP(FsdpTraining, InjectedDelaysChangeNothingAndTheAllGatherLimitHolds
     RC_ASSERT(bitwise_equal(plain[r].final_params, delayed[r].final_params));
     RC_ASSERT(bitwise_equal(plain[r].last_grads, delayed[r].last_grads));
     const auto s = c.options.fsdp.strategy;
-    if (c.options.fsdp.limit_all_gathers && (s == ShardingStrategy::kFullShard || s == ShardingStrategy::kHybridShard)) {
+    if (c.options.fsdp.limit_all_gathers &&
+        (s == ShardingStrategy::kFullShard || s == ShardingStrategy::kHybridShard)) {
       RC_ASSERT(delayed[r].max_live_unsharded <= 2);
     }
   }
@@ -162,21 +163,15 @@ RC_GTEST_PROP(FsdpTraining, CollectiveCountsPerIterationMatchTheStrategy, ()) {
       const bool synced = (i + 1) % static_cast<std::size_t>(o.grad_accumulation) == 0;
       runtime::fsdp::CollectiveCounts want;
       switch (o.fsdp.strategy) {
-        case ShardingStrategy::kFullShard:
-          want = {2 * u, synced ? t : 0, 0};
-          break;
+        case ShardingStrategy::kFullShard: want = {2 * u, synced ? t : 0, 0}; break;
         case ShardingStrategy::kHybridShard:
           want = {2 * u, synced ? t : 0, synced && c.world_size / o.fsdp.devices_per_node > 1 ? t : 0};
           break;
         case ShardingStrategy::kHybridShardZero2:
           want = {u, synced ? t : 0, synced && c.world_size / o.fsdp.devices_per_node > 1 ? t : 0};
           break;
-        case ShardingStrategy::kShardGradOp:
-          want = {u, synced ? t : 0, 0};
-          break;
-        case ShardingStrategy::kNoShard:
-          want = {0, 0, synced ? t : 0};
-          break;
+        case ShardingStrategy::kShardGradOp: want = {u, synced ? t : 0, 0}; break;
+        case ShardingStrategy::kNoShard: want = {0, 0, synced ? t : 0}; break;
       }
       RC_ASSERT(r.counts[i] == want);
     }

@@ -3,8 +3,8 @@
 // itself) — bit flips, byte insertions and deletions, duplicated spans, numbers replaced
 // by extreme ones — and feeds them to the parser. The property: it returns within the
 // target's contract (OK or INVALID_ARGUMENT) — never a crash, an abort, a hang or another
-// code. libFuzzer runs the same targets under sanitizers (the `fuzz` preset, scripts/fuzz). ctest runs a bounded, seeded number of cases; the
-// property-long preset and the asan preset run many more (SHARDLAB_PROPERTY_LONG).
+// code. libFuzzer runs the same targets under sanitizers (the `fuzz` preset, scripts/fuzz). ctest runs a bounded,
+// seeded number of cases; the property-long preset and the asan preset run many more (SHARDLAB_PROPERTY_LONG).
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 
@@ -19,22 +19,36 @@ namespace {
 
 // One mutation of a text: what breaks parsers in practice.
 struct Mutation {
-  int kind = 0;       // 0 flip a bit, 1 insert bytes, 2 delete a span, 3 duplicate a span, 4 extreme number
+  int kind = 0;        // 0 flip a bit, 1 insert bytes, 2 delete a span, 3 duplicate a span, 4 extreme number
   std::size_t at = 0;  // position (modulo the size)
   std::size_t len = 0;
   std::string bytes;
 };
 
-const std::vector<std::string> kExtremes = {"-1", "0", "4611686018427387904", "18446744073709551616", "1e400", "-1e400",
-                                            "1e-300", "NaN", "-9223372036854775809", "2147483648", "1099511627776",
-                                            "65537", "\"x\"", "[]", "{}", "null", "true"};
+const std::vector<std::string> kExtremes = {"-1",
+                                            "0",
+                                            "4611686018427387904",
+                                            "18446744073709551616",
+                                            "1e400",
+                                            "-1e400",
+                                            "1e-300",
+                                            "NaN",
+                                            "-9223372036854775809",
+                                            "2147483648",
+                                            "1099511627776",
+                                            "65537",
+                                            "\"x\"",
+                                            "[]",
+                                            "{}",
+                                            "null",
+                                            "true"};
 
 rc::Gen<Mutation> mutation() {
-  return rc::gen::build<Mutation>(rc::gen::set(&Mutation::kind, rc::gen::inRange(0, 5)),
-                                  rc::gen::set(&Mutation::at, rc::gen::inRange<std::size_t>(0, 1u << 20)),
-                                  rc::gen::set(&Mutation::len, rc::gen::inRange<std::size_t>(0, 64)),
-                                  rc::gen::set(&Mutation::bytes, rc::gen::container<std::string>(
-                                                                     rc::gen::arbitrary<char>())));
+  return rc::gen::build<Mutation>(
+      rc::gen::set(&Mutation::kind, rc::gen::inRange(0, 5)),
+      rc::gen::set(&Mutation::at, rc::gen::inRange<std::size_t>(0, 1u << 20)),
+      rc::gen::set(&Mutation::len, rc::gen::inRange<std::size_t>(0, 64)),
+      rc::gen::set(&Mutation::bytes, rc::gen::container<std::string>(rc::gen::arbitrary<char>())));
 }
 
 std::string apply(std::string s, const Mutation& m) {
@@ -50,7 +64,9 @@ std::string apply(std::string s, const Mutation& m) {
       std::size_t b = s.find_first_of("-0123456789", at);
       if (b == std::string::npos) b = at;
       std::size_t e = b;
-      while (e < s.size() && (std::isalnum(static_cast<unsigned char>(s[e])) || s[e] == '.' || s[e] == '-' || s[e] == '+')) ++e;
+      while (e < s.size() &&
+             (std::isalnum(static_cast<unsigned char>(s[e])) || s[e] == '.' || s[e] == '-' || s[e] == '+'))
+        ++e;
       s.replace(b, e - b, kExtremes[m.len % kExtremes.size()]);
     }
   }

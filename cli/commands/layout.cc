@@ -33,24 +33,26 @@ Subcommand add_layout_command(CLI::App& app) {
   layout_cmd->add_option("--shapes", flags.layout_shapes, "Parameter shapes in order, e.g. 7x3,5x7,5x5")->required();
   layout_cmd->add_option("--world-size", flags.layout_world, "Number of ranks W (1 to 65536)")->required();
   layout_cmd->add_option("--dtype", flags.layout_dtype, "Element type: fp32, bf16, fp16, int64")->capture_default_str();
-  layout_cmd->add_option("--align-bytes", flags.layout_align,
-                         "Start every parameter after the first at a multiple of this many bytes (0 or 16 in PyTorch)")
+  layout_cmd
+      ->add_option("--align-bytes", flags.layout_align,
+                   "Start every parameter after the first at a multiple of this many bytes (0 or 16 in PyTorch)")
       ->capture_default_str();
   return {layout_cmd, [state](int* /*argc*/, char*** /*argv*/) -> int {
-    State& flags = *state;
-    const auto fail = [](const shardlab::Status& s) {
-      std::fprintf(stderr, "shardlab layout: %s\n", s.message().c_str());
-      return s.exit_code();
-    };
-    auto shapes = shardlab::runtime::fsdp::parse_shapes(flags.layout_shapes);
-    if (!shapes.is_ok()) return fail(shapes.status());
-    auto dtype = shardlab::parse_dtype(flags.layout_dtype);
-    if (!dtype.is_ok()) return fail(dtype.status().with_context("--dtype"));
-    auto layout = shardlab::runtime::fsdp::ShardLayout::make(*shapes, flags.layout_world, *dtype, flags.layout_align);
-    if (!layout.is_ok()) return fail(layout.status());
-    std::printf("%s\n", layout->to_json().c_str());
-    return 0;
-  }};
+            State& flags = *state;
+            const auto fail = [](const shardlab::Status& s) {
+              std::fprintf(stderr, "shardlab layout: %s\n", s.message().c_str());
+              return s.exit_code();
+            };
+            auto shapes = shardlab::runtime::fsdp::parse_shapes(flags.layout_shapes);
+            if (!shapes.is_ok()) return fail(shapes.status());
+            auto dtype = shardlab::parse_dtype(flags.layout_dtype);
+            if (!dtype.is_ok()) return fail(dtype.status().with_context("--dtype"));
+            auto layout =
+                shardlab::runtime::fsdp::ShardLayout::make(*shapes, flags.layout_world, *dtype, flags.layout_align);
+            if (!layout.is_ok()) return fail(layout.status());
+            std::printf("%s\n", layout->to_json().c_str());
+            return 0;
+          }};
 }
 
 }  // namespace shardlab::cli

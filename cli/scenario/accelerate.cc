@@ -30,12 +30,32 @@ namespace shardlab::cli::scenario_detail {
 // value is, and errors point into the file (file:line:col).
 
 const std::vector<std::string>& accelerate_launcher_keys() {
-  static const std::vector<std::string> kKeys = {
-      "compute_environment", "debug", "machine_rank", "main_process_ip", "main_process_port",
-      "main_training_function", "rdzv_backend", "same_network", "tpu_env", "tpu_use_cluster", "tpu_use_sudo",
-      "tpu_name", "tpu_zone", "commands", "command_file", "enable_cpu_affinity", "gpu_ids", "downcast_bf16",
-      "dynamo_config", "dynamo_backend", "use_cpu", "ipex_config", "mpirun_config", "megatron_lm_config",
-      "deepspeed_config", "fp8_config"};
+  static const std::vector<std::string> kKeys = {"compute_environment",
+                                                 "debug",
+                                                 "machine_rank",
+                                                 "main_process_ip",
+                                                 "main_process_port",
+                                                 "main_training_function",
+                                                 "rdzv_backend",
+                                                 "same_network",
+                                                 "tpu_env",
+                                                 "tpu_use_cluster",
+                                                 "tpu_use_sudo",
+                                                 "tpu_name",
+                                                 "tpu_zone",
+                                                 "commands",
+                                                 "command_file",
+                                                 "enable_cpu_affinity",
+                                                 "gpu_ids",
+                                                 "downcast_bf16",
+                                                 "dynamo_config",
+                                                 "dynamo_backend",
+                                                 "use_cpu",
+                                                 "ipex_config",
+                                                 "mpirun_config",
+                                                 "megatron_lm_config",
+                                                 "deepspeed_config",
+                                                 "fp8_config"};
   return kKeys;
 }
 
@@ -72,7 +92,8 @@ Status apply_accelerate_top(const Node& root, std::size_t fsdp_index, Scenario& 
       if (!mp.is_ok()) {
         problems.add(mp.status());
       } else if (*mp == "fp16" || *mp == "fp8") {
-        problems.add(bad(v.pos, name + ": " + *mp + " is not modeled (fp16 needs a gradient scaler, fp8 its own kernels)",
+        problems.add(bad(v.pos,
+                         name + ": " + *mp + " is not modeled (fp16 needs a gradient scaler, fp8 its own kernels)",
                          "allowed: no, bf16"));
       } else {
         s.train.precision = *mp == "bf16" ? DType::kBF16 : DType::kF32;
@@ -136,10 +157,11 @@ Status apply_fsdp_config(const std::string& file, Scenario& s) {
     SHARDLAB_ASSIGN_OR_RETURN(root, parse_yaml(text, file_mapper(file), start));
   }
   if (root.kind != Node::Kind::kMap) {
-    return bad(root.pos, "--fsdp-config: expected a JSON object (or the YAML map `accelerate config` writes), got " +
-                             describe(root),
-               "allowed: a JSON object {\"fsdp_sharding_strategy\": 1, ...} (possibly nested under \"fsdp_config\"), "
-               "or the YAML file `accelerate config` writes");
+    return bad(
+        root.pos,
+        "--fsdp-config: expected a JSON object (or the YAML map `accelerate config` writes), got " + describe(root),
+        "allowed: a JSON object {\"fsdp_sharding_strategy\": 1, ...} (possibly nested under \"fsdp_config\"), "
+        "or the YAML file `accelerate config` writes");
   }
   Problems problems;
   std::vector<std::string> ignored, unknown;
@@ -164,8 +186,8 @@ Status apply_fsdp_config(const std::string& file, Scenario& s) {
     s.notes.push_back("--fsdp-config " + file + ": ignored (no effect on what a step computes): " + join(ignored));
   }
   if (!unknown.empty()) {
-    s.notes.push_back("--fsdp-config " + file + ": ignored (not accelerate keys shardlab knows; check the spelling): " +
-                      join(unknown));
+    s.notes.push_back("--fsdp-config " + file +
+                      ": ignored (not accelerate keys shardlab knows; check the spelling): " + join(unknown));
   }
   return problems.status();
 }

@@ -138,14 +138,10 @@ struct TooDeep {};
 
 std::string describe(const Node& n) {
   switch (n.kind) {
-    case Node::Kind::kNull:
-      return "nothing";
-    case Node::Kind::kSeq:
-      return "a list";
-    case Node::Kind::kMap:
-      return "a map";
-    case Node::Kind::kScalar:
-      break;
+    case Node::Kind::kNull: return "nothing";
+    case Node::Kind::kSeq: return "a list";
+    case Node::Kind::kMap: return "a map";
+    case Node::Kind::kScalar: break;
   }
   return show(n.text);
 }

@@ -82,8 +82,7 @@ ValueDef int_setter(Get get, std::int64_t lo, std::int64_t hi) {
     get(s) = static_cast<std::remove_reference_t<decltype(get(s))>>(v);
     return Status::ok();
   };
-  return {set, "integer", int_range(lo, hi),
-          [get](const Scenario& s) { return std::to_string(value_of(get, s)); }};
+  return {set, "integer", int_range(lo, hi), [get](const Scenario& s) { return std::to_string(value_of(get, s)); }};
 }
 
 template <class Get>
@@ -118,8 +117,7 @@ ValueDef bool_setter(Get get) {
     SHARDLAB_ASSIGN_OR_RETURN(get(s), to_bool(n, key));
     return Status::ok();
   };
-  return {set, "bool", "true, false",
-          [get](const Scenario& s) { return std::string(yaml_bool(value_of(get, s))); }};
+  return {set, "bool", "true, false", [get](const Scenario& s) { return std::string(yaml_bool(value_of(get, s))); }};
 }
 
 std::string enum_allowed(const std::vector<EnumValue>& values, const std::string& note) {
@@ -212,8 +210,9 @@ Status set_layer_classes(const Node& n, const std::string& key, Scenario& s) {
 
 // trace.ranks: a list of ranks, or one string of ranks and ranges ("0-7, 4095").
 Status set_trace_ranks(const Node& n, const std::string& key, Scenario& s) {
-  const std::string allowed = "allowed: a list of ranks (e.g. [0, 1, 4095]) or a string of ranks and ranges (e.g. "
-                              "\"0-7, 4095\"), each a rank of the world";
+  const std::string allowed =
+      "allowed: a list of ranks (e.g. [0, 1, 4095]) or a string of ranks and ranges (e.g. "
+      "\"0-7, 4095\"), each a rank of the world";
   std::vector<int> ranks;
   const auto add = [&](std::string_view part, const SourcePos& pos) -> Status {
     while (!part.empty() && part.front() == ' ') part.remove_prefix(1);
@@ -227,9 +226,11 @@ Status set_trace_ranks(const Node& n, const std::string& key, Scenario& s) {
       return true;
     };
     int lo = 0, hi = 0;
-    const bool ok = dash == std::string_view::npos ? number(part, lo) && number(part, hi)
-                                                   : number(part.substr(0, dash), lo) && number(part.substr(dash + 1), hi);
-    if (!ok || hi < lo) return bad(pos, key + ": " + show(std::string(part)) + " is not a rank or a range lo-hi", allowed);
+    const bool ok = dash == std::string_view::npos
+                        ? number(part, lo) && number(part, hi)
+                        : number(part.substr(0, dash), lo) && number(part.substr(dash + 1), hi);
+    if (!ok || hi < lo)
+      return bad(pos, key + ": " + show(std::string(part)) + " is not a rank or a range lo-hi", allowed);
     if (hi - lo >= 1 << 20) return bad(pos, key + ": the range " + std::string(part) + " is too long", allowed);
     for (int r = lo; r <= hi; ++r) ranks.push_back(r);
     return Status::ok();
@@ -244,7 +245,8 @@ Status set_trace_ranks(const Node& n, const std::string& key, Scenario& s) {
     }
   } else if (n.kind == Node::Kind::kSeq && !n.items.empty()) {
     for (const auto& item : n.items) {
-      if (item.kind != Node::Kind::kScalar) return bad(item.pos, key + ": expected a rank, got " + describe(item), allowed);
+      if (item.kind != Node::Kind::kScalar)
+        return bad(item.pos, key + ": expected a rank, got " + describe(item), allowed);
       SHARDLAB_RETURN_IF_ERROR(add(item.text, item.pos));
     }
   } else {
@@ -340,7 +342,8 @@ std::vector<Named<sim::FaultKind>> fault_kinds() {
 }
 
 std::vector<Named<DType>> dtype_values(bool with_fp16) {
-  std::vector<Named<DType>> v = {named(DType::kF32, dtype_name, {"float32"}), named(DType::kBF16, dtype_name, {"bfloat16"})};
+  std::vector<Named<DType>> v = {named(DType::kF32, dtype_name, {"float32"}),
+                                 named(DType::kBF16, dtype_name, {"bfloat16"})};
   if (with_fp16) v.push_back(named(DType::kF16, dtype_name, {"float16"}));
   return v;
 }
@@ -354,7 +357,8 @@ std::vector<KeyDef> fault_keys() {
       "a byte offset from 0 to 18446744073709551615, decimal or 0x-hexadecimal, a multiple of 4 (the fp32 element "
       "size), e.g. 13835057943613014016 (the seed bug's)";
   return {
-      leaf("kind", typed_setter([f](Scenario& s) -> std::optional<sim::FaultKind>& { return f(s).kind; }, fault_kinds()),
+      leaf("kind",
+           typed_setter([f](Scenario& s) -> std::optional<sim::FaultKind>& { return f(s).kind; }, fault_kinds()),
            {"what goes wrong (required); crash/hang end the run (exit 3), straggler/link_degrade slow it down, "
             "corrupt changes a collective's payload, view_offset corrupts a parameter view (sim/faults/faults.h)"}),
       leaf("rank", int_setter([f](Scenario& s) -> int& { return f(s).rank; }, 0, kMaxWorldSize - 1),
@@ -370,7 +374,8 @@ std::vector<KeyDef> fault_keys() {
            {[f, link_allowed](const Node& n, const std::string& key, Scenario& s) -> Status {
               SHARDLAB_ASSIGN_OR_RETURN(std::string v, to_str(n, key, "allowed: " + link_allowed));
               std::int64_t a = 0, b = 0;
-              if (!parse_link(v, a, b)) return bad(n.pos, key + ": malformed link " + show(v), "allowed: " + link_allowed);
+              if (!parse_link(v, a, b))
+                return bad(n.pos, key + ": malformed link " + show(v), "allowed: " + link_allowed);
               f(s).link = v;
               return Status::ok();
             },
@@ -471,8 +476,8 @@ std::string show_grads_match(const Scenario& s) {
 
 // Keys accelerate configs carry that do not change what shardlab computes.
 ValueDef ignored_bool() {
-  return {[](const Node& n, const std::string& key, Scenario&) -> Status { return to_bool(n, key).status(); },
-          "bool", "true, false (accepted, no effect)", [](const Scenario&) { return std::string("false"); }};
+  return {[](const Node& n, const std::string& key, Scenario&) -> Status { return to_bool(n, key).status(); }, "bool",
+          "true, false (accepted, no effect)", [](const Scenario&) { return std::string("false"); }};
 }
 
 std::vector<EnumValue> preset_values() {
@@ -494,28 +499,31 @@ std::vector<KeyDef> build_schema() {
   using runtime::model::BertHead;
   using Optimizer = runtime::optim::OptimizerConfig::Kind;
   const auto dtypes = dtype_values(/*with_fp16=*/true);
-  const auto head = [](BertHead h) { return named(h, runtime::model::bert_head_name, {std::string(runtime::model::bert_architecture_name(h))}); };
+  const auto head = [](BertHead h) {
+    return named(h, runtime::model::bert_head_name, {std::string(runtime::model::bert_architecture_name(h))});
+  };
   std::vector<KeyDef> top;
-  top.push_back(leaf("name",
-                     str_setter([](S& s) -> std::string& { return s.name; }, "allowed: letters, digits, '_', '.' and '-'"),
-                     {"required; names the output folder (out/<name>)"}));
+  top.push_back(leaf(
+      "name", str_setter([](S& s) -> std::string& { return s.name; }, "allowed: letters, digits, '_', '.' and '-'"),
+      {"required; names the output folder (out/<name>)"}));
   top.push_back(leaf("description",
                      str_setter([](S& s) -> std::string& { return s.description; }, "allowed: any text", true),
                      {"free text"}));
-  top.push_back(leaf("seed",
-                     {[](const Node& n, const std::string& key, S& s) -> Status {
-                        SHARDLAB_ASSIGN_OR_RETURN(s.seed, to_uint64(n, key));
-                        return Status::ok();
-                      },
-                      "integer", "an integer from 0 to 18446744073709551615",
-                      [](const S& s) { return std::to_string(s.seed); }},
-                     {"seed of the synthetic data, the initial parameters and dropout", "transformers set_seed / Trainer seed"}));
+  top.push_back(
+      leaf("seed",
+           {[](const Node& n, const std::string& key, S& s) -> Status {
+              SHARDLAB_ASSIGN_OR_RETURN(s.seed, to_uint64(n, key));
+              return Status::ok();
+            },
+            "integer", "an integer from 0 to 18446744073709551615", [](const S& s) { return std::to_string(s.seed); }},
+           {"seed of the synthetic data, the initial parameters and dropout", "transformers set_seed / Trainer seed"}));
   top.push_back(section(
       "model",
       {
           leaf("preset", enum_setter([](S& s) -> std::string& { return s.model.preset; }, preset_values()),
                {"a BERT size (ignored when model.config is set), or the small MLP of the FSDP core",
-                "bert-tiny … bert-large: Hugging Face BertConfig sizes (google/bert_uncased_L-2_H-128_A-2 … bert-large-uncased)"}),
+                "bert-tiny … bert-large: Hugging Face BertConfig sizes (google/bert_uncased_L-2_H-128_A-2 … "
+                "bert-large-uncased)"}),
           leaf("config",
                str_setter([](S& s) -> std::string& { return s.model.config; },
                           "allowed: a path to a Hugging Face config.json", true, /*path=*/true),
@@ -539,8 +547,8 @@ std::vector<KeyDef> build_schema() {
                             {named(DataKind::kSynthetic, data_kind_name), named(DataKind::kFile, data_kind_name)}),
                {"seeded synthetic batches, or token batches read from data.path"}),
           leaf("path",
-               str_setter([](S& s) -> std::string& { return s.data.path; },
-                          "allowed: a path to a batch .safetensors", true, /*path=*/true),
+               str_setter([](S& s) -> std::string& { return s.data.path; }, "allowed: a path to a batch .safetensors",
+                          true, /*path=*/true),
                {"kind file: input_ids, attention_mask, labels … as safetensors; rows are cycled"}),
           leaf("batch_size_per_rank",
                int_setter([](S& s) -> std::int64_t& { return s.data.batch_size_per_rank; }, 1, kIntMax),
@@ -631,8 +639,7 @@ std::vector<KeyDef> build_schema() {
                {"auto_wrap_policy transformer: each module of these classes is a unit",
                 "transformer_auto_wrap_policy(transformer_layer_cls=…); accelerate fsdp_transformer_layer_cls_to_wrap"},
                {"fsdp_transformer_layer_cls_to_wrap"}),
-          leaf("min_num_params",
-               int_setter([](S& s) -> std::int64_t& { return s.fsdp.min_num_params; }, 0, kInt64Max),
+          leaf("min_num_params", int_setter([](S& s) -> std::int64_t& { return s.fsdp.min_num_params; }, 0, kInt64Max),
                {"auto_wrap_policy size: a unit closes once it holds this many parameters",
                 "size_based_auto_wrap_policy(min_num_params=…); accelerate fsdp_min_num_params"},
                {"fsdp_min_num_params"}),
@@ -645,9 +652,10 @@ std::vector<KeyDef> build_schema() {
                {"when the next unit's all-gather is issued in backward",
                 "FSDP(backward_prefetch=BackwardPrefetch.X); accelerate fsdp_backward_prefetch"},
                {"fsdp_backward_prefetch", "fsdp_backward_prefetch_policy"}),
-          leaf("forward_prefetch", bool_setter([](S& s) -> bool& { return s.fsdp.forward_prefetch; }),
-               {"all-gather the next unit during forward", "FSDP(forward_prefetch=…); accelerate fsdp_forward_prefetch"},
-               {"fsdp_forward_prefetch"}),
+          leaf(
+              "forward_prefetch", bool_setter([](S& s) -> bool& { return s.fsdp.forward_prefetch; }),
+              {"all-gather the next unit during forward", "FSDP(forward_prefetch=…); accelerate fsdp_forward_prefetch"},
+              {"fsdp_forward_prefetch"}),
           leaf("limit_all_gathers", bool_setter([](S& s) -> bool& { return s.fsdp.limit_all_gathers; }),
                {"at most two all-gathers in flight", "FSDP(limit_all_gathers=…)"}),
           leaf("async_reduction", bool_setter([](S& s) -> bool& { return s.fsdp.async_reduction; }),
@@ -663,7 +671,8 @@ std::vector<KeyDef> build_schema() {
                 "FSDP(sync_module_states=…); accelerate fsdp_sync_module_states"},
                {"fsdp_sync_module_states"}),
           leaf("device_id",
-               str_setter([](S& s) -> std::string& { return s.fsdp.device_id; }, "allowed: hpu, hpu:N, cpu, or local_rank",
+               str_setter([](S& s) -> std::string& { return s.fsdp.device_id; },
+                          "allowed: hpu, hpu:N, cpu, or local_rank",
                           /*optional=*/true),
                {"the device FSDP is told to use; \"\": the compute device (NOTE [Simulated device_id])",
                 "FSDP(device_id=…)"}),
@@ -680,7 +689,8 @@ std::vector<KeyDef> build_schema() {
                             {named(StateDictType::kFull, runtime::fsdp::state_dict_type_name),
                              named(StateDictType::kSharded, runtime::fsdp::state_dict_type_name),
                              named(StateDictType::kLocal, runtime::fsdp::state_dict_type_name)}),
-               {"how checkpoints are written", "FSDP.set_state_dict_type(StateDictType.X); accelerate fsdp_state_dict_type"},
+               {"how checkpoints are written",
+                "FSDP.set_state_dict_type(StateDictType.X); accelerate fsdp_state_dict_type"},
                {"fsdp_state_dict_type"}),
           section("mixed_precision",
                   {
@@ -714,8 +724,7 @@ std::vector<KeyDef> build_schema() {
   top.push_back(section(
       "world",
       {
-          leaf("backend",
-               typed_setter([](S& s) -> const BackendInfo*& { return s.world.backend; }, backend_values()),
+          leaf("backend", typed_setter([](S& s) -> const BackendInfo*& { return s.world.backend; }, backend_values()),
                {"where ranks run: simulator threads, CPU processes under mpiexec, Gaudi cards under mpirun "
                 "(--backend overrides)",
                 "torch.distributed backend: gloo/mpi (mpi), hccl (hpu)"}),
@@ -732,12 +741,11 @@ std::vector<KeyDef> build_schema() {
                profile_setter([](S& s) -> std::string& { return s.world.device; }, sim::device_profile_names(),
                               "device"),
                {"the simulated device (`shardlab devices` lists them)"}),
-          leaf("topology",
-               profile_setter([](S& s) -> std::string& { return s.world.topology; }, sim::list_topologies(),
-                              "topology"),
-               {"the simulated network (`shardlab devices` lists them)"}),
-          leaf("stack",
-               profile_setter([](S& s) -> std::string& { return s.world.stack; }, sim::list_stacks(), "stack"),
+          leaf(
+              "topology",
+              profile_setter([](S& s) -> std::string& { return s.world.topology; }, sim::list_topologies(), "topology"),
+              {"the simulated network (`shardlab devices` lists them)"}),
+          leaf("stack", profile_setter([](S& s) -> std::string& { return s.world.stack; }, sim::list_stacks(), "stack"),
                {"how the framework drives the device: ideal (no host time), pytorch_eager, pytorch_lazy, "
                 "pytorch_compile (timing mode)",
                 "PT_HPU_LAZY_MODE=1 (lazy) or 0 (eager); --torch_compile"}),
@@ -777,7 +785,8 @@ std::vector<KeyDef> build_schema() {
       "trace",
       {
           leaf("ranks",
-               {set_trace_ranks, "list or string", "a list of ranks, or a string of ranks and ranges, e.g. \"0-7, 4095\"",
+               {set_trace_ranks, "list or string",
+                "a list of ranks, or a string of ranks and ranges, e.g. \"0-7, 4095\"",
                 [](const S& s) {
                   return s.trace.ranks.empty() ? std::string("every rank (timing mode: 0-7)")
                                                : "\"" + show_ranks(s.trace.ranks) + "\"";
@@ -804,8 +813,9 @@ std::vector<KeyDef> build_schema() {
                   s.checkpoint.resume_if_present = false;
                   auto b = to_bool(n, key);
                   if (!b.is_ok()) {
-                    return Status::invalid_argument(b.status().message() + " (or if_present: resume when dir holds a "
-                                                                           "checkpoint, else start from step 1)");
+                    return Status::invalid_argument(b.status().message() +
+                                                    " (or if_present: resume when dir holds a "
+                                                    "checkpoint, else start from step 1)");
                   }
                   s.checkpoint.resume = *b;
                   return Status::ok();
@@ -827,7 +837,8 @@ std::vector<KeyDef> build_schema() {
                {"compare with unsharded training (the oracle); unset: compared but not listed; false: oracle off",
                 "torch.testing.assert_close(rtol, atol)"}),
           leaf("max_peak_memory_per_rank",
-               {set_peak_memory, "size or null", "a number of bytes, or with a unit (B, KB … TB, KiB … TiB), e.g. \"512 MiB\"",
+               {set_peak_memory, "size or null",
+                "a number of bytes, or with a unit (B, KB … TB, KiB … TiB), e.g. \"512 MiB\"",
                 [](const S& s) {
                   return s.expect.max_peak_memory_per_rank ? std::to_string(*s.expect.max_peak_memory_per_rank)
                                                            : std::string("null");

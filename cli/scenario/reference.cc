@@ -24,8 +24,8 @@ void collect_rows(const std::vector<KeyDef>& defs, const std::string& prefix, co
                   std::vector<std::pair<std::string, std::vector<RefRow>>>& sections) {
   const auto row = [](const KeyDef& d, const std::string& path, const Scenario& values) {
     const std::string shown = d.value.show(values);
-    return RefRow{path,         d.value.type, shown.empty() ? "\"\"" : shown, d.value.allowed, d.doc.help,
-                  d.doc.equivalent, d.aliases};
+    return RefRow{path,     d.value.type, shown.empty() ? "\"\"" : shown, d.value.allowed, d.doc.help, d.doc.equivalent,
+                  d.aliases};
   };
   const auto path_of = [&](const KeyDef& d) { return prefix.empty() ? d.name : prefix + "." + d.name; };
   std::vector<RefRow> rows;
@@ -97,12 +97,14 @@ std::string schema_reference(bool markdown) {
       }
       o << "\n";
     }
-    o << "## accelerate config files (`--fsdp-config`)\n\n" << kAccelerateText << "\n"
+    o << "## accelerate config files (`--fsdp-config`)\n\n"
+      << kAccelerateText << "\n"
       << "Ignored, and named on stdout (launcher settings: where processes start and how they meet, not what a step "
          "computes): "
       << join(accelerate_launcher_keys())
       << "; and `fsdp_cpu_ram_efficient_loading` (accepted, no effect). Other top-level keys (the Trainer's training "
-         "arguments beside its `fsdp_config`, keys of a newer accelerate) are named as unknown and ignored; a near-miss "
+         "arguments beside its `fsdp_config`, keys of a newer accelerate) are named as unknown and ignored; a "
+         "near-miss "
          "of a key shardlab honours (`mixed_precison`) exits 2.\n";
     return o.str();
   }

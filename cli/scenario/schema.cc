@@ -25,8 +25,7 @@ std::optional<std::string> home_of(const std::vector<KeyDef>& defs, const std::s
 
 }  // namespace
 
-const KeyDef* find_key(const std::vector<KeyDef>& defs, const std::string& name,
-                       std::string* spelled_as_alias) {
+const KeyDef* find_key(const std::vector<KeyDef>& defs, const std::string& name, std::string* spelled_as_alias) {
   for (const auto& d : defs) {
     if (d.name == name) return &d;
   }
@@ -83,10 +82,9 @@ Status apply_map(const std::vector<KeyDef>& defs, const std::string& prefix, con
     const Node& k = map.keys[i];
     const Node& v = map.values[i];
     if (k.kind != Node::Kind::kScalar) {
-      problems.add(bad(k.pos,
-                       "a key " + std::string(prefix.empty() ? "at the top level" : "in " + prefix) + " is " +
-                           describe(k),
-                       "allowed: plain key names"));
+      problems.add(bad(
+          k.pos, "a key " + std::string(prefix.empty() ? "at the top level" : "in " + prefix) + " is " + describe(k),
+          "allowed: plain key names"));
       continue;
     }
     const KeyDef* def = find_key(defs, k.text);

@@ -48,8 +48,8 @@ struct KeyDef {
   std::vector<std::string> aliases;  // accelerate's spellings
   ValueDef value;                    // a leaf
   Doc doc;
-  std::vector<KeyDef> children;      // a section (no setter)
-  std::vector<KeyDef> item_keys;     // a list of maps (faults): the keys of each entry, for the reference
+  std::vector<KeyDef> children;   // a section (no setter)
+  std::vector<KeyDef> item_keys;  // a list of maps (faults): the keys of each entry, for the reference
   bool is_section() const { return !value.set; }
 };
 

@@ -67,7 +67,8 @@ Result<std::int64_t> max_positions(const Scenario& s) {
   // (NOTE [BERT size limits] in runtime/model/bert.h).
   const auto config = runtime::model::parse_bert_config(resolved, text, s.model.head);
   if (!config.is_ok()) {
-    return Status::invalid_argument(s.where("model.config").to_string() + ": model.config: " + config.status().message());
+    return Status::invalid_argument(s.where("model.config").to_string() +
+                                    ": model.config: " + config.status().message());
   }
   return config->config.max_position_embeddings;  // absent: Hugging Face's BertConfig default, 512
 }
@@ -75,7 +76,7 @@ Result<std::int64_t> max_positions(const Scenario& s) {
 void check_name(const Scenario& s, const SourcePos& top, Problems& problems) {
   if (!s.positions.count("name")) {
     problems.add(bad(top, "missing required key `name`",
-               "a scenario needs `name:` (letters, digits, '_', '.', '-'); it names the output folder"));
+                     "a scenario needs `name:` (letters, digits, '_', '.', '-'); it names the output folder"));
   }
   const bool name_ok =
       !s.name.empty() && s.name != "." && s.name != ".." && std::all_of(s.name.begin(), s.name.end(), [](char c) {
@@ -83,7 +84,7 @@ void check_name(const Scenario& s, const SourcePos& top, Problems& problems) {
       });
   if (s.positions.count("name") && !name_ok && !problems.reported_at(s.where("name"))) {
     problems.add(bad(s.where("name"), "name " + show(s.name) + " is not a valid folder name",
-               "allowed: letters, digits, '_', '.' and '-' (not '.' or '..')"));
+                     "allowed: letters, digits, '_', '.' and '-' (not '.' or '..')"));
   }
 }
 
@@ -101,42 +102,40 @@ void check_model_and_data(const Scenario& s, Problems& problems) {
   const Result<std::int64_t> max_pos = max_positions(s);
   problems.add(max_pos.status());
   if (s.model.weights != "random") {
-    problems.add(
-        check_file(s, "model.weights", s.model.weights,
-                   "allowed: random, or a path to a model.safetensors"));
+    problems.add(check_file(s, "model.weights", s.model.weights, "allowed: random, or a path to a model.safetensors"));
   }
   if (s.data.kind == DataKind::kFile) {
     if (s.data.path.empty()) {
       problems.add(bad(first_given(s, {"data.kind", "data.path"}), "data.kind is file but data.path is not given",
-                 "give data.path (a batch .safetensors), or use data.kind: synthetic"));
+                       "give data.path (a batch .safetensors), or use data.kind: synthetic"));
     } else {
       problems.add(check_file(s, "data.path", s.data.path, "allowed: a path to a batch .safetensors"));
     }
   } else if (!s.data.path.empty()) {
     problems.add(bad(first_given(s, {"data.path", "data.kind"}), "data.path is given but data.kind is synthetic",
-               "set data.kind: file to read batches from data.path, or remove data.path"));
+                     "set data.kind: file to read batches from data.path, or remove data.path"));
   }
   if (max_pos.is_ok() && s.data.seq_len > *max_pos) {
     const std::string source = s.model.config.empty() ? "the " + s.model.preset + " preset" : show(s.model.config);
     problems.add(bad(first_given(s, {"data.seq_len", "model.config", "model.preset"}),
-               "data.seq_len = " + std::to_string(s.data.seq_len) +
-                   " exceeds max_position_embeddings = " + std::to_string(*max_pos) + " of " + source,
-               "allowed: seq_len from 1 to " + std::to_string(*max_pos)));
+                     "data.seq_len = " + std::to_string(s.data.seq_len) +
+                         " exceeds max_position_embeddings = " + std::to_string(*max_pos) + " of " + source,
+                     "allowed: seq_len from 1 to " + std::to_string(*max_pos)));
   }
   if (s.data.batch_size_per_rank % s.train.grad_accumulation != 0) {
     problems.add(bad(first_given(s, {"data.batch_size_per_rank", "train.grad_accumulation"}),
-               "data.batch_size_per_rank = " + std::to_string(s.data.batch_size_per_rank) +
-                   " is not divisible by train.grad_accumulation = " + std::to_string(s.train.grad_accumulation),
-               "allowed: a batch size that is a multiple of grad_accumulation (each micro-batch has batch / "
-               "accumulation rows)"));
+                     "data.batch_size_per_rank = " + std::to_string(s.data.batch_size_per_rank) +
+                         " is not divisible by train.grad_accumulation = " + std::to_string(s.train.grad_accumulation),
+                     "allowed: a batch size that is a multiple of grad_accumulation (each micro-batch has batch / "
+                     "accumulation rows)"));
   }
 }
 
 void check_fsdp(const Scenario& s, Problems& problems) {
   if (s.fsdp.auto_wrap_policy == AutoWrapPolicy::kTransformer && s.fsdp.transformer_layer_cls_to_wrap.empty()) {
     problems.add(bad(first_given(s, {"fsdp.transformer_layer_cls_to_wrap", "fsdp.auto_wrap_policy"}),
-               "fsdp.auto_wrap_policy is transformer but transformer_layer_cls_to_wrap is empty",
-               "allowed: at least one layer class (e.g. BertLayer), or auto_wrap_policy size/none"));
+                     "fsdp.auto_wrap_policy is transformer but transformer_layer_cls_to_wrap is empty",
+                     "allowed: at least one layer class (e.g. BertLayer), or auto_wrap_policy size/none"));
   }
 }
 
@@ -144,9 +143,9 @@ void check_world(const Scenario& s, Problems& problems) {
   const std::int64_t world = std::int64_t{s.world.nodes} * s.world.devices_per_node;
   if (world > kMaxWorldSize) {
     problems.add(bad(first_given(s, {"world.nodes", "world.devices_per_node"}),
-               "world size nodes x devices_per_node = " + std::to_string(s.world.nodes) + " x " +
-                   std::to_string(s.world.devices_per_node) + " = " + std::to_string(world),
-               "allowed: at most " + std::to_string(kMaxWorldSize) + " ranks"));
+                     "world size nodes x devices_per_node = " + std::to_string(s.world.nodes) + " x " +
+                         std::to_string(s.world.devices_per_node) + " = " + std::to_string(world),
+                     "allowed: at most " + std::to_string(kMaxWorldSize) + " ranks"));
   }
   if (looks_like_path(s.world.device)) {
     problems.add(check_file(s, "world.device", s.world.device,
@@ -154,11 +153,12 @@ void check_world(const Scenario& s, Problems& problems) {
   }
   if (s.world.stack != "ideal") {
     if (s.world.mode != RunMode::kTiming || !s.world.backend->simulated) {
-      problems.add(bad(s.where("world.stack"),
-                       "world.stack " + s.world.stack +
-                           " models the host beside the device, which the simulator's timing mode replays; this run is " +
-                           std::string(s.world.backend->name) + " in " + std::string(run_mode_name(s.world.mode)) + " mode",
-                       "allowed: world.stack: ideal (the default), or world.backend: sim with world.mode: timing"));
+      problems.add(
+          bad(s.where("world.stack"),
+              "world.stack " + s.world.stack +
+                  " models the host beside the device, which the simulator's timing mode replays; this run is " +
+                  std::string(s.world.backend->name) + " in " + std::string(run_mode_name(s.world.mode)) + " mode",
+              "allowed: world.stack: ideal (the default), or world.backend: sim with world.mode: timing"));
     }
     if (looks_like_path(s.world.stack)) {
       problems.add(check_file(s, "world.stack", s.world.stack,
@@ -168,21 +168,20 @@ void check_world(const Scenario& s, Problems& problems) {
   if (s.world.offload_host != "host") {
     if (!s.fsdp.cpu_offload) {
       problems.add(bad(s.where("world.offload_host"), "world.offload_host is set but fsdp.cpu_offload is false",
-                 "allowed: fsdp.cpu_offload: true, or world.offload_host: host (the default)"));
+                       "allowed: fsdp.cpu_offload: true, or world.offload_host: host (the default)"));
     }
     if (!s.world.backend->simulated) {
       problems.add(bad(s.where("world.offload_host"),
-                 "world.offload_host models the host in the simulator; backend " + std::string(s.world.backend->name) +
-                     " offloads to the real host",
-                 "allowed: world.backend: sim, or world.offload_host: host (the default)"));
+                       "world.offload_host models the host in the simulator; backend " +
+                           std::string(s.world.backend->name) + " offloads to the real host",
+                       "allowed: world.backend: sim, or world.offload_host: host (the default)"));
     }
-    problems.add(check_file(s, "world.offload_host", s.world.offload_host,
-                            "allowed: host, or an existing device profile file"));
+    problems.add(
+        check_file(s, "world.offload_host", s.world.offload_host, "allowed: host, or an existing device profile file"));
   }
   if (looks_like_path(s.world.topology)) {
-    problems.add(
-        check_file(s, "world.topology", s.world.topology,
-                   "allowed: " + join(sim::list_topologies()) + ", or an existing topology profile file"));
+    problems.add(check_file(s, "world.topology", s.world.topology,
+                            "allowed: " + join(sim::list_topologies()) + ", or an existing topology profile file"));
   }
 }
 
@@ -221,10 +220,10 @@ Status check_fault(const Scenario& s, std::size_t i, const Problems& problems) {
   if (rank_kind && f.rank < 0)
     return bad(f.pos, name + " (" + kind_name + ") has no rank", "allowed: rank: 0 to " + std::to_string(world - 1));
   if (f.rank >= world) {
-    return bad(at("rank"),
-               name + ".rank = " + std::to_string(f.rank) + " is not a rank of the world (size " +
-                   std::to_string(world) + ")",
-               "allowed: 0 to " + std::to_string(world - 1));
+    return bad(
+        at("rank"),
+        name + ".rank = " + std::to_string(f.rank) + " is not a rank of the world (size " + std::to_string(world) + ")",
+        "allowed: 0 to " + std::to_string(world - 1));
   }
   if (link_kind) {
     std::int64_t a = 0, b = 0;
@@ -253,32 +252,36 @@ Status check_fault(const Scenario& s, std::size_t i, const Problems& problems) {
                "corrupted)");
   }
   if (!view_kind && (f.unit >= 0 || s.positions.count(name + ".offset") != 0)) {
-    return bad(at(f.unit >= 0 ? "unit" : "offset"), name + " (" + kind_name + ") takes no " + (f.unit >= 0 ? "unit" : "offset"),
+    return bad(at(f.unit >= 0 ? "unit" : "offset"),
+               name + " (" + kind_name + ") takes no " + (f.unit >= 0 ? "unit" : "offset"),
                "only view_offset takes unit and offset");
   }
   if (!when_kind && !view_kind && f.step >= 0) {
     return bad(at("step"), name + " (" + kind_name + ") takes no step",
-               kind == FaultKind::kCorrupt ? "a corrupt fault names the rank's collective index (collective: N)"
-                                   : std::string("a ") + kind_name + " fault starts at time_ms (default 0) and lasts the run");
+               kind == FaultKind::kCorrupt
+                   ? "a corrupt fault names the rank's collective index (collective: N)"
+                   : std::string("a ") + kind_name + " fault starts at time_ms (default 0) and lasts the run");
   }
   if ((kind == FaultKind::kStraggler || kind == FaultKind::kCorrupt || view_kind) && f.time_ms >= 0) {
     return bad(at("time_ms"), name + " (" + kind_name + ") takes no time_ms",
                kind == FaultKind::kCorrupt ? "a corrupt fault names the rank's collective index (collective: N)"
-               : view_kind         ? "a view_offset fault happens at its step (step: N)"
-                                   : "a straggler is slow for the whole run");
+               : view_kind                 ? "a view_offset fault happens at its step (step: N)"
+                                           : "a straggler is slow for the whole run");
   }
   if (kind == FaultKind::kCorrupt && f.collective < 0) {
     return bad(f.pos, name + " (corrupt) has no collective",
                "give collective: N, the 0-based index among the rank's collectives with a payload");
   }
   if (kind != FaultKind::kCorrupt && f.collective >= 0) {
-    return bad(at("collective"), name + " (" + kind_name + ") takes no collective", "only corrupt takes a collective index");
+    return bad(at("collective"), name + " (" + kind_name + ") takes no collective",
+               "only corrupt takes a collective index");
   }
   if (kind != FaultKind::kCorrupt && s.positions.count(name + ".integrity_check") != 0) {
     return bad(at("integrity_check"), name + " (" + kind_name + ") takes no integrity_check",
                "only corrupt takes integrity_check");
   }
-  if ((kind == FaultKind::kCrash || kind == FaultKind::kHang || kind == FaultKind::kCorrupt || kind == FaultKind::kLinkDown || view_kind) &&
+  if ((kind == FaultKind::kCrash || kind == FaultKind::kHang || kind == FaultKind::kCorrupt ||
+       kind == FaultKind::kLinkDown || view_kind) &&
       s.positions.count(name + ".factor") != 0) {
     return bad(at("factor"), name + " (" + kind_name + ") takes no factor",
                "only straggler (slowdown in [1, 1e6]) and link_degrade (bandwidth factor in [1e-6, 1]) take a factor");
@@ -307,11 +310,11 @@ Status check_fault(const Scenario& s, std::size_t i, const Problems& problems) {
 void check_checkpoint(const Scenario& s, Problems& problems) {
   if (s.checkpoint.dir.empty() && s.checkpoint.every_steps > 0) {
     problems.add(bad(s.where("checkpoint.every_steps"), "checkpoint.every_steps is set but checkpoint.dir is not",
-               "give checkpoint.dir to write checkpoints"));
+                     "give checkpoint.dir to write checkpoints"));
   }
   if (s.checkpoint.dir.empty() && s.checkpoint.resume) {
     problems.add(bad(s.where("checkpoint.resume"), "checkpoint.resume is true but checkpoint.dir is not set",
-               "give checkpoint.dir to resume from"));
+                     "give checkpoint.dir to resume from"));
   }
 }
 

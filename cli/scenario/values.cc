@@ -65,12 +65,10 @@ Result<std::int64_t> to_int(const Node& n, const std::string& key, std::int64_t 
   if (n.kind != Node::Kind::kScalar) return bad(n.pos, key + ": expected an integer, got " + describe(n), allowed);
   std::int64_t v = 0;
   switch (parse_int64(n.text, v)) {
-    case NumParse::kNotNumber:
-      return bad(n.pos, key + ": expected an integer, got " + show(n.text), allowed);
+    case NumParse::kNotNumber: return bad(n.pos, key + ": expected an integer, got " + show(n.text), allowed);
     case NumParse::kOverflow:
       return bad(n.pos, key + ": " + show(n.text) + " is too large (integer overflow)", allowed);
-    case NumParse::kOk:
-      break;
+    case NumParse::kOk: break;
   }
   if (v < lo || v > hi) return bad(n.pos, key + ": " + std::to_string(v) + " is out of range", allowed);
   return v;
@@ -116,12 +114,9 @@ Result<double> to_double(const Node& n, const std::string& key, const std::funct
   if (n.kind != Node::Kind::kScalar) return bad(n.pos, key + ": expected a number, got " + describe(n), allowed);
   double v = 0;
   switch (parse_double(n.text, v)) {
-    case NumParse::kNotNumber:
-      return bad(n.pos, key + ": expected a number, got " + show(n.text), allowed);
-    case NumParse::kOverflow:
-      return bad(n.pos, key + ": " + show(n.text) + " does not fit a double", allowed);
-    case NumParse::kOk:
-      break;
+    case NumParse::kNotNumber: return bad(n.pos, key + ": expected a number, got " + show(n.text), allowed);
+    case NumParse::kOverflow: return bad(n.pos, key + ": " + show(n.text) + " does not fit a double", allowed);
+    case NumParse::kOk: break;
   }
   if (!std::isfinite(v)) return bad(n.pos, key + ": " + show(n.text) + " is not finite", allowed);
   if (!ok(v)) return bad(n.pos, key + ": " + show(n.text) + " is out of range", allowed);

@@ -31,7 +31,8 @@ std::string CheckingCommunicator::Fingerprint::describe() const {
   std::string s = std::string(op_kind_name(k)) + "(";
   if (k == OpKind::kBarrier || k == OpKind::kSplit) return s + ")";
   s += std::string(dtype_name(static_cast<DType>(dtype))) + " × " + std::to_string(count);
-  if (k == OpKind::kReduceScatter || k == OpKind::kAllReduce) s += ", " + std::string(reduce_op_name(static_cast<ReduceOp>(arg)));
+  if (k == OpKind::kReduceScatter || k == OpKind::kAllReduce)
+    s += ", " + std::string(reduce_op_name(static_cast<ReduceOp>(arg)));
   if (k == OpKind::kBroadcast) s += ", root " + std::to_string(arg);
   return s + ")";
 }
@@ -76,12 +77,12 @@ Status CheckingCommunicator::verify(const Fingerprint& mine) {
   return Status::ok();
 }
 
-#define SHARDLAB_CHECKED(kind, dtype, count, arg, call)                                                  \
-  do {                                                                                                   \
-    Fingerprint fp{seq_++, static_cast<std::int64_t>(kind), static_cast<std::int64_t>(dtype), (count),   \
-                   static_cast<std::int64_t>(arg), hash_name(group_name())};                             \
-    if (Status s = verify(fp); !s.is_ok()) return completed_work(s);                                     \
-    return call;                                                                                         \
+#define SHARDLAB_CHECKED(kind, dtype, count, arg, call)                                        \
+  do {                                                                                         \
+    Fingerprint fp{seq_++,  static_cast<std::int64_t>(kind), static_cast<std::int64_t>(dtype), \
+                   (count), static_cast<std::int64_t>(arg),  hash_name(group_name())};         \
+    if (Status s = verify(fp); !s.is_ok()) return completed_work(s);                           \
+    return call;                                                                               \
   } while (0)
 
 WorkPtr CheckingCommunicator::all_gather_into(const Tensor& output, const Tensor& input) {
@@ -90,7 +91,8 @@ WorkPtr CheckingCommunicator::all_gather_into(const Tensor& output, const Tensor
 }
 WorkPtr CheckingCommunicator::reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op) {
   if (Status s = validate_reduce_scatter(*this, output, input, op); !s.is_ok()) return completed_work(s);
-  SHARDLAB_CHECKED(OpKind::kReduceScatter, input.dtype(), output.numel(), op, inner()->reduce_scatter(output, input, op));
+  SHARDLAB_CHECKED(OpKind::kReduceScatter, input.dtype(), output.numel(), op,
+                   inner()->reduce_scatter(output, input, op));
 }
 WorkPtr CheckingCommunicator::all_reduce(const Tensor& inout, ReduceOp op) {
   if (Status s = validate_all_reduce(*this, inout, op); !s.is_ok()) return completed_work(s);
@@ -103,7 +105,11 @@ WorkPtr CheckingCommunicator::broadcast(const Tensor& inout, int root) {
 WorkPtr CheckingCommunicator::barrier() { SHARDLAB_CHECKED(OpKind::kBarrier, DType::kI64, 0, 0, inner()->barrier()); }
 
 Result<std::unique_ptr<Communicator>> CheckingCommunicator::split(int color, int key) {
-  Fingerprint fp{seq_++, static_cast<std::int64_t>(OpKind::kSplit), static_cast<std::int64_t>(DType::kI64), 0, 0,
+  Fingerprint fp{seq_++,
+                 static_cast<std::int64_t>(OpKind::kSplit),
+                 static_cast<std::int64_t>(DType::kI64),
+                 0,
+                 0,
                  hash_name(group_name())};
   SHARDLAB_RETURN_IF_ERROR(verify(fp));
   SHARDLAB_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> sub, inner()->split(color, key));

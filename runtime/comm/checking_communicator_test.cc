@@ -58,10 +58,12 @@ TEST(CheckingCommunicator, DivergentCallsAreReportedWithBothRanksCalls) {
 
 TEST(CheckingCommunicator, DifferentCountsDiverge) {
   const auto results = run(2, [](RankContext& ctx, Communicator& c) -> Status {
-    SHARDLAB_ASSIGN_OR_RETURN(Tensor t, ctx.device.zeros({ctx.rank == 0 ? 8 : 9}, DType::kBF16, MemoryCategory::kOther, "t"));
+    SHARDLAB_ASSIGN_OR_RETURN(Tensor t,
+                              ctx.device.zeros({ctx.rank == 0 ? 8 : 9}, DType::kBF16, MemoryCategory::kOther, "t"));
     return c.broadcast(t, 0)->wait(kNanosPerSecond);
   });
-  EXPECT_NE(results[0].status.message().find("rank 0 called broadcast(bf16 × 8, root 0) but rank 1 called broadcast(bf16 × 9, root 0)"),
+  EXPECT_NE(results[0].status.message().find(
+                "rank 0 called broadcast(bf16 × 8, root 0) but rank 1 called broadcast(bf16 × 9, root 0)"),
             std::string::npos)
       << results[0].status.message();
 }

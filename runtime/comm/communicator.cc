@@ -172,8 +172,8 @@ Status validate_all_reduce(const Communicator& c, const Tensor& inout, ReduceOp 
 Status validate_broadcast(const Communicator& c, const Tensor& inout, int root) {
   SHARDLAB_RETURN_IF_ERROR(check_dtype(c, "broadcast", inout));
   if (root < 0 || root >= c.size()) {
-    return Status::invalid_argument(where(c, "broadcast") + ": root " + std::to_string(root) +
-                                    " is outside [0, " + std::to_string(c.size()) + ")");
+    return Status::invalid_argument(where(c, "broadcast") + ": root " + std::to_string(root) + " is outside [0, " +
+                                    std::to_string(c.size()) + ")");
   }
   return Status::ok();
 }

@@ -45,7 +45,9 @@ void set(device::Device& dev, const Tensor& t, std::int64_t i, double v) {
     case DType::kF16:
       s = device::values_from_host(dev, std::vector<std::uint16_t>{float_to_fp16(static_cast<float>(v))}, at);
       break;
-    case DType::kI64: s = device::values_from_host(dev, std::vector<std::int64_t>{static_cast<std::int64_t>(v)}, at); break;
+    case DType::kI64:
+      s = device::values_from_host(dev, std::vector<std::int64_t>{static_cast<std::int64_t>(v)}, at);
+      break;
   }
   SHARDLAB_CHECK_OK(s);
 }
@@ -84,7 +86,8 @@ TEST_P(CommConformance, AllGatherEveryDtypeAndCount) {
         expect_ok(env.comm.all_gather_into(out, in), "all_gather");
         for (int src = 0; src < w; ++src) {
           for (std::int64_t i = 0; i < n; ++i) {
-            ASSERT_EQ(get(env.device, out, src * n + i), value(src, i)) << dtype_name(dt) << " n=" << n << " src=" << src;
+            ASSERT_EQ(get(env.device, out, src * n + i), value(src, i))
+                << dtype_name(dt) << " n=" << n << " src=" << src;
           }
         }
       }
@@ -119,14 +122,18 @@ TEST_P(CommConformance, ReduceScatterSumAndAvg) {
             double expect = op == ReduceOp::kMax ? -1e9 : op == ReduceOp::kMin ? 1e9 : 0.0;
             for (int src = 0; src < w; ++src) {
               const double v = value(src, r * n + i);
-              expect = op == ReduceOp::kMax ? std::max(expect, v) : op == ReduceOp::kMin ? std::min(expect, v) : expect + v;
+              expect = op == ReduceOp::kMax   ? std::max(expect, v)
+                       : op == ReduceOp::kMin ? std::min(expect, v)
+                                              : expect + v;
             }
             if (op == ReduceOp::kAvg) {
               const float avg = static_cast<float>(expect) / static_cast<float>(w);
               const double want = dt == DType::kBF16 ? round_to_bf16(avg) : avg;
-              ASSERT_NEAR(get(env.device, out, i), want, dt == DType::kBF16 ? 0.02 : 1e-6) << dtype_name(dt) << " n=" << n;
+              ASSERT_NEAR(get(env.device, out, i), want, dt == DType::kBF16 ? 0.02 : 1e-6)
+                  << dtype_name(dt) << " n=" << n;
             } else {
-              ASSERT_EQ(get(env.device, out, i), expect) << dtype_name(dt) << " n=" << n << " op=" << reduce_op_name(op);
+              ASSERT_EQ(get(env.device, out, i), expect)
+                  << dtype_name(dt) << " n=" << n << " op=" << reduce_op_name(op);
             }
           }
         }
@@ -326,7 +333,8 @@ TEST_P(CommConformance, SplitStridedFormsTheGroupsOfAMesh) {
         Tensor mine = *all.narrow(g.rank(), 1);
         set(env.device, mine, 0, r);
         expect_ok(g.all_gather_into(all, mine), "all_gather in the strided group");
-        for (int k = 0; k < size; ++k) EXPECT_EQ(get(env.device, all, k), members[static_cast<std::size_t>(k)]) << "member " << k;
+        for (int k = 0; k < size; ++k)
+          EXPECT_EQ(get(env.device, all, k), members[static_cast<std::size_t>(k)]) << "member " << k;
       }
     }
     for (const auto& [stride, size] : {std::pair{0, 1}, std::pair{1, 0}, std::pair{w + 1, 1}, std::pair{1, w + 1}}) {

@@ -29,18 +29,17 @@ template <typename A, typename B>
 }  // namespace detail
 }  // namespace shardlab
 
-#define SHARDLAB_CHECK(cond)                                              \
-  do {                                                                    \
+#define SHARDLAB_CHECK(cond)                                                  \
+  do {                                                                        \
     if (!(cond)) ::shardlab::detail::check_failed(__FILE__, __LINE__, #cond); \
   } while (0)
 
-#define SHARDLAB_CHECK_OP(op, a, b)                                                    \
-  do {                                                                                 \
-    const auto& shardlab_a_ = (a);                                                     \
-    const auto& shardlab_b_ = (b);                                                     \
-    if (!(shardlab_a_ op shardlab_b_))                                                 \
-      ::shardlab::detail::check_op_failed(__FILE__, __LINE__, #a " " #op " " #b, shardlab_a_, \
-                                          shardlab_b_);                                \
+#define SHARDLAB_CHECK_OP(op, a, b)                                                                         \
+  do {                                                                                                      \
+    const auto& shardlab_a_ = (a);                                                                          \
+    const auto& shardlab_b_ = (b);                                                                          \
+    if (!(shardlab_a_ op shardlab_b_))                                                                      \
+      ::shardlab::detail::check_op_failed(__FILE__, __LINE__, #a " " #op " " #b, shardlab_a_, shardlab_b_); \
   } while (0)
 
 #define SHARDLAB_CHECK_EQ(a, b) SHARDLAB_CHECK_OP(==, a, b)
@@ -50,9 +49,9 @@ template <typename A, typename B>
 #define SHARDLAB_CHECK_GT(a, b) SHARDLAB_CHECK_OP(>, a, b)
 #define SHARDLAB_CHECK_GE(a, b) SHARDLAB_CHECK_OP(>=, a, b)
 // Checks that a Status is ok; prints it otherwise.
-#define SHARDLAB_CHECK_OK(expr)                                                        \
-  do {                                                                                 \
-    ::shardlab::Status shardlab_s_ = (expr);                                           \
-    if (!shardlab_s_.is_ok())                                                          \
+#define SHARDLAB_CHECK_OK(expr)                                                                                  \
+  do {                                                                                                           \
+    ::shardlab::Status shardlab_s_ = (expr);                                                                     \
+    if (!shardlab_s_.is_ok())                                                                                    \
       ::shardlab::detail::check_failed(__FILE__, __LINE__, std::string(#expr " is ") + shardlab_s_.to_string()); \
   } while (0)

@@ -24,15 +24,17 @@ std::string_view dtype_name(DType dtype) {
 
 bool is_floating(DType dtype) { return dtype != DType::kI64; }
 
-std::string_view dtype_allowed_names() { return "fp32 (float32, f32), bf16 (bfloat16), fp16 (float16, f16), int64 (i64)"; }
+std::string_view dtype_allowed_names() {
+  return "fp32 (float32, f32), bf16 (bfloat16), fp16 (float16, f16), int64 (i64)";
+}
 
 Result<DType> parse_dtype(std::string_view t) {
   if (t == "fp32" || t == "float32" || t == "f32" || t == "F32") return DType::kF32;
   if (t == "bf16" || t == "bfloat16" || t == "BF16") return DType::kBF16;
   if (t == "fp16" || t == "float16" || t == "f16" || t == "F16") return DType::kF16;
   if (t == "int64" || t == "i64" || t == "I64") return DType::kI64;
-  return Status::invalid_argument("unknown dtype '" + std::string(t) + "'; allowed: " +
-                                  std::string(dtype_allowed_names()));
+  return Status::invalid_argument("unknown dtype '" + std::string(t) +
+                                  "'; allowed: " + std::string(dtype_allowed_names()));
 }
 
 std::uint16_t float_to_fp16(float f) {
@@ -44,8 +46,8 @@ std::uint16_t float_to_fp16(float f) {
     return static_cast<std::uint16_t>(sign | 0x7c00u);
   }
   if (abs >= 0x477ff000u) return static_cast<std::uint16_t>(sign | 0x7c00u);  // rounds to inf
-  if (abs < 0x38800000u) {  // result is subnormal (or zero) in fp16
-    if (abs < 0x33000000u) return static_cast<std::uint16_t>(sign);  // below half the smallest subnormal
+  if (abs < 0x38800000u) {                                                    // result is subnormal (or zero) in fp16
+    if (abs < 0x33000000u) return static_cast<std::uint16_t>(sign);           // below half the smallest subnormal
     const std::uint32_t exp = abs >> 23;
     const std::uint32_t mant = (abs & 0x7fffffu) | 0x800000u;
     const std::uint32_t shift = 126u - exp;  // 14..24

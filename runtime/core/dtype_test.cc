@@ -72,9 +72,9 @@ TEST(DTypeTest, SizesNamesAndKinds) {
 
 TEST(DTypeTest, ParseAcceptsCanonicalNamesAndAliases) {
   const std::pair<const char*, DType> cases[] = {
-      {"fp32", DType::kF32},     {"float32", DType::kF32}, {"f32", DType::kF32},  {"bf16", DType::kBF16},
-      {"bfloat16", DType::kBF16}, {"fp16", DType::kF16},   {"float16", DType::kF16}, {"f16", DType::kF16},
-      {"int64", DType::kI64},    {"i64", DType::kI64},
+      {"fp32", DType::kF32},      {"float32", DType::kF32}, {"f32", DType::kF32},     {"bf16", DType::kBF16},
+      {"bfloat16", DType::kBF16}, {"fp16", DType::kF16},    {"float16", DType::kF16}, {"f16", DType::kF16},
+      {"int64", DType::kI64},     {"i64", DType::kI64},
   };
   for (const auto& [text, dtype] : cases) {
     const Result<DType> r = parse_dtype(text);
@@ -261,7 +261,7 @@ TEST(Fp16Test, Subnormals) {
   const float tiny = std::ldexp(1.0f, -24);  // smallest fp16 subnormal
   EXPECT_EQ(fp16_to_float(0x0001), tiny);
   EXPECT_EQ(fp16_to_float(0x8001), -tiny);
-  EXPECT_EQ(fp16_to_float(0x03ff), 1023 * tiny);  // largest subnormal
+  EXPECT_EQ(fp16_to_float(0x03ff), 1023 * tiny);            // largest subnormal
   EXPECT_EQ(fp16_to_float(0x0400), std::ldexp(1.0f, -14));  // smallest normal
   EXPECT_EQ(fp16_to_float(0x0200), std::ldexp(1.0f, -15));
   for (std::uint16_t m = 1; m < 0x400; ++m) {

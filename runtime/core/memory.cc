@@ -54,15 +54,15 @@ MemoryTracker::MemoryTracker(std::string device_name, std::int64_t capacity_byte
 
 Status MemoryTracker::reserve(std::int64_t bytes, MemoryCategory category, std::string_view label) {
   if (bytes < 0) {
-    return Status::invalid_argument("allocation of " + std::to_string(bytes) + " bytes for '" +
-                                    std::string(label) + "' on " + device_name_ + ": size must be >= 0");
+    return Status::invalid_argument("allocation of " + std::to_string(bytes) + " bytes for '" + std::string(label) +
+                                    "' on " + device_name_ + ": size must be >= 0");
   }
   std::lock_guard<std::mutex> lock(mu_);
   if (stats_.capacity > 0 && bytes > stats_.capacity - stats_.current_total) {
-    return Status::out_of_memory("out of memory on " + device_name_ + ": requested " + format_bytes(bytes) +
-                                 " for '" + std::string(label) + "' (" + std::string(category_name(category)) +
-                                 "); capacity " + format_bytes(stats_.capacity) + ", in use " +
-                                 format_bytes(stats_.current_total) + " (" + stats_.breakdown() + ")");
+    return Status::out_of_memory("out of memory on " + device_name_ + ": requested " + format_bytes(bytes) + " for '" +
+                                 std::string(label) + "' (" + std::string(category_name(category)) + "); capacity " +
+                                 format_bytes(stats_.capacity) + ", in use " + format_bytes(stats_.current_total) +
+                                 " (" + stats_.breakdown() + ")");
   }
   const int c = static_cast<int>(category);
   stats_.current[c] += bytes;

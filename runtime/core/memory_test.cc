@@ -100,8 +100,9 @@ TEST(MemoryTest, BreakdownListsEveryCategory) {
   EXPECT_EQ(s.breakdown(),
             "parameters 8.00 MiB, gradients 0 B, optimizer_state 0 B, activations 0 B, comm_buffers 0 B, other 0 B");
   EXPECT_THAT(s.breakdown(MemoryStats::Of::kCategoryPeaks), HasSubstr("gradients 4.00 MiB"));
-  EXPECT_EQ(s.breakdown(MemoryStats::Of::kAtPeak),
-            "parameters 8.00 MiB, gradients 4.00 MiB, optimizer_state 0 B, activations 0 B, comm_buffers 0 B, other 0 B");
+  EXPECT_EQ(
+      s.breakdown(MemoryStats::Of::kAtPeak),
+      "parameters 8.00 MiB, gradients 4.00 MiB, optimizer_state 0 B, activations 0 B, comm_buffers 0 B, other 0 B");
 }
 
 // The composition at the total peak sums to it; the category peaks, each taken at its own

@@ -59,11 +59,12 @@ TEST(RngTest, GoldenSequenceIsPinned) {
   Rng r(20261202);
   EXPECT_EQ(r.key(), 0x794c6b8b3796d445ull);
   EXPECT_EQ(draw(r, 8), (std::vector<std::uint32_t>{0x7c44936bu, 0xd58877b2u, 0x69d6df6eu, 0x7ee9a24bu, 0x7c8ec702u,
-                                                     0xbf267f53u, 0x9846ad2au, 0x2e01b33fu}));
+                                                    0xbf267f53u, 0x9846ad2au, 0x2e01b33fu}));
   const Rng child = Rng(20261202).split(7);
   EXPECT_EQ(child.key(), 0x19d050c2222603feull);
   EXPECT_EQ(draw(child, 4), (std::vector<std::uint32_t>{0x0aabe2b5u, 0xdc7ec527u, 0xf74cf1fbu, 0x02f09470u}));
-  EXPECT_EQ(draw(Rng(20261202, 3), 4), (std::vector<std::uint32_t>{0x7cbe5a11u, 0x0e71d8f2u, 0xf693e571u, 0xf6768e30u}));
+  EXPECT_EQ(draw(Rng(20261202, 3), 4),
+            (std::vector<std::uint32_t>{0x7cbe5a11u, 0x0e71d8f2u, 0xf693e571u, 0xf6768e30u}));
 
   Rng u(1);
   EXPECT_EQ(u.uniform01(), 0x1.dc5cep-1f);
@@ -259,8 +260,8 @@ RC_GTEST_PROP(RngProperty, UniformIntIsBelowN, (std::uint64_t seed, std::uint64_
   for (int i = 0; i < 8; ++i) RC_ASSERT(r.uniform_int(n) < n);
 }
 
-RC_GTEST_PROP(RngProperty, SplitNeverCollidesWithTheParentOrASibling, (std::uint64_t seed, std::uint64_t a,
-                                                                        std::uint64_t b)) {
+RC_GTEST_PROP(RngProperty, SplitNeverCollidesWithTheParentOrASibling,
+              (std::uint64_t seed, std::uint64_t a, std::uint64_t b)) {
   RC_PRE(a != b);
   const Rng parent(seed);
   const Rng ca = parent.split(a), cb = parent.split(b);
@@ -290,7 +291,7 @@ TEST(RngNormal, MomentsAndTailsOfBothGeneratorsMatchTheStandardNormal) {
       beyond3 += std::fabs(v) > 3.0 ? 1 : 0;
     }
     const double mean = sum / kN, var = sq / kN - mean * mean;
-    EXPECT_NEAR(mean, 0.0, 0.01) << which;   // 4.5 standard errors
+    EXPECT_NEAR(mean, 0.0, 0.01) << which;  // 4.5 standard errors
     EXPECT_NEAR(var, 1.0, 0.015) << which;
     EXPECT_NEAR(beyond3 / kN, 0.0027, 0.0006) << which;
   }

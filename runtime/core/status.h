@@ -70,8 +70,8 @@ template <typename T>
 class [[nodiscard]] Result {
  public:
   using value_type = T;
-  Result(T value) : v_(std::move(value)) {}            // NOLINT(implicit)
-  Result(Status status) : v_(std::move(status)) {       // NOLINT(implicit)
+  Result(T value) : v_(std::move(value)) {}        // NOLINT(implicit)
+  Result(Status status) : v_(std::move(status)) {  // NOLINT(implicit)
     if (std::get<Status>(v_).is_ok()) v_ = Status::internal("Result constructed from an ok Status without a value");
   }
 
@@ -81,9 +81,18 @@ class [[nodiscard]] Result {
     return is_ok() ? kOk : std::get<Status>(v_);
   }
   // Precondition: is_ok(). Accessing the value of an error aborts with the status.
-  T& value() & { assert_ok(); return std::get<T>(v_); }
-  const T& value() const& { assert_ok(); return std::get<T>(v_); }
-  T&& value() && { assert_ok(); return std::get<T>(std::move(v_)); }
+  T& value() & {
+    assert_ok();
+    return std::get<T>(v_);
+  }
+  const T& value() const& {
+    assert_ok();
+    return std::get<T>(v_);
+  }
+  T&& value() && {
+    assert_ok();
+    return std::get<T>(std::move(v_));
+  }
   T* operator->() { return &value(); }
   const T* operator->() const { return &value(); }
   T& operator*() & { return value(); }
@@ -109,9 +118,9 @@ void Result<T>::assert_ok() const {
 #define SHARDLAB_CONCAT(a, b) SHARDLAB_CONCAT_INNER(a, b)
 
 // Returns the status from the enclosing function when `expr` is not ok.
-#define SHARDLAB_RETURN_IF_ERROR(expr)                   \
-  do {                                                   \
-    ::shardlab::Status shardlab_status_ = (expr);        \
+#define SHARDLAB_RETURN_IF_ERROR(expr)                      \
+  do {                                                      \
+    ::shardlab::Status shardlab_status_ = (expr);           \
     if (!shardlab_status_.is_ok()) return shardlab_status_; \
   } while (0)
 

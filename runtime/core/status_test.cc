@@ -17,8 +17,8 @@ namespace {
 using ::testing::HasSubstr;
 
 const std::vector<StatusCode> kErrorCodes = {
-    StatusCode::kInvalidArgument, StatusCode::kOutOfMemory,        StatusCode::kTimeout,  StatusCode::kUnavailable,
-    StatusCode::kFailedPrecondition, StatusCode::kDataLoss, StatusCode::kInternal,
+    StatusCode::kInvalidArgument,    StatusCode::kOutOfMemory, StatusCode::kTimeout,  StatusCode::kUnavailable,
+    StatusCode::kFailedPrecondition, StatusCode::kDataLoss,    StatusCode::kInternal,
 };
 
 TEST(StatusTest, DefaultIsOk) {
@@ -232,8 +232,7 @@ TEST(CheckTest, CheckEqThrowsWithBothOperands) {
 
 TEST(CheckTest, OtherComparisonsPrintOperands) {
   EXPECT_THAT(check_message([] { SHARDLAB_CHECK_LT(9, 4); }), HasSubstr("9 < 4 (9 vs 4)"));
-  EXPECT_THAT(check_message([] { SHARDLAB_CHECK_GE(std::string("ab"), std::string("b")); }),
-              HasSubstr("(ab vs b)"));
+  EXPECT_THAT(check_message([] { SHARDLAB_CHECK_GE(std::string("ab"), std::string("b")); }), HasSubstr("(ab vs b)"));
   EXPECT_THAT(check_message([] { SHARDLAB_CHECK(2 < 1); }), HasSubstr("CHECK failed: 2 < 1"));
 }
 

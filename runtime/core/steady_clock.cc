@@ -6,8 +6,7 @@ namespace shardlab {
 
 // The one place in the runtime that reads a real clock (CONTRIBUTING.md, "Seams").
 Nanos SteadyClock::now() const {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
 }
 

@@ -66,8 +66,8 @@ bool view_in_bounds(std::int64_t offset, std::int64_t numel, std::size_t element
   const auto eb = static_cast<std::int64_t>(element_bytes);
   std::int64_t begin_bytes, count_bytes, end_bytes;
   return offset >= 0 && numel >= 0 && !__builtin_mul_overflow(offset, eb, &begin_bytes) &&
-         !__builtin_mul_overflow(numel, eb, &count_bytes) && !__builtin_add_overflow(begin_bytes, count_bytes, &end_bytes) &&
-         end_bytes <= storage_bytes;
+         !__builtin_mul_overflow(numel, eb, &count_bytes) &&
+         !__builtin_add_overflow(begin_bytes, count_bytes, &end_bytes) && end_bytes <= storage_bytes;
 }
 
 Status check_view_bounds(const std::string& what, std::int64_t offset, std::int64_t numel, std::size_t element_bytes,
@@ -96,9 +96,9 @@ Tensor Tensor::host_floats(float* data, std::int64_t count, MemoryCategory categ
                            std::string device_name, std::shared_ptr<const void> keep_alive) {
   Storage::Release release;
   if (keep_alive) release = [keep_alive](Storage&) {};
-  auto storage = std::make_shared<Storage>(reinterpret_cast<std::byte*>(data), 0,
-                                           count * static_cast<std::int64_t>(sizeof(float)), category, name,
-                                           std::move(device_name), std::move(release));
+  auto storage =
+      std::make_shared<Storage>(reinterpret_cast<std::byte*>(data), 0, count * static_cast<std::int64_t>(sizeof(float)),
+                                category, name, std::move(device_name), std::move(release));
   return *view_of(std::move(storage), DType::kF32, {count}, 0, std::move(name));  // whole storage: in bounds
 }
 

@@ -32,8 +32,8 @@
 // writes need external ordering (streams/events or Work::wait).
 #pragma once
 
-#include <cstddef>
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -99,14 +99,23 @@ class Storage {
 // view_in_bounds is the same test without the error (no strings: cheap on hot paths;
 // check_view_bounds builds its message first and is kept independent of it, tests compare them).
 bool view_in_bounds(std::int64_t offset, std::int64_t numel, std::size_t element_bytes, std::int64_t storage_bytes);
-Status check_view_bounds(const std::string& what, std::int64_t offset, std::int64_t numel,
-                         std::size_t element_bytes, std::int64_t storage_bytes);
+Status check_view_bounds(const std::string& what, std::int64_t offset, std::int64_t numel, std::size_t element_bytes,
+                         std::int64_t storage_bytes);
 
 template <typename T>
 struct DTypeOf;
-template <> struct DTypeOf<float> { static constexpr DType value = DType::kF32; };
-template <> struct DTypeOf<std::int64_t> { static constexpr DType value = DType::kI64; };
-template <> struct DTypeOf<std::uint16_t> { static constexpr DType value = DType::kBF16; };  // or kF16
+template <>
+struct DTypeOf<float> {
+  static constexpr DType value = DType::kF32;
+};
+template <>
+struct DTypeOf<std::int64_t> {
+  static constexpr DType value = DType::kI64;
+};
+template <>
+struct DTypeOf<std::uint16_t> {
+  static constexpr DType value = DType::kBF16;
+};  // or kF16
 
 class Tensor {
  public:

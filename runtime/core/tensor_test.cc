@@ -25,8 +25,7 @@ __extension__ using Int128 = __int128;
 
 // A host storage backed by a vector owned by its release callback; `releases` counts
 // how many times the storage released itself.
-std::shared_ptr<Storage> host_storage(std::int64_t nbytes, const std::string& label = "buf",
-                                      int* releases = nullptr) {
+std::shared_ptr<Storage> host_storage(std::int64_t nbytes, const std::string& label = "buf", int* releases = nullptr) {
   auto bytes = std::make_shared<std::vector<std::byte>>(static_cast<std::size_t>(nbytes) + 1);
   return std::make_shared<Storage>(bytes->data(), 0, nbytes, MemoryCategory::kOther, label, "test",
                                    [bytes, releases](Storage&) {
@@ -198,7 +197,8 @@ TEST(ViewTest, ExtentPastStorageEndNamesTensorOffsetExtentAndStorageSize) {
 // accepts, overflow and negative values included.
 RC_GTEST_PROP(ViewTest, FastBoundsTestAgreesWithTheCheckedOne, ()) {
   const std::int64_t big = std::numeric_limits<std::int64_t>::max();
-  const auto edge = rc::gen::element<std::int64_t>(0, 1, 7, 10, 11, -1, -(std::int64_t{1} << 62), big, big / 2, big / 4 + 1);
+  const auto edge =
+      rc::gen::element<std::int64_t>(0, 1, 7, 10, 11, -1, -(std::int64_t{1} << 62), big, big / 2, big / 4 + 1);
   const auto small = rc::gen::inRange<std::int64_t>(-3, 60);
   const std::int64_t offset = *rc::gen::weightedOneOf<std::int64_t>({{1, edge}, {3, small}});
   const std::int64_t numel = *rc::gen::weightedOneOf<std::int64_t>({{1, edge}, {3, small}});
@@ -207,9 +207,9 @@ RC_GTEST_PROP(ViewTest, FastBoundsTestAgreesWithTheCheckedOne, ()) {
   std::int64_t end = 0;
   const bool fits = !__builtin_add_overflow(offset, numel, &end) &&
                     !__builtin_mul_overflow(end, static_cast<std::int64_t>(element_bytes), &end) && end >= 2;
-  const std::int64_t storage_bytes =
-      fits && *rc::gen::inRange(0, 4) != 0 ? end + *rc::gen::element<std::int64_t>(-2, -1, 0, 0, 1)
-                                          : *rc::gen::oneOf(edge, rc::gen::inRange<std::int64_t>(0, 200));
+  const std::int64_t storage_bytes = fits && *rc::gen::inRange(0, 4) != 0
+                                         ? end + *rc::gen::element<std::int64_t>(-2, -1, 0, 0, 1)
+                                         : *rc::gen::oneOf(edge, rc::gen::inRange<std::int64_t>(0, 200));
   RC_ASSERT(view_in_bounds(offset, numel, element_bytes, storage_bytes) ==
             check_view_bounds("t", offset, numel, element_bytes, storage_bytes).is_ok());
 }
@@ -266,7 +266,7 @@ TEST(ViewTest, NegativeDimsAreRejected) {
 // ---- narrow / reshape -------------------------------------------------------------------
 
 TEST(NarrowTest, StaysInsideTheTensorsOwnExtent) {
-  auto s = host_storage(80);  // 20 fp32: plenty of room past the tensor
+  auto s = host_storage(80);                              // 20 fp32: plenty of room past the tensor
   const Tensor t = view(s, DType::kF32, {2, 3}, 2, "t");  // elements [2, 8)
   const Result<Tensor> ok = t.narrow(4, 2);
   ASSERT_THAT(ok, IsOk());
@@ -348,8 +348,8 @@ TEST(OverlapTest, SameViewAndOverlaps) {
   auto s = host_storage(400);
   const Tensor a = view(s, DType::kF32, {10}, 0, "a");  // bytes [0, 40)
   const Tensor a2 = view(s, DType::kF32, {2, 5}, 0, "a2");
-  const Tensor b = view(s, DType::kF32, {10}, 10, "b");  // bytes [40, 80): adjacent
-  const Tensor c = view(s, DType::kF32, {10}, 5, "c");   // bytes [20, 60)
+  const Tensor b = view(s, DType::kF32, {10}, 10, "b");            // bytes [40, 80): adjacent
+  const Tensor c = view(s, DType::kF32, {10}, 5, "c");             // bytes [20, 60)
   const Tensor a_bf16 = view(s, DType::kBF16, {20}, 0, "a_bf16");  // bytes [0, 40)
   const Tensor empty = view(s, DType::kF32, {0}, 3, "empty");
   const Tensor other = view(host_storage(400), DType::kF32, {10}, 0, "other");
@@ -409,19 +409,17 @@ TEST(StorageTest, Accessors) {
 // Offsets and sizes concentrated where bugs live: small values, near boundaries,
 // and huge or negative values whose byte sizes overflow.
 rc::Gen<std::int64_t> interesting_int64() {
-  return rc::gen::oneOf(rc::gen::inRange<std::int64_t>(-8, 64), rc::gen::arbitrary<std::int64_t>(),
-                        rc::gen::map(rc::gen::inRange(0, 63),
-                                     [](int k) { return static_cast<std::int64_t>(1ull << k); }),
-                        rc::gen::map(rc::gen::inRange(0, 63),
-                                     [](int k) { return static_cast<std::int64_t>((1ull << k) - 1); }),
-                        rc::gen::map(rc::gen::inRange(0, 63),
-                                     [](int k) { return -static_cast<std::int64_t>(1ull << k); }));
+  return rc::gen::oneOf(
+      rc::gen::inRange<std::int64_t>(-8, 64), rc::gen::arbitrary<std::int64_t>(),
+      rc::gen::map(rc::gen::inRange(0, 63), [](int k) { return static_cast<std::int64_t>(1ull << k); }),
+      rc::gen::map(rc::gen::inRange(0, 63), [](int k) { return static_cast<std::int64_t>((1ull << k) - 1); }),
+      rc::gen::map(rc::gen::inRange(0, 63), [](int k) { return -static_cast<std::int64_t>(1ull << k); }));
 }
 
 RC_GTEST_PROP(ViewProperty, ViewSucceedsIffInBounds, ()) {
   const auto dtype = *rc::gen::element(DType::kF32, DType::kBF16, DType::kF16, DType::kI64);
-  const std::int64_t storage_bytes = *rc::gen::oneOf(rc::gen::inRange<std::int64_t>(0, 256),
-                                                     rc::gen::inRange<std::int64_t>(0, kInt64Max));
+  const std::int64_t storage_bytes =
+      *rc::gen::oneOf(rc::gen::inRange<std::int64_t>(0, 256), rc::gen::inRange<std::int64_t>(0, kInt64Max));
   const std::int64_t offset = *interesting_int64();
   const std::int64_t numel = *rc::gen::oneOf(rc::gen::inRange<std::int64_t>(0, 64), interesting_int64());
   RC_PRE(numel >= 0);

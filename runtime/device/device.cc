@@ -35,14 +35,14 @@ Status check_launch_extent(std::string_view where, const std::string& tensor, co
   std::int64_t end = 0;
   const bool wrapped = byte_offset < 0 || nbytes < 0 || __builtin_add_overflow(byte_offset, nbytes, &end);
   if (!wrapped && end <= storage_bytes) return Status::ok();
-  const std::string what = "launch of " + std::string(where) + ": tensor '" + tensor + "' at byte offset " +
-                           std::to_string(byte_offset) + " (unsigned " +
-                           std::to_string(static_cast<std::uint64_t>(byte_offset)) + "), extent " +
-                           std::to_string(nbytes) + " bytes, in storage '" + storage_label + "' of " +
-                           std::to_string(storage_bytes) + " bytes";
+  const std::string what =
+      "launch of " + std::string(where) + ": tensor '" + tensor + "' at byte offset " + std::to_string(byte_offset) +
+      " (unsigned " + std::to_string(static_cast<std::uint64_t>(byte_offset)) + "), extent " + std::to_string(nbytes) +
+      " bytes, in storage '" + storage_label + "' of " + std::to_string(storage_bytes) + " bytes";
   if (wrapped) {
-    return Status::data_loss(what + ": the offset or extent is negative or overflows (a wrapped offset?); "
-                                    "nothing was launched");
+    return Status::data_loss(what +
+                             ": the offset or extent is negative or overflows (a wrapped offset?); "
+                             "nothing was launched");
   }
   return Status::data_loss(what + ": the view ends at byte " + std::to_string(end) +
                            ", past the end of its storage; nothing was launched");
@@ -59,8 +59,9 @@ Status check_host_type(std::string_view what, const Tensor& t, DType want, std::
   if (!t.defined()) return Status::invalid_argument(std::string(what) + ": the tensor is undefined");
   const bool half = element_bytes == 2 && (t.dtype() == DType::kBF16 || t.dtype() == DType::kF16);
   if (t.dtype() != want && !half) {
-    return Status::invalid_argument(std::string(what) + ": " + t.describe() + " is " + std::string(dtype_name(t.dtype())) +
-                                    ", not the " + std::string(dtype_name(want)) + " values asked for");
+    return Status::invalid_argument(std::string(what) + ": " + t.describe() + " is " +
+                                    std::string(dtype_name(t.dtype())) + ", not the " + std::string(dtype_name(want)) +
+                                    " values asked for");
   }
   return Status::ok();
 }
@@ -79,7 +80,8 @@ Status check_dropout_args(std::string_view op, const Tensor& mask, float p, std:
   if (!(p >= 0.0f && p < 1.0f)) {
     return Status::invalid_argument(std::string(op) + ": p = " + std::to_string(p) + " is outside [0, 1)");
   }
-  if (first_row < 0) return Status::invalid_argument(std::string(op) + ": negative first row " + std::to_string(first_row));
+  if (first_row < 0)
+    return Status::invalid_argument(std::string(op) + ": negative first row " + std::to_string(first_row));
   if (mask.numel() > 0 && (mask.ndim() < 1 || mask.dim(0) <= 0)) {
     return Status::invalid_argument(std::string(op) + ": " + mask.describe() + " needs a leading row dim");
   }
@@ -102,7 +104,8 @@ void draw_dropout_mask(float* out, std::int64_t rows, std::int64_t per_row, floa
       row[2 * w] = (r & 0xffffu) >= threshold ? keep : 0.0f;
       row[2 * w + 1] = (r >> 16) >= threshold ? keep : 0.0f;
     }
-    if (per_row % 2 != 0) row[per_row - 1] = (words[static_cast<std::size_t>(pairs)] & 0xffffu) >= threshold ? keep : 0.0f;
+    if (per_row % 2 != 0)
+      row[per_row - 1] = (words[static_cast<std::size_t>(pairs)] & 0xffffu) >= threshold ? keep : 0.0f;
   }
 }
 
@@ -124,7 +127,8 @@ Status check_optimizer_step(std::string_view op, const OptimizerUpdate& u, const
     if (t->dtype() != DType::kF32) return Status::invalid_argument(kOp + ": " + t->describe() + " must be fp32");
     if (t->numel() != param.numel()) {
       return Status::invalid_argument(kOp + ": " + t->describe() + " has " + std::to_string(t->numel()) +
-                                      " elements; expected " + std::to_string(param.numel()) + " (param's element count)");
+                                      " elements; expected " + std::to_string(param.numel()) +
+                                      " (param's element count)");
     }
   }
   for (std::size_t i = 0; i < all.size(); ++i) {
@@ -193,8 +197,8 @@ Status check_attention_softmax(std::string_view op, const Tensor& scores, const 
   if (scores.ndim() != 4) {
     return Status::invalid_argument(std::string(op) + ": " + scores.describe() + " must be 4-D [B, A, Tq, Tk]");
   }
-  SHARDLAB_RETURN_IF_ERROR(expect_shape(op, attention_mask, {scores.dim(0), scores.dim(3)},
-                                      "the mask is [B, Tk] of scores [B, A, Tq, Tk]"));
+  SHARDLAB_RETURN_IF_ERROR(
+      expect_shape(op, attention_mask, {scores.dim(0), scores.dim(3)}, "the mask is [B, Tk] of scores [B, A, Tq, Tk]"));
   SHARDLAB_RETURN_IF_ERROR(expect_shape(op, probs, scores.shape(), "probs has scores' shape"));
   SHARDLAB_RETURN_IF_ERROR(expect_no_overlap(op, probs, scores, true));
   return expect_no_overlap(op, probs, attention_mask, false);
@@ -228,8 +232,8 @@ Status check_cross_entropy(std::string_view op, const Tensor& logits, const Tens
   SHARDLAB_RETURN_IF_ERROR(expect_numel(op, labels, *rows, "one label per row of logits"));
   SHARDLAB_RETURN_IF_ERROR(expect_numel(op, loss_sum, 1, "a scalar"));
   SHARDLAB_RETURN_IF_ERROR(expect_numel(op, dlogits, *rows * *cols, "the shape of logits"));
-  if (dlogits.overlaps(logits) || loss_sum.overlaps(logits) || loss_sum.overlaps(dlogits) ||
-      dlogits.overlaps(labels) || loss_sum.overlaps(labels)) {
+  if (dlogits.overlaps(logits) || loss_sum.overlaps(logits) || loss_sum.overlaps(dlogits) || dlogits.overlaps(labels) ||
+      loss_sum.overlaps(labels)) {
     return Status::invalid_argument(std::string(op) + ": logits, labels, loss_sum and dlogits must not overlap");
   }
   return Status::ok();

@@ -190,15 +190,15 @@ class Device {
   // to the old value (one rounding) instead of overwriting.
   // dx may be the same view as dy.
   virtual Status layer_norm_backward(const Tensor& x, const Tensor& dy, const Tensor& mean, const Tensor& rstd,
-                                     const Tensor& gamma, const Tensor& dx, const Tensor& dgamma,
-                                     const Tensor& dbeta, bool accumulate, StreamId stream = kComputeStream) = 0;
+                                     const Tensor& gamma, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,
+                                     bool accumulate, StreamId stream = kComputeStream) = 0;
   // Masked attention softmax as Hugging Face BERT computes it, over the last dim:
   //   probs[b, a, q, :] = softmax(scale * scores[b, a, q, :] + (1 - attention_mask[b, :]) * lowest_float).
   // scores is [B, A, Tq, Tk]; attention_mask is fp32 [B, Tk] (1 = attend, 0 = masked);
   // probs has scores' shape and may be the same view. The sum is taken in fp32 like HF, so
   // the mask term absorbs the score and a fully masked row comes out uniform (1 / Tk), not NaN.
-  virtual Status attention_softmax(const Tensor& scores, const Tensor& attention_mask, float scale,
-                                   const Tensor& probs, StreamId stream = kComputeStream) = 0;
+  virtual Status attention_softmax(const Tensor& scores, const Tensor& attention_mask, float scale, const Tensor& probs,
+                                   StreamId stream = kComputeStream) = 0;
   // dscores = scale * probs * (dprobs - sum_k probs * dprobs) over the last dim; all three
   // have one shape; dscores may be the same view as dprobs.
   virtual Status attention_softmax_backward(const Tensor& probs, const Tensor& dprobs, float scale,
@@ -233,8 +233,8 @@ class Device {
   // base.split(first_row + r).split(site), one 16-bit draw per value (the low then the high
   // half of each 32-bit output), 1/(1-p) where the draw >= round(p · 65536) and 0 elsewhere.
   // p in [0, 1).
-  virtual Status dropout_mask(const Tensor& mask, float p, const Rng& base, std::int64_t first_row,
-                              std::uint64_t site, StreamId stream = kComputeStream) = 0;
+  virtual Status dropout_mask(const Tensor& mask, float p, const Rng& base, std::int64_t first_row, std::uint64_t site,
+                              StreamId stream = kComputeStream) = 0;
   // The optimizer update, fused into one op (like torch's fused AdamW or Habana's FusedAdamW),
   // so that it runs — and is charged, in the simulator — where the shard lives. param, grad
   // and the state tensors are fp32 with the same element count and do not overlap; the state

@@ -25,7 +25,7 @@ TEST(DeviceIdTest, ParsesTypeAndOptionalIndex) {
     int index;
   };
   const Case cases[] = {
-      {"hpu", "hpu", DeviceId::kNoIndex}, {"hpu:0", "hpu", 0}, {"sim:3", "sim", 3},
+      {"hpu", "hpu", DeviceId::kNoIndex}, {"hpu:0", "hpu", 0},   {"sim:3", "sim", 3},
       {"cpu", "cpu", DeviceId::kNoIndex}, {"hpu:15", "hpu", 15}, {"sim:65535", "sim", 65535},
   };
   for (const Case& c : cases) {
@@ -39,8 +39,8 @@ TEST(DeviceIdTest, ParsesTypeAndOptionalIndex) {
 }
 
 TEST(DeviceIdTest, RejectsMalformedText) {
-  for (const char* text : {"", "HPU", "Hpu:0", "hpu:", "hpu:-1", "hpu:x", ":0", "hpu:0:1", "hpu:1x", "hpu: 1",
-                           "hpu:+1", "hpu 0", "hpu2", "hpu:99999999999"}) {
+  for (const char* text : {"", "HPU", "Hpu:0", "hpu:", "hpu:-1", "hpu:x", ":0", "hpu:0:1", "hpu:1x", "hpu: 1", "hpu:+1",
+                           "hpu 0", "hpu2", "hpu:99999999999"}) {
     const Result<DeviceId> r = DeviceId::parse(text);
     ASSERT_FALSE(r.is_ok()) << "'" << text << "' parsed as " << r->to_string();
     EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << text;

@@ -207,7 +207,9 @@ json make_index(FullyShardedModel& m, std::int64_t step, const CheckpointOptions
   idx["version"] = kIndexVersion;
   idx["type"] = state_dict_type_name(o.type);
   idx["step"] = step;
-  idx["world_size"] = o.type == StateDictType::kLocal ? m.world().size() : m.units().empty() ? 1 : m.units()[0].layout.world_size();
+  idx["world_size"] = o.type == StateDictType::kLocal ? m.world().size()
+                      : m.units().empty()             ? 1
+                                                      : m.units()[0].layout.world_size();
   idx["optimizer"] = {{"steps", m.optimizers().empty() ? 0 : m.optimizers()[0].steps()}, {"states", names}};
   json tensors = json::object();
   if (o.type == StateDictType::kLocal) {
@@ -230,11 +232,14 @@ json make_index(FullyShardedModel& m, std::int64_t step, const CheckpointOptions
   } else if (o.type == StateDictType::kFull) {
     for (const auto& spec : m.specs()) {
       const std::int64_t n = *checked_numel(spec.shape);
-      tensors["model/" + spec.name] = {{"shape", spec.shape}, {"dtype", "F32"}, {"pieces", {piece("model.safetensors", spec.name, 0, n)}}};
+      tensors["model/" + spec.name] = {
+          {"shape", spec.shape}, {"dtype", "F32"}, {"pieces", {piece("model.safetensors", spec.name, 0, n)}}};
       if (!spec.requires_grad) continue;
       for (const auto& k : names) {
         tensors["optim/" + k + "/" + spec.name] = {
-            {"shape", spec.shape}, {"dtype", "F32"}, {"pieces", {piece("optimizer.safetensors", k + "/" + spec.name, 0, n)}}};
+            {"shape", spec.shape},
+            {"dtype", "F32"},
+            {"pieces", {piece("optimizer.safetensors", k + "/" + spec.name, 0, n)}}};
       }
     }
   } else {
@@ -249,7 +254,8 @@ json make_index(FullyShardedModel& m, std::int64_t step, const CheckpointOptions
           for (const auto& shard : fp.layout.shards()) {
             for (const ShardPiece& p : shard.pieces) {
               if (p.param != static_cast<int>(i)) continue;
-              pieces.push_back(piece(rank_file("rank", shard.rank), piece_key(key, p.param_begin), p.param_begin, p.numel()));
+              pieces.push_back(
+                  piece(rank_file("rank", shard.rank), piece_key(key, p.param_begin), p.param_begin, p.numel()));
             }
           }
           tensors[key] = {{"shape", spec.shape}, {"dtype", "F32"}, {"pieces", pieces}};
@@ -260,11 +266,11 @@ json make_index(FullyShardedModel& m, std::int64_t step, const CheckpointOptions
   if (o.type != StateDictType::kLocal) {
     for (const auto& b : m.buffer_specs()) {
       const bool full = o.type == StateDictType::kFull;
-      tensors["buffer/" + b.name] = {
-          {"shape", b.shape},
-          {"dtype", safetensors_dtype(b.dtype)},
-          {"pieces", {piece(full ? "model.safetensors" : rank_file("rank", 0), full ? b.name : "buffer/" + b.name, 0,
-                            *checked_numel(b.shape))}}};
+      tensors["buffer/" + b.name] = {{"shape", b.shape},
+                                     {"dtype", safetensors_dtype(b.dtype)},
+                                     {"pieces",
+                                      {piece(full ? "model.safetensors" : rank_file("rank", 0),
+                                             full ? b.name : "buffer/" + b.name, 0, *checked_numel(b.shape))}}};
     }
   }
   idx["tensors"] = tensors;
@@ -421,11 +427,11 @@ Status plain_entry(const std::string& path, bool directory) {
   }
   const bool ok = directory ? S_ISDIR(st.st_mode) : S_ISREG(st.st_mode);
   if (!ok) {
-    const char* kind = S_ISLNK(st.st_mode)    ? "a symbolic link"
-                       : S_ISDIR(st.st_mode)  ? "a directory"
-                       : S_ISFIFO(st.st_mode) ? "a FIFO"
+    const char* kind = S_ISLNK(st.st_mode)                          ? "a symbolic link"
+                       : S_ISDIR(st.st_mode)                        ? "a directory"
+                       : S_ISFIFO(st.st_mode)                       ? "a FIFO"
                        : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "a device"
-                                                                      : "not a regular file";
+                                                                    : "not a regular file";
     return Status::invalid_argument(path + ": is " + kind + "; a checkpoint holds only plain " +
                                     (directory ? "directories" : "files") + " of its own");
   }
@@ -436,8 +442,8 @@ Status plain_entry(const std::string& path, bool directory) {
 // '.' (so no "..", no path, no hidden file).
 bool plain_name(const std::string& n) {
   return !n.empty() && n.size() <= 255 && n[0] != '.' && std::all_of(n.begin(), n.end(), [](char c) {
-           return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-';
-         });
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-';
+  });
 }
 
 bool is_int(const json& j) { return j.is_number_integer() || j.is_number_unsigned(); }
@@ -448,20 +454,24 @@ bool is_int(const json& j) { return j.is_number_integer() || j.is_number_unsigne
 Status validate_index(const json& idx, const std::string& step_dir) {
   const std::string where = step_dir + "/index.json";
   const auto bad = [&](const std::string& what) { return Status::invalid_argument(where + ": " + what); };
-  const auto nonneg = [&](const json& j, const char* key, const std::string& ctx, std::int64_t max) -> Result<std::int64_t> {
+  const auto nonneg = [&](const json& j, const char* key, const std::string& ctx,
+                          std::int64_t max) -> Result<std::int64_t> {
     if (!j.is_object() || !j.contains(key) || !is_int(j[key])) return bad(ctx + key + " is not an integer");
     if (j[key].is_number_unsigned() && j[key].get<std::uint64_t>() > static_cast<std::uint64_t>(max)) {
       return bad(ctx + key + " = " + j[key].dump() + " is out of range (0 to " + std::to_string(max) + ")");
     }
     const std::int64_t v = j[key].get<std::int64_t>();
-    if (v < 0 || v > max) return bad(ctx + key + " = " + std::to_string(v) + " is out of range (0 to " + std::to_string(max) + ")");
+    if (v < 0 || v > max)
+      return bad(ctx + key + " = " + std::to_string(v) + " is out of range (0 to " + std::to_string(max) + ")");
     return v;
   };
   constexpr std::int64_t kMaxElements = std::int64_t{1} << 40;
   if (!idx.contains("files") || !idx["files"].is_object()) return bad("no \"files\" list");
   for (const auto& [name, f] : idx["files"].items()) {
-    if (!plain_name(name)) return bad("file '" + name.substr(0, 64) + "' is not a plain file name of the step directory");
-    if (!f.is_object() || !f.contains("sha256") || !f["sha256"].is_string() || f["sha256"].get<std::string>().size() != 64) {
+    if (!plain_name(name))
+      return bad("file '" + name.substr(0, 64) + "' is not a plain file name of the step directory");
+    if (!f.is_object() || !f.contains("sha256") || !f["sha256"].is_string() ||
+        f["sha256"].get<std::string>().size() != 64) {
       return bad("file '" + name + "' has no sha256");
     }
     SHARDLAB_RETURN_IF_ERROR(nonneg(f, "bytes", "file '" + name + "': ", std::int64_t{1} << 46).status());
@@ -478,19 +488,23 @@ Status validate_index(const json& idx, const std::string& step_dir) {
     if (!t.is_object() || !t.contains("shape") || !t["shape"].is_array()) return bad(ctx + "no shape");
     std::int64_t numel = 1;
     for (const json& d : t["shape"]) {
-      if (!is_int(d) || d.get<std::int64_t>() < 0 || d.get<std::int64_t>() > kMaxElements) return bad(ctx + "bad shape " + t["shape"].dump());
+      if (!is_int(d) || d.get<std::int64_t>() < 0 || d.get<std::int64_t>() > kMaxElements)
+        return bad(ctx + "bad shape " + t["shape"].dump());
       const std::int64_t n = d.get<std::int64_t>();
-      if (n != 0 && numel > kMaxElements / n) return bad(ctx + "shape " + t["shape"].dump() + " has more than 2^40 elements");
+      if (n != 0 && numel > kMaxElements / n)
+        return bad(ctx + "shape " + t["shape"].dump() + " has more than 2^40 elements");
       numel *= n;
     }
     if (!t.contains("pieces") || !t["pieces"].is_array() || t["pieces"].empty()) return bad(ctx + "no pieces");
     std::vector<std::pair<std::int64_t, std::int64_t>> spans;
     for (const json& p : t["pieces"]) {
-      if (!p.is_object() || !p.contains("file") || !p["file"].is_string() || !p.contains("key") || !p["key"].is_string()) {
+      if (!p.is_object() || !p.contains("file") || !p["file"].is_string() || !p.contains("key") ||
+          !p["key"].is_string()) {
         return bad(ctx + "a piece without file and key");
       }
       const std::string file = p["file"].get<std::string>();
-      if (!files.contains(file)) return bad(ctx + "piece file '" + file.substr(0, 64) + "' is not one of the checkpoint's files");
+      if (!files.contains(file))
+        return bad(ctx + "piece file '" + file.substr(0, 64) + "' is not one of the checkpoint's files");
       SHARDLAB_ASSIGN_OR_RETURN(const std::int64_t off, nonneg(p, "offset", ctx, numel));
       SHARDLAB_ASSIGN_OR_RETURN(const std::int64_t len, nonneg(p, "length", ctx, numel - off));
       spans.emplace_back(off, len);
@@ -504,7 +518,8 @@ Status validate_index(const json& idx, const std::string& step_dir) {
       }
       at = off + len;
     }
-    if (at != numel) return bad(ctx + "its pieces cover " + std::to_string(at) + " of its " + std::to_string(numel) + " elements");
+    if (at != numel)
+      return bad(ctx + "its pieces cover " + std::to_string(at) + " of its " + std::to_string(numel) + " elements");
   }
   if (idx.value("type", "") == "LOCAL_STATE_DICT") {
     if (!idx.contains("units") || !idx["units"].is_array()) return bad("a LOCAL_STATE_DICT index without units");
@@ -519,8 +534,8 @@ Status validate_index(const json& idx, const std::string& step_dir) {
             !is_int(p[4])) {
           return bad(ctx + "a piece is not [shard rank, name, begin, length, offset]");
         }
-        const std::int64_t rank = p[0].get<std::int64_t>(), begin = p[2].get<std::int64_t>(), len = p[3].get<std::int64_t>(),
-                           off = p[4].get<std::int64_t>();
+        const std::int64_t rank = p[0].get<std::int64_t>(), begin = p[2].get<std::int64_t>(),
+                           len = p[3].get<std::int64_t>(), off = p[4].get<std::int64_t>();
         if (rank < 0 || rank >= world || begin < 0 || begin > kMaxElements || len < 0 || off < 0 || off > shard ||
             len > shard - off) {
           return bad(ctx + "piece " + p.dump().substr(0, 120) + " is outside its shard of " + std::to_string(shard));
@@ -549,9 +564,9 @@ class Loader {
     const auto size = listed_[name]["bytes"].get<std::uint64_t>();
     SHARDLAB_ASSIGN_OR_RETURN(std::string bytes, io::read_file(path, size));
     if (bytes.size() != size || io::sha256_hex(bytes) != listed_[name]["sha256"].get<std::string>()) {
-      const std::string how = bytes.size() != size ? std::to_string(bytes.size()) + " bytes where index.json says " +
-                                                         std::to_string(size)
-                                                   : "its SHA-256 is not the one index.json records";
+      const std::string how =
+          bytes.size() != size ? std::to_string(bytes.size()) + " bytes where index.json says " + std::to_string(size)
+                               : "its SHA-256 is not the one index.json records";
       return Status::invalid_argument(path + ": checksum mismatch (" + how +
                                       "): the file changed after the checkpoint was saved");
     }
@@ -567,13 +582,15 @@ class Loader {
     SHARDLAB_ASSIGN_OR_RETURN(const SafetensorsFile* f, file(file_name));
     const std::string& file = file_name;
     const StoredTensor* t = f->find(key);
-    if (!t) return Status::invalid_argument(dir_ + "/" + file + ": tensor '" + key + "' named by index.json is missing");
+    if (!t)
+      return Status::invalid_argument(dir_ + "/" + file + ": tensor '" + key + "' named by index.json is missing");
     return t;
   }
 
   Result<const StoredTensor*> tensor(const std::string& file, const std::string& key) {
     SHARDLAB_ASSIGN_OR_RETURN(const StoredTensor* t, raw(file, key));
-    if (t->dtype != DType::kF32) return Status::invalid_argument(dir_ + "/" + file + ": tensor '" + key + "' is not F32");
+    if (t->dtype != DType::kF32)
+      return Status::invalid_argument(dir_ + "/" + file + ": tensor '" + key + "' is not F32");
     return t;
   }
 
@@ -586,7 +603,8 @@ class Loader {
       if (!index["tensors"].contains(key)) return Status::invalid_argument(where + " is missing");
       const json& entry = index["tensors"][key];
       if (!entry.contains("shape") || entry["shape"].get<Shape>() != spec.shape) {
-        return Status::invalid_argument(where + " has shape " + (entry.contains("shape") ? entry["shape"].dump() : "?") +
+        return Status::invalid_argument(where + " has shape " +
+                                        (entry.contains("shape") ? entry["shape"].dump() : "?") +
                                         " but the model expects " + shape_to_string(spec.shape));
       }
       if (entry["pieces"].size() != 1) return Status::invalid_argument(where + " must be stored in one piece");
@@ -619,11 +637,13 @@ class Loader {
       const std::int64_t off = p["offset"].get<std::int64_t>(), len = p["length"].get<std::int64_t>();
       const std::int64_t lo = std::max(off, begin), hi = std::min(off + len, end);
       if (lo >= hi) continue;
-      SHARDLAB_ASSIGN_OR_RETURN(const StoredTensor* t, tensor(p["file"].get<std::string>(), p["key"].get<std::string>()));
+      SHARDLAB_ASSIGN_OR_RETURN(const StoredTensor* t,
+                                tensor(p["file"].get<std::string>(), p["key"].get<std::string>()));
       // Offsets and lengths were validated against the tensor (validate_index).
       if (t->data.size() % 4 != 0 || t->data.size() / 4 != static_cast<std::uint64_t>(len)) {
         return Status::invalid_argument(where + ": piece '" + p["key"].get<std::string>() + "' holds " +
-                                        std::to_string(t->data.size() / 4) + " elements, index says " + std::to_string(len));
+                                        std::to_string(t->data.size() / 4) + " elements, index says " +
+                                        std::to_string(len));
       }
       std::memcpy(dst + (lo - begin), t->data.data() + (lo - off) * 4, static_cast<std::size_t>(hi - lo) * 4);
       covered += hi - lo;
@@ -676,8 +696,8 @@ Result<std::int64_t> load_checkpoint(FullyShardedModel& m, const std::string& di
 Result<std::string> describe_checkpoint(const std::string& step_dir) {
   try {
     SHARDLAB_ASSIGN_OR_RETURN(json index, read_index(step_dir, nullptr));
-    std::string out = "step " + index["step"].dump() + ", " + index["type"].get<std::string>() + " saved at world size " +
-                      index["world_size"].dump();
+    std::string out = "step " + index["step"].dump() + ", " + index["type"].get<std::string>() +
+                      " saved at world size " + index["world_size"].dump();
     if (index.contains("run")) out += " by " + index["run"].dump();
     return out;
   } catch (const nlohmann::json::exception& e) {
@@ -719,15 +739,18 @@ Result<json> read_index(const std::string& step_dir, const std::vector<std::stri
   SHARDLAB_ASSIGN_OR_RETURN(std::string text, io::read_file(path, kMaxIndexBytes));
   json index = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (index.is_discarded() || !index.is_object() || index.value("format", "") != "shardlab-fsdp-checkpoint" ||
-      !index.contains("type") || !index.contains("step") || !index.contains("tensors") || !index.contains("optimizer")) {
+      !index.contains("type") || !index.contains("step") || !index.contains("tensors") ||
+      !index.contains("optimizer")) {
     return Status::invalid_argument(path + ": not a shardlab FSDP checkpoint index");
   }
-  if (!index.contains("version") || !is_int(index["version"]) || index["version"].get<std::int64_t>() != kIndexVersion) {
+  if (!index.contains("version") || !is_int(index["version"]) ||
+      index["version"].get<std::int64_t>() != kIndexVersion) {
     return Status::invalid_argument(path + ": version " + (index.contains("version") ? index["version"].dump() : "?") +
                                     "; this build reads version " + std::to_string(kIndexVersion) +
                                     " (with checksums); save the checkpoint again with this build");
   }
-  if (!index.contains("checksum") || !index["checksum"].is_string() || index["checksum"].get<std::string>() != index_checksum(index)) {
+  if (!index.contains("checksum") || !index["checksum"].is_string() ||
+      index["checksum"].get<std::string>() != index_checksum(index)) {
     return Status::invalid_argument(path + ": checksum mismatch: the index was edited or damaged after it was saved");
   }
   SHARDLAB_RETURN_IF_ERROR(validate_index(index, step_dir));
@@ -737,7 +760,8 @@ Result<json> read_index(const std::string& step_dir, const std::vector<std::stri
   const auto saved_states = index["optimizer"]["states"].get<std::vector<std::string>>();
   if (names != nullptr && saved_states != *names) {
     return Status::invalid_argument(path + ": the checkpoint's optimizer state is " +
-                                    index["optimizer"]["states"].dump() + " but the optimizer needs " + json(*names).dump());
+                                    index["optimizer"]["states"].dump() + " but the optimizer needs " +
+                                    json(*names).dump());
   }
   return index;
 }
@@ -791,7 +815,8 @@ Result<UnshardedCheckpoint> load_unsharded_impl(const std::string& step_dir, con
             return Status::data_loss(what + ": [" + std::to_string(off) + ", +" + std::to_string(len) +
                                      ") is outside " + file + ":" + key + " (" + std::to_string(held) + " elements)");
           }
-          std::memcpy(dst.data() + w->second.offset + begin, t->data.data() + off * 4, static_cast<std::size_t>(len) * 4);
+          std::memcpy(dst.data() + w->second.offset + begin, t->data.data() + off * 4,
+                      static_cast<std::size_t>(len) * 4);
           return Status::ok();
         };
         SHARDLAB_RETURN_IF_ERROR(copy("unit" + std::to_string(u) + "/flat", out.params));
@@ -844,7 +869,8 @@ Result<std::int64_t> load_checkpoint_impl(FullyShardedModel& m, const std::strin
     if (!same) {
       return Status::invalid_argument(step_dir + ": LOCAL_STATE_DICT was saved at world size " +
                                       std::to_string(saved_world) + " with other shard sizes; load it at world size " +
-                                      std::to_string(saved_world) + ", or save SHARDED_STATE_DICT to change the world size");
+                                      std::to_string(saved_world) +
+                                      ", or save SHARDED_STATE_DICT to change the world size");
     }
     Loader loader(step_dir, index["files"]);
     SHARDLAB_ASSIGN_OR_RETURN(const SafetensorsFile* file, loader.file(rank_file("local-rank", m.world().rank())));
@@ -867,8 +893,8 @@ Result<std::int64_t> load_checkpoint_impl(FullyShardedModel& m, const std::strin
       SHARDLAB_ASSIGN_OR_RETURN(Tensor live, m.buffer(i));
       const StoredTensor* s = f.find(key);
       if (!s || s->dtype != live.dtype() || static_cast<std::int64_t>(s->data.size()) != live.nbytes()) {
-        return Status::data_loss(step_dir + ": local buffer '" + key + "' is missing or has another dtype or size than " +
-                                 live.describe());
+        return Status::data_loss(step_dir + ": local buffer '" + key +
+                                 "' is missing or has another dtype or size than " + live.describe());
       }
       SHARDLAB_RETURN_IF_ERROR(m.device().from_host(s->data, live));
     }

@@ -28,13 +28,13 @@ struct FlatParameter {
   std::vector<int> param_indices;  // model parameter index of each layout parameter
   std::vector<model::ParamSpec> specs;
   ShardLayout layout;
-  Tensor shard;       // [S] fp32 master shard (parameters)
-  Tensor grad_shard;  // [S] fp32 (gradients)
+  Tensor shard;                   // [S] fp32 master shard (parameters)
+  Tensor grad_shard;              // [S] fp32 (gradients)
   bool grad_shard_valid = false;  // false: the next reduction assigns instead of adding
-  Tensor gathered;    // [W·S] in param_dtype while the all-gather is in flight
-  Tensor full;        // [W·S] fp32 compute buffer while unsharded
-  Tensor full_grad;   // [W·S] during backward (and across no_sync micro-batches)
-  comm::WorkPtr gather;  // the all-gather from unshard until reshard's host wait
+  Tensor gathered;                // [W·S] in param_dtype while the all-gather is in flight
+  Tensor full;                    // [W·S] fp32 compute buffer while unsharded
+  Tensor full_grad;               // [W·S] during backward (and across no_sync micro-batches)
+  comm::WorkPtr gather;           // the all-gather from unshard until reshard's host wait
   UnitState state = UnitState::kSharded;
   bool has_trainable = false;           // any parameter with requires_grad
   std::vector<std::uint8_t> trainable;  // [S]: 1 where this rank's shard holds a trainable element

@@ -1,8 +1,8 @@
 #include "runtime/fsdp/fully_sharded.h"
 
 #include <algorithm>
-#include <deque>
 #include <cmath>
+#include <deque>
 #include <map>
 
 #include "runtime/core/check.h"
@@ -76,9 +76,7 @@ bool FullyShardedModel::writes_shard_files() {
   return true;
 }
 
-comm::Communicator& FullyShardedModel::shard_comm() {
-  return is_hybrid(options_.strategy) ? *shard_group_ : comm_;
-}
+comm::Communicator& FullyShardedModel::shard_comm() { return is_hybrid(options_.strategy) ? *shard_group_ : comm_; }
 
 Result<std::unique_ptr<FullyShardedModel>> FullyShardedModel::create(comm::Communicator& comm, device::Device& dev,
                                                                      std::vector<model::ParamSpec> specs,
@@ -171,8 +169,9 @@ Result<std::unique_ptr<FullyShardedModel>> FullyShardedModel::create(comm::Commu
   if (is_hybrid(o.strategy)) {
     const int dpn = o.devices_per_node;
     if (dpn < 1 || comm.size() % dpn != 0) {
-      return Status::invalid_argument(std::string(strategy_name(o.strategy)) + ": devices_per_node " + std::to_string(dpn) +
-                                      " must be >= 1 and divide the world size " + std::to_string(comm.size()));
+      return Status::invalid_argument(std::string(strategy_name(o.strategy)) + ": devices_per_node " +
+                                      std::to_string(dpn) + " must be >= 1 and divide the world size " +
+                                      std::to_string(comm.size()));
     }
     // NOTE [Strided groups]: a node's devices, and the same device of every node.
     SHARDLAB_ASSIGN_OR_RETURN(m->shard_group_, comm.split_strided(1, dpn));
@@ -210,7 +209,8 @@ Result<std::unique_ptr<FullyShardedModel>> FullyShardedModel::create(comm::Commu
     fp.unit = u;
     fp.param_indices.push_back(static_cast<int>(i));
     fp.specs.push_back(specs[i]);
-    m->first_layer_[static_cast<std::size_t>(u)] = std::min(m->first_layer_[static_cast<std::size_t>(u)], specs[i].layer);
+    m->first_layer_[static_cast<std::size_t>(u)] =
+        std::min(m->first_layer_[static_cast<std::size_t>(u)], specs[i].layer);
     m->last_layer_[static_cast<std::size_t>(u)] = std::max(m->last_layer_[static_cast<std::size_t>(u)], specs[i].layer);
     m->model_offset_.push_back(off);
     off += *checked_numel(specs[i].shape);
@@ -231,21 +231,24 @@ Result<std::unique_ptr<FullyShardedModel>> FullyShardedModel::create(comm::Commu
       // The unit's parameters in spec order (a root unit's need not be adjacent in the model).
       std::int64_t unit_numel = 0;
       for (const LayoutParam& p : fp.layout.params()) unit_numel += p.numel;
-      SHARDLAB_ASSIGN_OR_RETURN(Tensor moved, dev.empty({unit_numel}, DType::kF32, MemoryCategory::kParameters, name + ".init"));
+      SHARDLAB_ASSIGN_OR_RETURN(Tensor moved,
+                                dev.empty({unit_numel}, DType::kF32, MemoryCategory::kParameters, name + ".init"));
       std::int64_t at = 0;
       for (const LayoutParam& p : fp.layout.params()) {
         const int model_index = fp.param_indices[static_cast<std::size_t>(p.index)];
-        SHARDLAB_ASSIGN_OR_RETURN(Tensor from, full_init.narrow(m->model_offset_[static_cast<std::size_t>(model_index)], p.numel));
+        SHARDLAB_ASSIGN_OR_RETURN(Tensor from,
+                                  full_init.narrow(m->model_offset_[static_cast<std::size_t>(model_index)], p.numel));
         SHARDLAB_ASSIGN_OR_RETURN(Tensor to, moved.narrow(at, p.numel));
         SHARDLAB_RETURN_IF_ERROR(dev.copy(from, to));
         at += p.numel;
       }
       if (o.sync_module_states) {
-        SHARDLAB_RETURN_IF_ERROR(comm.broadcast(moved, 0)->wait(o.collective_timeout)
+        SHARDLAB_RETURN_IF_ERROR(comm.broadcast(moved, 0)
+                                     ->wait(o.collective_timeout)
                                      .with_context("FSDP sync_module_states of unit " + std::to_string(fp.unit)));
       }
-      SHARDLAB_ASSIGN_OR_RETURN(flat, dev.zeros({fp.layout.total_numel()}, DType::kF32, MemoryCategory::kParameters,
-                                                name + ".init_flat"));
+      SHARDLAB_ASSIGN_OR_RETURN(
+          flat, dev.zeros({fp.layout.total_numel()}, DType::kF32, MemoryCategory::kParameters, name + ".init_flat"));
       std::int64_t moved_offset = 0;
       for (const LayoutParam& p : fp.layout.params()) {
         SHARDLAB_ASSIGN_OR_RETURN(Tensor from, moved.narrow(moved_offset, p.numel));
@@ -254,7 +257,8 @@ Result<std::unique_ptr<FullyShardedModel>> FullyShardedModel::create(comm::Commu
         moved_offset += p.numel;
       }
     }  // the moved parameters are freed here: the flat parameter holds the unit
-    SHARDLAB_ASSIGN_OR_RETURN(fp.shard, state_dev.empty({s}, DType::kF32, MemoryCategory::kParameters, name + ".shard"));
+    SHARDLAB_ASSIGN_OR_RETURN(fp.shard,
+                              state_dev.empty({s}, DType::kF32, MemoryCategory::kParameters, name + ".shard"));
     SHARDLAB_ASSIGN_OR_RETURN(Tensor mine, flat.narrow(fp.layout.shard(shard_rank).flat_begin, s));
     SHARDLAB_RETURN_IF_ERROR(dev.copy(mine, fp.shard));
     flat = Tensor();  // only the shard remains
@@ -290,7 +294,8 @@ Status FullyShardedModel::init_buffers(const std::vector<Tensor>& init) {
                                    .with_context("FSDP sync_module_states of buffer '" + spec.name + "'"));
     }
     if (is_floating(spec.dtype) && options_.buffer_dtype && *options_.buffer_dtype != spec.dtype) {
-      SHARDLAB_ASSIGN_OR_RETURN(Tensor low, dev_.empty(spec.shape, *options_.buffer_dtype, MemoryCategory::kOther, spec.name));
+      SHARDLAB_ASSIGN_OR_RETURN(Tensor low,
+                                dev_.empty(spec.shape, *options_.buffer_dtype, MemoryCategory::kOther, spec.name));
       SHARDLAB_RETURN_IF_ERROR(dev_.cast(declared, low));
       declared = low;
     }
@@ -310,7 +315,8 @@ Result<Tensor> FullyShardedModel::buffer(int index) {
 Result<Tensor> FullyShardedModel::buffer_state(int index) {
   SHARDLAB_ASSIGN_OR_RETURN(Tensor live, buffer(index));
   const model::BufferSpec& spec = buffer_specs_[static_cast<std::size_t>(index)];
-  SHARDLAB_ASSIGN_OR_RETURN(Tensor out, dev_.empty(spec.shape, spec.dtype, MemoryCategory::kOther, spec.name + ".state"));
+  SHARDLAB_ASSIGN_OR_RETURN(Tensor out,
+                            dev_.empty(spec.shape, spec.dtype, MemoryCategory::kOther, spec.name + ".state"));
   SHARDLAB_RETURN_IF_ERROR(live.dtype() == spec.dtype ? dev_.copy(live, out) : dev_.cast(live, out));
   return out;
 }
@@ -320,8 +326,9 @@ Status FullyShardedModel::load_buffer(int index, const Tensor& value) {
   const model::BufferSpec& spec = buffer_specs_[static_cast<std::size_t>(index)];
   if (!value.defined() || value.is_phantom() || value.numel() != live.numel() ||
       is_floating(value.dtype()) != is_floating(live.dtype())) {
-    return Status::invalid_argument("FSDP: cannot load buffer '" + spec.name + "' (" + std::string(dtype_name(spec.dtype)) +
-                                    ", shape " + shape_to_string(spec.shape) + ") from " + value.describe());
+    return Status::invalid_argument("FSDP: cannot load buffer '" + spec.name + "' (" +
+                                    std::string(dtype_name(spec.dtype)) + ", shape " + shape_to_string(spec.shape) +
+                                    ") from " + value.describe());
   }
   SHARDLAB_ASSIGN_OR_RETURN(Tensor src, value.reshape(spec.shape));
   return src.dtype() == live.dtype() ? dev_.copy(src, live) : dev_.cast(src, live);
@@ -351,7 +358,8 @@ Status FullyShardedModel::unshard(int unit, bool prefetch) {
     if (options_.param_dtype == DType::kF32) {
       fp.full = fp.shard;
     } else {
-      SHARDLAB_ASSIGN_OR_RETURN(Tensor low, dev_.empty({fp.shard.numel()}, options_.param_dtype, MemoryCategory::kParameters, "low"));
+      SHARDLAB_ASSIGN_OR_RETURN(
+          Tensor low, dev_.empty({fp.shard.numel()}, options_.param_dtype, MemoryCategory::kParameters, "low"));
       SHARDLAB_ASSIGN_OR_RETURN(fp.full, dev_.empty({fp.shard.numel()}, DType::kF32, MemoryCategory::kParameters,
                                                     "unit" + std::to_string(unit) + ".compute"));
       SHARDLAB_RETURN_IF_ERROR(dev_.cast(fp.shard, low));
@@ -527,7 +535,8 @@ Status FullyShardedModel::pre_forward(int layer) {
 
 Status FullyShardedModel::post_forward(int layer) {
   for (int u = 0; u < num_units(); ++u) {
-    if (last_layer_[static_cast<std::size_t>(u)] == layer && reshard_after_forward()) SHARDLAB_RETURN_IF_ERROR(reshard(u));
+    if (last_layer_[static_cast<std::size_t>(u)] == layer && reshard_after_forward())
+      SHARDLAB_RETURN_IF_ERROR(reshard(u));
   }
   int last = 0;
   for (int l : last_layer_) last = std::max(last, l);
@@ -561,9 +570,9 @@ Status FullyShardedModel::pre_backward(int layer) {
         fp.full_grad = fp.grad_shard;
         SHARDLAB_RETURN_IF_ERROR(dev_.fill(fp.full_grad, 0.0f));
       } else {
-        SHARDLAB_ASSIGN_OR_RETURN(fp.full_grad, dev_.zeros({fp.layout.total_numel()}, DType::kF32,
-                                                           MemoryCategory::kGradients,
-                                                           "unit" + std::to_string(u) + ".unsharded_grad"));
+        SHARDLAB_ASSIGN_OR_RETURN(fp.full_grad,
+                                  dev_.zeros({fp.layout.total_numel()}, DType::kF32, MemoryCategory::kGradients,
+                                             "unit" + std::to_string(u) + ".unsharded_grad"));
       }
     }
     if (options_.backward_prefetch == BackwardPrefetch::kBackwardPre && !recorded_order_.empty()) {
@@ -651,8 +660,9 @@ Status FullyShardedModel::reduce_grad(int unit) {
 // and it is an fp32 tensor on this device (not an offloaded or low-precision one). The
 // bits are the same; the unit's separate unsharded buffer and the copy out of it are not.
 bool FullyShardedModel::reduces_in_place(const FlatParameter& fp) const {
-  return options_.strategy == ShardingStrategy::kNoShard && !fp.grad_shard_valid && options_.offload_device == nullptr &&
-         fp.grad_shard.dtype() == DType::kF32 && fp.grad_shard.numel() == fp.layout.total_numel();
+  return options_.strategy == ShardingStrategy::kNoShard && !fp.grad_shard_valid &&
+         options_.offload_device == nullptr && fp.grad_shard.dtype() == DType::kF32 &&
+         fp.grad_shard.numel() == fp.layout.total_numel();
 }
 
 Status FullyShardedModel::drain_reductions() {
@@ -673,7 +683,7 @@ Status FullyShardedModel::advance_reduction(std::size_t i, bool& finished) {
   {
     PhaseScope phase(options_, {"reduce_grad_wait", r.unit, phase_name(state_),
                                 r.replica_stage || options_.strategy == ShardingStrategy::kNoShard ? "all_reduce"
-                                                                                                     : "reduce_scatter"});
+                                                                                                   : "reduce_scatter"});
     SHARDLAB_RETURN_IF_ERROR(r.work->wait(options_.collective_timeout).with_context(where));
   }
   r.work.reset();
@@ -770,9 +780,9 @@ Status FullyShardedModel::set_optimizer(const optim::OptimizerConfig& config) {
   for (const FlatParameter& fp : units_) {
     device::Device& state_dev = options_.offload_device ? *options_.offload_device : dev_;
     // Frozen units keep no optimizer state.
-    SHARDLAB_ASSIGN_OR_RETURN(optim::Optimizer o, optim::Optimizer::create(state_dev, config,
-                                                                           fp.has_trainable ? fp.layout.shard_numel() : 0,
-                                                                           "unit" + std::to_string(fp.unit)));
+    SHARDLAB_ASSIGN_OR_RETURN(
+        optim::Optimizer o, optim::Optimizer::create(state_dev, config, fp.has_trainable ? fp.layout.shard_numel() : 0,
+                                                     "unit" + std::to_string(fp.unit)));
     optimizers_.push_back(std::move(o));
   }
   return Status::ok();
@@ -791,18 +801,23 @@ Status FullyShardedModel::optimizer_step() {
 }
 
 Status FullyShardedModel::gather_full_params(const Tensor& out) {
-  return gather_full("gather_full_params", [](const FlatParameter& fp, int) { return fp.shard; }, out);
+  return gather_full(
+      "gather_full_params", [](const FlatParameter& fp, int) { return fp.shard; }, out);
 }
 
 Status FullyShardedModel::gather_full_grads(const Tensor& out) {
-  return gather_full("gather_full_grads", [](const FlatParameter& fp, int) { return fp.grad_shard; }, out);
+  return gather_full(
+      "gather_full_grads", [](const FlatParameter& fp, int) { return fp.grad_shard; }, out);
 }
 
 Status FullyShardedModel::gather_full_optimizer_state(int k, const Tensor& out) {
-  return gather_full("gather_full_optimizer_state", [&](const FlatParameter& fp, int u) {
-    const auto& state = optimizers_[static_cast<std::size_t>(u)].state();
-    return fp.has_trainable && k < static_cast<int>(state.size()) ? state[static_cast<std::size_t>(k)] : Tensor();
-  }, out);
+  return gather_full(
+      "gather_full_optimizer_state",
+      [&](const FlatParameter& fp, int u) {
+        const auto& state = optimizers_[static_cast<std::size_t>(u)].state();
+        return fp.has_trainable && k < static_cast<int>(state.size()) ? state[static_cast<std::size_t>(k)] : Tensor();
+      },
+      out);
 }
 
 Status FullyShardedModel::gather_full(const char* what, const std::function<Tensor(const FlatParameter&, int)>& pick,
@@ -816,14 +831,18 @@ Status FullyShardedModel::gather_full(const char* what, const std::function<Tens
     if (!shard.defined()) continue;
     Tensor full = shard;
     if (options_.strategy != ShardingStrategy::kNoShard) {
-      SHARDLAB_ASSIGN_OR_RETURN(full, dev_.empty({fp.layout.total_numel()}, shard.dtype(), MemoryCategory::kCommBuffers, what));
-      SHARDLAB_ASSIGN_OR_RETURN(Tensor mine, full.narrow(shard_comm().rank() * fp.layout.shard_numel(), fp.layout.shard_numel()));
+      SHARDLAB_ASSIGN_OR_RETURN(
+          full, dev_.empty({fp.layout.total_numel()}, shard.dtype(), MemoryCategory::kCommBuffers, what));
+      SHARDLAB_ASSIGN_OR_RETURN(Tensor mine,
+                                full.narrow(shard_comm().rank() * fp.layout.shard_numel(), fp.layout.shard_numel()));
       SHARDLAB_RETURN_IF_ERROR(dev_.copy(shard, mine));
-      SHARDLAB_RETURN_IF_ERROR(shard_comm().all_gather_into(full, mine)->wait(options_.collective_timeout).with_context(what));
+      SHARDLAB_RETURN_IF_ERROR(
+          shard_comm().all_gather_into(full, mine)->wait(options_.collective_timeout).with_context(what));
     }
     for (std::size_t i = 0; i < fp.param_indices.size(); ++i) {
       SHARDLAB_ASSIGN_OR_RETURN(Tensor v, fp.view(full, static_cast<int>(i)));
-      SHARDLAB_ASSIGN_OR_RETURN(Tensor dst, out.narrow(model_offset_[static_cast<std::size_t>(fp.param_indices[i])], v.numel()));
+      SHARDLAB_ASSIGN_OR_RETURN(Tensor dst,
+                                out.narrow(model_offset_[static_cast<std::size_t>(fp.param_indices[i])], v.numel()));
       SHARDLAB_RETURN_IF_ERROR(dev_.cast(*v.reshape({v.numel()}), dst));  // a copy when already fp32
     }
   }

@@ -8,8 +8,8 @@
 // pre-factor, reduce-scatter (sum), divide by the post-factor, then assign-or-accumulate
 // into the gradient shard. Reductions are asynchronous: issued in post_backward, waited
 // for one unit later and at the latest in end_iteration (NOTE [Asynchronous gradient
-// reduction] in fully_sharded.cc), so gradient shards are final only after end_iteration. NO_SHARD all-reduces instead; HYBRID_SHARD reduce-scatters
-// inside a node-sized group and all-reduces across the replica groups. Under no_sync the
+// reduction] in fully_sharded.cc), so gradient shards are final only after end_iteration. NO_SHARD all-reduces instead;
+// HYBRID_SHARD reduce-scatters inside a node-sized group and all-reduces across the replica groups. Under no_sync the
 // unsharded gradients accumulate and are reduced by the next synced backward.
 //
 // Module buffers (BatchNorm statistics, position ids) are not sharded: every rank holds
@@ -147,7 +147,7 @@ class FullyShardedModel final : public model::ParamAccess {
   // (HYBRID_SHARD: the first node; NO_SHARD: rank 0).
   bool writes_shard_files();
   int num_units() const { return static_cast<int>(units_.size()); }
-  int max_live_unsharded() const { return max_live_; }  // non-root units, peak
+  int max_live_unsharded() const { return max_live_; }        // non-root units, peak
   const CollectiveCounts& counts() const { return counts_; }  // this iteration
   TrainingState training_state() const { return state_; }
   int shard_world_size() const;
@@ -187,7 +187,7 @@ class FullyShardedModel final : public model::ParamAccess {
   std::vector<Tensor> buffers_;  // whole on every rank, in their compute dtype
   std::vector<FlatParameter> units_;
   std::vector<int> unit_of_param_;
-  std::vector<std::int64_t> model_offset_;  // where each parameter starts in the unpadded model order
+  std::vector<std::int64_t> model_offset_;     // where each parameter starts in the unpadded model order
   std::vector<int> first_layer_, last_layer_;  // per unit, in forward order
   int root_unit_ = -1;
   std::vector<int> forward_order_, recorded_order_;

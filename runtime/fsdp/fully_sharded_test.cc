@@ -2,11 +2,11 @@
 // CPU offload, state-machine misuse, memory release — each pinned by a regression test.
 #include "runtime/fsdp/fully_sharded.h"
 
-#include <atomic>
 #include <gtest/gtest.h>
+#include <atomic>
 
-#include <cstring>
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <map>
 
@@ -15,8 +15,8 @@
 
 #include "runtime/device/cpu/device.h"
 #include "runtime/train/fsdp_train.h"
-#include "sim/models/device/profiles.h"
 #include "sim/engine/world.h"
+#include "sim/models/device/profiles.h"
 #include "testing/sim_world.h"
 #include "testing/status_matchers.h"
 
@@ -26,7 +26,9 @@ namespace shardlab::runtime::fsdp {
 namespace {
 
 std::vector<model::ParamSpec> specs() {
-  return {{"a.weight", {3, 3}, true, 0, "Linear"}, {"a.bias", {3}, true, 0, "Linear"}, {"b.weight", {2, 3}, true, 1, "Linear"}};
+  return {{"a.weight", {3, 3}, true, 0, "Linear"},
+          {"a.bias", {3}, true, 0, "Linear"},
+          {"b.weight", {2, 3}, true, 1, "Linear"}};
 }
 
 // Runs `body` on `world` sim ranks with a fresh FullyShardedModel per rank.
@@ -39,8 +41,8 @@ std::vector<sim::RankResult> with_fsdp(int world, FsdpOptions options,
   return w.run([&](sim::RankContext& ctx) -> Status {
     SHARDLAB_ASSIGN_OR_RETURN(Tensor init, ctx.device.empty({18}, DType::kF32, MemoryCategory::kOther, "init"));
     for (int i = 0; i < 18; ++i) init.data<float>()[i] = static_cast<float>(i) + init_offset_per_rank * ctx.rank;
-    SHARDLAB_ASSIGN_OR_RETURN(auto m, FullyShardedModel::create(ctx.comm, ctx.device, specs(), WrapPlan::per_layer(2),
-                                                                options, init));
+    SHARDLAB_ASSIGN_OR_RETURN(
+        auto m, FullyShardedModel::create(ctx.comm, ctx.device, specs(), WrapPlan::per_layer(2), options, init));
     return body(ctx, *m);
   });
 }
@@ -73,8 +75,8 @@ Result<std::unique_ptr<FullyShardedModel>> create_with_buffers(sim::RankContext&
                                                                int init_rank) {
   SHARDLAB_ASSIGN_OR_RETURN(Tensor init, ctx.device.zeros({18}, DType::kF32, MemoryCategory::kOther, "init"));
   SHARDLAB_ASSIGN_OR_RETURN(std::vector<Tensor> buffers, buffer_init(ctx.device, init_rank));
-  return FullyShardedModel::create(ctx.comm, ctx.device, specs(), WrapPlan::per_layer(2), options, init,
-                                   buffer_specs(), buffers);
+  return FullyShardedModel::create(ctx.comm, ctx.device, specs(), WrapPlan::per_layer(2), options, init, buffer_specs(),
+                                   buffers);
 }
 
 std::vector<std::uint16_t> bf16_bits(const Tensor& t) {
@@ -184,8 +186,9 @@ TEST(FsdpBuffers, BadBufferDtypesAndInitialValuesAreRejectedByName) {
     auto bad_init = FullyShardedModel::create(ctx.comm, ctx.device, specs(), WrapPlan::per_layer(2), FsdpOptions{},
                                               init, buffer_specs(), {wrong, ids});
     EXPECT_EQ(bad_init.status().code(), StatusCode::kInvalidArgument);
-    EXPECT_NE(bad_init.status().message().find("initial value of buffer 'bn.running_mean' must be fp32 with 4 elements"),
-              std::string::npos)
+    EXPECT_NE(
+        bad_init.status().message().find("initial value of buffer 'bn.running_mean' must be fp32 with 4 elements"),
+        std::string::npos)
         << bad_init.status().message();
     auto clash = FullyShardedModel::create(ctx.comm, ctx.device, specs(), WrapPlan::per_layer(2), FsdpOptions{}, init,
                                            {{"a.bias", {3}, DType::kI64, 0}}, {ids});
@@ -205,9 +208,9 @@ TEST(FsdpBuffers, BadBufferDtypesAndInitialValuesAreRejectedByName) {
 TEST(FsdpBuffers, CheckpointsSaveTheDeclaredDtypeAndLoadingCastsToBufferDtype) {
   for (StateDictType type : {StateDictType::kFull, StateDictType::kSharded, StateDictType::kLocal}) {
     SCOPED_TRACE(std::string(state_dict_type_name(type)));
-    const std::string dir = (std::filesystem::path(::testing::TempDir()) /
-                             ("fsdp_buffers_" + std::string(state_dict_type_name(type))))
-                                .string();
+    const std::string dir =
+        (std::filesystem::path(::testing::TempDir()) / ("fsdp_buffers_" + std::string(state_dict_type_name(type))))
+            .string();
     std::filesystem::remove_all(dir);
     FsdpOptions o;
     o.buffer_dtype = DType::kBF16;
@@ -300,7 +303,8 @@ TEST(FsdpDeviceId, AMismatchNamesBothDevicesAndTheRank) {
   // The Gaudi seed bug: "hpu:0 vs hpu" must never be reported for the same card.
   auto wrong_type = resolve_device_id("hpu", {"sim", 0}, 0);
   EXPECT_EQ(wrong_type.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(wrong_type.status().message().find("on rank 0: sim:0 vs hpu (device_id 'hpu' has no index)"), std::string::npos)
+  EXPECT_NE(wrong_type.status().message().find("on rank 0: sim:0 vs hpu (device_id 'hpu' has no index)"),
+            std::string::npos)
       << wrong_type.status().message();
   EXPECT_EQ(resolve_device_id("hpu:x", {"hpu", 0}, 0).status().code(), StatusCode::kInvalidArgument);
 }
@@ -413,8 +417,8 @@ TEST(FsdpUnshardWait, TheComputeStreamWaitsAndTheHostWaitsOnlyAtReshard) {
       StreamOrderedComm comm(ctx.comm, mine, fail);
       SHARDLAB_ASSIGN_OR_RETURN(Tensor init, ctx.device.empty({18}, DType::kF32, MemoryCategory::kOther, "init"));
       for (int i = 0; i < 18; ++i) init.data<float>()[i] = static_cast<float>(i);
-      SHARDLAB_ASSIGN_OR_RETURN(auto m, FullyShardedModel::create(comm, ctx.device, specs(), WrapPlan::per_layer(2),
-                                                                  FsdpOptions{}, init));
+      SHARDLAB_ASSIGN_OR_RETURN(
+          auto m, FullyShardedModel::create(comm, ctx.device, specs(), WrapPlan::per_layer(2), FsdpOptions{}, init));
       mine.clear();
       SHARDLAB_RETURN_IF_ERROR(m->begin_iteration());
       SHARDLAB_RETURN_IF_ERROR(m->pre_forward(0));
@@ -461,14 +465,17 @@ TEST(FsdpMemory, UnshardedBuffersAreFreedAndCpuOffloadKeepsShardsOnTheHost) {
       if (offload) o.fsdp.offload_device = &host;
       SHARDLAB_ASSIGN_OR_RETURN(train::FsdpTrainResult r, train::train_fsdp(ctx.comm, ctx.device, ctx.clock, o));
       const MemoryStats now = ctx.device.memory().stats();
-      if (now.current[static_cast<int>(MemoryCategory::kGradients)] != 0) return Status::internal("gradients not freed");
+      if (now.current[static_cast<int>(MemoryCategory::kGradients)] != 0)
+        return Status::internal("gradients not freed");
       if (offload && now.current[static_cast<int>(MemoryCategory::kParameters)] != 0) {
         return Status::internal("parameters left on the compute device with offload");
       }
       if (ctx.rank == 0) {
         (offload ? offload_params : plain_params) = r.final_params;
-        (offload ? offload_param_peak : plain_param_peak) = r.memory.peak[static_cast<int>(MemoryCategory::kParameters)];
-        if (offload) host_optimizer_bytes = host.memory().stats().peak[static_cast<int>(MemoryCategory::kOptimizerState)];
+        (offload ? offload_param_peak : plain_param_peak) =
+            r.memory.peak[static_cast<int>(MemoryCategory::kParameters)];
+        if (offload)
+          host_optimizer_bytes = host.memory().stats().peak[static_cast<int>(MemoryCategory::kOptimizerState)];
       }
       return Status::ok();
     });
@@ -486,7 +493,8 @@ TEST(FsdpMemory, GivenInitialParametersAreFreedBeforeTheFirstStep) {
   for (bool keep : {false, true}) {
     train::FsdpTrainOptions o = small_run();
     o.steps = 1;
-    auto init = std::make_shared<std::vector<float>>(static_cast<std::size_t>(model::total_numel(model::Mlp(o.model).params())), 0.01f);
+    auto init = std::make_shared<std::vector<float>>(
+        static_cast<std::size_t>(model::total_numel(model::Mlp(o.model).params())), 0.01f);
     std::weak_ptr<const std::vector<float>> watch = init;
     std::vector<train::FsdpTrainOptions> per_rank(2, o);
     for (auto& r : per_rank) r.initial_params = init;
@@ -564,8 +572,8 @@ TEST(FsdpMemory, InitializationMovesOneUnitAtATime) {
     device::cpu::CpuDevice host({"cpu", ctx.rank});
     SHARDLAB_ASSIGN_OR_RETURN(Tensor init, host.empty({total}, DType::kF32, MemoryCategory::kParameters, "init"));
     for (std::int64_t i = 0; i < total; ++i) init.data<float>()[i] = static_cast<float>(i + 100000 * ctx.rank);
-    SHARDLAB_ASSIGN_OR_RETURN(auto m, FullyShardedModel::create(ctx.comm, ctx.device, layers, WrapPlan::per_layer(4), o,
-                                                                init));
+    SHARDLAB_ASSIGN_OR_RETURN(auto m,
+                              FullyShardedModel::create(ctx.comm, ctx.device, layers, WrapPlan::per_layer(4), o, init));
     std::int64_t expected = 0, shards = 0;
     for (const FlatParameter& u : m->units()) {
       std::int64_t moved = 0;
@@ -581,7 +589,8 @@ TEST(FsdpMemory, InitializationMovesOneUnitAtATime) {
     // Rank 0's values everywhere: each shard piece is rank 0's init at the parameter's offset.
     for (const FlatParameter& u : m->units()) {
       for (const ShardPiece& piece : u.layout.shard(ctx.rank).pieces) {
-        const std::int64_t at = m->model_offset(u.param_indices[static_cast<std::size_t>(piece.param)]) + piece.param_begin;
+        const std::int64_t at =
+            m->model_offset(u.param_indices[static_cast<std::size_t>(piece.param)]) + piece.param_begin;
         for (std::int64_t i = 0; i < piece.numel(); ++i) {
           const float got = u.shard.data<float>()[piece.offset_in_shard + i];
           if (got != static_cast<float>(at + i)) {
@@ -613,9 +622,9 @@ TEST(FsdpMemory, TrainerPeakStaysBelowTheFullModel) {
   const auto results = w.run([&](sim::RankContext& ctx) -> Status {
     SHARDLAB_ASSIGN_OR_RETURN(train::FsdpTrainResult r, train::train_fsdp(ctx.comm, ctx.device, ctx.clock, o));
     if (r.memory.peak_total >= model_bytes) {
-      return Status::internal("rank " + std::to_string(ctx.rank) + ": device peak " + format_bytes(r.memory.peak_total) +
-                              " >= the model's fp32 parameters " + format_bytes(model_bytes) + " (" +
-                              r.memory.breakdown(MemoryStats::Of::kAtPeak) + ")");
+      return Status::internal("rank " + std::to_string(ctx.rank) + ": device peak " +
+                              format_bytes(r.memory.peak_total) + " >= the model's fp32 parameters " +
+                              format_bytes(model_bytes) + " (" + r.memory.breakdown(MemoryStats::Of::kAtPeak) + ")");
     }
     return Status::ok();
   });
@@ -683,9 +692,11 @@ TEST(FsdpAsyncReduction, EachReductionOverlapsTheNextUnitsBackward) {
       const auto pos = std::find(issued.begin(), issued.end(), e.unit);
       ASSERT_NE(pos, issued.end()) << "waited before it was issued: unit " << e.unit;
       const bool later_issued = pos + 1 != issued.end();
-      const bool drain = std::none_of(seen.begin() + static_cast<std::ptrdiff_t>(i), seen.end(),
-                                      [](const Seen& x) { return x.name == "reduce_grad" && x.collective == "reduce_scatter"; });
-      EXPECT_TRUE(later_issued || drain) << "unit " << e.unit << "'s reduce-scatter was waited for before another was issued";
+      const bool drain = std::none_of(seen.begin() + static_cast<std::ptrdiff_t>(i), seen.end(), [](const Seen& x) {
+        return x.name == "reduce_grad" && x.collective == "reduce_scatter";
+      });
+      EXPECT_TRUE(later_issued || drain) << "unit " << e.unit
+                                         << "'s reduce-scatter was waited for before another was issued";
     }
     EXPECT_GE(issued.size(), 3u);
     EXPECT_EQ(issues, waits) << "every reduction (and stage) is waited for exactly once";
@@ -761,8 +772,8 @@ train::FsdpTrainOptions wide_run() {
 // sim::offload_host_profile()).
 enum class OffloadHost { kNone, kCpu, kSim };
 struct OffloadRun {
-  Nanos last_step = 0;              // rank 0's last step time
-  Nanos host_busy_in_last_step = 0;  // rank 0's SimDevice host's busy time in it (kSim)
+  Nanos last_step = 0;                     // rank 0's last step time
+  Nanos host_busy_in_last_step = 0;        // rank 0's SimDevice host's busy time in it (kSim)
   std::int64_t host_bytes_last_step = -1;  // rank 0's host_transfer_bytes of its last step
 };
 // wide_run on 2 simulated ranks whose device has a host link of `link` bytes/s.
@@ -841,8 +852,8 @@ TEST(FsdpMemory, PeakOfRepeatedUnshardsIsOneFullBufferWhateverTheHostTiming) {
     sim::World w(wo);
     expect_ok(w.run([&](sim::RankContext& ctx) -> Status {
       SHARDLAB_ASSIGN_OR_RETURN(Tensor init, ctx.device.zeros({18}, DType::kF32, MemoryCategory::kOther, "init"));
-      SHARDLAB_ASSIGN_OR_RETURN(auto m, FullyShardedModel::create(ctx.comm, ctx.device, specs(), WrapPlan::single(2),
-                                                                  FsdpOptions{}, init));
+      SHARDLAB_ASSIGN_OR_RETURN(
+          auto m, FullyShardedModel::create(ctx.comm, ctx.device, specs(), WrapPlan::single(2), FsdpOptions{}, init));
       ctx.device.memory().reset_peaks();  // initialization's own peak is another test's
       for (int i = 0; i < 20; ++i) {
         SHARDLAB_RETURN_IF_ERROR(m->summon_full_params(true));
@@ -853,8 +864,8 @@ TEST(FsdpMemory, PeakOfRepeatedUnshardsIsOneFullBufferWhateverTheHostTiming) {
       const std::int64_t peak = ctx.device.memory().stats().peak[static_cast<int>(MemoryCategory::kParameters)];
       if (peak != expected) {
         return Status::internal("rank " + std::to_string(ctx.rank) + " (perturb seed " + std::to_string(seed) +
-                                "): peak parameter bytes " + std::to_string(peak) + ", expected shard + full buffer = " +
-                                std::to_string(expected));
+                                "): peak parameter bytes " + std::to_string(peak) +
+                                ", expected shard + full buffer = " + std::to_string(expected));
       }
       return Status::ok();
     }));
@@ -880,8 +891,9 @@ TEST(FsdpLargeUnit, SharedDataMovementIsBitwiseTheRankOrderResult) {
     ShardingStrategy strategy;
     DType reduce_dtype;
   };
-  for (const Config c : {Config{ShardingStrategy::kFullShard, DType::kF32}, Config{ShardingStrategy::kFullShard, DType::kBF16},
-                         Config{ShardingStrategy::kNoShard, DType::kF32}}) {
+  for (const Config c :
+       {Config{ShardingStrategy::kFullShard, DType::kF32}, Config{ShardingStrategy::kFullShard, DType::kBF16},
+        Config{ShardingStrategy::kNoShard, DType::kF32}}) {
     SCOPED_TRACE(std::string(strategy_name(c.strategy)) + " reduce_dtype " + std::string(dtype_name(c.reduce_dtype)));
     // What one thread computes: pre-divide, sum in rank order (in reduce_dtype), post-divide.
     const auto [pre, post] = divide_factors(kWorld);
@@ -909,9 +921,9 @@ TEST(FsdpLargeUnit, SharedDataMovementIsBitwiseTheRankOrderResult) {
       expect_ok(w.run([&](sim::RankContext& ctx) -> Status {
         SHARDLAB_ASSIGN_OR_RETURN(Tensor init, ctx.device.empty({kBig}, DType::kF32, MemoryCategory::kOther, "init"));
         for (std::int64_t i = 0; i < kBig; ++i) init.data<float>()[i] = init_value(i, ctx.rank);
-        SHARDLAB_ASSIGN_OR_RETURN(auto m, FullyShardedModel::create(ctx.comm, ctx.device,
-                                                                    {{"big.weight", {kBig}, true, 0, "Linear"}},
-                                                                    WrapPlan::per_layer(1), o, init));
+        SHARDLAB_ASSIGN_OR_RETURN(
+            auto m, FullyShardedModel::create(ctx.comm, ctx.device, {{"big.weight", {kBig}, true, 0, "Linear"}},
+                                              WrapPlan::per_layer(1), o, init));
         SHARDLAB_RETURN_IF_ERROR(m->begin_iteration());
         SHARDLAB_RETURN_IF_ERROR(m->pre_forward(0));
         SHARDLAB_ASSIGN_OR_RETURN(Tensor param, m->param(0));

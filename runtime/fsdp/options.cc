@@ -75,11 +75,10 @@ Result<device::DeviceId> resolve_device_id(const std::string& device_id, const d
   if (id != compute) {
     // PyTorch's words (torch.distributed.fsdp._init_utils._get_compute_device), so that a
     // search for the message finds both; then what resolved and what to pass.
-    return Status::invalid_argument("Inconsistent compute device and `device_id` on rank " + std::to_string(rank) +
-                                    ": " + compute.to_string() + " vs " + id.to_string() +
-                                    (parsed->has_index() ? "" : " (device_id '" + device_id + "' has no index)") +
-                                    "; pass device_id '" + compute.to_string() + "' or '" + compute.type +
-                                    "' (the current device)");
+    return Status::invalid_argument(
+        "Inconsistent compute device and `device_id` on rank " + std::to_string(rank) + ": " + compute.to_string() +
+        " vs " + id.to_string() + (parsed->has_index() ? "" : " (device_id '" + device_id + "' has no index)") +
+        "; pass device_id '" + compute.to_string() + "' or '" + compute.type + "' (the current device)");
   }
   return id;
 }

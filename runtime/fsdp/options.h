@@ -25,8 +25,8 @@ constexpr bool is_hybrid(ShardingStrategy s) {
 }
 enum class BackwardPrefetch { kNone, kBackwardPre, kBackwardPost };
 
-std::string_view strategy_name(ShardingStrategy s);   // "FULL_SHARD", …
-std::string_view prefetch_name(BackwardPrefetch p);    // "BACKWARD_PRE", …, "NONE"
+std::string_view strategy_name(ShardingStrategy s);  // "FULL_SHARD", …
+std::string_view prefetch_name(BackwardPrefetch p);  // "BACKWARD_PRE", …, "NONE"
 // Accept PyTorch's names (any case) and accelerate's numbers 1-5 for strategies.
 Result<ShardingStrategy> parse_strategy(std::string_view text);
 Result<BackwardPrefetch> parse_prefetch(std::string_view text);

@@ -86,15 +86,17 @@ std::string ShardLayout::to_json() const {
                         {"param_begin", q.param_begin},
                         {"param_end", q.param_end}});
     }
-    j["shards"].push_back({{"rank", s.rank}, {"flat_begin", s.flat_begin}, {"flat_end", s.flat_end}, {"pieces", pieces}});
+    j["shards"].push_back(
+        {{"rank", s.rank}, {"flat_begin", s.flat_begin}, {"flat_end", s.flat_end}, {"pieces", pieces}});
   }
   return j.dump(2);
 }
 
 Result<std::vector<Shape>> parse_shapes(const std::string& text) {
   const auto bad = [&](const std::string& why) {
-    return Status::invalid_argument("--shapes '" + text + "': " + why +
-                                    "; expected comma-separated shapes of positive integers joined by 'x', e.g. 7x3,5x7,5");
+    return Status::invalid_argument(
+        "--shapes '" + text + "': " + why +
+        "; expected comma-separated shapes of positive integers joined by 'x', e.g. 7x3,5x7,5");
   };
   std::vector<Shape> shapes;
   if (text.empty()) return bad("no shapes given");

@@ -8,8 +8,8 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
-#include <utility>
 #include <nlohmann/json.hpp>
+#include <utility>
 
 namespace shardlab::runtime::io {
 
@@ -17,9 +17,7 @@ namespace {
 
 constexpr std::uint64_t kMaxHeaderBytes = 100u << 20;  // the reference implementation's limit
 
-Status bad(const std::string& path, const std::string& what) {
-  return Status::invalid_argument(path + ": " + what);
-}
+Status bad(const std::string& path, const std::string& what) { return Status::invalid_argument(path + ": " + what); }
 
 const char* st_dtype_name(DType d) {
   switch (d) {
@@ -117,7 +115,8 @@ namespace {
 // against what follows it.
 Result<std::uint64_t> header_length(const std::string& path, const std::byte* first8, std::uint64_t size) {
   if (size < 8) {
-    return bad(path, "file is " + std::to_string(size) + " bytes; a safetensors file starts with an 8-byte header length");
+    return bad(path,
+               "file is " + std::to_string(size) + " bytes; a safetensors file starts with an 8-byte header length");
   }
   std::uint64_t n = 0;
   for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<std::uint8_t>(first8[i]);
@@ -161,12 +160,19 @@ Result<ParsedHeader> parse_header(const std::string& path, const char* h, std::u
     const std::string dt = v["dtype"].get<std::string>();
     TensorEntry t;
     t.name = name;
-    if (dt == "F32") t.dtype = DType::kF32;
-    else if (dt == "BF16") t.dtype = DType::kBF16;
-    else if (dt == "F16") t.dtype = DType::kF16;
-    else if (dt == "I64") t.dtype = DType::kI64;
-    else if (dt == "I32") { t.dtype = DType::kI64; t.widened_i32 = true; }
-    else return bad(path, where + ": unknown dtype '" + dt + "'; allowed: F32, BF16, F16, I64, I32");
+    if (dt == "F32")
+      t.dtype = DType::kF32;
+    else if (dt == "BF16")
+      t.dtype = DType::kBF16;
+    else if (dt == "F16")
+      t.dtype = DType::kF16;
+    else if (dt == "I64")
+      t.dtype = DType::kI64;
+    else if (dt == "I32") {
+      t.dtype = DType::kI64;
+      t.widened_i32 = true;
+    } else
+      return bad(path, where + ": unknown dtype '" + dt + "'; allowed: F32, BF16, F16, I64, I32");
     if (!v["shape"].is_array()) return bad(path, where + ": shape is not an array");
     for (const auto& d : v["shape"]) {
       if (!d.is_number_unsigned() || d.get<std::uint64_t>() > static_cast<std::uint64_t>(INT64_MAX)) {
@@ -203,10 +209,12 @@ Result<ParsedHeader> parse_header(const std::string& path, const char* h, std::u
   std::uint64_t cursor = 0;
   for (const TensorEntry& r : out.tensors) {
     if (r.begin < cursor) return bad(path, "tensor '" + r.name + "' overlaps the tensor before it");
-    if (r.begin > cursor) return bad(path, "a gap of " + std::to_string(r.begin - cursor) + " bytes precedes tensor '" + r.name + "'");
+    if (r.begin > cursor)
+      return bad(path, "a gap of " + std::to_string(r.begin - cursor) + " bytes precedes tensor '" + r.name + "'");
     cursor = r.end;
   }
-  if (cursor != data_size) return bad(path, std::to_string(data_size - cursor) + " trailing bytes follow the last tensor");
+  if (cursor != data_size)
+    return bad(path, std::to_string(data_size - cursor) + " trailing bytes follow the last tensor");
   return out;
 }
 
@@ -270,8 +278,11 @@ const TensorEntry* SafetensorsReader::find(const std::string& name) const {
 }
 
 SafetensorsReader::SafetensorsReader(SafetensorsReader&& o) noexcept
-    : path_(std::move(o.path_)), fd_(std::exchange(o.fd_, -1)), data_start_(o.data_start_),
-      tensors_(std::move(o.tensors_)), metadata_(std::move(o.metadata_)) {}
+    : path_(std::move(o.path_)),
+      fd_(std::exchange(o.fd_, -1)),
+      data_start_(o.data_start_),
+      tensors_(std::move(o.tensors_)),
+      metadata_(std::move(o.metadata_)) {}
 
 SafetensorsReader::~SafetensorsReader() {
   if (fd_ >= 0) ::close(fd_);

@@ -106,7 +106,8 @@ TEST(Safetensors, RejectsAHeaderThatIsNotAJsonObject) {
 
 TEST(Safetensors, RejectsUnknownDtypes) {
   const auto msg = error_of(image(R"({"w": {"dtype": "F8_E4M3", "shape": [1], "data_offsets": [0, 1]}})", 1));
-  EXPECT_NE(msg.find("tensor 'w': unknown dtype 'F8_E4M3'; allowed: F32, BF16, F16, I64, I32"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("tensor 'w': unknown dtype 'F8_E4M3'; allowed: F32, BF16, F16, I64, I32"), std::string::npos)
+      << msg;
 }
 
 TEST(Safetensors, RejectsOffsetsOutOfRange) {
@@ -114,32 +115,39 @@ TEST(Safetensors, RejectsOffsetsOutOfRange) {
   EXPECT_NE(msg.find("data_offsets [0, 16] are outside the 8 data bytes"), std::string::npos) << msg;
   EXPECT_NE(error_of(image(R"({"w": {"dtype": "F32", "shape": [1], "data_offsets": [8, 4]}})", 8)).find("outside"),
             std::string::npos);
-  EXPECT_NE(error_of(image(R"({"w": {"dtype": "F32", "shape": [1], "data_offsets": [-1, 4]}})", 8)).find("non-negative"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of(image(R"({"w": {"dtype": "F32", "shape": [1], "data_offsets": [-1, 4]}})", 8)).find("non-negative"),
+      std::string::npos);
 }
 
 TEST(Safetensors, RejectsOverlapsGapsAndTrailingBytes) {
   EXPECT_NE(error_of(image(R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
-                               "b": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}})", 8))
+                               "b": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}})",
+                           8))
                 .find("overlaps"),
             std::string::npos);
-  EXPECT_NE(error_of(image(R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}})", 8)).find("gap of 4 bytes"),
-            std::string::npos);
-  EXPECT_NE(error_of(image(R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}})", 8)).find("4 trailing bytes"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of(image(R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}})", 8)).find("gap of 4 bytes"),
+      std::string::npos);
+  EXPECT_NE(
+      error_of(image(R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}})", 8)).find("4 trailing bytes"),
+      std::string::npos);
 }
 
 TEST(Safetensors, RejectsAShapeThatDisagreesWithTheByteLength) {
   const auto msg = error_of(image(R"({"w": {"dtype": "BF16", "shape": [3, 2], "data_offsets": [0, 8]}})", 8));
   EXPECT_NE(msg.find("shape [3, 2] × BF16 needs 12 bytes but data_offsets span 8"), std::string::npos) << msg;
-  const auto huge = error_of(image(R"({"w": {"dtype": "F32", "shape": [4611686018427387904, 8], "data_offsets": [0, 8]}})", 8));
+  const auto huge =
+      error_of(image(R"({"w": {"dtype": "F32", "shape": [4611686018427387904, 8], "data_offsets": [0, 8]}})", 8));
   EXPECT_NE(huge.find("2^63"), std::string::npos) << huge;
-  EXPECT_NE(error_of(image(R"({"w": {"dtype": "F32", "shape": [1.5], "data_offsets": [0, 4]}})", 4)).find("non-negative integers"),
+  EXPECT_NE(error_of(image(R"({"w": {"dtype": "F32", "shape": [1.5], "data_offsets": [0, 4]}})", 4))
+                .find("non-negative integers"),
             std::string::npos);
 }
 
 TEST(Safetensors, RejectsMalformedEntriesAndMetadata) {
-  EXPECT_NE(error_of(image(R"({"w": 3})", 0)).find("expected an object with dtype, shape and data_offsets"), std::string::npos);
+  EXPECT_NE(error_of(image(R"({"w": 3})", 0)).find("expected an object with dtype, shape and data_offsets"),
+            std::string::npos);
   EXPECT_NE(error_of(image(R"({"__metadata__": {"k": 1}})", 0)).find("not a string"), std::string::npos);
 }
 
@@ -187,7 +195,8 @@ TEST(Safetensors, ReaderReadsEachTensorIntoTheCallersBuffer) {
   std::vector<std::byte> small(15);
   const Status wrong = r->read(*t1, small);
   EXPECT_EQ(wrong.code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(wrong.message().find("tensor 't1' holds 16 bytes; the destination has 15"), std::string::npos) << wrong.message();
+  EXPECT_NE(wrong.message().find("tensor 't1' holds 16 bytes; the destination has 15"), std::string::npos)
+      << wrong.message();
   // A file cut short after its header was read: an error naming the file, never a read past its end.
   ASSERT_EQ(::truncate(path.c_str(), static_cast<off_t>(raw->size() - 4)), 0);
   std::vector<std::byte> last(24);
@@ -213,7 +222,8 @@ TEST(Sha256, KnownDigests) {
 
 // NOTE [Safe file input] / [Safe file output].
 TEST(SafeFiles, SpecialFilesAreRefusedWithoutBlockingOrReplacing) {
-  const std::string dir = (std::filesystem::temp_directory_path() / ("shardlab_safe_files_" + std::to_string(::getpid()))).string();
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("shardlab_safe_files_" + std::to_string(::getpid()))).string();
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   const std::string fifo = dir + "/fifo";

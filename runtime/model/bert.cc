@@ -106,13 +106,14 @@ Status BertConfig::validate() const {
   SHARDLAB_RETURN_IF_ERROR(size("hidden_size", hidden_size, 1, kMaxBertHiddenSize));
   SHARDLAB_RETURN_IF_ERROR(size("num_hidden_layers", num_hidden_layers, 0, kMaxBertLayers));
   if (num_attention_heads < 1 || hidden_size % num_attention_heads != 0) {
-    return bad("num_attention_heads (" + std::to_string(num_attention_heads) + ") must be >= 1 and divide hidden_size (" +
-               std::to_string(hidden_size) + ")");
+    return bad("num_attention_heads (" + std::to_string(num_attention_heads) +
+               ") must be >= 1 and divide hidden_size (" + std::to_string(hidden_size) + ")");
   }
   SHARDLAB_RETURN_IF_ERROR(size("intermediate_size", intermediate_size, 1, kMaxBertIntermediateSize));
   SHARDLAB_RETURN_IF_ERROR(size("max_position_embeddings", max_position_embeddings, 1, kMaxBertPositions));
   SHARDLAB_RETURN_IF_ERROR(size("type_vocab_size", type_vocab_size, 1, kMaxBertTypeVocabSize));
-  if (!(layer_norm_eps > 0.0f) || !std::isfinite(layer_norm_eps)) return bad("layer_norm_eps must be a positive number");
+  if (!(layer_norm_eps > 0.0f) || !std::isfinite(layer_norm_eps))
+    return bad("layer_norm_eps must be a positive number");
   if (!(hidden_dropout_prob >= 0.0f && hidden_dropout_prob < 1.0f)) return bad("hidden_dropout_prob must be in [0, 1)");
   if (!(attention_probs_dropout_prob >= 0.0f && attention_probs_dropout_prob < 1.0f)) {
     return bad("attention_probs_dropout_prob must be in [0, 1)");
@@ -222,7 +223,8 @@ std::vector<ParamSpec> bert_param_specs(const BertConfig& c, BertHead head) {
   return s;
 }
 
-Bert::Bert(BertOptions options) : options_(std::move(options)), specs_(bert_param_specs(options_.config, options_.head)) {}
+Bert::Bert(BertOptions options)
+    : options_(std::move(options)), specs_(bert_param_specs(options_.config, options_.head)) {}
 
 std::vector<double> Bert::loss_term_weights() const {
   if (options_.head == BertHead::kQuestionAnswering) return {0.5, 0.5};
@@ -234,22 +236,24 @@ Status Bert::validate_batch(const Batch& batch) const {
   auto bad = [](const std::string& m) { return Status::invalid_argument("BERT batch: " + m); };
   SHARDLAB_ASSIGN_OR_RETURN(Tensor ids, batch.get("input_ids"));
   if (ids.dtype() != DType::kI64 || ids.shape().size() != 2) {
-    return bad("input_ids must be int64 [B, T], got " + std::string(dtype_name(ids.dtype())) + " " + shape_to_string(ids.shape()));
+    return bad("input_ids must be int64 [B, T], got " + std::string(dtype_name(ids.dtype())) + " " +
+               shape_to_string(ids.shape()));
   }
   const std::int64_t B = ids.dim(0), T = ids.dim(1);
-  if (B != batch.rows) return bad("input_ids has " + std::to_string(B) + " rows, the batch " + std::to_string(batch.rows));
+  if (B != batch.rows)
+    return bad("input_ids has " + std::to_string(B) + " rows, the batch " + std::to_string(batch.rows));
   if (B < 1 || T < 1) return bad("input_ids " + shape_to_string(ids.shape()) + " is empty");
   if (T > c.max_position_embeddings) {
-    return bad("sequence length T = " + std::to_string(T) + " exceeds max_position_embeddings = " +
-               std::to_string(c.max_position_embeddings));
+    return bad("sequence length T = " + std::to_string(T) +
+               " exceeds max_position_embeddings = " + std::to_string(c.max_position_embeddings));
   }
   auto check_ids = [&](const char* name, std::int64_t limit) -> Status {
     SHARDLAB_ASSIGN_OR_RETURN(const std::vector<std::int64_t>* values, batch.ints(name));
     const std::int64_t* p = values->data();
     for (std::int64_t i = 0; i < static_cast<std::int64_t>(values->size()); ++i) {
       if (p[i] < 0 || p[i] >= limit) {
-        return bad(std::string(name) + "[" + std::to_string(i / T) + ", " + std::to_string(i % T) + "] = " +
-                   std::to_string(p[i]) + " is outside [0, " + std::to_string(limit) + ")");
+        return bad(std::string(name) + "[" + std::to_string(i / T) + ", " + std::to_string(i % T) +
+                   "] = " + std::to_string(p[i]) + " is outside [0, " + std::to_string(limit) + ")");
       }
     }
     return Status::ok();
@@ -285,10 +289,8 @@ Status Bert::validate_batch(const Batch& batch) const {
     return Status::ok();
   };
   switch (options_.head) {
-    case BertHead::kSequenceClassification:
-      return check_labels("labels", {B}, 0, c.num_labels, -100);
-    case BertHead::kMaskedLM:
-      return check_labels("labels", {B, T}, 0, c.vocab_size, -100);
+    case BertHead::kSequenceClassification: return check_labels("labels", {B}, 0, c.num_labels, -100);
+    case BertHead::kMaskedLM: return check_labels("labels", {B, T}, 0, c.vocab_size, -100);
     case BertHead::kQuestionAnswering:
       // Hugging Face clamps positions to [0, T] and ignores T; negative ones clamp to 0.
       SHARDLAB_RETURN_IF_ERROR(check_labels("start_positions", {B}, std::numeric_limits<std::int64_t>::min(),

@@ -24,7 +24,7 @@
 namespace shardlab::runtime::model {
 
 enum class BertHead { kSequenceClassification, kMaskedLM, kQuestionAnswering };
-std::string_view bert_head_name(BertHead head);            // "classification", "mlm", "qa"
+std::string_view bert_head_name(BertHead head);  // "classification", "mlm", "qa"
 
 // NOTE [Static masked-LM shape]
 // The masked-LM decoder runs on the labeled positions only (the others contribute nothing
@@ -36,7 +36,7 @@ std::string_view bert_head_name(BertHead head);            // "classification", 
 // device (Gaudi) compiles it once, and every rank of a synthetic run issues the same
 // program (timing mode captures one and replays it across any world size).
 std::int64_t mlm_decoder_rows(std::int64_t batch_rows, std::int64_t seq_len, std::int64_t labeled);
-std::string_view bert_architecture_name(BertHead head);    // "BertForSequenceClassification", …
+std::string_view bert_architecture_name(BertHead head);  // "BertForSequenceClassification", …
 // Accepts the short names and the Hugging Face architecture names.
 Result<BertHead> parse_bert_head(std::string_view name);
 
@@ -47,14 +47,14 @@ Result<BertHead> parse_bert_head(std::string_view name);
 // limit, not an abort or an allocation of gigabytes. The limits sit far above any BERT in
 // use (bert-large: V 30522, H 1024, I 4096, L 24, 335 M parameters; multilingual
 // vocabularies ~250 k): a transformer this harness can train is well inside them.
-inline constexpr std::int64_t kMaxBertVocabSize = std::int64_t{1} << 22;      // 4,194,304 word ids
+inline constexpr std::int64_t kMaxBertVocabSize = std::int64_t{1} << 22;  // 4,194,304 word ids
 inline constexpr std::int64_t kMaxBertHiddenSize = 65536;
-inline constexpr std::int64_t kMaxBertIntermediateSize = 262144;              // 4 × the largest hidden size
+inline constexpr std::int64_t kMaxBertIntermediateSize = 262144;  // 4 × the largest hidden size
 inline constexpr int kMaxBertLayers = 1000;
-inline constexpr std::int64_t kMaxBertPositions = std::int64_t{1} << 20;      // 1,048,576 (--seq-len's limit)
+inline constexpr std::int64_t kMaxBertPositions = std::int64_t{1} << 20;  // 1,048,576 (--seq-len's limit)
 inline constexpr std::int64_t kMaxBertTypeVocabSize = 65536;
 inline constexpr std::int64_t kMaxBertLabels = std::int64_t{1} << 20;
-inline constexpr std::int64_t kMaxBertParameters = 4'000'000'000;            // 16 GB in fp32
+inline constexpr std::int64_t kMaxBertParameters = 4'000'000'000;  // 16 GB in fp32
 
 struct BertConfig {
   std::int64_t vocab_size = 30522;
@@ -92,9 +92,9 @@ std::vector<std::string> bert_preset_names();
 struct BertOptions {
   BertConfig config;
   BertHead head = BertHead::kSequenceClassification;
-  std::int64_t seq_len = 32;           // synthetic batches
+  std::int64_t seq_len = 32;              // synthetic batches
   bool activation_checkpointing = false;  // recompute each BertLayer's forward in backward
-  DType compute_dtype = DType::kF32;   // kF32 or kBF16
+  DType compute_dtype = DType::kF32;      // kF32 or kBF16
 };
 
 // Parameter specs in forward order with Hugging Face names (no decoder weight: tied).

@@ -21,7 +21,6 @@ constexpr float kMlmProbability = 0.15f, kMaskFraction = 0.8f, kRandomFraction =
 // also holds at least one normal id after them: V > 104.
 bool has_special_tokens(const BertConfig& c) { return c.vocab_size > kBertMaskId + 1; }
 
-
 }  // namespace
 
 Result<Batch> synthetic_bert_batch(device::Device& dev, const BertConfig& config, BertHead head, std::int64_t seq_len,
@@ -29,8 +28,8 @@ Result<Batch> synthetic_bert_batch(device::Device& dev, const BertConfig& config
   SHARDLAB_RETURN_IF_ERROR(config.validate());
   auto bad = [](const std::string& m) { return Status::invalid_argument("synthetic BERT batch: " + m); };
   if (seq_len < 1 || seq_len > config.max_position_embeddings) {
-    return bad("seq_len = " + std::to_string(seq_len) + " must be in [1, max_position_embeddings = " +
-               std::to_string(config.max_position_embeddings) + "]");
+    return bad("seq_len = " + std::to_string(seq_len) +
+               " must be in [1, max_position_embeddings = " + std::to_string(config.max_position_embeddings) + "]");
   }
   if (step < 0 || first_row < 0 || rows < 0) {
     return bad("step (" + std::to_string(step) + "), first_row (" + std::to_string(first_row) + ") and rows (" +
@@ -38,8 +37,9 @@ Result<Batch> synthetic_bert_batch(device::Device& dev, const BertConfig& config
   }
   const bool specials = has_special_tokens(config);
   if (head == BertHead::kMaskedLM && !specials) {
-    return bad("the mlm head needs [MASK] (id " + std::to_string(kBertMaskId) + ") and a normal token after it: vocab_size = " +
-               std::to_string(config.vocab_size) + " must be >= " + std::to_string(kBertMaskId + 2));
+    return bad("the mlm head needs [MASK] (id " + std::to_string(kBertMaskId) +
+               ") and a normal token after it: vocab_size = " + std::to_string(config.vocab_size) +
+               " must be >= " + std::to_string(kBertMaskId + 2));
   }
   const std::int64_t V = config.vocab_size, T = seq_len, B = rows;
   // Without special tokens every id but [PAD] is a normal token (all of them when V == 1).
@@ -65,7 +65,8 @@ Result<Batch> synthetic_bert_batch(device::Device& dev, const BertConfig& config
     Rng tok = row_rng.split(kTokenStream), lab = row_rng.split(kLabelStream);
     const std::size_t base = static_cast<std::size_t>(r * T);
     std::int64_t* row = ids.data() + base;
-    const std::int64_t len = min_len + static_cast<std::int64_t>(tok.uniform_int(static_cast<std::uint64_t>(T - min_len + 1)));
+    const std::int64_t len =
+        min_len + static_cast<std::int64_t>(tok.uniform_int(static_cast<std::uint64_t>(T - min_len + 1)));
     for (std::int64_t p = 0; p < len; ++p) {
       mask[base + static_cast<std::size_t>(p)] = 1.0f;
       if (config.type_vocab_size > 1 && p >= len / 2) types[base + static_cast<std::size_t>(p)] = 1;
@@ -81,7 +82,8 @@ Result<Batch> synthetic_bert_batch(device::Device& dev, const BertConfig& config
       }
     }
     for (std::int64_t p = first; p < last; ++p) {
-      row[p] = first_normal_id + static_cast<std::int64_t>(tok.uniform_int(static_cast<std::uint64_t>(V - first_normal_id)));
+      row[p] =
+          first_normal_id + static_cast<std::int64_t>(tok.uniform_int(static_cast<std::uint64_t>(V - first_normal_id)));
     }
 
     switch (head) {
@@ -119,7 +121,9 @@ Result<Batch> synthetic_bert_batch(device::Device& dev, const BertConfig& config
   SHARDLAB_RETURN_IF_ERROR(batch.put(dev, "input_ids", {B, T}, std::move(ids)));
   SHARDLAB_RETURN_IF_ERROR(batch.put(dev, "token_type_ids", {B, T}, std::move(types)));
   switch (head) {
-    case BertHead::kSequenceClassification: SHARDLAB_RETURN_IF_ERROR(batch.put(dev, "labels", {B}, std::move(labels))); break;
+    case BertHead::kSequenceClassification:
+      SHARDLAB_RETURN_IF_ERROR(batch.put(dev, "labels", {B}, std::move(labels)));
+      break;
     case BertHead::kMaskedLM: SHARDLAB_RETURN_IF_ERROR(batch.put(dev, "labels", {B, T}, std::move(labels))); break;
     case BertHead::kQuestionAnswering:
       SHARDLAB_RETURN_IF_ERROR(batch.put(dev, "start_positions", {B}, std::move(starts)));

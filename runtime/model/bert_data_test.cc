@@ -47,7 +47,8 @@ std::map<std::string, std::vector<double>> row_of(const Batch& b, std::int64_t r
   for (const auto& [name, t] : b.tensors) {
     const std::int64_t width = t.numel() / b.rows;
     for (std::int64_t k = r * width; k < (r + 1) * width; ++k) {
-      out[name].push_back(t.dtype() == DType::kF32 ? t.data<float>()[k] : static_cast<double>(t.data<std::int64_t>()[k]));
+      out[name].push_back(t.dtype() == DType::kF32 ? t.data<float>()[k]
+                                                   : static_cast<double>(t.data<std::int64_t>()[k]));
     }
   }
   return out;
@@ -75,8 +76,8 @@ TEST(BertSyntheticData, TensorsShapesAndDtypesPassValidation) {
         EXPECT_EQ(b.get("labels")->shape(), (Shape{6, 24}));
         break;
       case BertHead::kQuestionAnswering:
-        EXPECT_EQ(names,
-                  (std::set<std::string>{"input_ids", "attention_mask", "token_type_ids", "start_positions", "end_positions"}));
+        EXPECT_EQ(names, (std::set<std::string>{"input_ids", "attention_mask", "token_type_ids", "start_positions",
+                                                "end_positions"}));
         break;
     }
     BertOptions o;
@@ -151,7 +152,9 @@ TEST(BertSyntheticData, RowsLookLikeTokenizedText) {
     seen_len.insert(n);
     ASSERT_GE(n, T / 2);
     ASSERT_LE(n, T);
-    auto at = [&](const std::vector<std::int64_t>& v, std::int64_t p) { return v[static_cast<std::size_t>(r * T + p)]; };
+    auto at = [&](const std::vector<std::int64_t>& v, std::int64_t p) {
+      return v[static_cast<std::size_t>(r * T + p)];
+    };
     EXPECT_EQ(at(ids, 0), kBertClsId);
     EXPECT_EQ(at(ids, n - 1), kBertSepId);
     for (std::int64_t p = 1; p < n - 1; ++p) {
@@ -244,9 +247,12 @@ TEST(BertSyntheticData, MlmMaskingFollowsHuggingFacesRule) {
       ++selected;
       ++row_selected;
       ASSERT_EQ(labels[k], original[k]);  // the label is the original token
-      if (ids[k] == kBertMaskId) ++masked;
-      else if (ids[k] == original[k]) ++unchanged;
-      else ++random;
+      if (ids[k] == kBertMaskId)
+        ++masked;
+      else if (ids[k] == original[k])
+        ++unchanged;
+      else
+        ++random;
     }
     rows_without += row_selected == 0 ? 1 : 0;
   }

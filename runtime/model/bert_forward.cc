@@ -28,8 +28,13 @@ constexpr std::uint64_t kInitStream = 0x42455254;     // "BERT"
 constexpr std::uint64_t kDropoutStream = 0x44524f50;  // "DROP"
 
 // Dropout sites within a layer (the key's last component).
-enum Site : std::uint64_t { kSiteEmbeddings = 0, kSiteAttentionProbs = 1, kSiteAttentionOutput = 2, kSiteOutput = 3,
-                            kSitePooler = 4 };
+enum Site : std::uint64_t {
+  kSiteEmbeddings = 0,
+  kSiteAttentionProbs = 1,
+  kSiteAttentionOutput = 2,
+  kSiteOutput = 3,
+  kSitePooler = 4
+};
 
 // Parameter indices (bert_param_specs order).
 constexpr int kWordEmb = 0, kPosEmb = 1, kTypeEmb = 2, kEmbLnW = 3, kEmbLnB = 4, kEmbParams = 5, kLayerParams = 16;
@@ -37,15 +42,15 @@ enum LayerParam { kQw, kQb, kKw, kKb, kVw, kVb, kAOw, kAOb, kLn1w, kLn1b, kIw, k
 
 // What one encoder layer keeps for its backward.
 struct LayerSaved {
-  Tensor x;                  // input [N, H]
-  Tensor qh, kh, vh;         // [B, A, T, d]
-  Tensor probs, probs_drop;  // [B, A, T, T]; probs_drop is probs when there is no attention dropout
-  Tensor probs_mask;         // dropout mask of probs, or undefined
-  Tensor ctx;                // [N, H] (heads merged)
-  Tensor ao_mask;            // dropout mask of the attention output, or undefined
+  Tensor x;                          // input [N, H]
+  Tensor qh, kh, vh;                 // [B, A, T, d]
+  Tensor probs, probs_drop;          // [B, A, T, T]; probs_drop is probs when there is no attention dropout
+  Tensor probs_mask;                 // dropout mask of probs, or undefined
+  Tensor ctx;                        // [N, H] (heads merged)
+  Tensor ao_mask;                    // dropout mask of the attention output, or undefined
   Tensor s1, ln1_mean, ln1_rstd, a;  // LayerNorm(dense(ctx) + x) input, stats, output
-  Tensor i1, g;              // intermediate pre-activation and activation [N, I]
-  Tensor o_mask;             // dropout mask of the output dense, or undefined
+  Tensor i1, g;                      // intermediate pre-activation and activation [N, I]
+  Tensor o_mask;                     // dropout mask of the output dense, or undefined
   Tensor s2, ln2_mean, ln2_rstd;
 };
 
@@ -53,8 +58,18 @@ struct LayerSaved {
 class Pass {
  public:
   Pass(const BertOptions& o, Device& dev, ParamAccess& access, const ForwardContext& fc, std::int64_t B, std::int64_t T)
-      : o_(o), c_(o.config), dev_(dev), access_(access), fc_(fc), B(B), T(T), N(B * T), H(c_.hidden_size),
-        A(c_.num_attention_heads), d(c_.hidden_size / c_.num_attention_heads), I(c_.intermediate_size) {}
+      : o_(o),
+        c_(o.config),
+        dev_(dev),
+        access_(access),
+        fc_(fc),
+        B(B),
+        T(T),
+        N(B * T),
+        H(c_.hidden_size),
+        A(c_.num_attention_heads),
+        d(c_.hidden_size / c_.num_attention_heads),
+        I(c_.intermediate_size) {}
 
   const BertOptions& o_;
   const BertConfig& c_;
@@ -127,8 +142,8 @@ class Pass {
     SHARDLAB_ASSIGN_OR_RETURN(Tensor mask, act(shape, "dropout_mask"));
     const Rng step_rng = Rng(fc_.seed, kDropoutStream).split(static_cast<std::uint64_t>(fc_.step));
     SHARDLAB_ASSIGN_OR_RETURN(Tensor per_row, mask.reshape({B, mask.numel() / B}));  // rows are batch rows
-    SHARDLAB_RETURN_IF_ERROR(dev_.dropout_mask(per_row, p, step_rng, fc_.first_row,
-                                               static_cast<std::uint64_t>(layer) * 8 + static_cast<std::uint64_t>(site)));
+    SHARDLAB_RETURN_IF_ERROR(dev_.dropout_mask(
+        per_row, p, step_rng, fc_.first_row, static_cast<std::uint64_t>(layer) * 8 + static_cast<std::uint64_t>(site)));
     return mask;
   }
   // x *= mask in place (no-op for an undefined mask).
@@ -151,7 +166,7 @@ class Pass {
   }
 
   // ---- embeddings (layer 0) ----------------------------------------------------------
-  Tensor ids, types, positions, mask;  // [B, T]
+  Tensor ids, types, positions, mask;                   // [B, T]
   const std::vector<std::int64_t>* host_ids = nullptr;  // ids' values on the host (Batch::ints)
   Tensor emb_sum, emb_mean, emb_rstd, emb_mask;
 
@@ -230,11 +245,10 @@ class Pass {
     SHARDLAB_ASSIGN_OR_RETURN(Tensor scores3, s.probs.reshape({B * A, T, T}));
     SHARDLAB_RETURN_IF_ERROR(dev_.batched_gemm(qh3, false, kh3, true, scores3, 1.0f, 0.0f));
     // softmax(scores / √d + mask), in place.
-    SHARDLAB_RETURN_IF_ERROR(
-        dev_.attention_softmax(s.probs, mask, 1.0f / std::sqrt(static_cast<float>(d)), s.probs));
+    SHARDLAB_RETURN_IF_ERROR(dev_.attention_softmax(s.probs, mask, 1.0f / std::sqrt(static_cast<float>(d)), s.probs));
     SHARDLAB_RETURN_IF_ERROR(round_storage(s.probs));
-    SHARDLAB_ASSIGN_OR_RETURN(s.probs_mask, dropout_mask(c_.attention_probs_dropout_prob, l, kSiteAttentionProbs,
-                                                         {B, A, T, T}));
+    SHARDLAB_ASSIGN_OR_RETURN(s.probs_mask,
+                              dropout_mask(c_.attention_probs_dropout_prob, l, kSiteAttentionProbs, {B, A, T, T}));
     if (s.probs_mask.defined()) {
       SHARDLAB_ASSIGN_OR_RETURN(s.probs_drop, act({B, A, T, T}, tag + "probs_dropped"));
       SHARDLAB_RETURN_IF_ERROR(dev_.multiply(s.probs, s.probs_mask, s.probs_drop));
@@ -465,7 +479,8 @@ Result<std::vector<double>> Bert::forward_backward(device::Device& dev, ParamAcc
       const std::int64_t M = mlm_decoder_rows(B, T, labeled);
       SHARDLAB_ASSIGN_OR_RETURN(Tensor idx, dev.empty({M}, DType::kI64, MemoryCategory::kActivations, "mlm_rows"));
       SHARDLAB_ASSIGN_OR_RETURN(Tensor lv, dev.empty({M}, DType::kI64, MemoryCategory::kActivations, "mlm_labels"));
-      std::vector<std::int64_t> idx_values(static_cast<std::size_t>(M), 0), label_values(static_cast<std::size_t>(M), -100);
+      std::vector<std::int64_t> idx_values(static_cast<std::size_t>(M), 0),
+          label_values(static_cast<std::size_t>(M), -100);
       for (std::int64_t m = 0; m < labeled; ++m) {
         const auto row = static_cast<std::size_t>(rows[static_cast<std::size_t>(m)]);
         idx_values[static_cast<std::size_t>(m)] = static_cast<std::int64_t>(row);
@@ -524,14 +539,16 @@ Result<std::vector<double>> Bert::forward_backward(device::Device& dev, ParamAcc
                                   dev.empty({B}, DType::kI64, MemoryCategory::kActivations, "qa_positions"));
         std::vector<std::int64_t> clamped_values(static_cast<std::size_t>(B));
         for (std::int64_t b = 0; b < B; ++b) {
-          clamped_values[static_cast<std::size_t>(b)] = std::clamp<std::int64_t>((*pos)[static_cast<std::size_t>(b)], 0, T);
+          clamped_values[static_cast<std::size_t>(b)] =
+              std::clamp<std::int64_t>((*pos)[static_cast<std::size_t>(b)], 0, T);
         }
         SHARDLAB_RETURN_IF_ERROR(device::values_from_host(dev, clamped_values, clamped));
         SHARDLAB_ASSIGN_OR_RETURN(Tensor lt, split.narrow(t * N, N));
         SHARDLAB_ASSIGN_OR_RETURN(Tensor dt, dsplit.narrow(t * N, N));
         SHARDLAB_ASSIGN_OR_RETURN(Tensor lt2, lt.reshape({B, T}));
         SHARDLAB_ASSIGN_OR_RETURN(Tensor dt2, dt.reshape({B, T}));
-        SHARDLAB_RETURN_IF_ERROR(dev.softmax_cross_entropy(lt2, clamped, loss, dt2, term_scale[static_cast<std::size_t>(t)],
+        SHARDLAB_RETURN_IF_ERROR(dev.softmax_cross_entropy(lt2, clamped, loss, dt2,
+                                                           term_scale[static_cast<std::size_t>(t)],
                                                            /*ignore_index=*/T));
         SHARDLAB_ASSIGN_OR_RETURN(loss_sums[static_cast<std::size_t>(t)], read_loss(dev, loss));
       }

@@ -29,7 +29,8 @@ std::string describe_json(const json& v) {
     case json::value_t::string: return text + " (a string)";
     case json::value_t::array: return text + " (an array)";
     case json::value_t::object: return text + " (an object)";
-    case json::value_t::number_integer: return text + (v.get<std::int64_t>() < 0 ? " (a negative integer)" : " (an integer)");
+    case json::value_t::number_integer:
+      return text + (v.get<std::int64_t>() < 0 ? " (a negative integer)" : " (an integer)");
     case json::value_t::number_unsigned: return text + " (an integer)";
     case json::value_t::number_float: return text + " (a number)";
     default: return text;
@@ -71,8 +72,8 @@ Status read_int(const std::string& path, const json& j, const char* key, std::in
   if (it == j.end()) return Status::ok();
   const json& v = *it;
   auto fail = [&](const std::string& why) {
-    return bad(path, "config key '" + std::string(key) + "' is " + describe_json(v) + why + "; allowed: an integer in [" +
-                         std::to_string(lo) + ", " + std::to_string(hi) + "]");
+    return bad(path, "config key '" + std::string(key) + "' is " + describe_json(v) + why +
+                         "; allowed: an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
   };
   if (v.is_number_unsigned()) {
     const std::uint64_t u = v.get<std::uint64_t>();
@@ -136,8 +137,7 @@ Status read_string(const std::string& path, const json& j, const char* key, cons
   return Status::ok();
 }
 
-constexpr BertHead kHeads[] = {BertHead::kSequenceClassification, BertHead::kMaskedLM,
-                               BertHead::kQuestionAnswering};
+constexpr BertHead kHeads[] = {BertHead::kSequenceClassification, BertHead::kMaskedLM, BertHead::kQuestionAnswering};
 
 std::string architecture_list() {
   std::string s;
@@ -225,8 +225,8 @@ Status check_batch_shape(const std::string& path, const io::StoredTensor& t, con
 // The values of an integer tensor (I64, or I32 widened by the reader).
 Result<std::vector<std::int64_t>> int_values(const std::string& path, const io::StoredTensor& t) {
   if (t.dtype != DType::kI64) {
-    return bad(path, "tensor '" + t.name + "' has dtype " + dtype_label(t.dtype) +
-                         "; expected an integer dtype (I64 or I32)");
+    return bad(
+        path, "tensor '" + t.name + "' has dtype " + dtype_label(t.dtype) + "; expected an integer dtype (I64 or I32)");
   }
   std::vector<std::int64_t> v(t.data.size() / 8);
   std::memcpy(v.data(), t.data.data(), v.size() * 8);
@@ -260,7 +260,8 @@ Result<HfBertConfig> parse_bert_config(const std::string& path, const std::strin
     j = json::parse(text, remember_key);
   } catch (const json::parse_error& e) {
     const auto [line, col] = line_col(text, e.byte);
-    return bad(path + ":" + std::to_string(line) + ":" + std::to_string(col), "JSON syntax error: " + json_reason(e.what()));
+    return bad(path + ":" + std::to_string(line) + ":" + std::to_string(col),
+               "JSON syntax error: " + json_reason(e.what()));
   } catch (const json::exception& e) {  // e.g. a number beyond the double range (out_of_range.406)
     return bad(path, (last_key.empty() ? std::string() : "config key '" + last_key + "': ") + json_reason(e.what()) +
                          "; allowed: a finite number");
@@ -285,16 +286,16 @@ Result<HfBertConfig> parse_bert_config(const std::string& path, const std::strin
   const auto arch = j.find("architectures");
   if (arch != j.end() && !arch->is_null()) {
     if (!arch->is_array() || std::any_of(arch->begin(), arch->end(), [](const json& a) { return !a.is_string(); })) {
-      return bad(path, "config key 'architectures' is " + describe_json(*arch) + "; allowed: a list of names, the first one of " +
-                           architecture_list());
+      return bad(path, "config key 'architectures' is " + describe_json(*arch) +
+                           "; allowed: a list of names, the first one of " + architecture_list());
     }
     if (!arch->empty()) {
       const std::string first = (*arch)[0].get<std::string>();
       const auto* h = std::find_if(std::begin(kHeads), std::end(kHeads),
                                    [&](BertHead head) { return bert_architecture_name(head) == first; });
       if (h == std::end(kHeads)) {
-        return bad(path, "config key 'architectures'[0] is \"" + first + "\", which is not supported; allowed: " +
-                             architecture_list());
+        return bad(path, "config key 'architectures'[0] is \"" + first +
+                             "\", which is not supported; allowed: " + architecture_list());
       }
       SHARDLAB_ASSIGN_OR_RETURN(out.head, parse_bert_head(first));
     }
@@ -340,7 +341,8 @@ Result<HfBertConfig> parse_bert_config(const std::string& path, const std::strin
   const auto id2label = j.find("id2label");
   if (id2label != j.end() && !id2label->is_null()) {
     if (!id2label->is_object()) {
-      return bad(path, "config key 'id2label' is " + describe_json(*id2label) + "; allowed: an object {\"0\": name, ...}");
+      return bad(path,
+                 "config key 'id2label' is " + describe_json(*id2label) + "; allowed: an object {\"0\": name, ...}");
     }
     c.num_labels = static_cast<std::int64_t>(id2label->size());
   }
@@ -352,21 +354,28 @@ Result<HfBertConfig> parse_bert_config(const std::string& path, const std::strin
   }
 
   std::string act;
-  SHARDLAB_RETURN_IF_ERROR(read_string(path, j, "hidden_act", "\"gelu\", \"gelu_new\", \"gelu_pytorch_tanh\"", act, present));
+  SHARDLAB_RETURN_IF_ERROR(
+      read_string(path, j, "hidden_act", "\"gelu\", \"gelu_new\", \"gelu_pytorch_tanh\"", act, present));
   if (present) {
-    if (act == "gelu") c.hidden_act = device::Activation::kGelu;
-    else if (act == "gelu_new" || act == "gelu_pytorch_tanh") c.hidden_act = device::Activation::kGeluTanh;
-    else return bad(path, "config key 'hidden_act' is \"" + act + "\"; allowed: \"gelu\", \"gelu_new\", \"gelu_pytorch_tanh\"");
+    if (act == "gelu")
+      c.hidden_act = device::Activation::kGelu;
+    else if (act == "gelu_new" || act == "gelu_pytorch_tanh")
+      c.hidden_act = device::Activation::kGeluTanh;
+    else
+      return bad(path,
+                 "config key 'hidden_act' is \"" + act + "\"; allowed: \"gelu\", \"gelu_new\", \"gelu_pytorch_tanh\"");
   }
 
   const auto positive = [](double d) { return d > 0.0; };
   const auto probability = [](double d) { return d >= 0.0 && d < 1.0; };
   const auto non_negative = [](double d) { return d >= 0.0; };
   SHARDLAB_RETURN_IF_ERROR(read_float(path, j, "layer_norm_eps", "a number > 0", positive, c.layer_norm_eps));
-  SHARDLAB_RETURN_IF_ERROR(read_float(path, j, "hidden_dropout_prob", "a number in [0, 1)", probability, c.hidden_dropout_prob));
+  SHARDLAB_RETURN_IF_ERROR(
+      read_float(path, j, "hidden_dropout_prob", "a number in [0, 1)", probability, c.hidden_dropout_prob));
   SHARDLAB_RETURN_IF_ERROR(read_float(path, j, "attention_probs_dropout_prob", "a number in [0, 1)", probability,
                                       c.attention_probs_dropout_prob));
-  SHARDLAB_RETURN_IF_ERROR(read_float(path, j, "initializer_range", "a number >= 0", non_negative, c.initializer_range));
+  SHARDLAB_RETURN_IF_ERROR(
+      read_float(path, j, "initializer_range", "a number >= 0", non_negative, c.initializer_range));
   if (c.layer_norm_eps == 0.0f) {  // a positive double below fp32's smallest subnormal
     return bad(path, "config key 'layer_norm_eps' rounds to 0 in fp32; allowed: a number > 0");
   }
@@ -380,7 +389,8 @@ Result<HfBertConfig> read_bert_config(const std::string& path, BertHead default_
   return parse_bert_config(path, text, default_head);
 }
 
-Status load_bert_weights(const std::string& path, const std::vector<ParamSpec>& specs, const std::vector<Tensor>& params) {
+Status load_bert_weights(const std::string& path, const std::vector<ParamSpec>& specs,
+                         const std::vector<Tensor>& params) {
   SHARDLAB_RETURN_IF_ERROR(check_views("load_bert_weights(" + path + ")", specs, params));
   // Read tensor by tensor straight into the views: a model's weights need no second copy.
   SHARDLAB_ASSIGN_OR_RETURN(const io::SafetensorsReader file, io::SafetensorsReader::open(path));
@@ -395,8 +405,8 @@ Status load_bert_weights(const std::string& path, const std::vector<ParamSpec>& 
     if (found[i] == nullptr) {
       std::string tried;
       for (const auto& n : names) tried += (tried.empty() ? "" : ", ") + n;
-      return bad(path, "missing parameter '" + spec.name + "' " + shape_to_string(spec.shape) + " (looked for: " + tried +
-                           ")");
+      return bad(path, "missing parameter '" + spec.name + "' " + shape_to_string(spec.shape) +
+                           " (looked for: " + tried + ")");
     }
     const io::TensorEntry& t = *found[i];
     const std::string which = "tensor '" + t.name + "'" + (t.name == spec.name ? "" : " (for '" + spec.name + "')");
@@ -413,7 +423,8 @@ Status load_bert_weights(const std::string& path, const std::vector<ParamSpec>& 
     float* out = params[i].data<float>();
     const std::int64_t n = params[i].numel();
     if (t.dtype == DType::kF32) {
-      SHARDLAB_RETURN_IF_ERROR(file.read(t, std::as_writable_bytes(std::span<float>(out, static_cast<std::size_t>(n)))));
+      SHARDLAB_RETURN_IF_ERROR(
+          file.read(t, std::as_writable_bytes(std::span<float>(out, static_cast<std::size_t>(n)))));
       continue;
     }
     halves.resize(static_cast<std::size_t>(n));
@@ -426,8 +437,8 @@ Status load_bert_weights(const std::string& path, const std::vector<ParamSpec>& 
   return Status::ok();
 }
 
-Status save_bert_tensors(const std::string& path, const std::vector<ParamSpec>& specs, const std::vector<Tensor>& tensors,
-                         const std::map<std::string, std::string>& metadata) {
+Status save_bert_tensors(const std::string& path, const std::vector<ParamSpec>& specs,
+                         const std::vector<Tensor>& tensors, const std::map<std::string, std::string>& metadata) {
   SHARDLAB_RETURN_IF_ERROR(check_views("save_bert_tensors(" + path + ")", specs, tensors));
   std::vector<io::TensorRef> refs;
   refs.reserve(specs.size());

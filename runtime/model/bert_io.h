@@ -20,7 +20,8 @@ struct HfBertConfig {
 // Reads a Hugging Face config.json (model_type "bert"; keys of bert.md; missing keys take
 // transformers' BertConfig defaults; architectures[0] picks the head, and must be one of the
 // three supported when present — absent means `default_head`).
-Result<HfBertConfig> read_bert_config(const std::string& path, BertHead default_head = BertHead::kSequenceClassification);
+Result<HfBertConfig> read_bert_config(const std::string& path,
+                                      BertHead default_head = BertHead::kSequenceClassification);
 // The same from JSON text (`path` only names it in messages).
 Result<HfBertConfig> parse_bert_config(const std::string& path, const std::string& text,
                                        BertHead default_head = BertHead::kSequenceClassification);
@@ -32,7 +33,8 @@ Result<HfBertConfig> parse_bert_config(const std::string& path, const std::strin
 // is accepted for "cls.predictions.bias"). Extra tensors (e.g. position_ids buffers, other
 // heads) are ignored. A missing parameter or a shape mismatch is an error naming the tensor,
 // the expected and the found shape.
-Status load_bert_weights(const std::string& path, const std::vector<ParamSpec>& specs, const std::vector<Tensor>& params);
+Status load_bert_weights(const std::string& path, const std::vector<ParamSpec>& specs,
+                         const std::vector<Tensor>& params);
 
 // Writes one F32 tensor per spec (values from `tensors`, fp32 views in spec order) under its
 // Hugging Face name, with `metadata` in __metadata__. Atomic (temp file + rename).

@@ -10,8 +10,8 @@
 #include <functional>
 #include <tuple>
 
-#include "runtime/device/cpu/device.h"
 #include "runtime/core/rng.h"
+#include "runtime/device/cpu/device.h"
 #include "runtime/io/safetensors.h"
 #include "testing/status_matchers.h"
 
@@ -105,11 +105,12 @@ TEST(BertConfigJson, ArchitecturePicksTheHead) {
   EXPECT_EQ(parse_bert_config("c", R"({"architectures": ["BertForQuestionAnswering"]})")->head,
             BertHead::kQuestionAnswering);
   EXPECT_EQ(parse_bert_config("c", R"({"architectures": []})", BertHead::kMaskedLM)->head, BertHead::kMaskedLM);
-  for (const char* text : {R"({"architectures": ["RobertaForMaskedLM"]})", R"({"architectures": ["BertForPreTraining"]})",
-                           R"({"architectures": ["mlm"]})"}) {
+  for (const char* text : {R"({"architectures": ["RobertaForMaskedLM"]})",
+                           R"({"architectures": ["BertForPreTraining"]})", R"({"architectures": ["mlm"]})"}) {
     const std::string m = config_error(text);
     EXPECT_NE(m.find("architectures"), std::string::npos) << m;
-    EXPECT_NE(m.find("BertForSequenceClassification, BertForMaskedLM, BertForQuestionAnswering"), std::string::npos) << m;
+    EXPECT_NE(m.find("BertForSequenceClassification, BertForMaskedLM, BertForQuestionAnswering"), std::string::npos)
+        << m;
   }
   const std::string m = config_error(R"({"architectures": "BertForMaskedLM"})");
   EXPECT_NE(m.find("architectures"), std::string::npos) << m;
@@ -207,8 +208,8 @@ TEST(BertConfigJson, PadTokenIdIsReadAndNullMeansNoPaddingRow) {
   EXPECT_EQ(parse_bert_config("c", R"({"pad_token_id": 7})")->config.pad_token_id, 7);
   EXPECT_EQ(parse_bert_config("c", R"({"pad_token_id": null})")->config.pad_token_id, -1);
   EXPECT_EQ(parse_bert_config("c", R"({"vocab_size": 50, "pad_token_id": 49})")->config.pad_token_id, 49);
-  for (const char* bad : {R"({"vocab_size": 50, "pad_token_id": 50})", R"({"pad_token_id": -1})",
-                          R"({"pad_token_id": "0"})"}) {
+  for (const char* bad :
+       {R"({"vocab_size": 50, "pad_token_id": 50})", R"({"pad_token_id": -1})", R"({"pad_token_id": "0"})"}) {
     const std::string m = config_error(bad);
     EXPECT_NE(m.find("'pad_token_id'"), std::string::npos) << bad << " → " << m;
     EXPECT_NE(m.find("allowed: an integer in [0, "), std::string::npos) << bad << " → " << m;
@@ -249,7 +250,8 @@ TEST(BertConfigJson, FinishesWithValidate) {
 
 TEST(BertConfigJson, ReadsFromAFile) {
   const std::string path = temp_path("config.json");
-  std::ofstream(path) << R"({"architectures": ["BertForQuestionAnswering"], "hidden_size": 64, "num_attention_heads": 2})";
+  std::ofstream(path)
+      << R"({"architectures": ["BertForQuestionAnswering"], "hidden_size": 64, "num_attention_heads": 2})";
   auto r = read_bert_config(path);
   ASSERT_THAT(r, IsOk());
   EXPECT_EQ(r->head, BertHead::kQuestionAnswering);
@@ -330,7 +332,8 @@ SafetensorsFile checkpoint(const std::vector<ParamSpec>& specs, const Params& pa
                            const std::function<std::string(const std::string&)>& rename = nullptr) {
   SafetensorsFile f;
   for (std::size_t i = 0; i < specs.size(); ++i) {
-    f.tensors.push_back(stored(rename ? rename(specs[i].name) : specs[i].name, specs[i].shape, dtype, params.values(i)));
+    f.tensors.push_back(
+        stored(rename ? rename(specs[i].name) : specs[i].name, specs[i].shape, dtype, params.values(i)));
   }
   return f;
 }
@@ -408,8 +411,10 @@ TEST(BertWeights, AcceptsEveryAlias) {
   const Rename no_prefix = [](const std::string& n) { return n.rfind("bert.", 0) == 0 ? n.substr(5) : n; };
   const Rename gamma_beta = [](const std::string& n) {
     const std::string w = "LayerNorm.weight", b = "LayerNorm.bias";
-    if (n.size() > w.size() && n.compare(n.size() - w.size(), w.size(), w) == 0) return n.substr(0, n.size() - 6) + "gamma";
-    if (n.size() > b.size() && n.compare(n.size() - b.size(), b.size(), b) == 0) return n.substr(0, n.size() - 4) + "beta";
+    if (n.size() > w.size() && n.compare(n.size() - w.size(), w.size(), w) == 0)
+      return n.substr(0, n.size() - 6) + "gamma";
+    if (n.size() > b.size() && n.compare(n.size() - b.size(), b.size(), b) == 0)
+      return n.substr(0, n.size() - 4) + "beta";
     return n;
   };
   const Rename decoder_bias = [](const std::string& n) {
@@ -432,7 +437,8 @@ TEST(BertWeights, AcceptsEveryAlias) {
       Params b(specs, -3.0f);
       const Status s = load_bert_weights(path, specs, b.tensors);
       ASSERT_THAT(s, IsOk()) << what;
-      for (std::size_t i = 0; i < specs.size(); ++i) EXPECT_EQ(a.values(i), b.values(i)) << what << " " << specs[i].name;
+      for (std::size_t i = 0; i < specs.size(); ++i)
+        EXPECT_EQ(a.values(i), b.values(i)) << what << " " << specs[i].name;
       std::filesystem::remove(path);
     }
   }
@@ -471,7 +477,8 @@ TEST(BertWeights, TiedDecoderMayBeAbsentOrPresentAndExtrasAreIgnored) {
     }
     f.tensors.push_back(stored_ints("bert.embeddings.position_ids", {1, c.max_position_embeddings},
                                     std::vector<std::int64_t>(static_cast<std::size_t>(c.max_position_embeddings), 1)));
-    f.tensors.push_back(stored("classifier.weight", {7, 3}, DType::kF32, std::vector<float>(21, 1.0f)));  // wrong shape, unused
+    f.tensors.push_back(
+        stored("classifier.weight", {7, 3}, DType::kF32, std::vector<float>(21, 1.0f)));  // wrong shape, unused
     const std::string path = temp_path("tied.safetensors");
     ASSERT_TRUE(io::write_safetensors(path, f).is_ok());
     Params b(specs);
@@ -524,8 +531,11 @@ TEST(BertWeights, ShapeMismatchNamesTensorExpectedAndFound) {
     if (t.name == "encoder.layer.1.intermediate.dense.weight") t.shape = {8, 12};  // transposed
   }
   const std::string m = weights_error(specs, f);
-  EXPECT_NE(m.find("tensor 'encoder.layer.1.intermediate.dense.weight' (for 'bert.encoder.layer.1.intermediate.dense.weight')"),
-            std::string::npos) << m;
+  EXPECT_NE(
+      m.find(
+          "tensor 'encoder.layer.1.intermediate.dense.weight' (for 'bert.encoder.layer.1.intermediate.dense.weight')"),
+      std::string::npos)
+      << m;
   EXPECT_NE(m.find("has shape [8, 12]; expected [12, 8]"), std::string::npos) << m;
 }
 
@@ -564,13 +574,14 @@ TEST(BertWeights, WrongParamViewsAndBadFilesAreErrors) {
 
 // Builds a safetensors image by hand (so dtypes the writer does not produce, like I32,
 // can be tested).
-void write_raw(const std::string& path, const std::vector<std::tuple<std::string, std::string, Shape, std::string>>& ts) {
+void write_raw(const std::string& path,
+               const std::vector<std::tuple<std::string, std::string, Shape, std::string>>& ts) {
   std::string header = "{", data;
   for (const auto& [name, dtype, shape, bytes] : ts) {
     std::string dims;
     for (auto d : shape) dims += (dims.empty() ? "" : ",") + std::to_string(d);
-    header += (header.size() > 1 ? "," : "") + std::string("\"") + name + "\":{\"dtype\":\"" + dtype + "\",\"shape\":[" +
-              dims + "],\"data_offsets\":[" + std::to_string(data.size()) + "," +
+    header += (header.size() > 1 ? "," : "") + std::string("\"") + name + "\":{\"dtype\":\"" + dtype +
+              "\",\"shape\":[" + dims + "],\"data_offsets\":[" + std::to_string(data.size()) + "," +
               std::to_string(data.size() + bytes.size()) + "]}";
     data += bytes;
   }
@@ -625,7 +636,8 @@ TEST(BertBatchFile, ReadsEachHead) {
   EXPECT_GT(dev.memory().stats().current[static_cast<std::size_t>(MemoryCategory::kActivations)], 0);
 
   // MLM: [B, T] labels with -100; token_type_ids absent → zeros; a float mask.
-  f.tensors = {stored_ints("input_ids", {2, 4}, kIds), stored("attention_mask", {2, 4}, DType::kBF16, {1, 1, 1, 1, 1, 0, 0, 0}),
+  f.tensors = {stored_ints("input_ids", {2, 4}, kIds),
+               stored("attention_mask", {2, 4}, DType::kBF16, {1, 1, 1, 1, 1, 0, 0, 0}),
                stored_ints("labels", {2, 4}, {-100, 6, -100, -100, -100, 39, -100, -100})};
   ASSERT_TRUE(io::write_safetensors(path, f).is_ok());
   auto mlm = read_bert_batch(path, small_bert(BertHead::kMaskedLM), dev);
@@ -636,10 +648,12 @@ TEST(BertBatchFile, ReadsEachHead) {
 
   // QA from an I32 file (widened), positions may be past T (Hugging Face clamps them).
   const std::vector<std::int32_t> ids32(kIds.begin(), kIds.end()), mask32(kMask.begin(), kMask.end());
-  write_raw(path, {{"input_ids", "I32", {2, 4}, raw_bytes(ids32)},
-                   {"attention_mask", "F16", {2, 4}, raw_bytes(std::vector<std::uint16_t>{0x3c00, 0x3c00, 0, 0, 0x3c00, 0, 0, 0})},
-                   {"start_positions", "I32", {2}, raw_bytes(std::vector<std::int32_t>{1, 9})},
-                   {"end_positions", "I64", {2}, raw_bytes(std::vector<std::int64_t>{2, 9})}});
+  write_raw(
+      path,
+      {{"input_ids", "I32", {2, 4}, raw_bytes(ids32)},
+       {"attention_mask", "F16", {2, 4}, raw_bytes(std::vector<std::uint16_t>{0x3c00, 0x3c00, 0, 0, 0x3c00, 0, 0, 0})},
+       {"start_positions", "I32", {2}, raw_bytes(std::vector<std::int32_t>{1, 9})},
+       {"end_positions", "I64", {2}, raw_bytes(std::vector<std::int64_t>{2, 9})}});
   auto qa = read_bert_batch(path, small_bert(BertHead::kQuestionAnswering), dev);
   ASSERT_THAT(qa, IsOk());
   EXPECT_EQ(ints(*qa, "input_ids"), kIds);
@@ -663,44 +677,69 @@ TEST(BertBatchFile, RejectsMalformedBatchesNamingTensorAndValues) {
   const auto cls_labels = stored_ints("labels", {2}, {1, 0});
   const auto start = stored_ints("start_positions", {2}, {0, 1});
   const std::vector<BadBatch> cases = {
-      {"no input_ids", BertHead::kSequenceClassification, {mask, cls_labels},
+      {"no input_ids",
+       BertHead::kSequenceClassification,
+       {mask, cls_labels},
        {"missing tensor 'input_ids'", "attention_mask, labels"}},
-      {"rank-1 ids", BertHead::kSequenceClassification,
-       {stored_ints("input_ids", {8}, kIds), mask, cls_labels}, {"'input_ids' has shape [8] (rank 1)", "rank 2"}},
-      {"float ids", BertHead::kSequenceClassification,
+      {"rank-1 ids",
+       BertHead::kSequenceClassification,
+       {stored_ints("input_ids", {8}, kIds), mask, cls_labels},
+       {"'input_ids' has shape [8] (rank 1)", "rank 2"}},
+      {"float ids",
+       BertHead::kSequenceClassification,
        {stored("input_ids", {2, 4}, DType::kF32, {1, 5, 7, 2, 1, 9, 0, 0}), mask, cls_labels},
        {"'input_ids' has dtype F32", "integer dtype"}},
       {"no mask", BertHead::kSequenceClassification, {ids, cls_labels}, {"missing tensor 'attention_mask'", "[2, 4]"}},
-      {"mask T mismatch", BertHead::kSequenceClassification,
+      {"mask T mismatch",
+       BertHead::kSequenceClassification,
        {ids, stored_ints("attention_mask", {2, 5}, std::vector<std::int64_t>(10, 1)), cls_labels},
        {"'attention_mask' has shape [2, 5]; expected [B, T] = [2, 4]", "B = 2, T = 4 from input_ids"}},
-      {"types B mismatch", BertHead::kSequenceClassification,
+      {"types B mismatch",
+       BertHead::kSequenceClassification,
        {ids, mask, stored_ints("token_type_ids", {3, 4}, std::vector<std::int64_t>(12, 0)), cls_labels},
        {"'token_type_ids' has shape [3, 4]; expected [B, T] = [2, 4]"}},
-      {"float token types", BertHead::kSequenceClassification,
+      {"float token types",
+       BertHead::kSequenceClassification,
        {ids, mask, stored("token_type_ids", {2, 4}, DType::kF32, std::vector<float>(8, 0.0f)), cls_labels},
        {"'token_type_ids' has dtype F32"}},
-      {"mask value 2", BertHead::kSequenceClassification,
+      {"mask value 2",
+       BertHead::kSequenceClassification,
        {ids, stored_ints("attention_mask", {2, 4}, {1, 1, 1, 1, 1, 2, 0, 0}), cls_labels},
        {"attention_mask[1, 1] = 2", "allowed: 0 or 1"}},
-      {"mask value 0.5", BertHead::kSequenceClassification,
+      {"mask value 0.5",
+       BertHead::kSequenceClassification,
        {ids, stored("attention_mask", {2, 4}, DType::kF32, {1, 1, 0.5f, 1, 1, 1, 0, 0}), cls_labels},
        {"attention_mask[0, 2] = 0.5", "allowed: 0 or 1"}},
-      {"no labels (classification)", BertHead::kSequenceClassification, {ids, mask},
+      {"no labels (classification)",
+       BertHead::kSequenceClassification,
+       {ids, mask},
        {"missing tensor 'labels' [B] = [2] for the classification head"}},
-      {"no labels (mlm)", BertHead::kMaskedLM, {ids, mask}, {"missing tensor 'labels' [B, T] = [2, 4] for the mlm head"}},
-      {"no end_positions (qa)", BertHead::kQuestionAnswering, {ids, mask, start},
+      {"no labels (mlm)",
+       BertHead::kMaskedLM,
+       {ids, mask},
+       {"missing tensor 'labels' [B, T] = [2, 4] for the mlm head"}},
+      {"no end_positions (qa)",
+       BertHead::kQuestionAnswering,
+       {ids, mask, start},
        {"missing tensor 'end_positions' [B] = [2] for the qa head"}},
-      {"mlm labels [B]", BertHead::kMaskedLM, {ids, mask, cls_labels},
+      {"mlm labels [B]",
+       BertHead::kMaskedLM,
+       {ids, mask, cls_labels},
        {"'labels' has shape [2]; expected [B, T] = [2, 4] (rank 2, got rank 1)", "mlm head"}},
-      {"float labels", BertHead::kSequenceClassification,
-       {ids, mask, stored("labels", {2}, DType::kF32, {1, 0})}, {"'labels' has dtype F32"}},
-      {"label out of range", BertHead::kSequenceClassification,
-       {ids, mask, stored_ints("labels", {2}, {1, 3})}, {"labels element 1 = 3", "[0, 3)"}},
-      {"id outside the vocabulary", BertHead::kSequenceClassification,
+      {"float labels",
+       BertHead::kSequenceClassification,
+       {ids, mask, stored("labels", {2}, DType::kF32, {1, 0})},
+       {"'labels' has dtype F32"}},
+      {"label out of range",
+       BertHead::kSequenceClassification,
+       {ids, mask, stored_ints("labels", {2}, {1, 3})},
+       {"labels element 1 = 3", "[0, 3)"}},
+      {"id outside the vocabulary",
+       BertHead::kSequenceClassification,
        {stored_ints("input_ids", {2, 4}, {1, 5, 7, 2, 1, 40, 0, 0}), mask, cls_labels},
        {"input_ids[1, 1] = 40", "[0, 40)"}},
-      {"T beyond max_position_embeddings", BertHead::kSequenceClassification,
+      {"T beyond max_position_embeddings",
+       BertHead::kSequenceClassification,
        {stored_ints("input_ids", {1, 17}, std::vector<std::int64_t>(17, 1)),
         stored_ints("attention_mask", {1, 17}, std::vector<std::int64_t>(17, 1)), stored_ints("labels", {1}, {0})},
        {"T = 17", "max_position_embeddings = 16"}},

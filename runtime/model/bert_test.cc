@@ -199,7 +199,7 @@ TEST(Bert, PadTokenIdPicksThePaddingRow) {
   Fixture f(o);
   const float* p = f.params.data<float>();
   for (std::int64_t h = 0; h < 16; ++h) {
-    EXPECT_EQ(p[5 * 16 + h], 0.0f) << h;   // the padding row
+    EXPECT_EQ(p[5 * 16 + h], 0.0f) << h;  // the padding row
   }
   double row0 = 0;
   for (std::int64_t h = 0; h < 16; ++h) row0 += std::fabs(p[h]);
@@ -349,9 +349,12 @@ TEST(Bert, ValidateBoundsEverySizeAndTheParameterCount) {
   const std::int64_t huge = std::int64_t{1} << 62;
   const Case cases[] = {
       {[&](BertConfig& c) { c.vocab_size = huge; }, "vocab_size = 4611686018427387904 is above the limit of 4,194,304"},
-      {[&](BertConfig& c) { c.hidden_size = std::int64_t{1} << 40; }, "hidden_size = 1099511627776 is above the limit of 65,536"},
-      {[&](BertConfig& c) { c.intermediate_size = huge; }, "intermediate_size = 4611686018427387904 is above the limit of 262,144"},
-      {[&](BertConfig& c) { c.num_hidden_layers = 1000000; }, "num_hidden_layers = 1000000 is above the limit of 1,000"},
+      {[&](BertConfig& c) { c.hidden_size = std::int64_t{1} << 40; },
+       "hidden_size = 1099511627776 is above the limit of 65,536"},
+      {[&](BertConfig& c) { c.intermediate_size = huge; },
+       "intermediate_size = 4611686018427387904 is above the limit of 262,144"},
+      {[&](BertConfig& c) { c.num_hidden_layers = 1000000; },
+       "num_hidden_layers = 1000000 is above the limit of 1,000"},
       {[&](BertConfig& c) { c.max_position_embeddings = huge; }, "max_position_embeddings = 4611686018427387904"},
       {[&](BertConfig& c) { c.type_vocab_size = huge; }, "type_vocab_size = 4611686018427387904"},
       {[&](BertConfig& c) { c.num_labels = huge; }, "num_labels = 4611686018427387904"},

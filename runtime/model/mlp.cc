@@ -30,7 +30,8 @@ Mlp::Mlp(MlpConfig config) : config_(config) {
   }
   specs_.push_back({"head.weight", {config_.num_classes, in}, true, config_.num_hidden_layers, "ClassifierHead"});
   specs_.push_back({"head.bias", {config_.num_classes}, true, config_.num_hidden_layers, "ClassifierHead"});
-  for (std::size_t i = 0; i < specs_.size(); ++i) specs_[i].requires_grad = i >= 64 || !((config_.frozen_mask >> i) & 1u);
+  for (std::size_t i = 0; i < specs_.size(); ++i)
+    specs_[i].requires_grad = i >= 64 || !((config_.frozen_mask >> i) & 1u);
 }
 
 Status Mlp::init_params(device::Device& dev, const std::vector<Tensor>& params, std::uint64_t seed) const {
@@ -63,14 +64,14 @@ Result<double> Mlp::forward_backward(device::Device& dev, ParamAccess& access, c
     SHARDLAB_ASSIGN_OR_RETURN(Tensor w, access.param(2 * l));
     SHARDLAB_ASSIGN_OR_RETURN(Tensor b, access.param(2 * l + 1));
     const std::int64_t out = w.dim(0);
-    SHARDLAB_ASSIGN_OR_RETURN(Tensor y, dev.empty({batch, out}, DType::kF32, MemoryCategory::kActivations,
-                                                  "act" + std::to_string(l)));
+    SHARDLAB_ASSIGN_OR_RETURN(
+        Tensor y, dev.empty({batch, out}, DType::kF32, MemoryCategory::kActivations, "act" + std::to_string(l)));
     SHARDLAB_RETURN_IF_ERROR(dev.gemm(acts[static_cast<std::size_t>(l)], false, w, true, y, 1.0f, 0.0f));
     SHARDLAB_RETURN_IF_ERROR(dev.add_bias(y, b));
     if (l + 1 < layers) {
       pre[static_cast<std::size_t>(l)] = y;
-      SHARDLAB_ASSIGN_OR_RETURN(Tensor a, dev.empty({batch, out}, DType::kF32, MemoryCategory::kActivations,
-                                                    "gelu" + std::to_string(l)));
+      SHARDLAB_ASSIGN_OR_RETURN(
+          Tensor a, dev.empty({batch, out}, DType::kF32, MemoryCategory::kActivations, "gelu" + std::to_string(l)));
       SHARDLAB_RETURN_IF_ERROR(dev.activation(config_.activation, y, a));
       acts[static_cast<std::size_t>(l + 1)] = a;
     } else {
@@ -96,8 +97,8 @@ Result<double> Mlp::forward_backward(device::Device& dev, ParamAccess& access, c
       SHARDLAB_RETURN_IF_ERROR(dev.bias_grad(dy, gb, /*accumulate=*/true));
     }
     if (l > 0) {
-      SHARDLAB_ASSIGN_OR_RETURN(Tensor dx, dev.empty(input.shape(), DType::kF32, MemoryCategory::kActivations,
-                                                     "dx" + std::to_string(l)));
+      SHARDLAB_ASSIGN_OR_RETURN(
+          Tensor dx, dev.empty(input.shape(), DType::kF32, MemoryCategory::kActivations, "dx" + std::to_string(l)));
       SHARDLAB_RETURN_IF_ERROR(dev.gemm(dy, false, w, false, dx, 1.0f, 0.0f));
       SHARDLAB_RETURN_IF_ERROR(
           dev.activation_backward(config_.activation, pre[static_cast<std::size_t>(l - 1)], dx, dx));
@@ -118,7 +119,8 @@ Result<Batch> Mlp::synthetic_batch(device::Device& dev, std::uint64_t seed, std:
                                    std::int64_t rows) const {
   Batch b;
   b.rows = rows;
-  SHARDLAB_ASSIGN_OR_RETURN(Tensor x, dev.empty({rows, config_.input_dim}, DType::kF32, MemoryCategory::kActivations, "x"));
+  SHARDLAB_ASSIGN_OR_RETURN(Tensor x,
+                            dev.empty({rows, config_.input_dim}, DType::kF32, MemoryCategory::kActivations, "x"));
   SHARDLAB_ASSIGN_OR_RETURN(Tensor labels, dev.empty({rows}, DType::kI64, MemoryCategory::kActivations, "labels"));
   SHARDLAB_RETURN_IF_ERROR(synthetic_rows(dev, config_, seed, step, first_row, x, labels));
   b.tensors["x"] = x;

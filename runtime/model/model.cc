@@ -9,7 +9,8 @@ Result<Tensor> Batch::get(const std::string& name) const {
   if (it == tensors.end()) {
     std::string have;
     for (const auto& [k, v] : tensors) have += (have.empty() ? "" : ", ") + k;
-    return Status::invalid_argument("batch has no tensor '" + name + "' (it has: " + (have.empty() ? "none" : have) + ")");
+    return Status::invalid_argument("batch has no tensor '" + name + "' (it has: " + (have.empty() ? "none" : have) +
+                                    ")");
   }
   return it->second;
 }
@@ -18,7 +19,8 @@ Result<const std::vector<std::int64_t>*> Batch::ints(const std::string& name) co
   SHARDLAB_RETURN_IF_ERROR(get(name).status());
   const auto it = host_ints.find(name);
   if (it == host_ints.end()) {
-    return Status::invalid_argument("batch tensor '" + name + "' has no host copy of its values (make batches with Batch::put)");
+    return Status::invalid_argument("batch tensor '" + name +
+                                    "' has no host copy of its values (make batches with Batch::put)");
   }
   return &it->second;
 }

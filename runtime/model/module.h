@@ -21,7 +21,7 @@ struct ParamSpec {
   std::string name;  // Hugging Face-style dotted name, e.g. "layers.0.weight"
   Shape shape;
   bool requires_grad = true;
-  int layer = 0;     // which layer (module) owns it, in forward order
+  int layer = 0;             // which layer (module) owns it, in forward order
   std::string module_class;  // the owning module's class, for the transformer-layer wrap policy ("Linear", "BertLayer")
 };
 
@@ -63,7 +63,7 @@ struct BufferSpec {
   std::string name;  // Hugging Face-style dotted name, e.g. "embeddings.position_ids"
   Shape shape;
   DType dtype = DType::kF32;
-  int layer = 0;     // which layer (module) owns it, in forward order
+  int layer = 0;  // which layer (module) owns it, in forward order
 };
 
 }  // namespace shardlab::runtime::model

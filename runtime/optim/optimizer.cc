@@ -34,7 +34,8 @@ std::vector<std::string> Optimizer::state_names() const {
 }
 
 Status Optimizer::step(const Tensor& param, const Tensor& grad, const std::vector<std::uint8_t>* mask) {
-  if (dev_ == nullptr) return Status::failed_precondition("optimizer step: the optimizer was not made by Optimizer::create");
+  if (dev_ == nullptr)
+    return Status::failed_precondition("optimizer step: the optimizer was not made by Optimizer::create");
   if (param.numel() != grad.numel() || (!state_.empty() && state_[0].numel() != param.numel()) ||
       (mask && static_cast<std::int64_t>(mask->size()) != param.numel())) {
     return Status::invalid_argument("optimizer step: param, grad and state sizes differ (" +

@@ -24,7 +24,7 @@ struct OptimizerConfig {
   Kind kind = Kind::kSgd;
   float lr = 0.1f;
   float weight_decay = 0.0f;
-  float momentum = 0.0f;  // SGD
+  float momentum = 0.0f;                            // SGD
   float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;  // AdamW
 };
 Result<OptimizerConfig::Kind> parse_optimizer(std::string_view name);  // "sgd" | "adamw"

@@ -78,19 +78,19 @@ TEST_P(BertFsdp, EqualsTheUnshardedOracleBitwise) {
   ASSERT_EQ(sharded->num_units, 3);  // root (embeddings + head) and two BertLayers
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    HeadsAndStrategies, BertFsdp,
-    ::testing::Values(Case{BertHead::kSequenceClassification, fsdp::ShardingStrategy::kFullShard},
-                      Case{BertHead::kMaskedLM, fsdp::ShardingStrategy::kFullShard},
-                      Case{BertHead::kQuestionAnswering, fsdp::ShardingStrategy::kFullShard},
-                      Case{BertHead::kMaskedLM, fsdp::ShardingStrategy::kShardGradOp},
-                      Case{BertHead::kQuestionAnswering, fsdp::ShardingStrategy::kNoShard},
-                      Case{BertHead::kSequenceClassification, fsdp::ShardingStrategy::kHybridShard},
-                      Case{BertHead::kMaskedLM, fsdp::ShardingStrategy::kHybridShardZero2}),
-    [](const auto& info) {
-      return std::string(model::bert_head_name(info.param.head)) + "_" +
-             std::to_string(static_cast<int>(info.param.strategy));
-    });
+INSTANTIATE_TEST_SUITE_P(HeadsAndStrategies, BertFsdp,
+                         ::testing::Values(Case{BertHead::kSequenceClassification, fsdp::ShardingStrategy::kFullShard},
+                                           Case{BertHead::kMaskedLM, fsdp::ShardingStrategy::kFullShard},
+                                           Case{BertHead::kQuestionAnswering, fsdp::ShardingStrategy::kFullShard},
+                                           Case{BertHead::kMaskedLM, fsdp::ShardingStrategy::kShardGradOp},
+                                           Case{BertHead::kQuestionAnswering, fsdp::ShardingStrategy::kNoShard},
+                                           Case{BertHead::kSequenceClassification,
+                                                fsdp::ShardingStrategy::kHybridShard},
+                                           Case{BertHead::kMaskedLM, fsdp::ShardingStrategy::kHybridShardZero2}),
+                         [](const auto& info) {
+                           return std::string(model::bert_head_name(info.param.head)) + "_" +
+                                  std::to_string(static_cast<int>(info.param.strategy));
+                         });
 
 TEST(BertFsdp, ShardedGradientsEqualSingleRankGradientsWithinFp32Tolerance) {
   // World size changes the summation order (per-rank partial sums), so equality is to
@@ -137,7 +137,8 @@ TEST(BertFsdp, ARankWithoutMaskedTargetsContributesZerosNotNaN) {
   sharded = run_sim(o, 4);
   ASSERT_TRUE(sharded.is_ok());
   ASSERT_TRUE(single.is_ok());
-  EXPECT_TRUE(compare(*sharded, *single, 1e-4, 1e-6).within_tolerance) << compare(*sharded, *single, 1e-4, 1e-6).describe();
+  EXPECT_TRUE(compare(*sharded, *single, 1e-4, 1e-6).within_tolerance)
+      << compare(*sharded, *single, 1e-4, 1e-6).describe();
 }
 
 // NOTE [Loss without targets]: a step whose global batch has no target (every label -100)
@@ -255,7 +256,7 @@ TEST(BertFsdp, MemoryTimelineSamplesEveryHookWithoutChangingResults) {
     peak_act = std::max(peak_act, t[i].bytes[static_cast<std::size_t>(act)]);
   }
   EXPECT_GT(peak_act, 0);
-  EXPECT_EQ(t[16].bytes[static_cast<std::size_t>(act)], 0);    // activations freed after the step
+  EXPECT_EQ(t[16].bytes[static_cast<std::size_t>(act)], 0);           // activations freed after the step
   EXPECT_EQ(t[16].bytes[static_cast<std::size_t>(grads)] > 0, true);  // gradient shards kept for the optimizer
 }
 
@@ -334,8 +335,9 @@ TEST(BertFsdp, GradientsOnlyRunsSkipTheLastUpdateAndTheParameterGather) {
   ASSERT_TRUE(full.is_ok() && grads_only.is_ok()) << grads_only.status().to_string();
   EXPECT_EQ(full->losses, grads_only->losses);
   ASSERT_FALSE(grads_only->last_grads.empty());
-  EXPECT_TRUE(std::equal(full->last_grads.begin(), full->last_grads.end(), grads_only->last_grads.begin(),
-                         grads_only->last_grads.end(), [](float a, float b) { return std::bit_cast<std::uint32_t>(a) == std::bit_cast<std::uint32_t>(b); }));
+  EXPECT_TRUE(std::equal(
+      full->last_grads.begin(), full->last_grads.end(), grads_only->last_grads.begin(), grads_only->last_grads.end(),
+      [](float a, float b) { return std::bit_cast<std::uint32_t>(a) == std::bit_cast<std::uint32_t>(b); }));
   EXPECT_TRUE(grads_only->final_params.empty());
   // Gathered anyway, the parameters are those the last step started from: given initial
   // parameters (a full run's result), a 1-step gradients-only run ends with them exactly.
@@ -437,13 +439,12 @@ TEST_P(BertFsdpPrecision, OracleFollowsThePrecisionPolicyBitwise) {
 
 INSTANTIATE_TEST_SUITE_P(
     Policies, BertFsdpPrecision,
-    ::testing::Values(
-        PrecisionCase{fsdp::ShardingStrategy::kFullShard, DType::kBF16, DType::kBF16, false, true},
-        PrecisionCase{fsdp::ShardingStrategy::kFullShard, DType::kF32, DType::kBF16, false, false},
-        PrecisionCase{fsdp::ShardingStrategy::kFullShard, DType::kBF16, DType::kF32, true, false},
-        PrecisionCase{fsdp::ShardingStrategy::kShardGradOp, DType::kBF16, DType::kBF16, true, true},
-        PrecisionCase{fsdp::ShardingStrategy::kNoShard, DType::kBF16, DType::kBF16, false, false},
-        PrecisionCase{fsdp::ShardingStrategy::kHybridShard, DType::kBF16, DType::kBF16, true, true}));
+    ::testing::Values(PrecisionCase{fsdp::ShardingStrategy::kFullShard, DType::kBF16, DType::kBF16, false, true},
+                      PrecisionCase{fsdp::ShardingStrategy::kFullShard, DType::kF32, DType::kBF16, false, false},
+                      PrecisionCase{fsdp::ShardingStrategy::kFullShard, DType::kBF16, DType::kF32, true, false},
+                      PrecisionCase{fsdp::ShardingStrategy::kShardGradOp, DType::kBF16, DType::kBF16, true, true},
+                      PrecisionCase{fsdp::ShardingStrategy::kNoShard, DType::kBF16, DType::kBF16, false, false},
+                      PrecisionCase{fsdp::ShardingStrategy::kHybridShard, DType::kBF16, DType::kBF16, true, true}));
 
 // Resume at another world size: the oracle starts from the checkpoint the run loaded,
 // loaded unsharded, so the resumed run matches it bit for bit; an oracle retrained from
@@ -456,10 +457,10 @@ class BertFsdpResume : public ::testing::TestWithParam<ResumeCase> {};
 
 TEST_P(BertFsdpResume, OracleStartsFromTheSameCheckpoint) {
   const ResumeCase& p = GetParam();
-  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
-                                    ("shardlab-resume-" + std::to_string(::getpid()) + "-" +
-                                     std::to_string(p.saved_world) + "-" + std::to_string(p.resumed_world) + "-" +
-                                     std::string(fsdp::state_dict_type_name(p.type)));
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() /
+      ("shardlab-resume-" + std::to_string(::getpid()) + "-" + std::to_string(p.saved_world) + "-" +
+       std::to_string(p.resumed_world) + "-" + std::string(fsdp::state_dict_type_name(p.type)));
   std::filesystem::remove_all(dir);
   FsdpTrainOptions o = bert_run(BertHead::kQuestionAnswering);
   o.global_batch = 24;  // divisible by 8, 4, 3 and 1

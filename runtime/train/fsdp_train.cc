@@ -26,9 +26,9 @@ using model::FlatParamAccess;
 Result<Tensor> init_on_host(device::Device& host, const model::Model& m, const FsdpTrainOptions& o, bool phantom) {
   const std::int64_t total = model::total_numel(m.params());
   if (phantom) {
-    return Tensor::view_of(Storage::make_deferred(total * 4, MemoryCategory::kParameters, "init", host.id().to_string(),
-                                                  [](Storage&) {}),
-                           DType::kF32, {total}, 0, "init");
+    return Tensor::view_of(
+        Storage::make_deferred(total * 4, MemoryCategory::kParameters, "init", host.id().to_string(), [](Storage&) {}),
+        DType::kF32, {total}, 0, "init");
   }
   if (o.initial_params) {
     if (static_cast<std::int64_t>(o.initial_params->size()) != total) {
@@ -38,8 +38,8 @@ Result<Tensor> init_on_host(device::Device& host, const model::Model& m, const F
     // Viewed in place, not copied (a model's size in host memory and one pass less): its
     // readers (FullyShardedModel::create, the oracle's copy to its device) only read it,
     // and the storage holds the vector alive.
-    return Tensor::host_floats(const_cast<float*>(o.initial_params->data()), total, MemoryCategory::kParameters,
-                               "init", host.id().to_string(), o.initial_params);
+    return Tensor::host_floats(const_cast<float*>(o.initial_params->data()), total, MemoryCategory::kParameters, "init",
+                               host.id().to_string(), o.initial_params);
   }
   SHARDLAB_ASSIGN_OR_RETURN(Tensor full, host.empty({total}, DType::kF32, MemoryCategory::kParameters, "init"));
   SHARDLAB_ASSIGN_OR_RETURN(Tensor scratch, host.empty({total}, DType::kF32, MemoryCategory::kGradients, "init_grads"));
@@ -48,8 +48,8 @@ Result<Tensor> init_on_host(device::Device& host, const model::Model& m, const F
   return full;
 }
 
-Result<model::Batch> load_batch(const FsdpTrainOptions& o, const model::Model& m, device::Device& dev, std::int64_t step,
-                                std::int64_t first_row, std::int64_t rows) {
+Result<model::Batch> load_batch(const FsdpTrainOptions& o, const model::Model& m, device::Device& dev,
+                                std::int64_t step, std::int64_t first_row, std::int64_t rows) {
   if (o.data) return o.data(dev, step, first_row, rows);
   return m.synthetic_batch(dev, o.seed, step, first_row, rows);
 }
@@ -68,7 +68,8 @@ std::vector<float> term_scales(const model::Model& m, const std::vector<std::int
 // The micro-batch's share of the step's mean loss. NOTE [Loss without targets]: a term
 // whose global target count is 0 is a mean over nothing, NaN — PyTorch's mean
 // cross-entropy with every label ignored — while its gradients stay 0 (term_scales).
-float loss_share(const model::Model& m, const std::vector<double>& sums, const std::vector<std::int64_t>& global_counts) {
+float loss_share(const model::Model& m, const std::vector<double>& sums,
+                 const std::vector<std::int64_t>& global_counts) {
   const std::vector<double> w = m.loss_term_weights();
   float share = 0.0f;
   for (std::size_t t = 0; t < w.size(); ++t) {
@@ -112,7 +113,8 @@ class MemorySampler final : public model::ParamAccess {
     std::vector<std::string>& names = names_[hook];
     const auto l = static_cast<std::size_t>(layer);
     if (l >= names.size()) {
-      for (std::size_t i = names.size(); i <= l; ++i) names.push_back(std::string(kNames[hook]) + ":" + std::to_string(i));
+      for (std::size_t i = names.size(); i <= l; ++i)
+        names.push_back(std::string(kNames[hook]) + ":" + std::to_string(i));
     }
     record(out_, dev_, clock_, step_, names[l], options_);
     return s;
@@ -160,7 +162,8 @@ Status validate(const FsdpTrainOptions& o, int world) {
   } else {
     SHARDLAB_RETURN_IF_ERROR(o.bert.config.validate());
     if (o.bert.head == model::BertHead::kSequenceClassification && o.bert.config.num_labels < 2) {
-      return Status::invalid_argument("BERT classification needs num_labels >= 2 (num_labels = 1 is regression, not supported)");
+      return Status::invalid_argument(
+          "BERT classification needs num_labels >= 2 (num_labels = 1 is regression, not supported)");
     }
     if (o.bert.seq_len < 1 || o.bert.seq_len > o.bert.config.max_position_embeddings) {
       return Status::invalid_argument("sequence length " + std::to_string(o.bert.seq_len) + " must be in [1, " +
@@ -181,10 +184,10 @@ Status validate(const FsdpTrainOptions& o, int world) {
   }
   if (o.grad_accumulation < 1 || o.global_batch < 1 ||
       o.global_batch % (static_cast<std::int64_t>(world) * o.grad_accumulation) != 0) {
-    return Status::invalid_argument("global batch " + std::to_string(o.global_batch) + " does not split evenly into " +
-                                    std::to_string(world) + " ranks × " + std::to_string(o.grad_accumulation) +
-                                    " micro-batches; use a multiple of " +
-                                    std::to_string(static_cast<std::int64_t>(world) * std::max(o.grad_accumulation, 1)));
+    return Status::invalid_argument(
+        "global batch " + std::to_string(o.global_batch) + " does not split evenly into " + std::to_string(world) +
+        " ranks × " + std::to_string(o.grad_accumulation) + " micro-batches; use a multiple of " +
+        std::to_string(static_cast<std::int64_t>(world) * std::max(o.grad_accumulation, 1)));
   }
   if (o.skip_last_optimizer_step && !o.checkpoint.dir.empty()) {
     return Status::invalid_argument("skip_last_optimizer_step cannot be combined with checkpoints (checkpoint.dir '" +
@@ -201,7 +204,8 @@ std::int64_t host_memory_bytes() {
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
   if (pages <= 0 || page <= 0) return 0;
   std::int64_t bytes = 0;
-  if (__builtin_mul_overflow(static_cast<std::int64_t>(pages), static_cast<std::int64_t>(page), &bytes)) return INT64_MAX;
+  if (__builtin_mul_overflow(static_cast<std::int64_t>(pages), static_cast<std::int64_t>(page), &bytes))
+    return INT64_MAX;
   return bytes;
 }
 
@@ -214,7 +218,8 @@ Status check_numerics_host_memory(const FsdpTrainOptions& o, std::int64_t host_b
     const std::unique_ptr<model::Model> m = make_model(o);
     for (const auto& spec : m->params()) {
       SHARDLAB_ASSIGN_OR_RETURN(const std::int64_t n, checked_numel(spec.shape));
-      if (__builtin_add_overflow(params, n, &params)) return Status::invalid_argument("the parameter count passes 2^63");
+      if (__builtin_add_overflow(params, n, &params))
+        return Status::invalid_argument("the parameter count passes 2^63");
     }
   }
   std::int64_t planned = 0;
@@ -226,7 +231,8 @@ Status check_numerics_host_memory(const FsdpTrainOptions& o, std::int64_t host_b
     };
     return Status::invalid_argument(
         "the model has " + std::to_string(params) + " parameters; a numerics run holds at least " +
-        std::to_string(kNumericsBytesPerParameter) + " bytes of each in this host's memory (NOTE [Host memory plan]): " +
+        std::to_string(kNumericsBytesPerParameter) +
+        " bytes of each in this host's memory (NOTE [Host memory plan]): " +
         gib(static_cast<double>(params) * kNumericsBytesPerParameter) + ", more than the host's " +
         gib(static_cast<double>(host_bytes)) + "; allowed: a model of at most " +
         std::to_string(host_bytes / kNumericsBytesPerParameter) +
@@ -271,14 +277,14 @@ Result<std::unique_ptr<FsdpTrainer>> FsdpTrainer::create(comm::Communicator& com
   {
     device::cpu::CpuDevice host({"cpu", comm.rank()});
     SHARDLAB_ASSIGN_OR_RETURN(Tensor full, init_on_host(host, *t->model_, o, t->loss_.is_deferred()));
-    SHARDLAB_ASSIGN_OR_RETURN(t->fsdp_, fsdp::FullyShardedModel::create(comm, dev, t->model_->params(), plan,
-                                                                        o.fsdp, full));
-  }  // the host copy is freed here: only shards remain
+    SHARDLAB_ASSIGN_OR_RETURN(t->fsdp_,
+                              fsdp::FullyShardedModel::create(comm, dev, t->model_->params(), plan, o.fsdp, full));
+  }                                    // the host copy is freed here: only shards remain
   t->options_.initial_params.reset();  // and so is a given one, unless its owner keeps it
   SHARDLAB_RETURN_IF_ERROR(t->fsdp_->set_optimizer(o.optimizer));
   if (o.record_memory_timeline) {
-    t->sampler_ = std::make_unique<MemorySampler>(*t->fsdp_, dev, clock, t->step_, t->result_.memory_timeline,
-                                                  t->options_);
+    t->sampler_ =
+        std::make_unique<MemorySampler>(*t->fsdp_, dev, clock, t->step_, t->result_.memory_timeline, t->options_);
   }
   t->result_.num_units = t->fsdp_->num_units();
   for (const auto& u : t->fsdp_->units()) t->result_.num_trainable_units += u.has_trainable ? 1 : 0;
@@ -303,7 +309,8 @@ Status FsdpTrainer::step() {
   std::vector<model::Batch> batches;
   std::vector<std::int64_t> counts;
   for (int m = 0; m < o.grad_accumulation; ++m) {
-    SHARDLAB_ASSIGN_OR_RETURN(model::Batch b, load_batch(o, *model_, dev_, step_, comm_.rank() * local + m * micro, micro));
+    SHARDLAB_ASSIGN_OR_RETURN(model::Batch b,
+                              load_batch(o, *model_, dev_, step_, comm_.rank() * local + m * micro, micro));
     SHARDLAB_RETURN_IF_ERROR(add_counts(*model_, b, counts));
     batches.push_back(std::move(b));
   }
@@ -350,8 +357,8 @@ namespace {
 Result<FsdpTrainResult> train_to_end(FsdpTrainer* t, device::Device& dev, const FsdpTrainOptions& o) {
   const auto& ck = o.checkpoint;
   std::error_code ec;
-  const bool has_checkpoint =
-      !ck.dir.empty() && std::filesystem::exists(std::filesystem::symlink_status(std::filesystem::path(ck.dir) / "latest", ec));
+  const bool has_checkpoint = !ck.dir.empty() && std::filesystem::exists(std::filesystem::symlink_status(
+                                                     std::filesystem::path(ck.dir) / "latest", ec));
   if (ck.resume && !has_checkpoint && !ck.resume_if_present) {
     return Status::invalid_argument("checkpoint.resume is true but '" + ck.dir + "' holds no checkpoint (no " + ck.dir +
                                     "/latest); check checkpoint.dir, or use checkpoint.resume: if_present to start "
@@ -375,16 +382,17 @@ Result<FsdpTrainResult> train_to_end(FsdpTrainer* t, device::Device& dev, const 
     SHARDLAB_ASSIGN_OR_RETURN(Tensor flag, dev.empty({1}, DType::kI64, MemoryCategory::kOther, "resume_ok"));
     if (!flag.is_deferred()) {
       // min: the first failing rank
-      SHARDLAB_RETURN_IF_ERROR(device::values_from_host(
-          dev, std::vector<std::int64_t>{loaded.is_ok() ? world.size() : world.rank()}, flag));
+      SHARDLAB_RETURN_IF_ERROR(
+          device::values_from_host(dev, std::vector<std::int64_t>{loaded.is_ok() ? world.size() : world.rank()}, flag));
       SHARDLAB_RETURN_IF_ERROR(
           world.all_reduce(flag, comm::ReduceOp::kMin)->wait(o.fsdp.collective_timeout).with_context("resume"));
       if (!loaded.is_ok()) return loaded.status();
-      SHARDLAB_ASSIGN_OR_RETURN(const std::vector<std::int64_t> agreed, device::values_to_host<std::int64_t>(dev, flag));
+      SHARDLAB_ASSIGN_OR_RETURN(const std::vector<std::int64_t> agreed,
+                                device::values_to_host<std::int64_t>(dev, flag));
       const std::int64_t failed = agreed[0];
       if (failed < world.size()) {
-        return Status::invalid_argument("rank " + std::to_string(failed) + " could not load the checkpoint in '" + ck.dir +
-                                        "' (its error says why)");
+        return Status::invalid_argument("rank " + std::to_string(failed) + " could not load the checkpoint in '" +
+                                        ck.dir + "' (its error says why)");
       }
     } else if (!loaded.is_ok()) {
       return loaded.status();
@@ -510,7 +518,8 @@ Result<FsdpTrainResult> train_oracle(device::Device& dev, const FsdpTrainOptions
   }
   SHARDLAB_ASSIGN_OR_RETURN(optim::Optimizer opt, optim::Optimizer::create(dev, o.optimizer, total, "oracle"));
   std::vector<std::uint8_t> trainable;
-  for (const auto& spec : net->params()) trainable.insert(trainable.end(), static_cast<std::size_t>(*checked_numel(spec.shape)), spec.requires_grad ? 1 : 0);
+  for (const auto& spec : net->params())
+    trainable.insert(trainable.end(), static_cast<std::size_t>(*checked_numel(spec.shape)), spec.requires_grad ? 1 : 0);
   FlatParamAccess access(net->params(), compute, chunk_grad);
   const std::int64_t local = o.global_batch / world;
   const std::int64_t micro = local / o.grad_accumulation;
@@ -660,8 +669,8 @@ Comparison compare(const FsdpTrainResult& a, const FsdpTrainResult& b, double rt
 std::string Comparison::describe() const {
   if (bitwise) return "MATCH (bitwise): gradients, parameters and losses are identical";
   return std::string(within_tolerance ? "MATCH" : "MISMATCH") + ": max |Δgrad| " + sci(max_grad_diff) +
-         ", max |Δparam| " + sci(max_param_diff) + ", max |Δloss| " + sci(max_loss_diff) + " (tolerance |Δ| <= " +
-         sci(atol) + " + " + sci(rtol) + "·|oracle|)";
+         ", max |Δparam| " + sci(max_param_diff) + ", max |Δloss| " + sci(max_loss_diff) +
+         " (tolerance |Δ| <= " + sci(atol) + " + " + sci(rtol) + "·|oracle|)";
 }
 
 }  // namespace shardlab::runtime::train

@@ -49,15 +49,15 @@
 #include <string>
 #include <vector>
 
-#include "runtime/fsdp/checkpoint.h"
-#include "runtime/fsdp/fully_sharded.h"
-#include "runtime/optim/optimizer.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/core/clock.h"
 #include "runtime/device/device.h"
+#include "runtime/fsdp/checkpoint.h"
+#include "runtime/fsdp/fully_sharded.h"
 #include "runtime/model/bert.h"
 #include "runtime/model/mlp.h"
 #include "runtime/model/model.h"
+#include "runtime/optim/optimizer.h"
 
 namespace shardlab::runtime::train {
 
@@ -69,8 +69,8 @@ enum class WrapPolicy { kPerLayer, kNone, kBySize, kByClass };
 enum class ModelKind { kMlp, kBert };
 
 // Rows [first_row, first_row + rows) of step `step`'s global batch, on `dev`.
-using DataSource =
-    std::function<Result<model::Batch>(device::Device& dev, std::int64_t step, std::int64_t first_row, std::int64_t rows)>;
+using DataSource = std::function<Result<model::Batch>(device::Device& dev, std::int64_t step, std::int64_t first_row,
+                                                      std::int64_t rows)>;
 
 struct FsdpTrainResult;
 
@@ -95,11 +95,11 @@ struct FsdpTrainOptions {
   int steps = 3;
   std::int64_t global_batch = 32;  // divisible by world size × grad_accumulation
   int grad_accumulation = 1;
-  double max_grad_norm = 0.0;      // 0: no clipping
-  bool clip_inf_norm = false;      // clip by the max |g| (norm_type = inf) instead of the 2-norm
+  double max_grad_norm = 0.0;  // 0: no clipping
+  bool clip_inf_norm = false;  // clip by the max |g| (norm_type = inf) instead of the 2-norm
   std::uint64_t seed = 0;
   WrapPolicy wrap = WrapPolicy::kPerLayer;
-  std::int64_t min_num_params = 0;  // for kBySize
+  std::int64_t min_num_params = 0;        // for kBySize
   std::vector<std::string> wrap_classes;  // for kByClass; empty: the model's (Linear for the MLP, BertLayer for BERT)
   fsdp::FsdpOptions fsdp;
   optim::OptimizerConfig optimizer;
@@ -165,21 +165,21 @@ struct MemorySample {
 };
 
 struct FsdpTrainResult {
-  std::vector<double> losses;          // global mean loss per step
+  std::vector<double> losses;  // global mean loss per step
   std::vector<Nanos> step_times;
-  std::vector<Nanos> step_starts;      // the rank's clock when each step began
+  std::vector<Nanos> step_starts;  // the rank's clock when each step began
   // Per step: bytes between host and device memory (Device::host_transfer_bytes, the
   // compute device and the offload host together).
   std::vector<std::int64_t> host_transfer_bytes;
-  int first_step = 0;                  // > 0 when resumed from a checkpoint (losses start there)
-  std::string resumed_from;            // the step directory a resumed run loaded; empty: none
-  std::string resumed_what;            // what it was: step, state dict type, the run that saved it
-  std::vector<float> final_params;     // full, unpadded, spec order (when gather_results)
-  std::vector<float> last_grads;       // full gradients of the last step, after clipping (when gather_results)
-  std::vector<double> grad_norms;      // per step, when clipping
+  int first_step = 0;               // > 0 when resumed from a checkpoint (losses start there)
+  std::string resumed_from;         // the step directory a resumed run loaded; empty: none
+  std::string resumed_what;         // what it was: step, state dict type, the run that saved it
+  std::vector<float> final_params;  // full, unpadded, spec order (when gather_results)
+  std::vector<float> last_grads;    // full gradients of the last step, after clipping (when gather_results)
+  std::vector<double> grad_norms;   // per step, when clipping
   int max_live_unsharded = 0;
   int num_units = 0;
-  int num_trainable_units = 0;  // units with at least one requires_grad parameter
+  int num_trainable_units = 0;                 // units with at least one requires_grad parameter
   std::vector<fsdp::CollectiveCounts> counts;  // per micro-batch iteration
   MemoryStats memory;
   std::vector<MemorySample> memory_timeline;  // when record_memory_timeline

@@ -49,7 +49,8 @@ std::string never_arrived(int arrived, int size, const std::string& missing) {
                           : "never arrived (group ranks): " + missing);
 }
 
-std::string describe_collective(OpKind kind, DType dtype, std::int64_t count, ReduceOp op, int root, std::uint64_t seq) {
+std::string describe_collective(OpKind kind, DType dtype, std::int64_t count, ReduceOp op, int root,
+                                std::uint64_t seq) {
   std::string s = std::string(runtime::comm::op_kind_name(kind)) + " #" + std::to_string(seq) + " (" +
                   std::string(dtype_name(dtype)) + " × " + std::to_string(count);
   if (kind == OpKind::kReduceScatter || kind == OpKind::kAllReduce) s += ", " + std::string(reduce_op_name(op));
@@ -132,14 +133,14 @@ struct Successor {
 // downcast): the planned tasks and who has taken and finished them.
 struct SharedOp final : PendingOp {
   std::vector<Task> tasks;
-  std::vector<Nanos> done;   // completion time per member (cost model)
-  Status status;             // ok, or the mismatch every member reports
+  std::vector<Nanos> done;       // completion time per member (cost model)
+  Status status;                 // ok, or the mismatch every member reports
   std::shared_ptr<Group> group;  // for the trace: world ranks and name
   std::int64_t bytes = 0;        // payload bytes per rank, for the trace
   std::string algorithm;         // the network model's algorithm, for the trace
   // NOTE [Comm streams]; all under Shared::mu.
-  std::vector<Nanos> ready;          // per member: max(issue, previous op on its stream done)
-  int waiting_prev = 0;              // predecessors not yet timed
+  std::vector<Nanos> ready;  // per member: max(issue, previous op on its stream done)
+  int waiting_prev = 0;      // predecessors not yet timed
   std::vector<Successor> successors;
   bool sealed = false;  // the last member checked agreement and planned the data movement
   bool timed = false;   // `done` holds the network model's completion times
@@ -219,7 +220,8 @@ void run(const SharedOp& op, const Task& t) {
   std::vector<std::byte> acc(static_cast<std::size_t>(t.count) * es);
   std::memcpy(acc.data(), m0.input.bytes() + in_off, acc.size());
   for (int s = 1; s < p; ++s) {
-    runtime::comm::reduce_into(m0.dtype, m0.op, acc.data(), ms[static_cast<std::size_t>(s)]->input.bytes() + in_off, t.count);
+    runtime::comm::reduce_into(m0.dtype, m0.op, acc.data(), ms[static_cast<std::size_t>(s)]->input.bytes() + in_off,
+                               t.count);
   }
   if (m0.op == ReduceOp::kAvg) runtime::comm::divide_in_place(m0.dtype, acc.data(), t.count, p);
   const std::size_t out_off = static_cast<std::size_t>(t.begin) * es;
@@ -337,7 +339,8 @@ class SimWork final : public runtime::comm::Work {
         if (state_->done || w.forced) break;
         if (op && polls < kPollsBeforeSleep) {
           lock.unlock();  // polling under the lock would stall the rank that completes the op
-          while (polls++ < kPollsBeforeSleep && !op->completed.load(std::memory_order_acquire) && !op->has_free_tasks()) {
+          while (polls++ < kPollsBeforeSleep && !op->completed.load(std::memory_order_acquire) &&
+                 !op->has_free_tasks()) {
             std::this_thread::yield();
           }
           lock.lock();
@@ -500,9 +503,10 @@ WorkPtr SimCommunicator::collective(Member m, std::shared_ptr<WorkState> state) 
     const Member& o = *ms[static_cast<std::size_t>(g)];
     if (o.kind != first.kind || o.dtype != first.dtype || o.count != first.count || o.op != first.op ||
         o.root != first.root) {
-      mismatch = Status::failed_precondition("collective mismatch in group '" + group_->name + "' at position #" +
-                                             std::to_string(ready->seq) + ": rank 0 called " + describe(first, ready->seq) +
-                                             " but rank " + std::to_string(g) + " called " + describe(o, ready->seq));
+      mismatch =
+          Status::failed_precondition("collective mismatch in group '" + group_->name + "' at position #" +
+                                      std::to_string(ready->seq) + ": rank 0 called " + describe(first, ready->seq) +
+                                      " but rank " + std::to_string(g) + " called " + describe(o, ready->seq));
     }
   }
   std::int64_t bytes = first.count * static_cast<std::int64_t>(element_size(first.dtype));
@@ -590,9 +594,10 @@ WorkPtr SimCommunicator::point_to_point(bool is_send, const Tensor& t, int peer,
   state->what = std::string(is_send ? "send to" : "recv from") + " rank " + std::to_string(peer) + " (tag " +
                 std::to_string(tag) + ", " + std::string(dtype_name(t.dtype())) + " × " + std::to_string(t.numel()) +
                 ") on rank " + std::to_string(rank_) + " of group '" + group_->name + "'";
-  state->missing_hint = std::string("no matching ") + (is_send ? "recv" : "send") + " was posted by rank " +
-                        std::to_string(peer);
-  const auto key = is_send ? std::make_tuple(group_->name, me, other, tag) : std::make_tuple(group_->name, other, me, tag);
+  state->missing_hint =
+      std::string("no matching ") + (is_send ? "recv" : "send") + " was posted by rank " + std::to_string(peer);
+  const auto key =
+      is_send ? std::make_tuple(group_->name, me, other, tag) : std::make_tuple(group_->name, other, me, tag);
   std::lock_guard<std::mutex> lock(shared_->mu);
   auto& mine = is_send ? shared_->sends[key] : shared_->recvs[key];
   auto& theirs = is_send ? shared_->recvs[key] : shared_->sends[key];
@@ -610,7 +615,8 @@ WorkPtr SimCommunicator::point_to_point(bool is_send, const Tensor& t, int peer,
     s = Status::failed_precondition("message mismatch in group '" + group_->name + "' tag " + std::to_string(tag) +
                                     ": sent " + std::string(dtype_name(snd.tensor.dtype())) + " × " +
                                     std::to_string(snd.tensor.numel()) + ", receive buffer is " +
-                                    std::string(dtype_name(rcv.tensor.dtype())) + " × " + std::to_string(rcv.tensor.numel()));
+                                    std::string(dtype_name(rcv.tensor.dtype())) + " × " +
+                                    std::to_string(rcv.tensor.numel()));
   } else {
     copy_bytes(rcv.tensor, 0, snd.tensor);
   }

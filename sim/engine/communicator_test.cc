@@ -36,15 +36,15 @@ class SimHarness final : public CommHarness {
 };
 
 INSTANTIATE_TEST_SUITE_P(Sim, CommConformance,
-                         ::testing::ValuesIn(runtime::comm::testing::conformance_params(
-                             std::make_shared<SimHarness>(0), {1, 2, 3, 5, 8, 13})),
+                         ::testing::ValuesIn(runtime::comm::testing::conformance_params(std::make_shared<SimHarness>(0),
+                                                                                        {1, 2, 3, 5, 8, 13})),
                          runtime::comm::testing::conformance_param_name);
 
 // The same suite with seeded random host yields: the contract must hold regardless of
 // thread interleaving.
 INSTANTIATE_TEST_SUITE_P(SimPerturbed, CommConformance,
-                         ::testing::ValuesIn(runtime::comm::testing::conformance_params(
-                             std::make_shared<SimHarness>(7), {3, 8})),
+                         ::testing::ValuesIn(runtime::comm::testing::conformance_params(std::make_shared<SimHarness>(7),
+                                                                                        {3, 8})),
                          runtime::comm::testing::conformance_param_name);
 
 }  // namespace

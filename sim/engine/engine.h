@@ -42,9 +42,7 @@ class Engine {
     Callback fn;
   };
   struct Later {
-    bool operator()(const Event& a, const Event& b) const {
-      return a.time != b.time ? a.time > b.time : a.seq > b.seq;
-    }
+    bool operator()(const Event& a, const Event& b) const { return a.time != b.time ? a.time > b.time : a.seq > b.seq; }
   };
   std::priority_queue<Event, std::vector<Event>, Later> queue_;
   Nanos now_ = 0;

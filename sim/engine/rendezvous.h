@@ -18,9 +18,9 @@
 
 #include "runtime/comm/communicator.h"
 #include "sim/engine/comm_streams.h"
+#include "sim/engine/world.h"
 #include "sim/models/device/cost_model.h"
 #include "sim/models/network/network.h"
-#include "sim/engine/world.h"
 
 namespace shardlab::sim {
 
@@ -35,10 +35,10 @@ struct WorkState {
   // The operation's own duration: completion less the last member's ready time (NOTE
   // [Host-progressed collectives] in sim/models/network/topology.h).
   Nanos duration = 0;
-  std::string what;                      // "all_reduce #3 (fp32 × 12)"
-  std::weak_ptr<PendingOp> pending;      // while a collective waits for members (weak: no cycle)
-  std::string missing_hint;              // for p2p: what is missing
-  std::shared_ptr<Group> split_group;    // split result (null: not a member)
+  std::string what;                    // "all_reduce #3 (fp32 × 12)"
+  std::weak_ptr<PendingOp> pending;    // while a collective waits for members (weak: no cycle)
+  std::string missing_hint;            // for p2p: what is missing
+  std::shared_ptr<Group> split_group;  // split result (null: not a member)
   int split_rank = -1;
 };
 

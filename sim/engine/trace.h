@@ -26,8 +26,15 @@ namespace shardlab::sim {
 // kTraceHost: the host's own work under a software stack other than ideal (NOTE [Host
 // and device timelines] in sim/timing/replay.h): dispatching ops, recording and launching
 // graphs, FSDP hooks.
-enum TraceStream : int { kTraceCompute = 0, kTraceAllGather = 1, kTraceReduceScatter = 2, kTraceAllReduce = 3,
-                         kTraceOtherComm = 4, kTraceFsdp = 5, kTraceHost = 6 };
+enum TraceStream : int {
+  kTraceCompute = 0,
+  kTraceAllGather = 1,
+  kTraceReduceScatter = 2,
+  kTraceAllReduce = 3,
+  kTraceOtherComm = 4,
+  kTraceFsdp = 5,
+  kTraceHost = 6
+};
 constexpr int kNumTraceStreams = 7;
 const char* trace_stream_name(int stream);
 
@@ -35,9 +42,14 @@ struct TraceEvent {
   TraceEvent() = default;
   TraceEvent(std::string name_, int stream_, Nanos start_, Nanos duration_, std::int64_t bytes_ = -1,
              std::string group_ = {}, std::string algorithm_ = {})
-      : name(std::move(name_)), stream(stream_), start(start_), duration(duration_), bytes(bytes_),
-        group(std::move(group_)), algorithm(std::move(algorithm_)) {}
-  std::string name;      // op ("gemm") or collective ("all_gather")
+      : name(std::move(name_)),
+        stream(stream_),
+        start(start_),
+        duration(duration_),
+        bytes(bytes_),
+        group(std::move(group_)),
+        algorithm(std::move(algorithm_)) {}
+  std::string name;  // op ("gemm") or collective ("all_gather")
   int stream = kTraceCompute;
   Nanos start = 0, duration = 0;
   std::int64_t bytes = -1;  // collectives: payload bytes per rank

@@ -8,8 +8,8 @@
 #include <thread>
 
 #include "sim/engine/communicator.h"
-#include "sim/models/device/device.h"
 #include "sim/engine/rendezvous.h"
+#include "sim/models/device/device.h"
 
 namespace shardlab::sim {
 
@@ -55,7 +55,8 @@ std::vector<RankResult> World::run(const std::function<Status(RankContext&)>& bo
   std::vector<std::unique_ptr<SimDevice>> devices;
   for (int r = 0; r < n; ++r) {
     clocks.push_back(std::make_unique<VirtualClock>());
-    const double slow = r < static_cast<int>(options_.slowdown.size()) ? options_.slowdown[static_cast<std::size_t>(r)] : 1.0;
+    const double slow =
+        r < static_cast<int>(options_.slowdown.size()) ? options_.slowdown[static_cast<std::size_t>(r)] : 1.0;
     devices.push_back(std::make_unique<SimDevice>(r, slow == 1.0 ? options_.device : options_.device.slowed_by(slow),
                                                   clocks.back().get()));
     devices.back()->set_emulated_dtype(options_.emulated_dtype);
@@ -141,9 +142,10 @@ std::vector<RankResult> World::run(const std::function<Status(RankContext&)>& bo
   if (failed_rank >= 0) {
     threads.clear();
     threads.shrink_to_fit();
-    const Status not_started = Status::unavailable(
-        "the host could not start a thread for simulated rank " + std::to_string(failed_rank) + " of " +
-        std::to_string(n) + " (" + why + "), so no rank ran; run fewer ranks, or world.mode: timing (no threads per rank)");
+    const Status not_started =
+        Status::unavailable("the host could not start a thread for simulated rank " + std::to_string(failed_rank) +
+                            " of " + std::to_string(n) + " (" + why +
+                            "), so no rank ran; run fewer ranks, or world.mode: timing (no threads per rank)");
     for (auto& r : results) r.status = not_started;
   }
   {

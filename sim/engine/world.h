@@ -28,11 +28,11 @@
 
 #include "runtime/comm/communicator.h"
 #include "runtime/device/device.h"
+#include "sim/engine/trace.h"
+#include "sim/engine/virtual_clock.h"
 #include "sim/models/device/cost_model.h"
 #include "sim/models/device/device.h"
 #include "sim/models/network/network.h"
-#include "sim/engine/trace.h"
-#include "sim/engine/virtual_clock.h"
 
 namespace shardlab::sim {
 

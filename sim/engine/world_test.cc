@@ -38,9 +38,12 @@ Outcome run_workload(int world_size, std::uint64_t perturb_seed) {
   const auto results = world.run([&](RankContext& ctx) -> Status {
     Rng rng = Rng(42).split(static_cast<std::uint64_t>(ctx.rank));
     const std::int64_t n = 64;
-    SHARDLAB_ASSIGN_OR_RETURN(Tensor buf, ctx.device.empty({n * ctx.world_size}, DType::kF32, MemoryCategory::kOther, "buf"));
-    SHARDLAB_ASSIGN_OR_RETURN(Tensor a, ctx.device.empty({16 * (ctx.rank + 1), 32}, DType::kF32, MemoryCategory::kOther, "a"));
-    SHARDLAB_ASSIGN_OR_RETURN(Tensor c, ctx.device.empty({16 * (ctx.rank + 1), 16 * (ctx.rank + 1)}, DType::kF32, MemoryCategory::kOther, "c"));
+    SHARDLAB_ASSIGN_OR_RETURN(Tensor buf,
+                              ctx.device.empty({n * ctx.world_size}, DType::kF32, MemoryCategory::kOther, "buf"));
+    SHARDLAB_ASSIGN_OR_RETURN(Tensor a,
+                              ctx.device.empty({16 * (ctx.rank + 1), 32}, DType::kF32, MemoryCategory::kOther, "a"));
+    SHARDLAB_ASSIGN_OR_RETURN(Tensor c, ctx.device.empty({16 * (ctx.rank + 1), 16 * (ctx.rank + 1)}, DType::kF32,
+                                                         MemoryCategory::kOther, "c"));
     for (std::int64_t i = 0; i < buf.numel(); ++i) buf.data<float>()[i] = rng.uniform(-1, 1);
     for (std::int64_t i = 0; i < a.numel(); ++i) a.data<float>()[i] = rng.uniform(-1, 1);
     Tensor mine = *buf.narrow(n * ctx.rank, n);
@@ -155,7 +158,8 @@ TEST(World, ARankThatThrowsIsReportedAndTheOthersDoNotHang) {
     return ctx.comm.barrier()->wait(5 * kNanosPerSecond);
   });
   EXPECT_EQ(results[2].status.code(), StatusCode::kInternal);
-  EXPECT_NE(results[2].status.message().find("ctx.rank == 0 (2 vs 0)"), std::string::npos) << results[2].status.message();
+  EXPECT_NE(results[2].status.message().find("ctx.rank == 0 (2 vs 0)"), std::string::npos)
+      << results[2].status.message();
   EXPECT_EQ(results[0].status.code(), StatusCode::kTimeout);
   EXPECT_EQ(results[1].status.code(), StatusCode::kTimeout);
 }

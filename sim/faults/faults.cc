@@ -61,7 +61,8 @@ std::string fault_where(int world_rank, int step) {
 }
 
 Status stopped_rank_status(const Fault& f, const std::string& where, const std::string& point, bool released) {
-  if (f.kind == FaultKind::kCrash) return Status::unavailable(where + ": crashed " + point + " — injected " + f.describe());
+  if (f.kind == FaultKind::kCrash)
+    return Status::unavailable(where + ": crashed " + point + " — injected " + f.describe());
   return Status::unavailable(where + ": hung " + point + " — injected " + f.describe() +
                              (released ? "; released when the other ranks were done" : ""));
 }
@@ -147,7 +148,7 @@ struct FaultInjector::State {
   Communicator* world = nullptr;  // the rank's world communicator (hangs wait on it)
   int step = -1;                  // the step being run (-1: before the first)
   std::int64_t payload_collectives = 0;
-  bool stopped = false;           // crashed or hung: nothing more is issued
+  bool stopped = false;              // crashed or hung: nothing more is issued
   std::shared_ptr<Storage> scratch;  // the receive buffer of a hang
 
   std::string where() const { return fault_where(world_rank, step); }
@@ -266,7 +267,8 @@ Status FaultInjector::before_step(int step) {
 }
 
 Status FaultInjector::before_collective(const char* op) {
-  if (state_->stopped) return Status::unavailable(state_->where() + ": " + op + " after the rank stopped (injected fault)");
+  if (state_->stopped)
+    return Status::unavailable(state_->where() + ": " + op + " after the rank stopped (injected fault)");
   const Nanos now = state_->clock->now();
   for (const Fault& f : state_->plan->faults) {
     if (f.rank == state_->world_rank && (f.kind == FaultKind::kCrash || f.kind == FaultKind::kHang) && f.time >= 0 &&

@@ -72,7 +72,7 @@ struct Fault {
   // view_offset: the byte offset the view gets (the seed bug's value by default).
   std::uint64_t byte_offset = kSeedBugViewOffset;
   static constexpr std::uint64_t kSeedBugViewOffset = 13835057943613014016ull;  // 0xBFFFFFE600000000
-  std::string origin;            // where it was declared ("s.yaml:12:5")
+  std::string origin;                                                           // where it was declared ("s.yaml:12:5")
   std::string describe() const;  // "crash of rank 3 at step 2 (s.yaml:12:5)"
 };
 

@@ -13,8 +13,8 @@ using shardlab::testlib::IsOk;
 namespace shardlab::sim {
 namespace {
 
-using ::testing::HasSubstr;
 using runtime::comm::ReduceOp;
+using ::testing::HasSubstr;
 
 constexpr int kWorld = 4;
 constexpr int kSteps = 3;
@@ -78,7 +78,8 @@ TEST(Faults, NoFaultsChangeNothing) {
   const Outcome plain = run(FaultPlan{});
   for (const auto& s : plain.status) EXPECT_THAT(s, IsOk());
   for (int r = 0; r < kWorld; ++r) {
-    for (int q = 0; q < kWorld; ++q) EXPECT_EQ(plain.last[static_cast<std::size_t>(r)][static_cast<std::size_t>(q * kN)], q * 1000 + 200);
+    for (int q = 0; q < kWorld; ++q)
+      EXPECT_EQ(plain.last[static_cast<std::size_t>(r)][static_cast<std::size_t>(q * kN)], q * 1000 + 200);
   }
 }
 
@@ -101,7 +102,8 @@ TEST(Faults, CrashAtAStepEndsEveryRankWithAnErrorNamingRankStepOperationAndFault
   for (std::uint64_t seed : {1u, 2u}) {
     const Outcome again = run(plan, seed);
     for (int r = 0; r < kWorld; ++r) {
-      EXPECT_EQ(again.status[static_cast<std::size_t>(r)].to_string(), o.status[static_cast<std::size_t>(r)].to_string());
+      EXPECT_EQ(again.status[static_cast<std::size_t>(r)].to_string(),
+                o.status[static_cast<std::size_t>(r)].to_string());
       EXPECT_EQ(again.end[static_cast<std::size_t>(r)], o.end[static_cast<std::size_t>(r)]);
     }
   }
@@ -135,7 +137,9 @@ TEST(Faults, AHungRankStopsAnsweringAndTheRunStillEnds) {
   }
   // The survivors gave up one collective timeout after they blocked, not later.
   const Outcome plain = run(FaultPlan{});
-  for (int r : {0, 1, 2}) EXPECT_LE(o.end[static_cast<std::size_t>(r)], plain.end[static_cast<std::size_t>(r)] + runtime::comm::kDefaultTimeout);
+  for (int r : {0, 1, 2})
+    EXPECT_LE(o.end[static_cast<std::size_t>(r)],
+              plain.end[static_cast<std::size_t>(r)] + runtime::comm::kDefaultTimeout);
 }
 
 TEST(Faults, CorruptFlipsTheTopExponentBitOfOneReceivedElementReproducibly) {
@@ -177,7 +181,8 @@ TEST(Faults, CorruptWithTheIntegrityCheckIsDetectedAndEndsTheRun) {
   plan.faults.push_back(f);
   const Outcome o = run(plan);
   EXPECT_EQ(o.status[0].code(), StatusCode::kDataLoss);
-  EXPECT_THAT(o.status[0].message(), HasSubstr("rank 0, step 1: all_reduce in group 'world' (the rank's collective #1)"));
+  EXPECT_THAT(o.status[0].message(),
+              HasSubstr("rank 0, step 1: all_reduce in group 'world' (the rank's collective #1)"));
   EXPECT_THAT(o.status[0].message(), HasSubstr("failed its integrity check"));
   EXPECT_THAT(o.status[0].message(), HasSubstr("s.yaml:4:3"));
   for (int r : {1, 2, 3}) EXPECT_EQ(o.status[static_cast<std::size_t>(r)].code(), StatusCode::kTimeout);

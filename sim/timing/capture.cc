@@ -3,10 +3,10 @@
 #include <map>
 #include <memory>
 
-#include "sim/models/device/device.h"
-#include "sim/models/device/profiles.h"
 #include "sim/engine/trace.h"
 #include "sim/engine/virtual_clock.h"
+#include "sim/models/device/device.h"
+#include "sim/models/device/profiles.h"
 
 namespace shardlab::sim::timing {
 
@@ -58,7 +58,8 @@ class CaptureCommunicator final : public runtime::comm::Communicator {
   const std::string& group_name() const override { return name_; }
 
   WorkPtr all_gather_into(const Tensor& output, const Tensor& input) override {
-    if (Status s = runtime::comm::validate_all_gather(*this, output, input); !s.is_ok()) return runtime::comm::completed_work(s);
+    if (Status s = runtime::comm::validate_all_gather(*this, output, input); !s.is_ok())
+      return runtime::comm::completed_work(s);
     return issue(OpKind::kAllGather, input.dtype(), input.numel(), ReduceOp::kSum, 0);
   }
   WorkPtr reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op) override {
@@ -68,11 +69,13 @@ class CaptureCommunicator final : public runtime::comm::Communicator {
     return issue(OpKind::kReduceScatter, input.dtype(), output.numel(), op, 0);
   }
   WorkPtr all_reduce(const Tensor& inout, ReduceOp op) override {
-    if (Status s = runtime::comm::validate_all_reduce(*this, inout, op); !s.is_ok()) return runtime::comm::completed_work(s);
+    if (Status s = runtime::comm::validate_all_reduce(*this, inout, op); !s.is_ok())
+      return runtime::comm::completed_work(s);
     return issue(OpKind::kAllReduce, inout.dtype(), inout.numel(), op, 0);
   }
   WorkPtr broadcast(const Tensor& inout, int root) override {
-    if (Status s = runtime::comm::validate_broadcast(*this, inout, root); !s.is_ok()) return runtime::comm::completed_work(s);
+    if (Status s = runtime::comm::validate_broadcast(*this, inout, root); !s.is_ok())
+      return runtime::comm::completed_work(s);
     return issue(OpKind::kBroadcast, inout.dtype(), inout.numel(), ReduceOp::kSum, root);
   }
   WorkPtr barrier() override { return issue(OpKind::kBarrier, DType::kI64, 0, ReduceOp::kSum, 0); }
@@ -86,7 +89,8 @@ class CaptureCommunicator final : public runtime::comm::Communicator {
   Result<std::unique_ptr<runtime::comm::Communicator>> split_strided(int stride, int size) override {
     if (stride_ != 0) return unsupported("a split of a split group");
     SHARDLAB_RETURN_IF_ERROR(runtime::comm::validate_strided(size_, stride, size));
-    SHARDLAB_RETURN_IF_ERROR(issue(OpKind::kSplit, DType::kI64, 0, ReduceOp::kSum, 0)->wait(runtime::comm::kDefaultTimeout));
+    SHARDLAB_RETURN_IF_ERROR(
+        issue(OpKind::kSplit, DType::kI64, 0, ReduceOp::kSum, 0)->wait(runtime::comm::kDefaultTimeout));
     auto group = std::make_unique<CaptureCommunicator>(rec_, runtime::comm::strided_key(rank_, stride, size), size);
     group->stride_ = stride;
     group->split_ = ++splits_;
@@ -178,7 +182,8 @@ bool same_structure(const RankProgram& a, const RankProgram& b) {
     return false;
   }
   for (std::size_t i = 0; i < a.memory_samples.size(); ++i) {
-    if (a.memory_samples[i].event != b.memory_samples[i].event || a.memory_samples[i].bytes != b.memory_samples[i].bytes) {
+    if (a.memory_samples[i].event != b.memory_samples[i].event ||
+        a.memory_samples[i].bytes != b.memory_samples[i].bytes) {
       return false;
     }
   }
@@ -197,8 +202,9 @@ bool same_structure(const RankProgram& a, const RankProgram& b) {
 Result<RankProgram> capture_rank(const runtime::train::FsdpTrainOptions& in, int world_size, int rank,
                                  const DeviceProfile& device, const CaptureOptions& capture) {
   if (!in.checkpoint.dir.empty()) {
-    return Status::invalid_argument("timing mode does not write or load checkpoints (phantom tensors have no values); "
-                                    "remove the checkpoint section or run in numerics mode");
+    return Status::invalid_argument(
+        "timing mode does not write or load checkpoints (phantom tensors have no values); "
+        "remove the checkpoint section or run in numerics mode");
   }
   if (in.fsdp.offload_device != nullptr) {
     return Status::invalid_argument(

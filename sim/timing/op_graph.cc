@@ -136,8 +136,9 @@ class Reader {
                           ? j.get<std::uint64_t>() <= static_cast<std::uint64_t>(std::numeric_limits<T>::max())
                           : j.get<std::int64_t>() >= static_cast<std::int64_t>(std::numeric_limits<T>::min()) &&
                                 j.get<std::int64_t>() <= static_cast<std::int64_t>(std::numeric_limits<T>::max());
-    if (!fits) return fail(field, j.dump() + " is out of range (" + std::to_string(std::numeric_limits<T>::min()) + " to " +
-                                      std::to_string(std::numeric_limits<T>::max()) + ")");
+    if (!fits)
+      return fail(field, j.dump() + " is out of range (" + std::to_string(std::numeric_limits<T>::min()) + " to " +
+                             std::to_string(std::numeric_limits<T>::max()) + ")");
     return j.get<T>();
   }
   template <typename T>
@@ -161,7 +162,8 @@ class Reader {
     }
     std::array<std::int64_t, kNumMemoryCategories> out{};
     for (int c = 0; c < kNumMemoryCategories; ++c) {
-      SHARDLAB_ASSIGN_OR_RETURN(out[static_cast<std::size_t>(c)], num<std::int64_t>(j[static_cast<std::size_t>(c)], field));
+      SHARDLAB_ASSIGN_OR_RETURN(out[static_cast<std::size_t>(c)],
+                                num<std::int64_t>(j[static_cast<std::size_t>(c)], field));
     }
     return out;
   }
@@ -249,7 +251,8 @@ Result<RankProgram> read_program(const Reader& r, const Json& j, const std::stri
       SHARDLAB_ASSIGN_OR_RETURN(d.stride, r.num_at<int>(c, "stride", cf));
       SHARDLAB_ASSIGN_OR_RETURN(d.size, r.num_at<int>(c, "size", cf));
       SHARDLAB_ASSIGN_OR_RETURN(d.split, r.num_at<int>(c, "split", cf));
-      if (d.stride < 1 || d.size < 1 || d.split < 1) return r.fail(cf + "stride", "stride, size and split must be >= 1");
+      if (d.stride < 1 || d.size < 1 || d.split < 1)
+        return r.fail(cf + "stride", "stride, size and split must be >= 1");
     }
     SHARDLAB_ASSIGN_OR_RETURN(d.bytes, r.num_at<std::int64_t>(c, "bytes", cf));
     SHARDLAB_ASSIGN_OR_RETURN(d.root, r.num_at<int>(c, "root", cf));
@@ -273,7 +276,8 @@ Result<RankProgram> read_program(const Reader& r, const Json& j, const std::stri
   for (std::size_t i = 0; i < nodes->size(); ++i) {
     const Json& n = (*nodes)[i];
     const std::string nf = f + "nodes[" + std::to_string(i) + "]";
-    if (!n.is_array() || n.size() != 4 || !n[0].is_string()) return r.fail(nf, "expected [kind, index, count, duration]");
+    if (!n.is_array() || n.size() != 4 || !n[0].is_string())
+      return r.fail(nf, "expected [kind, index, count, duration]");
     Node node;
     bool found = false;
     for (NodeKind k : kNodeKinds) {
@@ -318,7 +322,8 @@ Result<RankProgram> read_program(const Reader& r, const Json& j, const std::stri
   SHARDLAB_ASSIGN_OR_RETURN(p.max_live_unsharded, r.num_at<int>(j, "max_live_unsharded", f));
   SHARDLAB_ASSIGN_OR_RETURN(const Json* counts, r.array_at(j, "counts", f));
   for (const Json& c : *counts) {
-    if (!c.is_array() || c.size() != 3) return r.fail(f + "counts", "expected [all_gather, reduce_scatter, all_reduce]");
+    if (!c.is_array() || c.size() != 3)
+      return r.fail(f + "counts", "expected [all_gather, reduce_scatter, all_reduce]");
     runtime::fsdp::CollectiveCounts cc;
     SHARDLAB_ASSIGN_OR_RETURN(cc.all_gather, r.num<int>(c[0], f + "counts"));
     SHARDLAB_ASSIGN_OR_RETURN(cc.reduce_scatter, r.num<int>(c[1], f + "counts"));
@@ -340,11 +345,12 @@ bool has_payload(const CollectiveDesc& d, int rank) {
 }
 
 bool RankProgram::same_program(const RankProgram& o) const {
-  return nodes == o.nodes && ops == o.ops && shapes == o.shapes && collectives == o.collectives && markers == o.markers &&
-         memory.peak == o.memory.peak && memory.current == o.memory.current && memory.capacity == o.memory.capacity &&
-         memory_samples.size() == o.memory_samples.size() &&
-         std::equal(memory_samples.begin(), memory_samples.end(), o.memory_samples.begin(),
-                    [](const auto& a, const auto& b) { return a.step == b.step && a.event == b.event && a.bytes == b.bytes; });
+  return nodes == o.nodes && ops == o.ops && shapes == o.shapes && collectives == o.collectives &&
+         markers == o.markers && memory.peak == o.memory.peak && memory.current == o.memory.current &&
+         memory.capacity == o.memory.capacity && memory_samples.size() == o.memory_samples.size() &&
+         std::equal(
+             memory_samples.begin(), memory_samples.end(), o.memory_samples.begin(),
+             [](const auto& a, const auto& b) { return a.step == b.step && a.event == b.event && a.bytes == b.bytes; });
 }
 
 Status OpGraph::validate() const {
@@ -357,7 +363,8 @@ Status OpGraph::validate() const {
                  std::to_string(world_size) + " ranks");
     }
     for (int p : program_of_rank) {
-      if (p < 0 || p >= static_cast<int>(programs.size())) return bad("program_of_rank names program " + std::to_string(p));
+      if (p < 0 || p >= static_cast<int>(programs.size()))
+        return bad("program_of_rank names program " + std::to_string(p));
     }
   }
   std::map<int, std::pair<int, int>> split_layouts;  // split -> (stride, size)
@@ -371,18 +378,23 @@ Status OpGraph::validate() const {
       const std::string nw = where + ".nodes[" + std::to_string(i) + "]";
       switch (n.kind) {
         case NodeKind::kCompute: {
-          if (n.index < 0 || n.count < 0 || static_cast<std::size_t>(n.index) + static_cast<std::size_t>(n.count) > p.ops.size()) {
+          if (n.index < 0 || n.count < 0 ||
+              static_cast<std::size_t>(n.index) + static_cast<std::size_t>(n.count) > p.ops.size()) {
             return bad(nw + ": ops [" + std::to_string(n.index) + ", +" + std::to_string(n.count) + ") outside the " +
                        std::to_string(p.ops.size()) + " ops");
           }
           Nanos sum = 0;
           for (int k = 0; k < n.count; ++k) sum += p.ops[static_cast<std::size_t>(n.index + k)].duration;
-          if (sum != n.duration || n.duration < 0) return bad(nw + ": duration " + std::to_string(n.duration) + " is not the sum of its ops (" + std::to_string(sum) + ")");
+          if (sum != n.duration || n.duration < 0)
+            return bad(nw + ": duration " + std::to_string(n.duration) + " is not the sum of its ops (" +
+                       std::to_string(sum) + ")");
           break;
         }
         case NodeKind::kIssue:
           // Collectives are issued in sequence order (their index is their sequence number).
-          if (n.index != next_issue) return bad(nw + ": issues collective " + std::to_string(n.index) + ", expected " + std::to_string(next_issue));
+          if (n.index != next_issue)
+            return bad(nw + ": issues collective " + std::to_string(n.index) + ", expected " +
+                       std::to_string(next_issue));
           if (n.index >= static_cast<int>(p.collectives.size())) {
             return bad(nw + ": issues collective " + std::to_string(n.index) + " of only " +
                        std::to_string(p.collectives.size()));
@@ -391,21 +403,25 @@ Status OpGraph::validate() const {
           issued[static_cast<std::size_t>(n.index)] = 1;
           break;
         case NodeKind::kWait:
-          if (n.index < 0 || n.index >= static_cast<int>(p.collectives.size()) || !issued[static_cast<std::size_t>(n.index)]) {
+          if (n.index < 0 || n.index >= static_cast<int>(p.collectives.size()) ||
+              !issued[static_cast<std::size_t>(n.index)]) {
             return bad(nw + ": waits for collective " + std::to_string(n.index) + ", which was not issued before");
           }
           break;
         case NodeKind::kMarker:
-          if (n.index < 0 || n.index >= static_cast<int>(p.markers.size())) return bad(nw + ": no marker " + std::to_string(n.index));
+          if (n.index < 0 || n.index >= static_cast<int>(p.markers.size()))
+            return bad(nw + ": no marker " + std::to_string(n.index));
           break;
       }
     }
     if (next_issue != static_cast<std::int64_t>(p.collectives.size())) {
-      return bad(where + ": " + std::to_string(p.collectives.size()) + " collectives but " + std::to_string(next_issue) + " issued");
+      return bad(where + ": " + std::to_string(p.collectives.size()) + " collectives but " +
+                 std::to_string(next_issue) + " issued");
     }
     for (const CollectiveDesc& c : p.collectives) {
       if (c.stride == 0 && c.group != "world") {
-        return bad(where + ": group '" + c.group + "' has no layout (stride, size): only the world group and groups of "
+        return bad(where + ": group '" + c.group +
+                   "' has no layout (stride, size): only the world group and groups of "
                    "split_strided are supported");
       }
       if (c.stride > 0) {
@@ -430,7 +446,8 @@ Status OpGraph::validate() const {
       }
     }
     for (const Marker& m : p.markers) {
-      if (m.kind == TrainMarker::kMemorySample && (m.sample < 0 || m.sample >= static_cast<int>(p.memory_samples.size()))) {
+      if (m.kind == TrainMarker::kMemorySample &&
+          (m.sample < 0 || m.sample >= static_cast<int>(p.memory_samples.size()))) {
         return bad(where + ": a marker names memory sample " + std::to_string(m.sample));
       }
     }
@@ -473,7 +490,8 @@ Result<OpGraph> graph_from_json_string(const std::string& text, const std::strin
   SHARDLAB_ASSIGN_OR_RETURN(std::string format, r.str_at(j, "format", ""));
   if (format != kFormat) return r.fail("format", "'" + format + "', expected '" + kFormat + "'");
   SHARDLAB_ASSIGN_OR_RETURN(int version, r.num_at<int>(j, "version", ""));
-  if (version != kVersion) return r.fail("version", std::to_string(version) + ", this build reads version " + std::to_string(kVersion));
+  if (version != kVersion)
+    return r.fail("version", std::to_string(version) + ", this build reads version " + std::to_string(kVersion));
   OpGraph g;
   SHARDLAB_ASSIGN_OR_RETURN(g.description, r.str_at(j, "description", ""));
   SHARDLAB_ASSIGN_OR_RETURN(g.approximation, r.str_at(j, "approximation", ""));

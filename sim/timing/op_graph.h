@@ -195,15 +195,13 @@ struct OpGraph {
   SoftwareStack stack;                     // the software stack captured under (NOTE [Software stack])
   int world_size = 1;
   int steps = 0;
-  std::vector<RankProgram> programs;   // the distinct programs
-  std::vector<int> program_of_rank;    // per rank an index into programs; empty: all run programs[0]
-  std::string description;             // free text (the run's header line)
+  std::vector<RankProgram> programs;  // the distinct programs
+  std::vector<int> program_of_rank;   // per rank an index into programs; empty: all run programs[0]
+  std::string description;            // free text (the run's header line)
   // Empty when every rank runs its own captured program; else what was approximated.
   std::string approximation;
 
-  const RankProgram& program(int rank) const {
-    return programs[program_index(rank)];
-  }
+  const RankProgram& program(int rank) const { return programs[program_index(rank)]; }
   // The index in `programs` of the program `rank` runs.
   std::size_t program_index(int rank) const {
     return program_of_rank.empty() ? 0 : static_cast<std::size_t>(program_of_rank[static_cast<std::size_t>(rank)]);

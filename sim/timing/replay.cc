@@ -36,14 +36,14 @@ struct Instance {
   int color = 0;         // which group of the desc's layout
   int arrived = 0;
   std::vector<char> issued;  // per member (for the timeouts of NOTE [Faults in timing mode])
-  int waiting_prev = 0;  // members whose previous operation on the stream is not timed
+  int waiting_prev = 0;      // members whose previous operation on the stream is not timed
   bool timed = false;
   std::vector<Nanos> ready, done;
   std::string algorithm;
   // (later collective, rank): that rank's next operation on the same stream.
   std::vector<std::pair<Instance*, int>> successors;
-  std::vector<int> waiters;   // ranks blocked in a wait on it, in blocking order
-  Status error;               // the network model's: it cannot complete (link_down)
+  std::vector<int> waiters;     // ranks blocked in a wait on it, in blocking order
+  Status error;                 // the network model's: it cannot complete (link_down)
   std::int64_t waits_left = 0;  // wait nodes still to pass, over all ranks
   int tail_refs = 0;            // ranks whose stream tail it still is
 };
@@ -90,7 +90,6 @@ std::string fault_what(const RankProgram& p, std::int64_t seq, int rank) {
   return fault_collective(runtime::comm::op_kind_name(d.kind), group_name_of(d, rank),
                           has_payload(d, rank) ? payload_index(p, seq, rank) : -1);
 }
-
 
 class Replayer {
  public:
@@ -173,10 +172,9 @@ class Replayer {
     const std::string what = collective_on_rank(
         describe_collective(d.kind, d.dtype, d.count, d.op, d.root, static_cast<std::uint64_t>(group_seq(p, seq))),
         group_rank_of(d, r), group_name_of(d, r), group_size_of(d, w_));
-    return Status::timeout(fault_context(fault_where(r, s.step), fault_what(p, seq, r),
-                                         timed_out_message(what, o_.collective_timeout,
-                                                           add_time(s.t, o_.collective_timeout), why),
-                                         injected_));
+    return Status::timeout(fault_context(
+        fault_where(r, s.step), fault_what(p, seq, r),
+        timed_out_message(what, o_.collective_timeout, add_time(s.t, o_.collective_timeout), why), injected_));
   }
 
   // The rank stops for good with `error` (NOTE [Faults in timing mode]).
@@ -240,8 +238,9 @@ class Replayer {
     plan.faults = o_.faults;
     injected_ = plan.describe();
     for (const Fault& f : o_.faults) {
-      if (f.rank >= 0 && f.rank < w_ && (f.kind == FaultKind::kCrash || f.kind == FaultKind::kHang ||
-                                         (f.kind == FaultKind::kCorrupt && f.integrity_check))) {
+      if (f.rank >= 0 && f.rank < w_ &&
+          (f.kind == FaultKind::kCrash || f.kind == FaultKind::kHang ||
+           (f.kind == FaultKind::kCorrupt && f.integrity_check))) {
         rank_faults_[f.rank].push_back(&f);
       }
     }
@@ -252,7 +251,8 @@ class Replayer {
     for (const RankProgram& p : g_.programs) {
       for (const CollectiveDesc& d : p.collectives) {
         if (d.stride == 0) continue;
-        if (split_layout.size() < static_cast<std::size_t>(d.split)) split_layout.resize(static_cast<std::size_t>(d.split));
+        if (split_layout.size() < static_cast<std::size_t>(d.split))
+          split_layout.resize(static_cast<std::size_t>(d.split));
         split_layout[static_cast<std::size_t>(d.split - 1)] = &d;
       }
     }
@@ -261,7 +261,7 @@ class Replayer {
       if (split_layout[k] == nullptr) continue;
       for (int r = 0; r < w_; ++r) {
         coords_[k * static_cast<std::size_t>(w_) + static_cast<std::size_t>(r)] = {group_color_of(*split_layout[k], r),
-                                                                                group_rank_of(*split_layout[k], r)};
+                                                                                   group_rank_of(*split_layout[k], r)};
       }
     }
     traced_.assign(static_cast<std::size_t>(w_), 0);
@@ -285,8 +285,9 @@ class Replayer {
     int color = 0, rank = 0;
   };
   Coord coord(const CollectiveDesc& d, int r) const {
-    return d.stride == 0 ? Coord{0, r} : coords_[static_cast<std::size_t>(d.split - 1) * static_cast<std::size_t>(w_) +
-                                                 static_cast<std::size_t>(r)];
+    return d.stride == 0 ? Coord{0, r}
+                         : coords_[static_cast<std::size_t>(d.split - 1) * static_cast<std::size_t>(w_) +
+                                   static_cast<std::size_t>(r)];
   }
 
   // Rank `rank`'s instance of collective `seq`; null when not created (or freed).
@@ -436,7 +437,8 @@ class Replayer {
     const Nanos record = static_cast<Nanos>(n.count) * stack_.op_dispatch_ns;
     if (rec != nullptr && record > 0) rec->add_compute({"record_graph", kTraceHost, s.t, record});
     s.t = add_time(s.t, record);
-    if (rec != nullptr && stack_.graph_launch_ns > 0) rec->add_compute({"launch_graph", kTraceHost, s.t, stack_.graph_launch_ns});
+    if (rec != nullptr && stack_.graph_launch_ns > 0)
+      rec->add_compute({"launch_graph", kTraceHost, s.t, stack_.graph_launch_ns});
     s.t = add_time(s.t, stack_.graph_launch_ns);
     const Nanos at = start_device(s.t);
     if (rec != nullptr) trace_ops(*rec, p, n.index, n.count, at);
@@ -464,10 +466,10 @@ class Replayer {
         case NodeKind::kIssue: {
           const CollectiveDesc& desc = p.collectives[static_cast<std::size_t>(n.index)];
           if (const Fault* f = rank_faults_.empty() ? nullptr : due_stop(r, -1, s.t)) {
-            stop(r, stopped_rank_status(*f, fault_where(r, s.step),
-                                        "at " + fault_ms(s.t) + " before its " +
-                                            std::string(runtime::comm::op_kind_name(desc.kind)),
-                                        w_ > 1));
+            stop(r, stopped_rank_status(
+                        *f, fault_where(r, s.step),
+                        "at " + fault_ms(s.t) + " before its " + std::string(runtime::comm::op_kind_name(desc.kind)),
+                        w_ > 1));
             out_.events += executed;
             return Status::ok();
           }
@@ -564,8 +566,8 @@ class Replayer {
             case TrainMarker::kStepBegin:
               s.step = m.step;
               if (const Fault* f = rank_faults_.empty() ? nullptr : due_stop(r, m.step, s.t)) {
-                stop(r, stopped_rank_status(*f, fault_where(r, s.step), "at the top of step " + std::to_string(m.step + 1),
-                                            w_ > 1));
+                stop(r, stopped_rank_status(*f, fault_where(r, s.step),
+                                            "at the top of step " + std::to_string(m.step + 1), w_ > 1));
                 out_.events += executed;
                 return Status::ok();
               }
@@ -599,13 +601,13 @@ class Replayer {
   const ReplayOptions& o_;
   const SoftwareStack& stack_;
   const int w_;
-  std::vector<std::vector<std::int32_t>> waits_;      // per program and collective: wait nodes
-  std::vector<std::int32_t> uniform_waits_;           // per collective: the programs' common count, or -1
-  std::vector<Slot> slots_;                           // per collective
+  std::vector<std::vector<std::int32_t>> waits_;  // per program and collective: wait nodes
+  std::vector<std::int32_t> uniform_waits_;       // per collective: the programs' common count, or -1
+  std::vector<Slot> slots_;                       // per collective
   std::vector<RankState> state_;
   std::vector<int> world_ranks_;
-  std::vector<Coord> coords_;   // per split and rank (coord())
-  std::vector<int> members_;    // scratch: a split group's members, for its network query
+  std::vector<Coord> coords_;  // per split and rank (coord())
+  std::vector<int> members_;   // scratch: a split group's members, for its network query
   std::vector<char> traced_;
   std::map<int, std::unique_ptr<TraceRecorder>> recorders_;
   std::deque<int>* runnable_ = nullptr;

@@ -24,11 +24,11 @@
 #include <vector>
 
 #include "runtime/train/fsdp_train.h"
-#include "sim/faults/faults.h"
-#include "sim/models/network/network.h"
-#include "sim/models/device/stack.h"
-#include "sim/timing/op_graph.h"
 #include "sim/engine/trace.h"
+#include "sim/faults/faults.h"
+#include "sim/models/device/stack.h"
+#include "sim/models/network/network.h"
+#include "sim/timing/op_graph.h"
 
 namespace shardlab::sim::timing {
 
@@ -56,9 +56,9 @@ struct ReplayOptions {
 // (graph_launch_ns), whose ops start at max(d, h) back to back. Where the device starts
 // later than it could because the host had not dispatched yet (h > d), the gap counts as
 // host-bound time of the step. An issue (but a split's, set-up rather than a hook) first
-// runs its FSDP hook (fsdp_hook_ns of host time); a device idle before the host gets there waited for the host too (host-bound; d
-// moves up to h, which delays nothing); the collective is ready at max(h, d) (its stream
-// waits for the work dispatched before it). A wait is the device stream's: d = max(d, done), and the host runs on; without
+// runs its FSDP hook (fsdp_hook_ns of host time); a device idle before the host gets there waited for the host too
+// (host-bound; d moves up to h, which delays nothing); the collective is ready at max(h, d) (its stream waits for the
+// work dispatched before it). A wait is the device stream's: d = max(d, done), and the host runs on; without
 // host_device_overlap the host waits for the device after every op or graph (h = d) and
 // for every collective it waits on. Markers happen at max(h, d): a step ends when the
 // later of its host and device work does. With the ideal stack this is the one-timeline
@@ -75,7 +75,7 @@ struct RankTiming {
   // Per step: the device's idle time waiting for the host (NOTE [Host and device
   // timelines]); all 0 with the ideal stack.
   std::vector<Nanos> host_bound;
-  Nanos end_time = 0;                           // host time after the last node
+  Nanos end_time = 0;  // host time after the last node
 };
 
 struct ReplayResult {
@@ -98,13 +98,12 @@ struct ReplayResult {
 // a corrupt fault with the integrity check fails the rank when it waits for its
 // collective number `collective` (counting those with a payload), which completed; a
 // collective the network model cannot complete (link_down with no other route) fails each
-// member in its wait, as SimCommunicator does. A stopped rank issues nothing more; every other rank then blocks in a wait that cannot
-// complete and times out `collective_timeout` after it began waiting — the numerics run's
-// virtual deadline — naming the collective, the ranks that never issued it and the faults.
-// A wait for a collective that completes later than `collective_timeout` after the wait
-// began times out too (a link degraded far enough), with "it completed only at …". The
-// replay returns these as ReplayResult::errors, in the words numerics mode uses
-// (fault_where, stopped_rank_status, …).
+// member in its wait, as SimCommunicator does. A stopped rank issues nothing more; every other rank then blocks in a
+// wait that cannot complete and times out `collective_timeout` after it began waiting — the numerics run's virtual
+// deadline — naming the collective, the ranks that never issued it and the faults. A wait for a collective that
+// completes later than `collective_timeout` after the wait began times out too (a link degraded far enough), with "it
+// completed only at …". The replay returns these as ReplayResult::errors, in the words numerics mode uses (fault_where,
+// stopped_rank_status, …).
 //
 // FAILED_PRECONDITION when ranks disagree on a collective (naming both) or, with no rank
 // stopped, block forever (naming the first blocked rank and the collective it waits for).

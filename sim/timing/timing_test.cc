@@ -16,12 +16,12 @@
 
 #include "runtime/core/check.h"
 #include "runtime/model/bert.h"
-#include "sim/models/device/device.h"
+#include "sim/engine/world.h"
 #include "sim/faults/faults.h"
+#include "sim/models/device/device.h"
 #include "sim/models/device/profiles.h"
 #include "sim/timing/capture.h"
 #include "sim/timing/replay.h"
-#include "sim/engine/world.h"
 #include "testing/status_matchers.h"
 
 using shardlab::testlib::IsOk;
@@ -158,7 +158,8 @@ std::vector<std::vector<TraceEvent>> run_deferred_case(std::uint64_t perturb_see
   });
   std::vector<std::vector<TraceEvent>> traces;
   for (int r = 0; r < 3; ++r) {
-    EXPECT_TRUE(results[static_cast<std::size_t>(r)].status.is_ok()) << results[static_cast<std::size_t>(r)].status.to_string();
+    EXPECT_TRUE(results[static_cast<std::size_t>(r)].status.is_ok())
+        << results[static_cast<std::size_t>(r)].status.to_string();
     traces.push_back(world.trace(r));
   }
   return traces;
@@ -172,11 +173,11 @@ bool same_events(const std::vector<TraceEvent>& a, const std::vector<TraceEvent>
   for (std::size_t i = 0; i < a.size(); ++i) {
     const TraceEvent& x = a[i];
     const TraceEvent& y = b[i];
-    if (x.name != y.name || x.stream != y.stream || x.start != y.start || x.duration != y.duration || x.bytes != y.bytes ||
-        x.group != y.group || x.algorithm != y.algorithm || x.shapes != y.shapes) {
-      *why = "event " + std::to_string(i) + ": " + x.name + "@" + std::to_string(x.start) + "+" + std::to_string(x.duration) +
-             " (stream " + std::to_string(x.stream) + ") vs " + y.name + "@" + std::to_string(y.start) + "+" +
-             std::to_string(y.duration) + " (stream " + std::to_string(y.stream) + ")";
+    if (x.name != y.name || x.stream != y.stream || x.start != y.start || x.duration != y.duration ||
+        x.bytes != y.bytes || x.group != y.group || x.algorithm != y.algorithm || x.shapes != y.shapes) {
+      *why = "event " + std::to_string(i) + ": " + x.name + "@" + std::to_string(x.start) + "+" +
+             std::to_string(x.duration) + " (stream " + std::to_string(x.stream) + ") vs " + y.name + "@" +
+             std::to_string(y.start) + "+" + std::to_string(y.duration) + " (stream " + std::to_string(y.stream) + ")";
       return false;
     }
   }
@@ -290,8 +291,7 @@ struct NumericsRun {
 // `slowdown`: straggler factors per rank, as World takes them.
 // `network`: the network model (null: the α–β ring of NetworkModel{}, as capture_and_replay's).
 NumericsRun run_numerics(const FsdpTrainOptions& in, int world, std::uint64_t perturb_seed,
-                         const DeviceProfile& device = {}, bool cpu_offload = false,
-                         std::vector<double> slowdown = {},
+                         const DeviceProfile& device = {}, bool cpu_offload = false, std::vector<double> slowdown = {},
                          std::shared_ptr<const NetworkCostModel> network = nullptr) {
   WorldOptions wo;
   wo.network_model = std::move(network);
@@ -587,11 +587,11 @@ void expect_faults_as_in_numerics_mode(const FsdpTrainOptions& o, int w) {
     for (const RankError& e : tim->errors) {
       const Status& n = num[static_cast<std::size_t>(e.rank)];
       EXPECT_EQ(e.status.code(), n.code()) << e.status.to_string();
-      EXPECT_EQ(e.status.code(), e.rank == f.rank ? (f.kind == FaultKind::kCorrupt ? StatusCode::kDataLoss
-                                                                                   : StatusCode::kUnavailable)
-                                                  : StatusCode::kTimeout);
-      EXPECT_TRUE(n.message().ends_with(e.status.message())) << "numerics: " << n.message() << "\ntiming:   "
-                                                             << e.status.message();
+      EXPECT_EQ(e.status.code(),
+                e.rank == f.rank ? (f.kind == FaultKind::kCorrupt ? StatusCode::kDataLoss : StatusCode::kUnavailable)
+                                 : StatusCode::kTimeout);
+      EXPECT_TRUE(n.message().ends_with(e.status.message()))
+          << "numerics: " << n.message() << "\ntiming:   " << e.status.message();
     }
   }
 }
@@ -775,7 +775,8 @@ TEST(TimingMode, CaptureAndReplayAreDeterministic) {
   auto a = replay(*g1, ro);
   auto b = replay(*g1, ro);
   ASSERT_TRUE(a.is_ok() && b.is_ok());
-  for (int r = 0; r < 8; ++r) EXPECT_EQ(a->ranks[static_cast<std::size_t>(r)].end_time, b->ranks[static_cast<std::size_t>(r)].end_time);
+  for (int r = 0; r < 8; ++r)
+    EXPECT_EQ(a->ranks[static_cast<std::size_t>(r)].end_time, b->ranks[static_cast<std::size_t>(r)].end_time);
   std::string why;
   EXPECT_TRUE(same_events(a->traces.at(7), b->traces.at(7), &why)) << why;
 }
@@ -848,7 +849,8 @@ TEST(TimingMode, GraphReaderRejectsBrokenFilesNamingTheField) {
         << old.status().message();
   }
   // Numbers beyond their type are an error, not a wrap (2^40 ranks once read as 0).
-  expect_graph_rejected(text, "\"world_size\":2", "\"world_size\":1099511627776", "world_size: 1099511627776 is out of range");
+  expect_graph_rejected(text, "\"world_size\":2", "\"world_size\":1099511627776",
+                        "world_size: 1099511627776 is out of range");
   {
     // A program whose last collective was removed still issues it: refused, no heap
     // corruption.
@@ -867,7 +869,8 @@ TEST(TimingMode, GraphReaderRejectsBrokenFilesNamingTheField) {
   ASSERT_THAT(hg, IsOk());
   const std::string hybrid_text = graph_to_json_string(*hg);
   // A layout that does not tile the world.
-  expect_graph_rejected(hybrid_text, "\"stride\":2}", "\"stride\":3}", "split_strided(stride 3, size 2) of a group of 4");
+  expect_graph_rejected(hybrid_text, "\"stride\":2}", "\"stride\":3}",
+                        "split_strided(stride 3, size 2) of a group of 4");
   expect_graph_rejected(hybrid_text, "\"stride\":2}", "\"stride\":0}", "stride, size and split must be >= 1");
   // Split 2 with the node groups' layout as well as the replica groups'.
   expect_graph_rejected(hybrid_text, "\"split\":1,\"stride\":1}", "\"split\":2,\"stride\":1}",
@@ -977,8 +980,8 @@ Status replay_with_changed_second_collective(const std::function<void(Collective
 }
 
 TEST(Replay, MismatchedProgramsFailNamingBothCollectives) {
-  const Status s = replay_with_changed_second_collective([](CollectiveDesc& d) { d.kind = OpKind::kReduceScatter; },
-                                                         {0, 0, 1, 0});
+  const Status s =
+      replay_with_changed_second_collective([](CollectiveDesc& d) { d.kind = OpKind::kReduceScatter; }, {0, 0, 1, 0});
   ASSERT_FALSE(s.is_ok());
   EXPECT_NE(s.message().find("reduce_scatter #1"), std::string::npos) << s.to_string();
   EXPECT_NE(s.message().find("all_gather #1"), std::string::npos) << s.to_string();
@@ -1012,8 +1015,11 @@ OpGraph one_segment(int n, Nanos d) {
   ar.count = 16;
   p.collectives = {ar};
   p.markers = {{runtime::train::TrainMarker::kStepBegin, 0, -1}, {runtime::train::TrainMarker::kStepEnd, 0, -1}};
-  p.nodes = {{NodeKind::kMarker, 0, 0, 0}, {NodeKind::kCompute, 0, n, n * d}, {NodeKind::kIssue, 0, 0, 0},
-             {NodeKind::kWait, 0, 0, 0}, {NodeKind::kMarker, 1, 0, 0}};
+  p.nodes = {{NodeKind::kMarker, 0, 0, 0},
+             {NodeKind::kCompute, 0, n, n * d},
+             {NodeKind::kIssue, 0, 0, 0},
+             {NodeKind::kWait, 0, 0, 0},
+             {NodeKind::kMarker, 1, 0, 0}};
   OpGraph g;
   g.world_size = 1;
   g.steps = 1;

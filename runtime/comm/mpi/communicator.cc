@@ -121,8 +121,7 @@ struct MpiSharedState {
     auto state = std::make_shared<MpiSharedState>();
     if (const int rc = MPI_Comm_dup(parent, &state->diag); rc != MPI_SUCCESS) {
       state->diag = MPI_COMM_NULL;
-      return Status::internal("creating the MPI roll-call communicator (MPI_Comm_dup) failed: " +
-                              mpi_error_string(rc));
+      return Status::internal("creating the MPI roll-call communicator (MPI_Comm_dup) failed: " + mpi_error_string(rc));
     }
     MPI_Comm_set_errhandler(state->diag, MPI_ERRORS_RETURN);
     int rc = MPI_Type_contiguous(2, MPI_BYTE, &state->bf16);
@@ -198,7 +197,7 @@ struct MpiSharedState {
     for (Sent& m : diag_sends) {
       int done = 0;
       if (MPI_Test(&m.request, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && done == 0) {
-        MPI_Request_free(&m.request);        // delivered later, or never to a dead peer;
+        MPI_Request_free(&m.request);              // delivered later, or never to a dead peer;
         new std::shared_ptr<std::string>(m.text);  // its buffer must outlive it (deliberate leak)
       }
     }
@@ -218,8 +217,7 @@ class MpiWork final : public Work {
  public:
   using Finish = std::function<Status(const MPI_Status&)>;
 
-  MpiWork(std::shared_ptr<MpiSharedState> shared, const Clock& clock, OpInfo info, KeepAlive keep_alive,
-          Finish finish)
+  MpiWork(std::shared_ptr<MpiSharedState> shared, const Clock& clock, OpInfo info, KeepAlive keep_alive, Finish finish)
       : shared_(std::move(shared)),
         clock_(clock),
         info_(std::move(info)),
@@ -249,8 +247,8 @@ class MpiWork final : public Work {
     if (poll()) return status_;
     const Nanos start = clock_.now();
     const Nanos budget = timeout < 0 ? 0 : timeout;
-    const Nanos deadline = start > std::numeric_limits<Nanos>::max() - budget ? std::numeric_limits<Nanos>::max()
-                                                                              : start + budget;
+    const Nanos deadline =
+        start > std::numeric_limits<Nanos>::max() - budget ? std::numeric_limits<Nanos>::max() : start + budget;
     // Busy-poll like MPI_Wait does: MPI_Test drives Open MPI's progress engine, which
     // itself yields the core when idle if mpi_yield_when_idle is set (mpiexec sets it
     // when oversubscribed).
@@ -438,9 +436,10 @@ WorkPtr MpiCommunicator::reduce_scatter(const Tensor& output, const Tensor& inpu
   const void* send = in_place ? MPI_IN_PLACE : static_cast<const void*>(input.bytes());
   void* recv = in_place ? input.bytes() : output.bytes();
   OpInfo info{OpKind::kReduceScatter, op, output.numel(), dtype, rank_, size_, group_name_};
-  return start(shared_, clock_, std::move(info), {{output, input}, nullptr}, "MPI_Ireduce_scatter_block",
-               [&](MPI_Request* req) { return MPI_Ireduce_scatter_block(send, recv, n, dt, mop, comm_, req); },
-               std::move(finish));
+  return start(
+      shared_, clock_, std::move(info), {{output, input}, nullptr}, "MPI_Ireduce_scatter_block",
+      [&](MPI_Request* req) { return MPI_Ireduce_scatter_block(send, recv, n, dt, mop, comm_, req); },
+      std::move(finish));
 }
 
 WorkPtr MpiCommunicator::all_reduce(const Tensor& inout, ReduceOp op) {
@@ -462,9 +461,9 @@ WorkPtr MpiCommunicator::all_reduce(const Tensor& inout, ReduceOp op) {
   }
   void* buf = inout.bytes();
   OpInfo info{OpKind::kAllReduce, op, inout.numel(), dtype, rank_, size_, group_name_};
-  return start(shared_, clock_, std::move(info), {{inout}, nullptr}, "MPI_Iallreduce",
-               [&](MPI_Request* req) { return MPI_Iallreduce(MPI_IN_PLACE, buf, n, dt, mop, comm_, req); },
-               std::move(finish));
+  return start(
+      shared_, clock_, std::move(info), {{inout}, nullptr}, "MPI_Iallreduce",
+      [&](MPI_Request* req) { return MPI_Iallreduce(MPI_IN_PLACE, buf, n, dt, mop, comm_, req); }, std::move(finish));
 }
 
 WorkPtr MpiCommunicator::broadcast(const Tensor& inout, int root) {
@@ -534,8 +533,9 @@ WorkPtr MpiCommunicator::recv(const Tensor& output, int peer, int tag) {
     }
     return Status::ok();
   };
-  return start(shared_, clock_, std::move(info), {{output}, nullptr}, "MPI_Irecv",
-               [&](MPI_Request* req) { return MPI_Irecv(buf, n, dt, peer, tag, comm_, req); }, std::move(finish));
+  return start(
+      shared_, clock_, std::move(info), {{output}, nullptr}, "MPI_Irecv",
+      [&](MPI_Request* req) { return MPI_Irecv(buf, n, dt, peer, tag, comm_, req); }, std::move(finish));
 }
 
 Result<std::unique_ptr<Communicator>> MpiCommunicator::split(int color, int key) {

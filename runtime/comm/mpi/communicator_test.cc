@@ -201,7 +201,7 @@ TEST_F(MpiCommunicatorTest, DroppedPendingWorkStillCompletesForThePeers) {
     {
       WorkPtr work = comm_->all_reduce(t, ReduceOp::kSum);
       EXPECT_EQ(work->wait(10 * kNanosPerMilli).code(), StatusCode::kTimeout);
-    }  // dropped while pending
+    }              // dropped while pending
     t = Tensor();  // the caller lets go of its tensor too
     release_late_rank(go, late, 3);
   }
@@ -272,8 +272,8 @@ TEST_F(MpiCommunicatorTest, BadTagAndPhantomTensorAreRejectedLocally) {
     EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.to_string();
   }
 
-  auto phantom_storage = std::make_shared<Storage>(nullptr, 0, 64, MemoryCategory::kCommBuffers, "phantom", "cpu",
-                                                   [](Storage&) {});
+  auto phantom_storage =
+      std::make_shared<Storage>(nullptr, 0, 64, MemoryCategory::kCommBuffers, "phantom", "cpu", [](Storage&) {});
   auto phantom = Tensor::view_of(phantom_storage, DType::kF32, {16}, 0, "phantom");
   ASSERT_THAT(phantom, IsOk());
   s = comm_->all_reduce(*phantom, ReduceOp::kSum)->wait(kLong);

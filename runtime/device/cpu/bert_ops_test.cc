@@ -239,8 +239,8 @@ TEST(CpuLayerNormTest, BackwardMatchesFiniteDifferences) {
   const Tensor dgamma = make(dev, {kH}, DType::kF32, "dgamma");
   const Tensor dbeta = make(dev, {kH}, DType::kF32, "dbeta");
   ASSERT_TRUE(dev.layer_norm(c.x, c.gamma, c.beta, kEps, c.y, c.mean, c.rstd, kComputeStream).is_ok());
-  ASSERT_TRUE(dev.layer_norm_backward(c.x, w, c.mean, c.rstd, c.gamma, dx, dgamma, dbeta, false, kComputeStream)
-                  .is_ok());
+  ASSERT_TRUE(
+      dev.layer_norm_backward(c.x, w, c.mean, c.rstd, c.gamma, dx, dgamma, dbeta, false, kComputeStream).is_ok());
   const Tensor mean2 = make(dev, {kN}, DType::kF32, "mean2");
   const Tensor rstd2 = make(dev, {kN}, DType::kF32, "rstd2");
   const auto loss = [&] {
@@ -262,11 +262,11 @@ TEST(CpuLayerNormTest, BackwardAccumulatesAndAllowsDxToAliasDy) {
   const Tensor dx = make(dev, {kN, kH}, DType::kF32, "dx");
   const Tensor dgamma = make(dev, {kH}, DType::kF32, "dgamma");
   const Tensor dbeta = make(dev, {kH}, DType::kF32, "dbeta");
-  ASSERT_TRUE(dev.layer_norm_backward(c.x, dy, c.mean, c.rstd, c.gamma, dx, dgamma, dbeta, false, kComputeStream)
-                  .is_ok());
+  ASSERT_TRUE(
+      dev.layer_norm_backward(c.x, dy, c.mean, c.rstd, c.gamma, dx, dgamma, dbeta, false, kComputeStream).is_ok());
   const std::vector<float> g1 = get(dgamma), b1 = get(dbeta);
-  ASSERT_TRUE(dev.layer_norm_backward(c.x, dy, c.mean, c.rstd, c.gamma, dy, dgamma, dbeta, true, kComputeStream)
-                  .is_ok());
+  ASSERT_TRUE(
+      dev.layer_norm_backward(c.x, dy, c.mean, c.rstd, c.gamma, dy, dgamma, dbeta, true, kComputeStream).is_ok());
   EXPECT_EQ(get(dy), get(dx));  // in place (dx = dy) gives the same dx
   // The second pass adds row by row onto the first total, so the sums differ from 2·g1 only
   // by fp32 rounding of a 3-term reduction.
@@ -449,7 +449,8 @@ TEST(CpuEmbeddingTest, BackwardScatterAddsInRowOrderAndMatchesFiniteDifferences)
   // Same summation order in fp32 gives bit-identical results.
   std::vector<float> want(static_cast<std::size_t>(kV * kH), 0.0f);
   for (std::int64_t i = 0; i < n; ++i) {
-    for (std::int64_t j = 0; j < kH; ++j) want[static_cast<std::size_t>(id_values[i] * kH + j)] += w.data<float>()[i * kH + j];
+    for (std::int64_t j = 0; j < kH; ++j)
+      want[static_cast<std::size_t>(id_values[i] * kH + j)] += w.data<float>()[i * kH + j];
   }
   EXPECT_EQ(get(dtable), want);
   const auto loss = [&] {

@@ -3,16 +3,16 @@
 #include "runtime/device/cpu/gemm.h"
 #include "runtime/device/cpu/vmath.h"
 
-#include <Eigen/Core>
 #include <sys/mman.h>
+#include <Eigen/Core>
 
 #include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
 #include <limits>
+#include <mutex>
 #include <new>
 
 namespace shardlab::runtime::device::cpu {
@@ -44,7 +44,6 @@ Status expect_dtype(std::string_view op, const Tensor& t, DType dtype) {
   return Status::ok();
 }
 
-
 // Each operand has host bytes (timing mode's phantom tensors have none).
 template <class... T>
 Status expect_host_data(std::string_view op, const T&... tensors) {
@@ -64,8 +63,6 @@ Status as_matrix(std::string_view op, const Tensor& t, std::int64_t* rows, std::
   *cols = t.dim(1);
   return Status::ok();
 }
-
-
 
 // The last dim of a fp32 tensor, as [rows, cols], or an error.
 Status as_rows(std::string_view op, const Tensor& t, std::int64_t* rows, std::int64_t* cols) {
@@ -144,7 +141,10 @@ void store_from_float(DType dtype, std::byte* p, std::int64_t i, float v) {
 }  // namespace
 
 CpuDevice::CpuDevice(DeviceId id, std::int64_t capacity_bytes)
-    : id_(std::move(id)), id_name_(id_.to_string()), memory_(id_name_, capacity_bytes), cache_(std::make_shared<BlockCache>()) {
+    : id_(std::move(id)),
+      id_name_(id_.to_string()),
+      memory_(id_name_, capacity_bytes),
+      cache_(std::make_shared<BlockCache>()) {
   pin_eigen_blocking();
 }
 
@@ -310,7 +310,9 @@ namespace {
 // whatever the split, so the bits do not depend on the thread count.
 constexpr std::int64_t kElementGrain = std::int64_t{1} << 15;
 // Rows (or, for column sums, columns) per chunk when each is `row_length` elements long.
-std::int64_t row_grain(std::int64_t row_length) { return std::max<std::int64_t>(1, kElementGrain / std::max<std::int64_t>(1, row_length)); }
+std::int64_t row_grain(std::int64_t row_length) {
+  return std::max<std::int64_t>(1, kElementGrain / std::max<std::int64_t>(1, row_length));
+}
 
 // Bytes per chunk for copies and fills: large enough that a chunk dwarfs the hand-off,
 // and a model-sized buffer's first-touch page faults are taken by every core.
@@ -350,7 +352,8 @@ Status CpuDevice::fill(const Tensor& dst, float value, StreamId stream) {
   }
   if (dst.dtype() == DType::kF32) {
     float* f = dst.data<float>();
-    parallel_for(dst.numel(), kByteGrain / 4, [&](std::int64_t lo, std::int64_t hi) { std::fill(f + lo, f + hi, value); });
+    parallel_for(dst.numel(), kByteGrain / 4,
+                 [&](std::int64_t lo, std::int64_t hi) { std::fill(f + lo, f + hi, value); });
     return Status::ok();
   }
   for (std::int64_t i = 0; i < dst.numel(); ++i) store_from_float(dst.dtype(), p, i, value);
@@ -384,9 +387,8 @@ Status CpuDevice::axpy(float alpha, const Tensor& x, const Tensor& y, StreamId s
   float* xp = x.data<float>();
   // Chunks are independent unless x and y partially overlap: then one pass, in order.
   const std::int64_t grain = x.overlaps(y) && !x.same_view(y) ? y.numel() + 1 : kElementGrain;
-  parallel_for(y.numel(), grain, [&](std::int64_t lo, std::int64_t hi) {
-    VecMap(yp + lo, hi - lo) += alpha * VecMap(xp + lo, hi - lo);
-  });
+  parallel_for(y.numel(), grain,
+               [&](std::int64_t lo, std::int64_t hi) { VecMap(yp + lo, hi - lo) += alpha * VecMap(xp + lo, hi - lo); });
   return Status::ok();
 }
 
@@ -410,8 +412,8 @@ Status CpuDevice::gemm(const Tensor& a, bool trans_a, const Tensor& b, bool tran
   const std::int64_t m = trans_a ? ac : ar, k = trans_a ? ar : ac;
   const std::int64_t kb = trans_b ? bc : br, n = trans_b ? br : bc;
   if (k != kb || cr != m || cc != n) {
-    return Status::invalid_argument("gemm: op(a) is [" + std::to_string(m) + ", " + std::to_string(k) + "], op(b) is [" +
-                                    std::to_string(kb) + ", " + std::to_string(n) + "], c is " +
+    return Status::invalid_argument("gemm: op(a) is [" + std::to_string(m) + ", " + std::to_string(k) +
+                                    "], op(b) is [" + std::to_string(kb) + ", " + std::to_string(n) + "], c is " +
                                     shape_to_string(c.shape()) + "; expected op(a) [M, K] × op(b) [K, N] = c [M, N]");
   }
   if (c.overlaps(a) || c.overlaps(b)) return Status::invalid_argument("gemm: c overlaps an input");
@@ -539,9 +541,7 @@ Status CpuDevice::activation_backward(Activation act, const Tensor& x, const Ten
       case Activation::kRelu:
         for (std::int64_t i = lo; i < hi; ++i) out[i] = in[i] > 0.0f ? g[i] : 0.0f;
         break;
-      case Activation::kGelu:
-        gelu_erf_backward(in + lo, g + lo, out + lo, hi - lo);
-        break;
+      case Activation::kGelu: gelu_erf_backward(in + lo, g + lo, out + lo, hi - lo); break;
       case Activation::kGeluTanh:
         for (std::int64_t i = lo; i < hi; ++i) out[i] = g[i] * gelu_tanh_grad(in[i]);
         break;
@@ -563,17 +563,20 @@ Status CpuDevice::layer_norm(const Tensor& x, const Tensor& gamma, const Tensor&
   SHARDLAB_RETURN_IF_ERROR(check_stream(kOp, stream));
   std::int64_t n, h;
   SHARDLAB_RETURN_IF_ERROR(as_rows(kOp, x, &n, &h));
-  for (const Tensor* t : {&gamma, &beta, &y, &mean, &rstd}) SHARDLAB_RETURN_IF_ERROR(expect_dtype(kOp, *t, DType::kF32));
+  for (const Tensor* t : {&gamma, &beta, &y, &mean, &rstd})
+    SHARDLAB_RETURN_IF_ERROR(expect_dtype(kOp, *t, DType::kF32));
   SHARDLAB_RETURN_IF_ERROR(expect_shape(kOp, gamma, {h}, "gamma is [H], H = the last dim of x"));
   SHARDLAB_RETURN_IF_ERROR(expect_shape(kOp, beta, {h}, "beta is [H], H = the last dim of x"));
   SHARDLAB_RETURN_IF_ERROR(expect_shape(kOp, y, x.shape(), "y has x's shape"));
   SHARDLAB_RETURN_IF_ERROR(expect_numel(kOp, mean, n, "one mean per row of x"));
   SHARDLAB_RETURN_IF_ERROR(expect_numel(kOp, rstd, n, "one rstd per row of x"));
-  if (!(eps >= 0.0f)) return Status::invalid_argument(std::string(kOp) + ": eps " + std::to_string(eps) + " must be >= 0");
+  if (!(eps >= 0.0f))
+    return Status::invalid_argument(std::string(kOp) + ": eps " + std::to_string(eps) + " must be >= 0");
   SHARDLAB_RETURN_IF_ERROR(expect_no_overlap(kOp, y, x, true));
   for (const Tensor* in : {&gamma, &beta}) SHARDLAB_RETURN_IF_ERROR(expect_no_overlap(kOp, y, *in, false));
   for (const Tensor* out : {&mean, &rstd}) {
-    for (const Tensor* other : {&x, &gamma, &beta, &y}) SHARDLAB_RETURN_IF_ERROR(expect_no_overlap(kOp, *out, *other, false));
+    for (const Tensor* other : {&x, &gamma, &beta, &y})
+      SHARDLAB_RETURN_IF_ERROR(expect_no_overlap(kOp, *out, *other, false));
   }
   SHARDLAB_RETURN_IF_ERROR(expect_no_overlap(kOp, mean, rstd, false));
   const float* in = x.data<float>();
@@ -641,18 +644,17 @@ Status CpuDevice::layer_norm_backward(const Tensor& x, const Tensor& dy, const T
   // dgamma/dbeta first, split by columns (each column sums its rows in order), then dx
   // split by rows: dx may alias dy, so every read of dy for the sums comes before any
   // write (NOTE [Element-wise ops on the pool]).
-  parallel_for(h, row_grain(n),
-               [&](std::int64_t lo, std::int64_t hi) {
-                 for (std::int64_t r = 0; r < n; ++r) {
-                   const float* row = in + r * h;
-                   const float* grow = g + r * h;
-                   for (std::int64_t j = lo; j < hi; ++j) {
-                     const float xhat = (row[j] - mu[r]) * rs[r];
-                     dw[j] += grow[j] * xhat;
-                     db[j] += grow[j];
-                   }
-                 }
-               });
+  parallel_for(h, row_grain(n), [&](std::int64_t lo, std::int64_t hi) {
+    for (std::int64_t r = 0; r < n; ++r) {
+      const float* row = in + r * h;
+      const float* grow = g + r * h;
+      for (std::int64_t j = lo; j < hi; ++j) {
+        const float xhat = (row[j] - mu[r]) * rs[r];
+        dw[j] += grow[j] * xhat;
+        db[j] += grow[j];
+      }
+    }
+  });
   parallel_for(n, row_grain(h), [&](std::int64_t lo, std::int64_t hi) {
     for (std::int64_t r = lo; r < hi; ++r) {
       const float* row = in + r * h;
@@ -864,7 +866,8 @@ Status CpuDevice::transpose_1_2(const Tensor& x, const Tensor& y, StreamId strea
   parallel_for(P * R, row_grain(Q * S), [&](std::int64_t lo, std::int64_t hi) {
     for (std::int64_t pr = lo; pr < hi; ++pr) {
       const std::int64_t p = pr / R, r = pr % R;
-      for (std::int64_t q = 0; q < Q; ++q) std::memcpy(out + ((p * R + r) * Q + q) * S, in + ((p * Q + q) * R + r) * S, row);
+      for (std::int64_t q = 0; q < Q; ++q)
+        std::memcpy(out + ((p * R + r) * Q + q) * S, in + ((p * Q + q) * R + r) * S, row);
     }
   });
   return Status::ok();
@@ -890,8 +893,8 @@ Status CpuDevice::multiply(const Tensor& a, const Tensor& b, const Tensor& c, St
   return Status::ok();
 }
 
-Status CpuDevice::dropout_mask(const Tensor& mask, float p, const Rng& base, std::int64_t first_row,
-                               std::uint64_t site, StreamId stream) {
+Status CpuDevice::dropout_mask(const Tensor& mask, float p, const Rng& base, std::int64_t first_row, std::uint64_t site,
+                               StreamId stream) {
   SHARDLAB_RETURN_IF_ERROR(check_views("dropout_mask", mask));
   constexpr std::string_view kOp = "dropout_mask";
   SHARDLAB_RETURN_IF_ERROR(check_stream(kOp, stream));
@@ -926,8 +929,8 @@ void adamw_update(std::int64_t n, float* __restrict p, const float* __restrict g
 }
 }  // namespace
 
-Status CpuDevice::optimizer_step(const OptimizerUpdate& u, const Tensor& param, const Tensor& grad, const Tensor& state0,
-                                 const Tensor& state1, StreamId stream) {
+Status CpuDevice::optimizer_step(const OptimizerUpdate& u, const Tensor& param, const Tensor& grad,
+                                 const Tensor& state0, const Tensor& state1, StreamId stream) {
   SHARDLAB_RETURN_IF_ERROR(check_views("optimizer_step", param, grad, state0, state1));
   constexpr std::string_view kOp = "optimizer_step";
   SHARDLAB_RETURN_IF_ERROR(check_stream(kOp, stream));

@@ -20,7 +20,8 @@ namespace shardlab::runtime::device::cpu {
 
 // The cache sizes Eigen's GEMM blocking is computed from in every process that makes a
 // CpuDevice (NOTE [Pinned GEMM blocking] in device.cc): Eigen products' fp32 results do
-// not depend on the host's caches. The backend's own GEMM is gemm.h's. Idempotent and thread-safe; the CpuDevice constructor calls it.
+// not depend on the host's caches. The backend's own GEMM is gemm.h's. Idempotent and thread-safe; the CpuDevice
+// constructor calls it.
 inline constexpr std::ptrdiff_t kPinnedL1Bytes = 48 << 10, kPinnedL2Bytes = 2 << 20, kPinnedL3Bytes = 32 << 20;
 void pin_eigen_blocking();
 
@@ -124,12 +125,12 @@ class CpuDevice final : public Device {
     static constexpr std::size_t kMinLimitBytes = std::size_t{256} << 20;
     mutable std::mutex mu;
     std::multimap<std::size_t, void*> blocks;
-    std::size_t cached = 0;     // bytes in `blocks`
-    std::size_t live = 0;       // bytes of blocks handed out and not yet given back
-    std::size_t peak_live = 0;  // the most `live` has been
-    void* take(std::size_t size);            // a cached block of that size class, or null
-    void note_new(std::size_t size);         // a fresh block of that class was handed out
-    void give(void* p, std::size_t size);    // caches or frees
+    std::size_t cached = 0;                // bytes in `blocks`
+    std::size_t live = 0;                  // bytes of blocks handed out and not yet given back
+    std::size_t peak_live = 0;             // the most `live` has been
+    void* take(std::size_t size);          // a cached block of that size class, or null
+    void note_new(std::size_t size);       // a fresh block of that class was handed out
+    void give(void* p, std::size_t size);  // caches or frees
     void clear();
   };
 

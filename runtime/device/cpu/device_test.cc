@@ -5,10 +5,10 @@
 // relative per operation) times the length of the reduction.
 #include "runtime/device/cpu/device.h"
 
-#include <Eigen/Core>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
+#include <Eigen/Core>
 
 #include <cmath>
 #include <cstdio>
@@ -160,7 +160,7 @@ TEST(CpuMemoryTest, AllocateAccountsAndReleasesOnDestruction) {
     EXPECT_EQ((*s)->device_name(), "cpu:0");
     EXPECT_NE((*s)->host_data(), nullptr);
     EXPECT_EQ(reinterpret_cast<std::uintptr_t>((*s)->host_data()) % 64, 0u);  // 64-byte aligned
-    std::memset((*s)->host_data(), 1, 1000);  // the whole extent is writable
+    std::memset((*s)->host_data(), 1, 1000);                                  // the whole extent is writable
     EXPECT_EQ(dev.memory().stats().current_total, 1000);
   }
   EXPECT_EQ(dev.memory().stats().current_total, 0);
@@ -330,8 +330,14 @@ TEST(CpuFillTest, EveryDtype) {
 
 TEST(CpuCastTest, Fp32ToBf16RoundsTiesToEvenAndKeepsSpecials) {
   CpuDevice dev;
-  const std::vector<float> in = {bits_float(0x3f808000u), bits_float(0x3f818000u), bits_float(0x3f808001u),
-                                 bits_float(0x7f800001u), kInf, -kInf, -0.0f, bits_float(0x7f7f8000u)};
+  const std::vector<float> in = {bits_float(0x3f808000u),
+                                 bits_float(0x3f818000u),
+                                 bits_float(0x3f808001u),
+                                 bits_float(0x7f800001u),
+                                 kInf,
+                                 -kInf,
+                                 -0.0f,
+                                 bits_float(0x7f7f8000u)};
   const std::vector<std::uint16_t> want = {0x3f80, 0x3f82, 0x3f81, 0x7fc0, 0x7f80, 0xff80, 0x8000, 0x7f80};
   const Tensor src = make_f32(dev, {8}, in);
   const Tensor dst = make(dev, {2, 4}, DType::kBF16);
@@ -682,7 +688,7 @@ TEST(CpuActivationTest, BackwardAtKnownPointsAndAliasing) {
   const Tensor x = make_f32(dev, {3}, {-1, 0, 1}, "x");
   const Tensor dy = make_f32(dev, {3}, {1, 1, 1}, "dy");
   ASSERT_TRUE(dev.activation_backward(Activation::kRelu, x, dy, dy, kComputeStream).is_ok());  // dx aliases dy
-  EXPECT_EQ(get(dy), (std::vector<float>{0, 0, 1}));  // relu'(0) = 0
+  EXPECT_EQ(get(dy), (std::vector<float>{0, 0, 1}));                                           // relu'(0) = 0
   set(dy, {1, 1, 1});
   ASSERT_TRUE(dev.activation_backward(Activation::kGelu, x, dy, dy, kComputeStream).is_ok());
   const auto g = get(dy);
@@ -746,7 +752,8 @@ RC_GTEST_PROP(CpuCrossEntropyProperty, LossAndGradientMatchReferences, ()) {
   for (std::int64_t i = 0; i < n * c; ++i) z.push_back(rng.uniform(-4.0f, 4.0f));
   std::vector<std::int64_t> labels;
   for (std::int64_t r = 0; r < n; ++r) {
-    labels.push_back(rng.uniform_int(4) == 0 ? -100 : static_cast<std::int64_t>(rng.uniform_int(static_cast<std::uint64_t>(c))));
+    labels.push_back(
+        rng.uniform_int(4) == 0 ? -100 : static_cast<std::int64_t>(rng.uniform_int(static_cast<std::uint64_t>(c))));
   }
   CpuDevice dev;
   CeSetup s = make_ce(dev, z, labels, c);
@@ -998,15 +1005,13 @@ TEST(CpuOptimizerStepTest, RejectsBadOperandsWithoutWriting) {
   EXPECT_THAT(msg(dev.optimizer_step(adamw, p, g, m, Tensor(), kComputeStream)),
               HasSubstr("AdamW needs 2 state tensor(s)"));
   EXPECT_THAT(msg(dev.optimizer_step(adamw, p, g, m, v2, kComputeStream)), HasSubstr("expected 3"));
-  EXPECT_THAT(msg(dev.optimizer_step(adamw, p, b, m, v, kComputeStream)),
-              HasSubstr("must be fp32"));
+  EXPECT_THAT(msg(dev.optimizer_step(adamw, p, b, m, v, kComputeStream)), HasSubstr("must be fp32"));
   EXPECT_THAT(msg(dev.optimizer_step(adamw, p, g, m, m, kComputeStream)), HasSubstr("overlaps"));
   OptimizerUpdate sgd;
   EXPECT_THAT(msg(dev.optimizer_step(sgd, p, g, m, Tensor(), kComputeStream)),
               HasSubstr("SGD needs 0 state tensor(s)"));
   sgd.step = 0;
-  EXPECT_THAT(msg(dev.optimizer_step(sgd, p, g, Tensor(), Tensor(), kComputeStream)),
-              HasSubstr("step must be >= 1"));
+  EXPECT_THAT(msg(dev.optimizer_step(sgd, p, g, Tensor(), Tensor(), kComputeStream)), HasSubstr("step must be >= 1"));
   EXPECT_THAT(msg(dev.optimizer_step(sgd, p, g, Tensor(), Tensor(), 7)), HasSubstr("stream"));
   EXPECT_EQ(get(p), (std::vector<float>{1, 2, 3}));
 }

@@ -6,8 +6,8 @@
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <condition_variable>
 #include <cstdlib>
@@ -137,7 +137,8 @@ void gemm_block(const GemmArgs& g, const KernelInfo& kern, std::int64_t m0, std:
   if (g.k == 0) {  // P = 0
     for (std::int64_t i = 0; i < rows; ++i) {
       float* out = g.c + (m0 + i) * g.ldc + n0;
-      for (std::int64_t j = 0; j < cols; ++j) out[j] = g.beta == 0.0f ? g.alpha * 0.0f : g.alpha * 0.0f + g.beta * out[j];
+      for (std::int64_t j = 0; j < cols; ++j)
+        out[j] = g.beta == 0.0f ? g.alpha * 0.0f : g.alpha * 0.0f + g.beta * out[j];
     }
     return;
   }
@@ -325,7 +326,8 @@ Result<GemmIsa> parse_gemm_isa(std::string_view text) {
   for (GemmIsa isa : {GemmIsa::kScalar, GemmIsa::kAvx2, GemmIsa::kAvx512}) {
     if (text == gemm_isa_name(isa)) return isa;
   }
-  return Status::invalid_argument("unknown cpu kernel level '" + std::string(text) + "'; allowed: scalar, avx2, avx512");
+  return Status::invalid_argument("unknown cpu kernel level '" + std::string(text) +
+                                  "'; allowed: scalar, avx2, avx512");
 }
 
 GemmIsa best_gemm_isa() {
@@ -419,7 +421,10 @@ void gemm(const GemmArgs& g, GemmIsa isa, int threads) {
   pool().run(chunks, [&](std::int64_t c) {
     const std::int64_t lo = std::min(extent, (units * c / chunks) * unit);
     const std::int64_t hi = std::min(extent, (units * (c + 1) / chunks) * unit);
-    if (by_rows) gemm_block(g, kern, lo, hi, 0, g.n); else gemm_block(g, kern, 0, g.m, lo, hi);
+    if (by_rows)
+      gemm_block(g, kern, lo, hi, 0, g.n);
+    else
+      gemm_block(g, kern, 0, g.m, lo, hi);
   });
 }
 

@@ -19,7 +19,9 @@ struct Ymm {
   static type div(type a, type b) { return _mm256_div_ps(a, b); }
   static type min(type a, type b) { return _mm256_min_ps(a, b); }
   static type max(type a, type b) { return _mm256_max_ps(a, b); }
-  static type select_lt(type a, type b, type x, type y) { return _mm256_blendv_ps(y, x, _mm256_cmp_ps(a, b, _CMP_LT_OQ)); }
+  static type select_lt(type a, type b, type x, type y) {
+    return _mm256_blendv_ps(y, x, _mm256_cmp_ps(a, b, _CMP_LT_OQ));
+  }
   static type pow2(type t) {
     const __m256i bits = _mm256_add_epi32(_mm256_castps_si256(t), _mm256_set1_epi32(127));
     return _mm256_castsi256_ps(_mm256_slli_epi32(bits, 23));

@@ -22,7 +22,9 @@ struct Zmm {
   // bug 105593). Same results.
   static type min(type a, type b) { return _mm512_mask_min_ps(a, 0xFFFF, a, b); }
   static type max(type a, type b) { return _mm512_mask_max_ps(a, 0xFFFF, a, b); }
-  static type select_lt(type a, type b, type x, type y) { return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, b, _CMP_LT_OQ), y, x); }
+  static type select_lt(type a, type b, type x, type y) {
+    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, b, _CMP_LT_OQ), y, x);
+  }
   static type pow2(type t) {
     const __m512i bits = _mm512_add_epi32(_mm512_castps_si512(t), _mm512_set1_epi32(127));
     return _mm512_castsi512_ps(_mm512_mask_slli_epi32(bits, 0xFFFF, bits, 23));

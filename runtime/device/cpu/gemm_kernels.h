@@ -23,7 +23,7 @@ enum class TileStep {
 
 struct TileArgs {
   TileStep step = TileStep::kStoreAcc;
-  bool first = false;  // kLast / kLastBeta: no running sum yet (a single panel)
+  bool first = false;     // kLast / kLastBeta: no running sum yet (a single panel)
   float* tile = nullptr;  // kStoreAcc
   float* sum = nullptr;   // the running panel sum P (may be out itself when beta == 0)
   std::int64_t ldsum = 0;

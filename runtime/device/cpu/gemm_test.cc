@@ -54,7 +54,8 @@ std::vector<GemmIsa> available() {
 RC_GTEST_PROP(CpuGemmBits, EveryPathAndThreadCountGivesTheDefinitionsBits, ()) {
   const std::int64_t m = *rc::gen::inRange<std::int64_t>(0, 140);
   const std::int64_t n = *rc::gen::inRange<std::int64_t>(0, 140);
-  const std::int64_t k = *rc::gen::oneOf(rc::gen::inRange<std::int64_t>(0, 40), rc::gen::inRange<std::int64_t>(250, 600));
+  const std::int64_t k =
+      *rc::gen::oneOf(rc::gen::inRange<std::int64_t>(0, 40), rc::gen::inRange<std::int64_t>(250, 600));
   GemmArgs g;
   g.m = m;
   g.n = n;
@@ -132,7 +133,8 @@ namespace shardlab::runtime::device::cpu {
 namespace {
 
 bool same_bits(const Tensor& a, const Tensor& b) {
-  return a.nbytes() == b.nbytes() && std::memcmp(a.data<float>(), b.data<float>(), static_cast<std::size_t>(a.nbytes())) == 0;
+  return a.nbytes() == b.nbytes() &&
+         std::memcmp(a.data<float>(), b.data<float>(), static_cast<std::size_t>(a.nbytes())) == 0;
 }
 
 // A fresh fp32 tensor of uniform values in [-bound, bound).
@@ -204,7 +206,8 @@ TEST(CpuElementwiseSplit, LargeTensorsGiveTheBitsOfTheirSlices) {
     EXPECT_TRUE(same_bits(ds, ds1));
     const Tensor drop = make({rows, cols}), drop1 = make({rows, cols});
     ASSERT_TRUE(dev.dropout_mask(drop, 0.1f, Rng(9), 1000, 3).is_ok());
-    for (std::int64_t r = 0; r < rows; ++r) ASSERT_TRUE(dev.dropout_mask(slice(drop1, r), 0.1f, Rng(9), 1000 + r, 3).is_ok());
+    for (std::int64_t r = 0; r < rows; ++r)
+      ASSERT_TRUE(dev.dropout_mask(slice(drop1, r), 0.1f, Rng(9), 1000 + r, 3).is_ok());
     EXPECT_TRUE(same_bits(drop, drop1));
   }
 }
@@ -254,8 +257,13 @@ TEST(CpuElementwiseSplit, RowOpsCopiesAndFillsOnThePoolGiveTheSerialBits) {
     Tensor loss, dlogits, transposed, copied, filled, scaled, summed;
   };
   const auto run = [&](bool serial) {
-    Out o{make({1}), make({rows, classes}), make({4, 12, 96, 64}), make({rows, classes}), make({rows, classes}),
-          make({rows, classes}), make({rows, classes})};
+    Out o{make({1}),
+          make({rows, classes}),
+          make({4, 12, 96, 64}),
+          make({rows, classes}),
+          make({rows, classes}),
+          make({rows, classes}),
+          make({rows, classes})};
     std::optional<SerialScope> scope;
     if (serial) scope.emplace();
     EXPECT_TRUE(dev.softmax_cross_entropy(logits, labels, o.loss, o.dlogits, 0.01f, -100).is_ok());

@@ -82,7 +82,7 @@ CdfAndGauss<V> cdf_and_gauss(typename V::type x) {
   const T limit = V::set1(14.25f);  // e^(-x²/2) is 0 from |x| = 13.22; keeps Inf out of lo
   const T xc = V::min(V::max(x, V::sub(zero, limit)), limit);
   const T xx = V::mul(xc, xc);
-  const T hi = V::mul(half, xx);                                 // a² = x²/2: halving is exact,
+  const T hi = V::mul(half, xx);                                // a² = x²/2: halving is exact,
   const T lo = V::mul(half, V::fma(xc, xc, V::sub(zero, xx)));  // and u's rounding stays out
   T e = exp_nonpositive<V>(V::sub(zero, hi));
   e = V::fma(V::sub(zero, lo), e, e);

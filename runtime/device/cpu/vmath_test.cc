@@ -81,7 +81,8 @@ TEST(VmathGelu, ForwardAndBackwardNearTheExactFunctions) {
     // Relative: both tails keep their accuracy (no 1 + erf cancellation).
     EXPECT_NEAR(y[i], v * cdf, 1e-6 * std::fabs(v * cdf) + 1e-30) << "x = " << v;
     // The sum cancels near x = -0.75: a few ulp of its larger term.
-    EXPECT_NEAR(dx[i], cdf + v * pdf, 1e-6 * std::fabs(cdf + v * pdf) + 4e-7 * std::max(cdf, std::fabs(v * pdf)) + 1e-30)
+    EXPECT_NEAR(dx[i], cdf + v * pdf,
+                1e-6 * std::fabs(cdf + v * pdf) + 4e-7 * std::max(cdf, std::fabs(v * pdf)) + 1e-30)
         << "x = " << v;
   }
 }
@@ -90,8 +91,9 @@ TEST(VmathGelu, ForwardAndBackwardNearTheExactFunctions) {
 // path's bits, whatever the length (vector body and scalar tail).
 std::vector<float> edge_values() {
   const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
-  std::vector<float> v = {0.0f, -0.0f, inf, -inf, nan, 1e-45f, -1e-45f, 1e-38f, 3.925f, -3.925f, 3.9250002f,
-                          13.2166f, -13.2167f, 13.3f, 1e30f, -1e30f, 0.5f, -0.5f, 1.0f, -1.0f, 2.75f, -5.5f};
+  std::vector<float> v = {0.0f,   -0.0f,   inf,        -inf,     nan,       1e-45f, -1e-45f, 1e-38f,
+                          3.925f, -3.925f, 3.9250002f, 13.2166f, -13.2167f, 13.3f,  1e30f,   -1e30f,
+                          0.5f,   -0.5f,   1.0f,       -1.0f,    2.75f,     -5.5f};
   return v;
 }
 

@@ -47,7 +47,7 @@ typedef enum synDeviceType {
 typedef enum synDataType {
   syn_type_na = 0,
   syn_type_bf16 = 1 << 1,
-  syn_type_single = 1 << 2,     // fp32
+  syn_type_single = 1 << 2,  // fp32
   syn_type_int32 = 1 << 4,
   syn_type_fp16 = 1 << 8,
   syn_type_int64 = 1 << 15,
@@ -124,7 +124,7 @@ typedef struct ShardlabConstantParams {  // ns_ConstantKernel::Params
   float constant;
 } ShardlabConstantParams;
 typedef struct ShardlabReductionParams {  // ns_Reduction::Params
-  unsigned reductionDimension;             // innermost first
+  unsigned reductionDimension;            // innermost first
 } ShardlabReductionParams;
 typedef struct ShardlabSoftmaxParams {  // ns_Softmax::Params
   int dim;                              // innermost first
@@ -162,74 +162,75 @@ typedef struct hcclUniqueId {
 } hcclUniqueId;
 
 // ---- prototypes (X-macro: name, return type, parameter list) ---------------------------
-#define SHARDLAB_SYNAPSE_FUNCTIONS(X)                                                                              \
-  X(synInitialize, synStatus, (void))                                                                               \
-  X(synDestroy, synStatus, (void))                                                                                  \
-  X(synDeviceGetCount, synStatus, (uint32_t * pCount))                                                              \
-  X(synDeviceAcquireByModuleId, synStatus, (synDeviceId * pDeviceId, const synModuleId moduleId))                   \
-  X(synDeviceRelease, synStatus, (synDeviceId deviceId))                                                            \
-  X(synDeviceGetInfo, synStatus, (synDeviceId deviceId, synDeviceInfo * pDeviceInfo))                               \
-  X(synDeviceGetMemoryInfo, synStatus, (synDeviceId deviceId, uint64_t * free, uint64_t * total))                   \
-  X(synDeviceMalloc, synStatus,                                                                                     \
-    (synDeviceId deviceId, uint64_t size, uint64_t reqAddr, uint32_t flags, uint64_t * buffer))                     \
-  X(synDeviceFree, synStatus, (synDeviceId deviceId, uint64_t buffer, uint32_t flags))                              \
-  X(synHostMalloc, synStatus, (synDeviceId deviceId, uint64_t size, uint32_t flags, void** buffer))                 \
-  X(synHostFree, synStatus, (synDeviceId deviceId, const void* buffer, uint32_t flags))                             \
-  X(synStreamCreateGeneric, synStatus, (synStreamHandle * pStreamHandle, synDeviceId deviceId, uint32_t flags))     \
-  X(synStreamDestroy, synStatus, (synStreamHandle streamHandle))                                                    \
-  X(synStreamSynchronize, synStatus, (synStreamHandle streamHandle))                                                \
-  X(synStreamWaitEvent, synStatus, (synStreamHandle streamHandle, synEventHandle eventHandle, uint32_t flags))      \
-  X(synEventCreate, synStatus, (synEventHandle * pEventHandle, synDeviceId deviceId, uint32_t flags))               \
-  X(synEventDestroy, synStatus, (synEventHandle eventHandle))                                                       \
-  X(synEventRecord, synStatus, (synEventHandle eventHandle, synStreamHandle streamHandle))                          \
-  X(synEventQuery, synStatus, (synEventHandle eventHandle))                                                         \
-  X(synEventSynchronize, synStatus, (synEventHandle eventHandle))                                                   \
-  X(synMemCopyAsync, synStatus,                                                                                     \
-    (synStreamHandle streamHandle, uint64_t src, uint64_t size, uint64_t dst, synDmaDir direction))                 \
-  X(synGraphCreate, synStatus, (synGraphHandle * pGraphHandle, synDeviceType deviceType))                           \
-  X(synGraphDestroy, synStatus, (synGraphHandle graphHandle))                                                       \
-  X(synTensorHandleCreate, synStatus,                                                                               \
-    (synTensor * tensor, synGraphHandle graph, synTensorType type, const char* tensorName))                         \
-  X(synTensorSetGeometry, synStatus,                                                                                \
-    (synTensor tensor, const synTensorGeometry* geometry, synGeometryType geometryType))                            \
-  X(synTensorSetDeviceFullLayout, synStatus, (synTensor tensor, const synTensorDeviceFullLayout* layout))          \
-  X(synTensorDestroy, synStatus, (synTensor tensor))                                                                \
+#define SHARDLAB_SYNAPSE_FUNCTIONS(X)                                                                                  \
+  X(synInitialize, synStatus, (void))                                                                                  \
+  X(synDestroy, synStatus, (void))                                                                                     \
+  X(synDeviceGetCount, synStatus, (uint32_t * pCount))                                                                 \
+  X(synDeviceAcquireByModuleId, synStatus, (synDeviceId * pDeviceId, const synModuleId moduleId))                      \
+  X(synDeviceRelease, synStatus, (synDeviceId deviceId))                                                               \
+  X(synDeviceGetInfo, synStatus, (synDeviceId deviceId, synDeviceInfo * pDeviceInfo))                                  \
+  X(synDeviceGetMemoryInfo, synStatus, (synDeviceId deviceId, uint64_t * free, uint64_t * total))                      \
+  X(synDeviceMalloc, synStatus,                                                                                        \
+    (synDeviceId deviceId, uint64_t size, uint64_t reqAddr, uint32_t flags, uint64_t * buffer))                        \
+  X(synDeviceFree, synStatus, (synDeviceId deviceId, uint64_t buffer, uint32_t flags))                                 \
+  X(synHostMalloc, synStatus, (synDeviceId deviceId, uint64_t size, uint32_t flags, void** buffer))                    \
+  X(synHostFree, synStatus, (synDeviceId deviceId, const void* buffer, uint32_t flags))                                \
+  X(synStreamCreateGeneric, synStatus, (synStreamHandle * pStreamHandle, synDeviceId deviceId, uint32_t flags))        \
+  X(synStreamDestroy, synStatus, (synStreamHandle streamHandle))                                                       \
+  X(synStreamSynchronize, synStatus, (synStreamHandle streamHandle))                                                   \
+  X(synStreamWaitEvent, synStatus, (synStreamHandle streamHandle, synEventHandle eventHandle, uint32_t flags))         \
+  X(synEventCreate, synStatus, (synEventHandle * pEventHandle, synDeviceId deviceId, uint32_t flags))                  \
+  X(synEventDestroy, synStatus, (synEventHandle eventHandle))                                                          \
+  X(synEventRecord, synStatus, (synEventHandle eventHandle, synStreamHandle streamHandle))                             \
+  X(synEventQuery, synStatus, (synEventHandle eventHandle))                                                            \
+  X(synEventSynchronize, synStatus, (synEventHandle eventHandle))                                                      \
+  X(synMemCopyAsync, synStatus,                                                                                        \
+    (synStreamHandle streamHandle, uint64_t src, uint64_t size, uint64_t dst, synDmaDir direction))                    \
+  X(synGraphCreate, synStatus, (synGraphHandle * pGraphHandle, synDeviceType deviceType))                              \
+  X(synGraphDestroy, synStatus, (synGraphHandle graphHandle))                                                          \
+  X(synTensorHandleCreate, synStatus,                                                                                  \
+    (synTensor * tensor, synGraphHandle graph, synTensorType type, const char* tensorName))                            \
+  X(synTensorSetGeometry, synStatus,                                                                                   \
+    (synTensor tensor, const synTensorGeometry* geometry, synGeometryType geometryType))                               \
+  X(synTensorSetDeviceFullLayout, synStatus, (synTensor tensor, const synTensorDeviceFullLayout* layout))              \
+  X(synTensorDestroy, synStatus, (synTensor tensor))                                                                   \
   X(synSectionCreate, synStatus, (synSectionHandle * sectionHandle, uint64_t sectionDescriptor, synGraphHandle graph)) \
-  X(synSectionDestroy, synStatus, (synSectionHandle sectionHandle))                                                 \
-  X(synTensorAssignToSection, synStatus, (synTensor tensor, synSectionHandle section, uint64_t byteOffset))        \
-  X(synNodeCreate, synStatus,                                                                                       \
-    (synGraphHandle graphHandle, const synTensor* pInputsTensorList, const synTensor* pOutputsTensorList,           \
-     uint32_t numberInputs, uint32_t numberOutputs, const void* pUserParams, unsigned paramsSize,                   \
-     const char* pGuid, const char* pName, const char** inputLayouts, const char** outputLayouts))                  \
-  X(synGraphCompile, synStatus,                                                                                     \
-    (synRecipeHandle * pRecipeHandle, synGraphHandle graphHandle, const char* pRecipeName, const char* pBuildLog))  \
-  X(synWorkspaceGetSize, synStatus, (uint64_t * pWorkspaceSize, synRecipeHandle recipeHandle))                      \
-  X(synLaunchExt, synStatus,                                                                                        \
-    (synStreamHandle streamHandle, const synLaunchTensorInfoExt* launchTensorsInfo, uint32_t numberTensors,         \
-     uint64_t pWorkspace, synRecipeHandle pRecipeHandle, uint32_t flags))                                           \
+  X(synSectionDestroy, synStatus, (synSectionHandle sectionHandle))                                                    \
+  X(synTensorAssignToSection, synStatus, (synTensor tensor, synSectionHandle section, uint64_t byteOffset))            \
+  X(synNodeCreate, synStatus,                                                                                          \
+    (synGraphHandle graphHandle, const synTensor* pInputsTensorList, const synTensor* pOutputsTensorList,              \
+     uint32_t numberInputs, uint32_t numberOutputs, const void* pUserParams, unsigned paramsSize, const char* pGuid,   \
+     const char* pName, const char** inputLayouts, const char** outputLayouts))                                        \
+  X(synGraphCompile, synStatus,                                                                                        \
+    (synRecipeHandle * pRecipeHandle, synGraphHandle graphHandle, const char* pRecipeName, const char* pBuildLog))     \
+  X(synWorkspaceGetSize, synStatus, (uint64_t * pWorkspaceSize, synRecipeHandle recipeHandle))                         \
+  X(synLaunchExt, synStatus,                                                                                           \
+    (synStreamHandle streamHandle, const synLaunchTensorInfoExt* launchTensorsInfo, uint32_t numberTensors,            \
+     uint64_t pWorkspace, synRecipeHandle pRecipeHandle, uint32_t flags))                                              \
   X(synRecipeDestroy, synStatus, (synRecipeHandle recipeHandle))
 
-#define SHARDLAB_HCCL_FUNCTIONS(X)                                                                                 \
-  X(hcclGetUniqueId, hcclResult_t, (hcclUniqueId * uniqueId))                                                       \
-  X(hcclCommInitRank, hcclResult_t, (hcclComm_t * comm, int nranks, hcclUniqueId commId, int rank))                 \
-  X(hcclCommDestroy, hcclResult_t, (hcclComm_t comm))                                                               \
-  X(hcclCommAbort, hcclResult_t, (hcclComm_t comm))                                                                 \
-  X(hcclCommGetAsyncError, hcclResult_t, (hcclComm_t comm, hcclResult_t * asyncError))                              \
-  X(hcclGetErrorString, const char*, (hcclResult_t result))                                                         \
-  X(hcclAllGather, hcclResult_t,                                                                                    \
-    (const void* sendbuff, void* recvbuff, size_t sendcount, hcclDataType_t datatype, hcclComm_t comm, void* stream)) \
-  X(hcclReduceScatter, hcclResult_t,                                                                                \
-    (const void* sendbuff, void* recvbuff, size_t recvcount, hcclDataType_t datatype, hcclRedOp_t op,              \
-     hcclComm_t comm, void* stream))                                                                                \
-  X(hcclAllReduce, hcclResult_t,                                                                                    \
-    (const void* sendbuff, void* recvbuff, size_t count, hcclDataType_t datatype, hcclRedOp_t op, hcclComm_t comm,  \
-     void* stream))                                                                                                 \
-  X(hcclBroadcast, hcclResult_t,                                                                                    \
-    (const void* sendbuff, void* recvbuff, size_t count, hcclDataType_t datatype, int root, hcclComm_t comm,        \
-     void* stream))                                                                                                 \
-  X(hcclSend, hcclResult_t,                                                                                         \
-    (const void* sendbuff, size_t count, hcclDataType_t datatype, int peer, hcclComm_t comm, void* stream))         \
-  X(hcclRecv, hcclResult_t, (void* recvbuff, size_t count, hcclDataType_t datatype, int peer, hcclComm_t comm, void* stream))
+#define SHARDLAB_HCCL_FUNCTIONS(X)                                                                                     \
+  X(hcclGetUniqueId, hcclResult_t, (hcclUniqueId * uniqueId))                                                          \
+  X(hcclCommInitRank, hcclResult_t, (hcclComm_t * comm, int nranks, hcclUniqueId commId, int rank))                    \
+  X(hcclCommDestroy, hcclResult_t, (hcclComm_t comm))                                                                  \
+  X(hcclCommAbort, hcclResult_t, (hcclComm_t comm))                                                                    \
+  X(hcclCommGetAsyncError, hcclResult_t, (hcclComm_t comm, hcclResult_t * asyncError))                                 \
+  X(hcclGetErrorString, const char*, (hcclResult_t result))                                                            \
+  X(hcclAllGather, hcclResult_t,                                                                                       \
+    (const void* sendbuff, void* recvbuff, size_t sendcount, hcclDataType_t datatype, hcclComm_t comm, void* stream))  \
+  X(hcclReduceScatter, hcclResult_t,                                                                                   \
+    (const void* sendbuff, void* recvbuff, size_t recvcount, hcclDataType_t datatype, hcclRedOp_t op, hcclComm_t comm, \
+     void* stream))                                                                                                    \
+  X(hcclAllReduce, hcclResult_t,                                                                                       \
+    (const void* sendbuff, void* recvbuff, size_t count, hcclDataType_t datatype, hcclRedOp_t op, hcclComm_t comm,     \
+     void* stream))                                                                                                    \
+  X(hcclBroadcast, hcclResult_t,                                                                                       \
+    (const void* sendbuff, void* recvbuff, size_t count, hcclDataType_t datatype, int root, hcclComm_t comm,           \
+     void* stream))                                                                                                    \
+  X(hcclSend, hcclResult_t,                                                                                            \
+    (const void* sendbuff, size_t count, hcclDataType_t datatype, int peer, hcclComm_t comm, void* stream))            \
+  X(hcclRecv, hcclResult_t,                                                                                            \
+    (void* recvbuff, size_t count, hcclDataType_t datatype, int peer, hcclComm_t comm, void* stream))
 
 #define SHARDLAB_DECLARE_PROTOTYPE(name, ret, params) ret name params;
 SHARDLAB_SYNAPSE_FUNCTIONS(SHARDLAB_DECLARE_PROTOTYPE)

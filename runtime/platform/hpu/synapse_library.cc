@@ -10,17 +10,50 @@ namespace {
 
 // All synStatus values of the public synapse_common_types.h, indexed by value.
 constexpr const char* kSynStatusNames[] = {
-    "synSuccess", "synInvalidArgument", "synCbFull", "synOutOfHostMemory", "synOutOfDeviceMemory",
-    "synObjectAlreadyInitialized", "synObjectNotInitialized", "synCommandSubmissionFailure", "synNoDeviceFound",
-    "synDeviceTypeMismatch", "synFailedToInitializeCb", "synFailedToFreeCb", "synFailedToMapCb",
-    "synFailedToUnmapCb", "synFailedToAllocateDeviceMemory", "synFailedToFreeDeviceMemory",
-    "synFailedNotEnoughDevicesFound", "synDeviceReset", "synUnsupported", "synWrongParamsFile",
-    "synDeviceAlreadyAcquired", "synNameIsAlreadyUsed", "synBusy", "synAllResourcesTaken", "synUnavailable",
-    "synInvalidTensorDimensions", "synFail", "synOutOfResources", "synUninitialized", "synAlreadyInitialized",
-    "synFailedSectionValidation", "synSynapseTerminated", "synAssertAsync", "synInvalidEventHandle",
-    "synMappingNotFound", "synFailedDynamicPatching", "synFailedStaticPatching", "synFailedToSubmitWorkload",
-    "synInvalidSectionsDefinition", "synInvalidTensorProperties", "synFailHccl", "synFailedToCollectTime",
-    "synTimeout", "synResourceBadUsage",
+    "synSuccess",
+    "synInvalidArgument",
+    "synCbFull",
+    "synOutOfHostMemory",
+    "synOutOfDeviceMemory",
+    "synObjectAlreadyInitialized",
+    "synObjectNotInitialized",
+    "synCommandSubmissionFailure",
+    "synNoDeviceFound",
+    "synDeviceTypeMismatch",
+    "synFailedToInitializeCb",
+    "synFailedToFreeCb",
+    "synFailedToMapCb",
+    "synFailedToUnmapCb",
+    "synFailedToAllocateDeviceMemory",
+    "synFailedToFreeDeviceMemory",
+    "synFailedNotEnoughDevicesFound",
+    "synDeviceReset",
+    "synUnsupported",
+    "synWrongParamsFile",
+    "synDeviceAlreadyAcquired",
+    "synNameIsAlreadyUsed",
+    "synBusy",
+    "synAllResourcesTaken",
+    "synUnavailable",
+    "synInvalidTensorDimensions",
+    "synFail",
+    "synOutOfResources",
+    "synUninitialized",
+    "synAlreadyInitialized",
+    "synFailedSectionValidation",
+    "synSynapseTerminated",
+    "synAssertAsync",
+    "synInvalidEventHandle",
+    "synMappingNotFound",
+    "synFailedDynamicPatching",
+    "synFailedStaticPatching",
+    "synFailedToSubmitWorkload",
+    "synInvalidSectionsDefinition",
+    "synInvalidTensorProperties",
+    "synFailHccl",
+    "synFailedToCollectTime",
+    "synTimeout",
+    "synResourceBadUsage",
 };
 
 constexpr const char* kHcclResultNames[] = {
@@ -71,8 +104,7 @@ Status synapse_error(const std::string& call, int status, const std::string& hin
     case 16:  // synFailedNotEnoughDevicesFound
     case 17:  // synDeviceReset
       return Status::unavailable(m);
-    case synTimeout:
-      return Status::timeout(m);
+    case synTimeout: return Status::timeout(m);
     default: return Status::internal(m);
   }
 }
@@ -93,8 +125,8 @@ Result<std::shared_ptr<SynapseLibrary>> SynapseLibrary::open_path(const std::str
   std::shared_ptr<SynapseLibrary> lib(new SynapseLibrary(handle, path));
   SynapseApi& api = lib->api_;
   std::string missing;
-#define SHARDLAB_RESOLVE(name, ret, params)                                        \
-  api.name = reinterpret_cast<ret(*) params>(dlsym(handle, #name));                \
+#define SHARDLAB_RESOLVE(name, ret, params)                         \
+  api.name = reinterpret_cast<ret(*) params>(dlsym(handle, #name)); \
   if (api.name == nullptr && missing.empty()) missing = #name;
   SHARDLAB_SYNAPSE_FUNCTIONS(SHARDLAB_RESOLVE)
   if (!missing.empty()) {

@@ -56,9 +56,21 @@ double DeviceProfile::vector_rate(DType dtype) const {
 
 const std::vector<std::string>& compute_factor_keys() {
   static const std::vector<std::string> keys = [] {
-    std::vector<std::string> k = {"add_bias", "attention_softmax", "attention_softmax_backward", "axpy",
-                                  "batched_gemm", "bias_grad", "cast", "embedding_backward", "fill", "gemm",
-                                  "layer_norm", "layer_norm_backward", "multiply", "optimizer_step", "scale",
+    std::vector<std::string> k = {"add_bias",
+                                  "attention_softmax",
+                                  "attention_softmax_backward",
+                                  "axpy",
+                                  "batched_gemm",
+                                  "bias_grad",
+                                  "cast",
+                                  "embedding_backward",
+                                  "fill",
+                                  "gemm",
+                                  "layer_norm",
+                                  "layer_norm_backward",
+                                  "multiply",
+                                  "optimizer_step",
+                                  "scale",
                                   "softmax_cross_entropy"};
     for (const char* act : {"gelu", "gelu_tanh", "relu", "tanh"}) {
       k.push_back(std::string("activation_") + act);
@@ -78,7 +90,9 @@ double factor_of(const std::map<std::string, double, std::less<>>& table, std::s
 }
 }  // namespace
 
-double DeviceProfile::compute_factor(std::string_view factor_key) const { return factor_of(compute_factors, factor_key); }
+double DeviceProfile::compute_factor(std::string_view factor_key) const {
+  return factor_of(compute_factors, factor_key);
+}
 
 double DeviceProfile::memory_factor(std::string_view factor_key) const { return factor_of(memory_factors, factor_key); }
 
@@ -104,8 +118,8 @@ double DeviceProfile::small_dim_factor(std::int64_t min_dim) const {
   return lo->second + (hi->second - lo->second) * (x - x0) / (x1 - x0);
 }
 
-Nanos DeviceProfile::op_time(std::string_view factor_key, double flops, double bytes, ComputeUnit unit,
-                             DType dtype, std::int64_t min_dim) const {
+Nanos DeviceProfile::op_time(std::string_view factor_key, double flops, double bytes, ComputeUnit unit, DType dtype,
+                             std::int64_t min_dim) const {
   const bool matrix = unit == ComputeUnit::kMatrix;
   double compute_s = flops / (matrix ? matrix_rate(dtype) : vector_rate(dtype)) * compute_factor(factor_key);
   if (matrix) compute_s *= small_dim_factor(min_dim);
@@ -144,13 +158,14 @@ std::string DeviceProfile::keys_of(std::string_view factor_key, ComputeUnit unit
   const char* prefix = matrix ? "matrix" : "vector";
   const double peak = matrix ? (half ? matrix_bf16_flops_per_s : matrix_flops_per_s)
                              : (half ? vector_bf16_flops_per_s : vector_flops_per_s);
-  std::snprintf(buf, sizeof buf,
-                "%s_flops_per_s.%s = %.4g, efficiency.%s = %.4g, compute_factors.%.*s = %.4g, memory_bytes_per_s = %.4g, "
-                "efficiency.memory = %.4g, memory_factors.%.*s = %.4g%s%s",
-                prefix, half ? "bf16" : "fp32", peak, prefix, matrix ? matrix_efficiency : vector_efficiency,
-                static_cast<int>(factor_key.size()), factor_key.data(), compute_factor(factor_key), memory_bytes_per_s,
-                memory_efficiency, static_cast<int>(factor_key.size()), factor_key.data(), memory_factor(factor_key),
-                cache_bytes > 0 ? ", cache" : "", matrix && !small_dim_factors.empty() ? ", small_dim_factors" : "");
+  std::snprintf(
+      buf, sizeof buf,
+      "%s_flops_per_s.%s = %.4g, efficiency.%s = %.4g, compute_factors.%.*s = %.4g, memory_bytes_per_s = %.4g, "
+      "efficiency.memory = %.4g, memory_factors.%.*s = %.4g%s%s",
+      prefix, half ? "bf16" : "fp32", peak, prefix, matrix ? matrix_efficiency : vector_efficiency,
+      static_cast<int>(factor_key.size()), factor_key.data(), compute_factor(factor_key), memory_bytes_per_s,
+      memory_efficiency, static_cast<int>(factor_key.size()), factor_key.data(), memory_factor(factor_key),
+      cache_bytes > 0 ? ", cache" : "", matrix && !small_dim_factors.empty() ? ", small_dim_factors" : "");
   return buf;
 }
 
@@ -183,7 +198,8 @@ std::vector<Nanos> ring_times(const std::vector<Nanos>& arrivals, int steps, std
     const int s = sent[ui];
     if (s >= steps || received[ui] < s) return;  // done, or still waiting for step s-1
     const int to = (i + 1) % p;
-    const Nanos start = std::max({arrivals[ui], s == 0 ? arrivals[ui] : last_recv[ui], arrivals[static_cast<std::size_t>(to)]});
+    const Nanos start =
+        std::max({arrivals[ui], s == 0 ? arrivals[ui] : last_recv[ui], arrivals[static_cast<std::size_t>(to)]});
     ++sent[ui];
     engine.schedule_at(add_time(std::max(start, engine.now()), msg), [&, i, to]() {
       const auto ut = static_cast<std::size_t>(to);
@@ -212,14 +228,16 @@ std::vector<Nanos> collective_completion_times(OpKind kind, const std::vector<Na
     case OpKind::kReduceScatter: return ring_times(arrivals, p - 1, bytes, net);
     case OpKind::kAllReduce: return ring_times(arrivals, 2 * (p - 1), (bytes + p - 1) / p, net);
     case OpKind::kBroadcast:
-      return std::vector<Nanos>(static_cast<std::size_t>(p),
-                                add_time(latest, to_nanos(ceil_log2(p) * static_cast<double>(net.message_time(bytes)))));
+      return std::vector<Nanos>(
+          static_cast<std::size_t>(p),
+          add_time(latest, to_nanos(ceil_log2(p) * static_cast<double>(net.message_time(bytes)))));
     case OpKind::kBarrier:
     case OpKind::kSplit:
       return std::vector<Nanos>(static_cast<std::size_t>(p),
                                 add_time(latest, to_nanos(ceil_log2(p) * static_cast<double>(net.latency_ns))));
     case OpKind::kSend:
-    case OpKind::kRecv: return std::vector<Nanos>(static_cast<std::size_t>(p), add_time(latest, net.message_time(bytes)));
+    case OpKind::kRecv:
+      return std::vector<Nanos>(static_cast<std::size_t>(p), add_time(latest, net.message_time(bytes)));
   }
   return std::vector<Nanos>(static_cast<std::size_t>(p), latest);
 }

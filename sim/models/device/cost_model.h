@@ -38,9 +38,9 @@ Nanos add_time(Nanos a, Nanos b);
 
 // α–β model: a message of n bytes takes latency_ns + n / bandwidth.
 struct NetworkModel {
-  Nanos latency_ns = 5 * kNanosPerMicro;          // α, per message
-  double bandwidth_bytes_per_s = 25e9;            // 1/β, per link and direction
-  Nanos message_time(std::int64_t bytes) const;   // α + n·β, rounded to ns
+  Nanos latency_ns = 5 * kNanosPerMicro;         // α, per message
+  double bandwidth_bytes_per_s = 25e9;           // 1/β, per link and direction
+  Nanos message_time(std::int64_t bytes) const;  // α + n·β, rounded to ns
 };
 
 // The unit an op runs on: the matrix engine (MME-like: GEMMs) or the vector engines
@@ -51,11 +51,10 @@ enum class ComputeUnit { kMatrix, kVector };
 //   launch + op_host + max(flops / (peak(unit, dtype) · efficiency(unit)) · compute_factor(op),
 //                          bytes / (memory · memory_efficiency) · memory_factor(op))
 // rounded once to ns, plus the host time of the allocations made since the previous op
-// (alloc_ns each; NOTE [Host time per allocation]). Peaks are per dtype: 16-bit floats (bf16, fp16) use the *_bf16 rates,
-// everything else the fp32 ones. The efficiency factors are the fraction of the vendor
-// peak a well-shaped op sustains (documented per profile in sim/profiles/README.md); the
-// defaults below are the simulator's `cpu-sim` profile (sim/profiles/devices/cpu-sim.json),
-// whose efficiencies are 1 so that its times are exactly flops / peak.
+// (alloc_ns each; NOTE [Host time per allocation]). Peaks are per dtype: 16-bit floats (bf16, fp16) use the *_bf16
+// rates, everything else the fp32 ones. The efficiency factors are the fraction of the vendor peak a well-shaped op
+// sustains (documented per profile in sim/profiles/README.md); the defaults below are the simulator's `cpu-sim` profile
+// (sim/profiles/devices/cpu-sim.json), whose efficiencies are 1 so that its times are exactly flops / peak.
 struct DeviceProfile {
   std::string name = "cpu-sim";
   std::string description;
@@ -63,20 +62,20 @@ struct DeviceProfile {
   // as fsdp.device_id names it; each process sees its own accelerator as index 0
   // (NOTE [Simulated device_id] in cli/scenario_to_run_args.h). JSON key "torch_device".
   std::string torch_device = "cpu";
-  double matrix_flops_per_s = 100e9;        // matrix peak, fp32
-  double matrix_bf16_flops_per_s = 100e9;   // matrix peak, bf16/fp16
-  double vector_flops_per_s = 20e9;         // vector peak, fp32
-  double vector_bf16_flops_per_s = 20e9;    // vector peak, bf16/fp16
-  double memory_bytes_per_s = 20e9;         // device memory bandwidth
+  double matrix_flops_per_s = 100e9;       // matrix peak, fp32
+  double matrix_bf16_flops_per_s = 100e9;  // matrix peak, bf16/fp16
+  double vector_flops_per_s = 20e9;        // vector peak, fp32
+  double vector_bf16_flops_per_s = 20e9;   // vector peak, bf16/fp16
+  double memory_bytes_per_s = 20e9;        // device memory bandwidth
   // NOTE [Host link]: bytes/s one way between host memory and this device's memory (a
   // copy with one side in another device's storage, such as CPU offload's host shards or
   // the host-built model moved in at initialization), sustained. 0: the host's memory is
   // this device's memory (a cpu profile), and such a copy is an ordinary copy. The Gaudi
   // profiles give PCIe's rate (sim/profiles/README.md).
   double host_link_bytes_per_s = 0;
-  Nanos launch_ns = 2 * kNanosPerMicro;     // per op
+  Nanos launch_ns = 2 * kNanosPerMicro;  // per op
   std::int64_t capacity_bytes = std::int64_t{16} << 30;
-  double matrix_efficiency = 1.0;           // in (0, 1]
+  double matrix_efficiency = 1.0;  // in (0, 1]
   double vector_efficiency = 1.0;
   double memory_efficiency = 1.0;
   // NOTE [Per-op compute factors]

@@ -46,8 +46,8 @@ TEST(CostModel, LateArrivalDelaysEveryoneButNotByMoreThanTheSchedule) {
   arrivals[2] = 100000;
   const auto done = collective_completion_times(OpKind::kReduceScatter, arrivals, 1000, net());
   for (Nanos t : done) {
-    EXPECT_GE(t, 100000 + 4000);                 // nobody finishes before the last arrival + one message
-    EXPECT_LE(t, 100000 + (p - 1) * 4000);       // nor later than a full ring after it
+    EXPECT_GE(t, 100000 + 4000);            // nobody finishes before the last arrival + one message
+    EXPECT_LE(t, 100000 + (p - 1) * 4000);  // nor later than a full ring after it
   }
 }
 
@@ -62,7 +62,7 @@ TEST(CostModel, RooflineTakesTheSlowerOfComputeAndMemory) {
   d.matrix_flops_per_s = 1e12;
   d.memory_bytes_per_s = 1e11;
   d.launch_ns = 1000;
-  EXPECT_EQ(d.op_time(2e9, 1e6, true), 1000 + 2'000'000);  // compute bound: 2 ms
+  EXPECT_EQ(d.op_time(2e9, 1e6, true), 1000 + 2'000'000);   // compute bound: 2 ms
   EXPECT_EQ(d.op_time(1e3, 1e9, true), 1000 + 10'000'000);  // memory bound: 10 ms
 }
 
@@ -133,10 +133,10 @@ TEST(CostModel, CacheResidentBytesMoveAtTheCacheRate) {
   p.launch_ns = 0;
   EXPECT_EQ(p.op_time("copy", 0, 1e6, ComputeUnit::kVector, DType::kF32), 100'000);
   p.cache_bytes = 1'000'000;
-  p.cache_bytes_per_s = 1e11;  // 0.01 ns per byte
-  EXPECT_EQ(p.op_time("copy", 0, 1e6, ComputeUnit::kVector, DType::kF32), 10'000);     // all in cache
+  p.cache_bytes_per_s = 1e11;                                                       // 0.01 ns per byte
+  EXPECT_EQ(p.op_time("copy", 0, 1e6, ComputeUnit::kVector, DType::kF32), 10'000);  // all in cache
   EXPECT_EQ(p.op_time("copy", 0, 5e5, ComputeUnit::kVector, DType::kF32), 5'000);
-  EXPECT_EQ(p.op_time("copy", 0, 3e6, ComputeUnit::kVector, DType::kF32), 210'000);    // 1e6 cached + 2e6 from memory
+  EXPECT_EQ(p.op_time("copy", 0, 3e6, ComputeUnit::kVector, DType::kF32), 210'000);  // 1e6 cached + 2e6 from memory
   EXPECT_DOUBLE_EQ(p.memory_seconds(3e6), 1e6 / 1e11 + 2e6 / 1e10);
   // The efficiency scales both rates; the op's memory factor the whole term.
   p.memory_efficiency = 0.5;
@@ -154,16 +154,16 @@ TEST(CostModel, SmallDimFactorInterpolatesInLog2AndClamps) {
   EXPECT_EQ(d.small_dim_factor(16), 1.0);
   EXPECT_EQ(d.small_dim_factor(std::int64_t{1} << 20), 1.0);
   d.small_dim_factors = {{16, 0.5}, {64, 1.0}};
-  EXPECT_EQ(d.small_dim_factor(16), 0.5);   // at the entries
+  EXPECT_EQ(d.small_dim_factor(16), 0.5);  // at the entries
   EXPECT_EQ(d.small_dim_factor(64), 1.0);
   EXPECT_EQ(d.small_dim_factor(32), 0.75);  // log2: 5 is halfway between 4 and 6
   EXPECT_EQ(d.small_dim_factor(8), 0.5);    // below the first entry: clamped
   EXPECT_EQ(d.small_dim_factor(1), 0.5);
-  EXPECT_EQ(d.small_dim_factor(65), 1.0);   // above the last: clamped
+  EXPECT_EQ(d.small_dim_factor(65), 1.0);  // above the last: clamped
   EXPECT_EQ(d.small_dim_factor(100000), 1.0);
-  EXPECT_EQ(d.small_dim_factor(0), 1.0);    // 0: no dimension given
+  EXPECT_EQ(d.small_dim_factor(0), 1.0);  // 0: no dimension given
   d.small_dim_factors = {{8, 4.0}, {16, 2.0}, {256, 1.0}};
-  EXPECT_EQ(d.small_dim_factor(64), 1.5);   // log2 6 is halfway between 4 and 8: 2 + (1 - 2)/2
+  EXPECT_EQ(d.small_dim_factor(64), 1.5);  // log2 6 is halfway between 4 and 8: 2 + (1 - 2)/2
   EXPECT_EQ(d.small_dim_factor(16), 2.0);
   // 12: 4 + (2 - 4)·(log2 12 - 3) = 4 - 2·0.5849625007 = 2.8300749986 (not 3, the linear value).
   EXPECT_NEAR(d.small_dim_factor(12), 2.8300749986, 1e-9);
@@ -191,7 +191,7 @@ TEST(CostModel, MatrixMemoryOverlapOffAddsMemoryToCompute) {
   d.memory_bytes_per_s = 1e11;
   d.launch_ns = 1000;
   // 2e9 flops = 2 ms of matrix compute, 1e8 bytes = 1 ms of memory.
-  EXPECT_TRUE(d.matrix_memory_overlap);  // the default
+  EXPECT_TRUE(d.matrix_memory_overlap);                    // the default
   EXPECT_EQ(d.op_time(2e9, 1e8, true), 1000 + 2'000'000);  // max
   EXPECT_EQ(d.op_time("gemm", 2e9, 1e8, ComputeUnit::kMatrix, DType::kF32), 1000 + 2'000'000);
   d.matrix_memory_overlap = false;

@@ -100,7 +100,8 @@ Status SimDevice::advance(const char* op, Nanos t, const std::string& keys) {
     return Status::invalid_argument(
         "device profile '" + profile_.name + "': " + op + " on " + id_name_ + " takes " +
         (t >= kTimeLimit ? std::string("past 2^62 ns") : std::string(when)) + " and would end past the simulator's " +
-        "virtual time limit of 2^62 ns, about 146 years (NOTE [Virtual time limit] in sim/models/device/cost_model.h): the " +
+        "virtual time limit of 2^62 ns, about 146 years (NOTE [Virtual time limit] in sim/models/device/cost_model.h): "
+        "the " +
         "profile's rates are too slow for this run (" + (keys.empty() ? "launch_ns, alloc_ns, op_host_ns" : keys) +
         "); allowed: rates that keep the run within the limit");
   }
@@ -210,16 +211,15 @@ Status SimDevice::axpy(float alpha, const Tensor& x, const Tensor& y, StreamId s
 }
 Status SimDevice::scale(const Tensor& x, float alpha, StreamId stream) {
   note_shapes({&x});
-  return charge("scale", inner_.scale(x, alpha, stream), static_cast<double>(x.numel()), 2.0 * static_cast<double>(x.nbytes()),
-                false, x);
+  return charge("scale", inner_.scale(x, alpha, stream), static_cast<double>(x.numel()),
+                2.0 * static_cast<double>(x.nbytes()), false, x);
 }
 Status SimDevice::gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c, float alpha,
                        float beta, StreamId stream) {
   note_shapes({&a, &b, &c});
   const double k = static_cast<double>(trans_a ? a.dim(0) : (a.ndim() == 2 ? a.dim(1) : 0));
   const double flops = 2.0 * static_cast<double>(c.numel()) * k;
-  const std::int64_t min_dim =
-      c.ndim() == 2 ? std::min({c.dim(0), c.dim(1), static_cast<std::int64_t>(k)}) : 0;
+  const std::int64_t min_dim = c.ndim() == 2 ? std::min({c.dim(0), c.dim(1), static_cast<std::int64_t>(k)}) : 0;
   // NOTE [Matrix engine geometry]: the engine pays for whole tiles of C's rows × columns.
   const std::int64_t n = c.ndim() >= 1 ? c.dim(c.ndim() - 1) : 0;
   const double util = n > 0 ? profile_.matrix_utilization(1, c.numel() / n, n) : 1.0;
@@ -232,8 +232,7 @@ Status SimDevice::batched_gemm(const Tensor& a, bool trans_a, const Tensor& b, b
   note_shapes({&a, &b, &c});
   const double k = a.ndim() == 3 ? static_cast<double>(trans_a ? a.dim(1) : a.dim(2)) : 0.0;
   const double flops = 2.0 * static_cast<double>(c.numel()) * k;
-  const std::int64_t min_dim =
-      c.ndim() == 3 ? std::min({c.dim(1), c.dim(2), static_cast<std::int64_t>(k)}) : 0;
+  const std::int64_t min_dim = c.ndim() == 3 ? std::min({c.dim(1), c.dim(2), static_cast<std::int64_t>(k)}) : 0;
   const double util = c.ndim() == 3 ? profile_.matrix_utilization(c.dim(0), c.dim(1), c.dim(2)) : 1.0;
   note_io({}, c);
   return charge("batched_gemm", inner_.batched_gemm(a, trans_a, b, trans_b, c, alpha, beta, stream), flops / util,
@@ -242,8 +241,8 @@ Status SimDevice::batched_gemm(const Tensor& a, bool trans_a, const Tensor& b, b
 Status SimDevice::add_bias(const Tensor& x, const Tensor& bias, StreamId stream) {
   note_shapes({&x, &bias});
   note_io({&x}, x);
-  return charge("add_bias", inner_.add_bias(x, bias, stream), static_cast<double>(x.numel()), 2.0 * static_cast<double>(x.nbytes()),
-                false, x);
+  return charge("add_bias", inner_.add_bias(x, bias, stream), static_cast<double>(x.numel()),
+                2.0 * static_cast<double>(x.nbytes()), false, x);
 }
 Status SimDevice::bias_grad(const Tensor& dy, const Tensor& dbias, bool accumulate, StreamId stream) {
   note_shapes({&dy, &dbias});
@@ -261,8 +260,9 @@ Status SimDevice::activation_backward(Activation act, const Tensor& x, const Ten
                                       StreamId stream) {
   note_shapes({&x, &dy, &dx});
   note_io({&x, &dy}, dx);
-  return charge("activation_backward", inner_.activation_backward(act, x, dy, dx, stream), 12.0 * static_cast<double>(x.numel()),
-                static_cast<double>(x.nbytes() + dy.nbytes() + dx.nbytes()), false, x, activation_key(act, true));
+  return charge("activation_backward", inner_.activation_backward(act, x, dy, dx, stream),
+                12.0 * static_cast<double>(x.numel()), static_cast<double>(x.nbytes() + dy.nbytes() + dx.nbytes()),
+                false, x, activation_key(act, true));
 }
 // Normalization, softmax and embedding ops are memory-bound: one read of each input and
 // one write of each output (read-modify-write for accumulated gradients).
@@ -270,17 +270,18 @@ Status SimDevice::layer_norm(const Tensor& x, const Tensor& gamma, const Tensor&
                              const Tensor& mean, const Tensor& rstd, StreamId stream) {
   note_shapes({&x, &gamma, &beta, &y, &mean, &rstd});
   note_io({&x}, y);
-  return charge("layer_norm", inner_.layer_norm(x, gamma, beta, eps, y, mean, rstd, stream), 8.0 * static_cast<double>(x.numel()),
-                static_cast<double>(x.nbytes() + y.nbytes() + gamma.nbytes() + beta.nbytes() + mean.nbytes() +
-                                    rstd.nbytes()),
-                false, x);
+  return charge(
+      "layer_norm", inner_.layer_norm(x, gamma, beta, eps, y, mean, rstd, stream), 8.0 * static_cast<double>(x.numel()),
+      static_cast<double>(x.nbytes() + y.nbytes() + gamma.nbytes() + beta.nbytes() + mean.nbytes() + rstd.nbytes()),
+      false, x);
 }
 Status SimDevice::layer_norm_backward(const Tensor& x, const Tensor& dy, const Tensor& mean, const Tensor& rstd,
                                       const Tensor& gamma, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,
                                       bool accumulate, StreamId stream) {
   note_shapes({&x, &dy, &mean, &rstd, &gamma, &dx, &dgamma, &dbeta});
   note_io({&x, &dy}, dx);
-  return charge("layer_norm_backward", inner_.layer_norm_backward(x, dy, mean, rstd, gamma, dx, dgamma, dbeta, accumulate, stream),
+  return charge("layer_norm_backward",
+                inner_.layer_norm_backward(x, dy, mean, rstd, gamma, dx, dgamma, dbeta, accumulate, stream),
                 14.0 * static_cast<double>(x.numel()),
                 static_cast<double>(x.nbytes() + dy.nbytes() + dx.nbytes() + mean.nbytes() + rstd.nbytes() +
                                     gamma.nbytes() + 2 * (dgamma.nbytes() + dbeta.nbytes())),
@@ -312,14 +313,16 @@ Status SimDevice::embedding_backward(const Tensor& dout, const Tensor& ids, cons
                                      StreamId stream) {
   note_shapes({&dout, &ids, &dtable});
   const double zeroing = accumulate ? 0.0 : static_cast<double>(dtable.nbytes());
-  return charge("embedding_backward", inner_.embedding_backward(dout, ids, dtable, accumulate, stream), static_cast<double>(dout.numel()),
-                static_cast<double>(ids.nbytes() + 3 * dout.nbytes()) + zeroing, false, dout);
+  return charge("embedding_backward", inner_.embedding_backward(dout, ids, dtable, accumulate, stream),
+                static_cast<double>(dout.numel()), static_cast<double>(ids.nbytes() + 3 * dout.nbytes()) + zeroing,
+                false, dout);
 }
 Status SimDevice::softmax_cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& loss_sum,
                                         const Tensor& dlogits, float grad_scale, std::int64_t ignore_index,
                                         StreamId stream) {
   note_shapes({&logits, &labels, &loss_sum, &dlogits});
-  return charge("softmax_cross_entropy", inner_.softmax_cross_entropy(logits, labels, loss_sum, dlogits, grad_scale, ignore_index, stream),
+  return charge("softmax_cross_entropy",
+                inner_.softmax_cross_entropy(logits, labels, loss_sum, dlogits, grad_scale, ignore_index, stream),
                 6.0 * static_cast<double>(logits.numel()), static_cast<double>(logits.nbytes() + dlogits.nbytes()),
                 false, logits);
 }
@@ -331,7 +334,8 @@ Status SimDevice::transpose_1_2(const Tensor& x, const Tensor& y, StreamId strea
     last_out_ = {};
     return inner_.transpose_1_2(x, y, stream);
   }
-  return charge("transpose_1_2", inner_.transpose_1_2(x, y, stream), 0, 2.0 * static_cast<double>(x.nbytes()), false, x);
+  return charge("transpose_1_2", inner_.transpose_1_2(x, y, stream), 0, 2.0 * static_cast<double>(x.nbytes()), false,
+                x);
 }
 Status SimDevice::multiply(const Tensor& a, const Tensor& b, const Tensor& c, StreamId stream) {
   note_shapes({&a, &b, &c});
@@ -341,8 +345,8 @@ Status SimDevice::multiply(const Tensor& a, const Tensor& b, const Tensor& c, St
 }
 
 // One draw and one store per value, like torch's fused dropout kernel.
-Status SimDevice::dropout_mask(const Tensor& mask, float p, const Rng& base, std::int64_t first_row,
-                               std::uint64_t site, StreamId stream) {
+Status SimDevice::dropout_mask(const Tensor& mask, float p, const Rng& base, std::int64_t first_row, std::uint64_t site,
+                               StreamId stream) {
   note_shapes({&mask});
   return charge("dropout_mask", inner_.dropout_mask(mask, p, base, first_row, site, stream),
                 static_cast<double>(mask.numel()), static_cast<double>(mask.nbytes()), false, mask);
@@ -354,17 +358,16 @@ Status SimDevice::dropout_mask(const Tensor& mask, float p, const Rng& base, std
 // step-size multiply, subtract), SGD 2 plus 2 for weight decay and 2 for momentum. Masked
 // elements are charged too: a device streams the whole slice.
 Status SimDevice::optimizer_step(const runtime::device::OptimizerUpdate& update, const Tensor& param,
-                                 const Tensor& grad, const Tensor& state0, const Tensor& state1,
-                                 StreamId stream) {
+                                 const Tensor& grad, const Tensor& state0, const Tensor& state1, StreamId stream) {
   note_shapes({&param, &grad, &state0, &state1});
   const double n = static_cast<double>(param.numel());
   const bool adamw = update.kind == runtime::device::OptimizerKind::kAdamW;
   const double state_tensors = (state0.defined() ? 1.0 : 0.0) + (state1.defined() ? 1.0 : 0.0);
-  const double flops = adamw ? 14.0 * n
-                             : (2.0 + (update.weight_decay != 0.0f ? 2.0 : 0.0) + (state0.defined() ? 2.0 : 0.0)) * n;
+  const double flops =
+      adamw ? 14.0 * n : (2.0 + (update.weight_decay != 0.0f ? 2.0 : 0.0) + (state0.defined() ? 2.0 : 0.0)) * n;
   const double bytes = (3.0 + 2.0 * state_tensors) * 4.0 * n;
-  return charge("optimizer_step", inner_.optimizer_step(update, param, grad, state0, state1, stream), flops,
-                bytes, false, param);
+  return charge("optimizer_step", inner_.optimizer_step(update, param, grad, state0, state1, stream), flops, bytes,
+                false, param);
 }
 
 }  // namespace shardlab::sim

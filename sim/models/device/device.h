@@ -18,10 +18,10 @@
 #pragma once
 
 #include "runtime/device/cpu/device.h"
-#include "sim/models/device/cost_model.h"
-#include "sim/models/device/stack.h"
 #include "sim/engine/trace.h"
 #include "sim/engine/virtual_clock.h"
+#include "sim/models/device/cost_model.h"
+#include "sim/models/device/stack.h"
 
 namespace shardlab::sim {
 
@@ -50,9 +50,9 @@ class SimMath {
   Status from_host(std::span<const std::byte> src, const Tensor& dst, runtime::device::StreamId s) {
     return cpu_.from_host(src, dst, s);
   }
-#define SHARDLAB_SIM_MATH_OP(name) \
-  template <typename... A>         \
-  Status name(A&&... a) {          \
+#define SHARDLAB_SIM_MATH_OP(name)                                 \
+  template <typename... A>                                         \
+  Status name(A&&... a) {                                          \
     return skip ? Status::ok() : cpu_.name(std::forward<A>(a)...); \
   }
   SHARDLAB_SIM_MATH_OP(copy)
@@ -210,12 +210,12 @@ class SimDevice final : public runtime::device::Device {
 
   DeviceProfile profile_;
   VirtualClock* clock_;
-  SimMath inner_;  // the cpu backend's math, skipped in timing mode
+  SimMath inner_;        // the cpu backend's math, skipped in timing mode
   std::string id_name_;  // inner_.id().to_string(): the device name on this device's storages
   Nanos busy_ = 0;
   std::int64_t ops_ = 0;
   std::int64_t host_bytes_ = 0;
-  Nanos pending_alloc_ns_ = 0;  // NOTE [Host time per allocation]: not yet charged
+  Nanos pending_alloc_ns_ = 0;    // NOTE [Host time per allocation]: not yet charged
   DType emulated_ = DType::kF32;  // NOTE [Emulated low precision]
   TraceRecorder* trace_ = nullptr;
   std::vector<std::vector<std::int64_t>> op_shapes_;  // of the op being charged (note_shapes)

@@ -40,8 +40,8 @@ class JsonObject {
     } catch (const nlohmann::json::parse_error& e) {
       return Status::invalid_argument(origin + ": not valid JSON: " + e.what());
     } catch (const nlohmann::json::exception& e) {  // e.g. a number past the double range: out_of_range.406
-      return Status::invalid_argument(origin + ": " + (last_key.empty() ? "" : "key '" + last_key + "': ") +
-                                      e.what() + "; allowed: a finite number within its key's range");
+      return Status::invalid_argument(origin + ": " + (last_key.empty() ? "" : "key '" + last_key + "': ") + e.what() +
+                                      "; allowed: a finite number within its key's range");
     }
   }
 

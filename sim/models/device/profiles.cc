@@ -22,8 +22,8 @@ std::vector<std::string> builtin_names(const char* kind) {
 }
 
 Result<std::string> read_profile(const char* kind, const std::string& name_or_path, std::string* origin) {
-  const bool is_path = name_or_path.find('/') != std::string::npos ||
-                       (name_or_path.size() > 5 && name_or_path.ends_with(".json"));
+  const bool is_path =
+      name_or_path.find('/') != std::string::npos || (name_or_path.size() > 5 && name_or_path.ends_with(".json"));
   const std::string what = std::string_view(kind) == "devices"  ? "device profile"
                            : std::string_view(kind) == "stacks" ? "software stack"
                                                                 : "topology profile";
@@ -71,8 +71,9 @@ DeviceProfile offload_host_profile() {
 
 Result<DeviceProfile> load_device_profile(const std::string& name_or_path) {
   std::string origin;
-  SHARDLAB_ASSIGN_OR_RETURN(std::string text,
-                            detail::read_profile("devices", name_or_path == kCpuScenarioName ? kCpuProfile : name_or_path, &origin));
+  SHARDLAB_ASSIGN_OR_RETURN(
+      std::string text,
+      detail::read_profile("devices", name_or_path == kCpuScenarioName ? kCpuProfile : name_or_path, &origin));
   return parse_device_profile(text, origin);
 }
 
@@ -105,10 +106,26 @@ Status read_rates(const detail::JsonObject& root, const std::string& key, double
 Result<DeviceProfile> parse_device_profile(const std::string& json_text, const std::string& origin) {
   SHARDLAB_ASSIGN_OR_RETURN(nlohmann::json j, detail::JsonObject::parse(json_text, origin));
   detail::JsonObject root(j, origin);
-  SHARDLAB_RETURN_IF_ERROR(root.only({"name", "description", "torch_device", "matrix_flops_per_s", "vector_flops_per_s",
-                                      "memory_bytes_per_s", "cache", "host_link_bytes_per_s", "launch_ns", "alloc_ns", "op_host_ns", "capacity_gib", "efficiency",
-                                      "compute_factors", "memory_factors", "matrix_memory_overlap", "matrix_operand_passes",
-                                      "small_dim_factors", "matrix_engine", "notes"}));
+  SHARDLAB_RETURN_IF_ERROR(root.only({"name",
+                                      "description",
+                                      "torch_device",
+                                      "matrix_flops_per_s",
+                                      "vector_flops_per_s",
+                                      "memory_bytes_per_s",
+                                      "cache",
+                                      "host_link_bytes_per_s",
+                                      "launch_ns",
+                                      "alloc_ns",
+                                      "op_host_ns",
+                                      "capacity_gib",
+                                      "efficiency",
+                                      "compute_factors",
+                                      "memory_factors",
+                                      "matrix_memory_overlap",
+                                      "matrix_operand_passes",
+                                      "small_dim_factors",
+                                      "matrix_engine",
+                                      "notes"}));
   SHARDLAB_RETURN_IF_ERROR(root.notes_ok("notes"));
   DeviceProfile p;
   SHARDLAB_ASSIGN_OR_RETURN(p.name, root.string("name", true));
@@ -121,16 +138,16 @@ Result<DeviceProfile> parse_device_profile(const std::string& json_text, const s
   SHARDLAB_RETURN_IF_ERROR(read_rates(root, "matrix_flops_per_s", &p.matrix_flops_per_s, &p.matrix_bf16_flops_per_s));
   SHARDLAB_RETURN_IF_ERROR(read_rates(root, "vector_flops_per_s", &p.vector_flops_per_s, &p.vector_bf16_flops_per_s));
   SHARDLAB_ASSIGN_OR_RETURN(p.memory_bytes_per_s, root.number("memory_bytes_per_s", kMinRate, kMaxRate, false,
-                                                               "bytes/s in [1e6, 1e20], e.g. 2.45e12"));
+                                                              "bytes/s in [1e6, 1e20], e.g. 2.45e12"));
   // NOTE [Cache-resident bytes]: absent for a device with no cache to count on.
   if (root.has("cache")) {
     SHARDLAB_ASSIGN_OR_RETURN(detail::JsonObject c, root.object("cache"));
     SHARDLAB_RETURN_IF_ERROR(c.only({"kib", "bytes_per_s"}));
-    SHARDLAB_ASSIGN_OR_RETURN(const double kib, c.number("kib", 1, 1 << 30, false,
-                                                          "KiB of per-core cache in [1, 1073741824], e.g. 2048"));
+    SHARDLAB_ASSIGN_OR_RETURN(
+        const double kib, c.number("kib", 1, 1 << 30, false, "KiB of per-core cache in [1, 1073741824], e.g. 2048"));
     p.cache_bytes = static_cast<std::int64_t>(std::llround(kib * 1024.0));
-    SHARDLAB_ASSIGN_OR_RETURN(p.cache_bytes_per_s, c.number("bytes_per_s", kMinRate, kMaxRate, false,
-                                                            "bytes/s in [1e6, 1e20], e.g. 6.1e10"));
+    SHARDLAB_ASSIGN_OR_RETURN(
+        p.cache_bytes_per_s, c.number("bytes_per_s", kMinRate, kMaxRate, false, "bytes/s in [1e6, 1e20], e.g. 6.1e10"));
   }
   // NOTE [Host link]: 0 (absent) when the host's memory is the device's.
   const std::string link_allowed =
@@ -190,8 +207,8 @@ Result<DeviceProfile> parse_device_profile(const std::string& json_text, const s
       if (ec != std::errc() || end != key.data() + key.size() || dim < 1 || dim > (std::int64_t{1} << 30)) {
         return f.bad(key, "not a dimension; allowed: keys are integers in [1, 2^30], e.g. \"16\"");
       }
-      SHARDLAB_ASSIGN_OR_RETURN(const double v,
-                                f.number(key, kMinFactor, 1000, false, "a factor on the compute time in [0.001, 1000]"));
+      SHARDLAB_ASSIGN_OR_RETURN(
+          const double v, f.number(key, kMinFactor, 1000, false, "a factor on the compute time in [0.001, 1000]"));
       p.small_dim_factors.emplace_back(dim, v);
     }
     std::sort(p.small_dim_factors.begin(), p.small_dim_factors.end());
@@ -209,9 +226,11 @@ Result<DeviceProfile> parse_device_profile(const std::string& json_text, const s
                               e.number("engines", 1, 1024, false, "an integer number of engines in [1, 1024]"));
     if (engines != std::floor(engines)) return e.bad("engines", "must be an integer in [1, 1024]");
     p.matrix_engines = static_cast<int>(engines);
-    const std::string allowed = "1 to 16 tile shapes \"HxW\" (output rows x columns, each in [1, 65536]), e.g. [\"256x256\"]";
+    const std::string allowed =
+        "1 to 16 tile shapes \"HxW\" (output rows x columns, each in [1, 65536]), e.g. [\"256x256\"]";
     SHARDLAB_ASSIGN_OR_RETURN(const std::vector<std::string> tiles, e.strings("tiles", allowed));
-    if (tiles.empty() || tiles.size() > 16) return e.bad("tiles", std::to_string(tiles.size()) + " shapes; allowed: " + allowed);
+    if (tiles.empty() || tiles.size() > 16)
+      return e.bad("tiles", std::to_string(tiles.size()) + " shapes; allowed: " + allowed);
     for (const std::string& t : tiles) {
       std::int64_t h = 0, w = 0;
       const std::size_t x = t.find('x');
@@ -258,8 +277,8 @@ std::string device_profile_to_json(const DeviceProfile& p) {
     for (const auto& [h, w] : p.matrix_tiles) tiles.push_back(std::to_string(h) + "x" + std::to_string(w));
     j["matrix_engine"] = {{"engines", p.matrix_engines}, {"tiles", tiles}};
   }
-  for (const auto& [name, factors] : {std::pair{"compute_factors", &p.compute_factors},
-                                      std::pair{"memory_factors", &p.memory_factors}}) {
+  for (const auto& [name, factors] :
+       {std::pair{"compute_factors", &p.compute_factors}, std::pair{"memory_factors", &p.memory_factors}}) {
     if (factors->empty()) continue;
     nlohmann::ordered_json f = nlohmann::ordered_json::object();
     for (const auto& [key, v] : *factors) f[key] = v;

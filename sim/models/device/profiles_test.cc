@@ -49,8 +49,7 @@ std::string temp_file(const std::string& name, const std::string& text) {
 
 TEST(DeviceProfiles, BuiltInsAreListed) {
   EXPECT_EQ(list_device_profiles(), (std::vector<std::string>{"cpu-sim", "gaudi1", "gaudi2", "gaudi3"}));
-  EXPECT_EQ(list_topologies(),
-            (std::vector<std::string>{"fully_connected", "hls1", "hls2", "hls3", "ring", "switch"}));
+  EXPECT_EQ(list_topologies(), (std::vector<std::string>{"fully_connected", "hls1", "hls2", "hls3", "ring", "switch"}));
 }
 
 TEST(DeviceProfiles, CpuSimIsExactlyTheDefaultSoGoldensKeep) {
@@ -75,8 +74,8 @@ TEST(DeviceProfiles, CpuSimIsExactlyTheDefaultSoGoldensKeep) {
 
 TEST(DeviceProfiles, GaudiNumbersComeFromTheReference) {
   auto g1 = load_device_profile("gaudi1"), g2 = load_device_profile("gaudi2"), g3 = load_device_profile("gaudi3");
-  ASSERT_TRUE(g1.is_ok() && g2.is_ok() && g3.is_ok()) << g1.status().to_string() << g2.status().to_string()
-                                                     << g3.status().to_string();
+  ASSERT_TRUE(g1.is_ok() && g2.is_ok() && g3.is_ok())
+      << g1.status().to_string() << g2.status().to_string() << g3.status().to_string();
   EXPECT_EQ(g1->matrix_bf16_flops_per_s, 60e12);
   EXPECT_EQ(g2->matrix_bf16_flops_per_s, 432e12);
   EXPECT_EQ(g3->matrix_bf16_flops_per_s, 1677e12);  // at the shipped 1.6 GHz
@@ -95,7 +94,8 @@ TEST(DeviceProfiles, GaudiNumbersComeFromTheReference) {
   // (Gaudi2 ~419, Gaudi3 ~1243 TFLOP/s).
   const double m = 8192, flops = 2 * m * m * m, bytes = 3 * m * m * 2;
   for (auto [p, measured] : {std::pair{&*g2, 419e12}, std::pair{&*g3, 1243e12}}) {
-    const double achieved = flops / (static_cast<double>(p->op_time(flops, bytes, ComputeUnit::kMatrix, DType::kBF16)) / 1e9);
+    const double achieved =
+        flops / (static_cast<double>(p->op_time(flops, bytes, ComputeUnit::kMatrix, DType::kBF16)) / 1e9);
     EXPECT_NEAR(achieved / measured, 1.0, 0.2) << p->name;
   }
   // Generations are ordered.
@@ -112,7 +112,8 @@ TEST(DeviceProfiles, RooflineIsDtypeAware) {
   EXPECT_EQ(fp32, g2.launch_ns + std::llround(flops / (108e12 * 0.97) * 1e9));
   EXPECT_EQ(g2.op_time(flops, bytes, ComputeUnit::kMatrix, DType::kF16), bf16);
   // Memory bound: the efficiency-scaled bandwidth decides.
-  EXPECT_EQ(g2.op_time(1, 2.45e9, ComputeUnit::kVector, DType::kBF16), g2.launch_ns + std::llround(2.45e9 / (2.45e12 * 0.85) * 1e9));
+  EXPECT_EQ(g2.op_time(1, 2.45e9, ComputeUnit::kVector, DType::kBF16),
+            g2.launch_ns + std::llround(2.45e9 / (2.45e12 * 0.85) * 1e9));
 }
 
 TEST(DeviceProfiles, SimDeviceChargesTheProfile) {
@@ -304,10 +305,13 @@ TEST(DeviceProfiles, BadFilesAreInvalidArgumentNamingFileKeyAndAllowed) {
       {"bad dtype", R"({"name": "x", "matrix_flops_per_s": {"fp32": 1, "fp8": 1}, )" + good_rest + "}",
        "matrix_flops_per_s.fp8", "allowed: fp32, bf16"},
       {"efficiency > 1",
-       R"({"name": "x", "matrix_flops_per_s": {"fp32": 1e12, "bf16": 1e12}, "efficiency": {"matrix": 1.5}, )" + good_rest + "}",
+       R"({"name": "x", "matrix_flops_per_s": {"fp32": 1e12, "bf16": 1e12}, "efficiency": {"matrix": 1.5}, )" +
+           good_rest + "}",
        "efficiency.matrix", "[0.001, 1]"},
-      {"fractional launch", R"({"name": "x", "matrix_flops_per_s": {"fp32": 1e12, "bf16": 1e12}, )" +
-                                std::string(R"("vector_flops_per_s": {"fp32": 1e10, "bf16": 1e10}, "memory_bytes_per_s": 1e10, "launch_ns": 1.5, "capacity_gib": 1})"),
+      {"fractional launch",
+       R"({"name": "x", "matrix_flops_per_s": {"fp32": 1e12, "bf16": 1e12}, )" +
+           std::string(
+               R"("vector_flops_per_s": {"fp32": 1e10, "bf16": 1e10}, "memory_bytes_per_s": 1e10, "launch_ns": 1.5, "capacity_gib": 1})"),
        "launch_ns", "integer"},
   };
   for (const auto& c : cases) {
@@ -336,19 +340,22 @@ TEST(TopologyProfiles, BadFilesAreInvalidArgumentNamingFileKeyAndAllowed) {
       {"port on a ring", R"({"name": "t", "kind": "ring", "peer": {"gbit_per_s": 1, "latency_ns": 1}, "port": {}})",
        "port", "no switch ports"},
       {"hls without servers", R"({"name": "t", "kind": "hls", "peer": {"gbit_per_s": 1, "latency_ns": 1},
-        "port": {"gbit_per_s": 1, "latency_ns": 1}})", "max_devices_per_node", "an integer >= 1"},
+        "port": {"gbit_per_s": 1, "latency_ns": 1}})",
+       "max_devices_per_node", "an integer >= 1"},
       {"oversubscription < 1", R"({"name": "t", "kind": "hls", "max_devices_per_node": 8, "oversubscription": 0.5,
         "peer": {"gbit_per_s": 1, "latency_ns": 1}, "port": {"gbit_per_s": 1, "latency_ns": 1}})",
        "oversubscription", "in [1, 1000]"},
       {"zero bandwidth", R"({"name": "t", "kind": "switch", "port": {"gbit_per_s": 0, "latency_ns": 1}})",
        "port.gbit_per_s", "Gbit/s in [0.001, 1e9]"},
       {"leaf on a switch", R"({"name": "t", "kind": "switch", "nodes_per_leaf": 2,
-        "port": {"gbit_per_s": 1, "latency_ns": 1}})", "nodes_per_leaf", "only 'hls'"},
+        "port": {"gbit_per_s": 1, "latency_ns": 1}})",
+       "nodes_per_leaf", "only 'hls'"},
       {"ports per rack", R"({"name": "t", "kind": "hls", "max_devices_per_node": 8, "ports_per": "rack",
         "peer": {"gbit_per_s": 1, "latency_ns": 1}, "port": {"gbit_per_s": 1, "latency_ns": 1}})",
        "ports_per", "allowed: device, node"},
       {"ports per node on a switch", R"({"name": "t", "kind": "switch", "ports_per": "node",
-        "port": {"gbit_per_s": 1, "latency_ns": 1}})", "ports_per", "only 'hls'"},
+        "port": {"gbit_per_s": 1, "latency_ns": 1}})",
+       "ports_per", "only 'hls'"},
   };
   for (const auto& c : cases) {
     const std::string path = temp_file("badtopo.json", c.json);
@@ -538,8 +545,9 @@ TEST(DeviceProfiles, SimDeviceGemmUsesTheSmallestDimensionsFactor) {
     auto c = dev.zeros(sc, DType::kF32, MemoryCategory::kOther, "c");
     EXPECT_TRUE(a.is_ok() && b.is_ok() && c.is_ok());
     const Nanos start = clock.now();
-    const Status s = sa.size() == 3 ? dev.batched_gemm(*a, trans_a, *b, false, *c, 1, 0, runtime::device::kComputeStream)
-                                    : dev.gemm(*a, trans_a, *b, false, *c, 1, 0, runtime::device::kComputeStream);
+    const Status s = sa.size() == 3
+                         ? dev.batched_gemm(*a, trans_a, *b, false, *c, 1, 0, runtime::device::kComputeStream)
+                         : dev.gemm(*a, trans_a, *b, false, *c, 1, 0, runtime::device::kComputeStream);
     EXPECT_THAT(s, IsOk());
     return clock.now() - start;
   };
@@ -564,7 +572,7 @@ TEST(DeviceProfiles, SimDeviceGemmStreamsItsOperandsMatrixOperandPassesTimes) {
   DeviceProfile d;
   d.launch_ns = 0;
   d.matrix_flops_per_s = d.matrix_bf16_flops_per_s = 1e15;  // compute ~free
-  d.memory_bytes_per_s = 1e9;                                // 1 byte = 1 ns
+  d.memory_bytes_per_s = 1e9;                               // 1 byte = 1 ns
   d.matrix_memory_overlap = false;
   const auto gemm_time = [](const DeviceProfile& p) {
     VirtualClock clock;
@@ -591,7 +599,8 @@ TEST(DeviceProfiles, SimDeviceGemmStreamsItsOperandsMatrixOperandPassesTimes) {
     std::string text = json;
     const auto at = text.find("\"matrix_operand_passes\": 3.0");
     ASSERT_NE(at, std::string::npos) << text;
-    text.replace(at, std::string("\"matrix_operand_passes\": 3.0").size(), std::string("\"matrix_operand_passes\": ") + bad);
+    text.replace(at, std::string("\"matrix_operand_passes\": 3.0").size(),
+                 std::string("\"matrix_operand_passes\": ") + bad);
     auto r = parse_device_profile(text, "d.json");
     ASSERT_FALSE(r.is_ok()) << bad;
     EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
@@ -620,8 +629,12 @@ TEST(DeviceProfiles, SimDeviceUsesPerOpComputeFactorKeys) {
     return clock.now() - start;
   };
   using runtime::device::Activation;
-  const auto fwd = [&](Activation a) { return timed([&] { return dev.activation(a, x, y, runtime::device::kComputeStream); }); };
-  const auto bwd = [&](Activation a) { return timed([&] { return dev.activation_backward(a, x, dy, dx, runtime::device::kComputeStream); }); };
+  const auto fwd = [&](Activation a) {
+    return timed([&] { return dev.activation(a, x, y, runtime::device::kComputeStream); });
+  };
+  const auto bwd = [&](Activation a) {
+    return timed([&] { return dev.activation_backward(a, x, dy, dx, runtime::device::kComputeStream); });
+  };
   // Forward: 8000 flops = 400 ns, 8000 bytes = 400 ns.
   EXPECT_EQ(fwd(Activation::kRelu), 2000 + 4 * 400);
   EXPECT_EQ(fwd(Activation::kGelu), 2000 + 400);
@@ -633,10 +646,12 @@ TEST(DeviceProfiles, SimDeviceUsesPerOpComputeFactorKeys) {
   // AdamW: 14000 flops = 700 ns × 3 = 2100 ns > 28000 bytes = 1400 ns.
   runtime::device::OptimizerUpdate adamw;
   adamw.kind = runtime::device::OptimizerKind::kAdamW;
-  EXPECT_EQ(timed([&] { return dev.optimizer_step(adamw, x, dy, m, v, runtime::device::kComputeStream); }), 2000 + 2100);
+  EXPECT_EQ(timed([&] { return dev.optimizer_step(adamw, x, dy, m, v, runtime::device::kComputeStream); }),
+            2000 + 2100);
   // SGD: 2000 flops = 100 ns × 3 = 300 ns < 12000 bytes = 600 ns: still memory bound.
   runtime::device::OptimizerUpdate sgd;
-  EXPECT_EQ(timed([&] { return dev.optimizer_step(sgd, x, dy, Tensor(), Tensor(), runtime::device::kComputeStream); }), 2000 + 600);
+  EXPECT_EQ(timed([&] { return dev.optimizer_step(sgd, x, dy, Tensor(), Tensor(), runtime::device::kComputeStream); }),
+            2000 + 600);
 }
 
 DeviceProfile profile_with_new_fields() {
@@ -690,8 +705,8 @@ TEST(DeviceProfiles, NewFieldsRoundTripThroughJson) {
   EXPECT_EQ(loaded->alloc_ns, 1234);
   // The defaults write none of the new keys, so existing profile files read the same.
   const std::string plain = device_profile_to_json(DeviceProfile{});
-  for (const char* key : {"alloc_ns", "op_host_ns", "compute_factors", "memory_factors", "matrix_memory_overlap",
-                          "small_dim_factors"}) {
+  for (const char* key :
+       {"alloc_ns", "op_host_ns", "compute_factors", "memory_factors", "matrix_memory_overlap", "small_dim_factors"}) {
     EXPECT_EQ(plain.find(key), std::string::npos) << key << " in\n" << plain;
     EXPECT_NE(text.find(key), std::string::npos) << key << " not in\n" << text;
   }
@@ -710,25 +725,28 @@ const std::string kGoodDeviceKeys =
     R"( "vector_flops_per_s": {"fp32": 1e10, "bf16": 1e10}, "memory_bytes_per_s": 1e10, "launch_ns": 100, "capacity_gib": 1)";
 
 TEST(DeviceProfiles, NewKeysAcceptTheirRanges) {
-  const auto parse = [](const std::string& extra) { return parse_device_profile("{" + kGoodDeviceKeys + extra + "}", "ok.json"); };
+  const auto parse = [](const std::string& extra) {
+    return parse_device_profile("{" + kGoodDeviceKeys + extra + "}", "ok.json");
+  };
   auto base = parse("");
   ASSERT_THAT(base, IsOk());
-  auto r = parse(R"(, "alloc_ns": 0, "op_host_ns": 0, "compute_factors": {}, "matrix_memory_overlap": true, "small_dim_factors": {})");
+  auto r = parse(
+      R"(, "alloc_ns": 0, "op_host_ns": 0, "compute_factors": {}, "matrix_memory_overlap": true, "small_dim_factors": {})");
   ASSERT_THAT(r, IsOk());
   EXPECT_EQ(r->alloc_ns, 0);
   EXPECT_TRUE(r->compute_factors.empty());
   EXPECT_TRUE(r->small_dim_factors.empty());
   // Bounds are inclusive at 1000; dimension keys sort by value, not as strings ("64" < "8").
-  r = parse(R"(, "alloc_ns": 1000000000, "op_host_ns": 1000000000, "compute_factors": {"gemm": 1000, "activation_backward_tanh": 0.001},)"
-            R"( "small_dim_factors": {"64": 1, "8": 1000, "1": 2.5}, "matrix_memory_overlap": false)");
+  r = parse(
+      R"(, "alloc_ns": 1000000000, "op_host_ns": 1000000000, "compute_factors": {"gemm": 1000, "activation_backward_tanh": 0.001},)"
+      R"( "small_dim_factors": {"64": 1, "8": 1000, "1": 2.5}, "matrix_memory_overlap": false)");
   ASSERT_THAT(r, IsOk());
   EXPECT_EQ(r->alloc_ns, 1'000'000'000);
   EXPECT_EQ(r->op_host_ns, 1'000'000'000);
   EXPECT_EQ(r->compute_factor("gemm"), 1000.0);
   EXPECT_EQ(r->compute_factor("activation_backward_tanh"), 0.001);
   EXPECT_EQ(r->compute_factor("axpy"), 1.0);
-  EXPECT_EQ(r->small_dim_factors,
-            (std::vector<std::pair<std::int64_t, double>>{{1, 2.5}, {8, 1000.0}, {64, 1.0}}));
+  EXPECT_EQ(r->small_dim_factors, (std::vector<std::pair<std::int64_t, double>>{{1, 2.5}, {8, 1000.0}, {64, 1.0}}));
   EXPECT_FALSE(r->matrix_memory_overlap);
   // Every key compute_factor_keys() lists is accepted.
   std::string all;
@@ -757,7 +775,8 @@ TEST(DeviceProfiles, BadNewKeysAreInvalidArgumentNamingTheKey) {
       {"unknown compute factor", R"("compute_factors": {"activation_swish": 2})", "compute_factors.activation_swish",
        "unknown key; allowed: activation_backward_gelu, activation_backward_gelu_tanh"},
       {"factor 0", R"("compute_factors": {"gemm": 0})", "compute_factors.gemm", factor_range},
-      {"negative factor", R"("compute_factors": {"optimizer_step": -1})", "compute_factors.optimizer_step", factor_range},
+      {"negative factor", R"("compute_factors": {"optimizer_step": -1})", "compute_factors.optimizer_step",
+       factor_range},
       {"factor > 1000", R"("compute_factors": {"gemm": 1000.5})", "compute_factors.gemm", factor_range},
       {"factor not a number", R"("compute_factors": {"gemm": "2"})", "compute_factors.gemm", "must be a number"},
       {"compute_factors not an object", R"("compute_factors": [1])", "compute_factors", "must be an object"},
@@ -768,8 +787,7 @@ TEST(DeviceProfiles, BadNewKeysAreInvalidArgumentNamingTheKey) {
       {"negative host link", R"("host_link_bytes_per_s": -1)", "host_link_bytes_per_s",
        "out of range; allowed: bytes/s >= 0 one way between host and device memory"},
       {"host link a string", R"("host_link_bytes_per_s": "pcie")", "host_link_bytes_per_s", "must be a number"},
-      {"memory factor 0", R"("memory_factors": {"optimizer_step": 0})", "memory_factors.optimizer_step",
-       "[0.001, 4]"},
+      {"memory factor 0", R"("memory_factors": {"optimizer_step": 0})", "memory_factors.optimizer_step", "[0.001, 4]"},
       {"memory factor > 4", R"("memory_factors": {"fill": 4.5})", "memory_factors.fill",
        "a factor on the op's memory time in [0.001, 4]"},
       {"cache not an object", R"("cache": 2048)", "cache", "must be an object"},
@@ -790,8 +808,7 @@ TEST(DeviceProfiles, BadNewKeysAreInvalidArgumentNamingTheKey) {
       {"dimension 0", R"("small_dim_factors": {"0": 1})", "small_dim_factors.0", "not a dimension"},
       {"negative dimension", R"("small_dim_factors": {"-8": 1})", "small_dim_factors.-8", "not a dimension"},
       {"trailing junk", R"("small_dim_factors": {"16x": 1})", "small_dim_factors.16x", "integers in [1, 2^30]"},
-      {"dimension spelled twice", R"("small_dim_factors": {"16": 1, "016": 2})", "small_dim_factors.16",
-       "given twice"},
+      {"dimension spelled twice", R"("small_dim_factors": {"16": 1, "016": 2})", "small_dim_factors.16", "given twice"},
       {"dimension factor 0", R"("small_dim_factors": {"16": 0})", "small_dim_factors.16", factor_range},
       {"dimension factor > 1000", R"("small_dim_factors": {"16": 1001})", "small_dim_factors.16", factor_range},
       {"small_dim_factors not an object", R"("small_dim_factors": 16)", "small_dim_factors", "must be an object"},
@@ -871,10 +888,12 @@ void expect_refused(const Status& s, const OddProfileCase& c) {
 
 TEST(DeviceProfiles, RatesOutsideTheirBoundsAreRefusedWithKeyValueAndRange) {
   const std::string rest = R"("memory_bytes_per_s": 2e10, "launch_ns": 2000, "capacity_gib": 16)";
-  const std::string rates = R"("matrix_flops_per_s": {"fp32": 1e11, "bf16": 1e11}, "vector_flops_per_s": {"fp32": 2e10, "bf16": 2e10})";
+  const std::string rates =
+      R"("matrix_flops_per_s": {"fp32": 1e11, "bf16": 1e11}, "vector_flops_per_s": {"fp32": 2e10, "bf16": 2e10})";
   using Case = OddProfileCase;
   const std::vector<Case> cases = {
-      {R"({"name": "x", "matrix_flops_per_s": {"fp32": 1e-3, "bf16": 1e11}, "vector_flops_per_s": {"fp32": 2e10, "bf16": 2e10}, )" + rest + "}",
+      {R"({"name": "x", "matrix_flops_per_s": {"fp32": 1e-3, "bf16": 1e11}, "vector_flops_per_s": {"fp32": 2e10, "bf16": 2e10}, )" +
+           rest + "}",
        "matrix_flops_per_s.fp32", "value 0.001 out of range", "FLOP/s in [1e6, 1e20]"},
       {R"({"name": "x", )" + rates + R"(, "memory_bytes_per_s": 1e-6, "launch_ns": 2000, "capacity_gib": 16})",
        "memory_bytes_per_s", "value 1e-06 out of range", "bytes/s in [1e6, 1e20]"},
@@ -884,7 +903,8 @@ TEST(DeviceProfiles, RatesOutsideTheirBoundsAreRefusedWithKeyValueAndRange) {
        "value 1e-300 out of range", "or in [1e6, 1e20]"},
       {R"({"name": "x", )" + rates + R"(, "memory_bytes_per_s": 2e10, "launch_ns": 2000, "capacity_gib": 1e-12})",
        "capacity_gib", "value 1e-12 out of range", "[0.0009765625 (1 MiB), 1048576]"},
-      {R"({"name": "x", "matrix_flops_per_s": {"fp32": 1e11, "bf16": 1e11}, "vector_flops_per_s": {"fp32": 1e400, "bf16": 2e10}, )" + rest + "}",
+      {R"({"name": "x", "matrix_flops_per_s": {"fp32": 1e11, "bf16": 1e11}, "vector_flops_per_s": {"fp32": 1e400, "bf16": 2e10}, )" +
+           rest + "}",
        "vector_flops_per_s.fp32", "number overflow parsing '1e400'", "allowed: a finite number"},
       {R"({"name": "x", )" + rates + ", " + rest + R"(, "compute_factors": {"gemm": 1e-9}})", "compute_factors.gemm",
        "value 1e-09 out of range", "[0.001, 1000]"},

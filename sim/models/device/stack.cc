@@ -1,6 +1,5 @@
 #include "sim/models/device/stack.h"
 
-
 #include "sim/models/device/profile_json.h"
 #include "sim/models/device/profiles.h"
 
@@ -27,9 +26,9 @@ Result<SoftwareStack> load_stack(const std::string& name_or_path) {
 Result<SoftwareStack> parse_stack(const std::string& json_text, const std::string& origin) {
   SHARDLAB_ASSIGN_OR_RETURN(nlohmann::json j, detail::JsonObject::parse(json_text, origin));
   detail::JsonObject root(j, origin);
-  SHARDLAB_RETURN_IF_ERROR(root.only({"name", "description", "execution", "op_dispatch_ns", "graph_launch_ns",
-                                      "fsdp_hook_ns", "host_device_overlap", "graph_node_ns", "fold_transposes",
-                                      "fuse_elementwise", "notes"}));
+  SHARDLAB_RETURN_IF_ERROR(
+      root.only({"name", "description", "execution", "op_dispatch_ns", "graph_launch_ns", "fsdp_hook_ns",
+                 "host_device_overlap", "graph_node_ns", "fold_transposes", "fuse_elementwise", "notes"}));
   SHARDLAB_RETURN_IF_ERROR(root.notes_ok("notes"));
   SoftwareStack s;
   SHARDLAB_ASSIGN_OR_RETURN(s.name, root.string("name", true));
@@ -37,14 +36,15 @@ Result<SoftwareStack> parse_stack(const std::string& json_text, const std::strin
   SHARDLAB_ASSIGN_OR_RETURN(s.description, root.string("description", false));
   SHARDLAB_ASSIGN_OR_RETURN(const std::string execution, root.string("execution", true));
   bool known = false;
-  for (StackExecution e : {StackExecution::kIdeal, StackExecution::kEager, StackExecution::kLazy,
-                           StackExecution::kCompiled}) {
+  for (StackExecution e :
+       {StackExecution::kIdeal, StackExecution::kEager, StackExecution::kLazy, StackExecution::kCompiled}) {
     if (execution == stack_execution_name(e)) {
       s.execution = e;
       known = true;
     }
   }
-  if (!known) return root.bad("execution", "'" + execution + "' is not an execution; allowed: ideal, eager, lazy, compiled");
+  if (!known)
+    return root.bad("execution", "'" + execution + "' is not an execution; allowed: ideal, eager, lazy, compiled");
   SHARDLAB_ASSIGN_OR_RETURN(s.op_dispatch_ns, root.nanos("op_dispatch_ns", 0));
   SHARDLAB_ASSIGN_OR_RETURN(s.graph_launch_ns, root.nanos("graph_launch_ns", 0));
   SHARDLAB_ASSIGN_OR_RETURN(s.fsdp_hook_ns, root.nanos("fsdp_hook_ns", 0));
@@ -56,8 +56,8 @@ Result<SoftwareStack> parse_stack(const std::string& json_text, const std::strin
   if (!s.graphs()) {
     for (const char* key : {"graph_launch_ns", "graph_node_ns", "fold_transposes", "fuse_elementwise"}) {
       if (root.has(key)) {
-        return root.bad(key, std::string("only a graph-building execution (lazy, compiled) has it; this stack's is ") +
-                                 execution);
+        return root.bad(
+            key, std::string("only a graph-building execution (lazy, compiled) has it; this stack's is ") + execution);
       }
     }
   }

@@ -44,11 +44,11 @@ struct SoftwareStack {
   std::string name = "ideal";
   std::string description;
   StackExecution execution = StackExecution::kIdeal;
-  Nanos op_dispatch_ns = 0;    // host, per op dispatched (eager) or recorded (lazy, compiled)
-  Nanos graph_launch_ns = 0;   // host, per graph launch (lazy, compiled)
-  Nanos fsdp_hook_ns = 0;      // host, per collective the FSDP runtime issues
+  Nanos op_dispatch_ns = 0;   // host, per op dispatched (eager) or recorded (lazy, compiled)
+  Nanos graph_launch_ns = 0;  // host, per graph launch (lazy, compiled)
+  Nanos fsdp_hook_ns = 0;     // host, per collective the FSDP runtime issues
   bool host_device_overlap = false;
-  Nanos graph_node_ns = 0;     // device, per op inside a graph (lazy, compiled)
+  Nanos graph_node_ns = 0;  // device, per op inside a graph (lazy, compiled)
   bool fold_transposes = false;
   bool fuse_elementwise = false;
 

@@ -7,8 +7,8 @@
 #include <map>
 
 #include "runtime/core/check.h"
-#include "sim/models/device/cost_model.h"
 #include "sim/engine/engine.h"
+#include "sim/models/device/cost_model.h"
 
 namespace shardlab::sim {
 
@@ -228,7 +228,8 @@ Schedule plan_hierarchical(OpKind kind, std::int64_t bytes, int root, const std:
   const int L = static_cast<int>(nodes.front().size());
   std::vector<std::vector<int>> rails(static_cast<std::size_t>(L));
   for (int l = 0; l < L; ++l) {
-    for (int k = 0; k < K; ++k) rails[static_cast<std::size_t>(l)].push_back(nodes[static_cast<std::size_t>(k)][static_cast<std::size_t>(l)]);
+    for (int k = 0; k < K; ++k)
+      rails[static_cast<std::size_t>(l)].push_back(nodes[static_cast<std::size_t>(k)][static_cast<std::size_t>(l)]);
   }
   Schedule s;
   s.algorithm = "hierarchical";
@@ -425,7 +426,8 @@ void ring_fast(const std::vector<int>& g, int S, const Nanos* m, std::vector<Nan
   std::vector<Nanos> F(static_cast<std::size_t>(q));
   std::deque<int> window;  // indices with decreasing C
   for (int e = 0; e < len; ++e) {
-    while (!window.empty() && C[static_cast<std::size_t>(window.back())] <= C[static_cast<std::size_t>(e)]) window.pop_back();
+    while (!window.empty() && C[static_cast<std::size_t>(window.back())] <= C[static_cast<std::size_t>(e)])
+      window.pop_back();
     window.push_back(e);
     if (window.front() <= e - S) window.pop_front();
     if (e >= S - 1) {
@@ -438,7 +440,8 @@ void ring_fast(const std::vector<int>& g, int S, const Nanos* m, std::vector<Nan
     done[static_cast<std::size_t>(k)] =
         std::max({r(k), F[static_cast<std::size_t>(k)], F[static_cast<std::size_t>((k - 1 + q) % q)]});
   }
-  for (int k = 0; k < q; ++k) t[static_cast<std::size_t>(g[static_cast<std::size_t>(k)])] = done[static_cast<std::size_t>(k)];
+  for (int k = 0; k < q; ++k)
+    t[static_cast<std::size_t>(g[static_cast<std::size_t>(k)])] = done[static_cast<std::size_t>(k)];
 }
 
 }  // namespace
@@ -549,7 +552,7 @@ std::vector<Nanos> simulate_schedule(const Schedule& s, std::span<const int> wor
       if (gate == kNever) return;
       const Nanos at = std::max(gate, m.ready);
       const Transfer wm{world_ranks[static_cast<std::size_t>(m.src)], world_ranks[static_cast<std::size_t>(m.dst)],
-                       m.bytes};
+                        m.bytes};
       const Nanos fin = finish ? finish(wm, m.priced, at) : add_time(at, m.priced.cost(m.bytes));
       if (fin == kNever) {
         if (blocked != nullptr) *blocked = wm;

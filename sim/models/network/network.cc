@@ -75,9 +75,8 @@ class TopologyNetwork final : public NetworkCostModel {
  public:
   TopologyNetwork(Topology topo, NetworkModelKind model, Algorithm algorithm, std::vector<Window> windows)
       : topo_(std::move(topo)), model_(model), algorithm_(algorithm), windows_(std::move(windows)) {
-    std::sort(windows_.begin(), windows_.end(), [](const Window& a, const Window& b) {
-      return a.link != b.link ? a.link < b.link : a.start < b.start;
-    });
+    std::sort(windows_.begin(), windows_.end(),
+              [](const Window& a, const Window& b) { return a.link != b.link ? a.link < b.link : a.start < b.start; });
     for (const Window& w : windows_) last_end_ = std::max(last_end_, w.end);
   }
 
@@ -90,7 +89,8 @@ class TopologyNetwork final : public NetworkCostModel {
       if (model_ == NetworkModelKind::kContention) {
         price_fair(round, out);
       } else {
-        for (std::size_t i = 0; i < round.size(); ++i) topo_.route_cost(round[i].src, round[i].dst, &out[i].latency_ns, &out[i].bytes_per_s);
+        for (std::size_t i = 0; i < round.size(); ++i)
+          topo_.route_cost(round[i].src, round[i].dst, &out[i].latency_ns, &out[i].bytes_per_s);
       }
     };
     CollectiveTiming t;
@@ -110,7 +110,9 @@ class TopologyNetwork final : public NetworkCostModel {
       return t;
     }
     Transfer blocked{-1, -1, 0};
-    const FinishTime finish = [this](const Transfer& m, const Priced& p, Nanos start) { return finish_time(m, p, start); };
+    const FinishTime finish = [this](const Transfer& m, const Priced& p, Nanos start) {
+      return finish_time(m, p, start);
+    };
     t.done = simulate_schedule(s, q.world_ranks, q.arrivals, pricer, finish, &blocked);
     if (std::find(t.done.begin(), t.done.end(), kNever) != t.done.end()) {
       std::fill(t.done.begin(), t.done.end(), kNever);
@@ -156,13 +158,14 @@ class TopologyNetwork final : public NetworkCostModel {
     std::snprintf(rates, sizeof rates, "%s%.4g, efficiency = %.4g, reduce_gbyte_per_s = %.4g%s",
                   spec.kind == TopologyKind::kSwitch ? "port.gbit_per_s = " : "peer.gbit_per_s = ",
                   spec.kind == TopologyKind::kSwitch ? spec.port.gbit_per_s : spec.peer.gbit_per_s, spec.efficiency,
-                  spec.reduce_bytes_per_s / 1e9, spec.kind == TopologyKind::kHls ? ", port.gbit_per_s, oversubscription" : "");
+                  spec.reduce_bytes_per_s / 1e9,
+                  spec.kind == TopologyKind::kHls ? ", port.gbit_per_s, oversubscription" : "");
     t.status = Status::invalid_argument(
         "topology profile '" + spec.name + "': " + std::string(runtime::comm::op_kind_name(q.kind)) + " of " +
         std::to_string(q.world_ranks.size()) + " ranks (" + t.algorithm + ", " + std::to_string(q.bytes) +
         " bytes) would end past the simulator's virtual time limit of 2^62 ns, about 146 years (NOTE [Virtual time "
-        "limit] in sim/models/device/cost_model.h): its rates are too slow for this run (" + rates +
-        "); allowed: link rates that keep the run within the limit");
+        "limit] in sim/models/device/cost_model.h): its rates are too slow for this run (" +
+        rates + "); allowed: link rates that keep the run within the limit");
   }
 
   // NOTE [Reduction cost] in sim/models/network/topology.h: each member reduces (p-1) chunks of its result.
@@ -178,8 +181,7 @@ class TopologyNetwork final : public NetworkCostModel {
     }
     const double rate = topo_.spec().reduce_bytes_per_s;
     if (!(rate > 0)) return;
-    const std::int64_t reduced =
-        reduced_bytes(q.kind, static_cast<std::int64_t>(q.world_ranks.size()), q.bytes);
+    const std::int64_t reduced = reduced_bytes(q.kind, static_cast<std::int64_t>(q.world_ranks.size()), q.bytes);
     if (reduced == 0) return;
     const Nanos t = to_nanos(static_cast<double>(reduced) * 1e9 / rate);
     for (Nanos& d : done) d = add_time(d, t);
@@ -189,8 +191,8 @@ class TopologyNetwork final : public NetworkCostModel {
   std::vector<const Window*> windows_on(const Route& r) const {
     std::vector<const Window*> out;
     for (LinkId l : r.links) {
-      auto it = std::lower_bound(windows_.begin(), windows_.end(), l,
-                                 [](const Window& w, LinkId id) { return w.link < id; });
+      auto it =
+          std::lower_bound(windows_.begin(), windows_.end(), l, [](const Window& w, LinkId id) { return w.link < id; });
       for (; it != windows_.end() && it->link == l; ++it) out.push_back(&*it);
     }
     return out;

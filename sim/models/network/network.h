@@ -35,8 +35,8 @@
 #include "runtime/comm/communicator.h"
 #include "runtime/core/clock.h"
 #include "runtime/core/status.h"
-#include "sim/models/network/collectives.h"
 #include "sim/models/device/cost_model.h"
+#include "sim/models/network/collectives.h"
 #include "sim/models/network/topology.h"
 
 namespace shardlab::sim {
@@ -96,10 +96,10 @@ std::shared_ptr<const NetworkCostModel> make_alpha_beta_ring(NetworkModel net);
 // recurrences of sim/models/network/collectives.h; with one, the query runs message by message on an
 // Engine (O(messages): O(p²) for a ring), so keep faulted groups to a few thousand ranks.
 struct LinkFault {
-  std::string link;       // a link name of the topology ("3-5", "3-net", "leaf1-spine")
+  std::string link;  // a link name of the topology ("3-5", "3-net", "leaf1-spine")
   Nanos start = 0;
-  Nanos end = kNever;     // kNever: until the end of the run
-  double factor = 0.0;    // in [0, 1]
+  Nanos end = kNever;   // kNever: until the end of the run
+  double factor = 0.0;  // in [0, 1]
 };
 
 enum class NetworkModelKind { kAlphaBeta, kContention };

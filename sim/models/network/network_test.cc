@@ -128,8 +128,7 @@ TEST(ClosedForms, Libnbc) {
     expect_all(run(*net, OpKind::kAllGather, p, n), pow2 ? 500 + L * kA + (p - 1) * n : 500 + kA + n,
                "libnbc all_gather " + at);
     // The whole buffer (p·n) up the tree to member 0, then one chunk to each member.
-    expect_all(run(*net, OpKind::kReduceScatter, p, n), 500 + L * (kA + p * n) + kA + n,
-               "libnbc reduce_scatter " + at);
+    expect_all(run(*net, OpKind::kReduceScatter, p, n), 500 + L * (kA + p * n) + kA + n, "libnbc reduce_scatter " + at);
     // Binomial reduce, then the eager broadcast of the whole buffer: member 0 sends to all
     // its children at once; member v is popcount(v) hops down, the deepest receives last.
     int depth = 0;
@@ -202,7 +201,8 @@ TEST(ClosedForms, HalvingDoubling) {
     expect_all(run(*net, OpKind::kAllGather, p, n), 500 + lg * kA + (p - 1) * n, "hd all_gather " + at);
     expect_all(run(*net, OpKind::kReduceScatter, p, n), 500 + lg * kA + (p - 1) * n, "hd reduce_scatter " + at);
     // Rabenseifner: 2·log2(p)·α + 2((p-1)/p)·N·β
-    expect_all(run(*net, OpKind::kAllReduce, p, N), 500 + 2 * lg * kA + 2 * (p - 1) * cdiv(N, p), "hd all_reduce " + at);
+    expect_all(run(*net, OpKind::kAllReduce, p, N), 500 + 2 * lg * kA + 2 * (p - 1) * cdiv(N, p),
+               "hd all_reduce " + at);
     const auto bc = run(*net, OpKind::kBroadcast, p, N);
     EXPECT_EQ(bc.done[0], 500 + lg * (kA + N)) << at;
     expect_all(run(*net, OpKind::kBarrier, p, 0), 500 + lg * kA, "hd barrier " + at);
@@ -228,13 +228,15 @@ TEST(ClosedForms, Hierarchical) {
     // Inter first for all-gather: (K-1)(α₂ + nβ₂) + α₁ + K·n·β₁ (no intra phase when L = 1).
     const Nanos intra_ag = L > 1 ? a1 + b1(K * n) : 0;
     expect_all(run(*net, OpKind::kAllGather, p, n), 500 + (K - 1) * (a2 + n) + intra_ag, "hier all_gather " + at);
-    expect_all(run(*net, OpKind::kReduceScatter, p, n), 500 + (K - 1) * (a2 + n) + intra_ag, "hier reduce_scatter " + at);
+    expect_all(run(*net, OpKind::kReduceScatter, p, n), 500 + (K - 1) * (a2 + n) + intra_ag,
+               "hier reduce_scatter " + at);
     const std::int64_t c1 = cdiv(N, L), c2 = cdiv(c1, K);
     const Nanos intra_ar = L > 1 ? 2 * (a1 + b1(c1)) : 0;
     expect_all(run(*net, OpKind::kAllReduce, p, N), 500 + intra_ar + 2 * (K - 1) * (a2 + c2), "hier all_reduce " + at);
     const auto bc = run(*net, OpKind::kBroadcast, p, N, 500, p - 1);
     EXPECT_EQ(*std::max_element(bc.done.begin(), bc.done.end()),
-              500 + ceil_log2(K) * (a2 + N) + (L > 1 ? a1 + b1(N) : 0)) << at;
+              500 + ceil_log2(K) * (a2 + N) + (L > 1 ? a1 + b1(N) : 0))
+        << at;
     expect_all(run(*net, OpKind::kBarrier, p, 0), 500 + (L > 1 ? a1 : 0) + ceil_log2(K) * a2, "hier barrier " + at);
     if (K > 1 && L > 1) {
       EXPECT_EQ(run(*net, OpKind::kAllGather, p, n).algorithm, "hierarchical");
@@ -269,11 +271,11 @@ TEST(ClosedForms, SwitchRingEqualsTheOriginalAlphaBetaModel) {
 
 TEST(FastPath, EqualsTheEngineScheduleForUnequalArrivals) {
   Rng rng(20261202);
-  const std::vector<Algorithm> algorithms = {Algorithm::kAuto, Algorithm::kRing, Algorithm::kDirect,
-                                             Algorithm::kHierarchical, Algorithm::kHalvingDoubling,
-                                             Algorithm::kLibnbc};
-  const std::vector<OpKind> kinds = {OpKind::kAllGather, OpKind::kReduceScatter, OpKind::kAllReduce,
-                                     OpKind::kBroadcast, OpKind::kBarrier};
+  const std::vector<Algorithm> algorithms = {
+      Algorithm::kAuto,  Algorithm::kRing, Algorithm::kDirect, Algorithm::kHierarchical, Algorithm::kHalvingDoubling,
+      Algorithm::kLibnbc};
+  const std::vector<OpKind> kinds = {OpKind::kAllGather, OpKind::kReduceScatter, OpKind::kAllReduce, OpKind::kBroadcast,
+                                     OpKind::kBarrier};
   int checked = 0;
   for (int trial = 0; trial < 300; ++trial) {
     TopologySpec spec = trial % 3 == 0 ? two_level_spec() : (trial % 3 == 1 ? clique_spec() : *load_topology("ring"));
@@ -328,7 +330,8 @@ TEST(FastPath, OriginalEngineRingIsTheOracleToo) {
     const OpKind kind = trial % 2 == 0 ? OpKind::kAllGather : OpKind::kAllReduce;
     const Schedule s = plan_collective(kind, ranks, 777, 0, Algorithm::kRing, *topo);
     const PriceRound price = [&](std::span<const Transfer> round, std::span<Priced> out) {
-      for (std::size_t i = 0; i < round.size(); ++i) topo->route_cost(round[i].src, round[i].dst, &out[i].latency_ns, &out[i].bytes_per_s);
+      for (std::size_t i = 0; i < round.size(); ++i)
+        topo->route_cost(round[i].src, round[i].dst, &out[i].latency_ns, &out[i].bytes_per_s);
     };
     EXPECT_EQ(evaluate_schedule(s, ranks, arrivals, price), collective_completion_times(kind, arrivals, 777, nm));
   }
@@ -369,9 +372,9 @@ TEST(FastPath, SixtyFiveThousandRanksInLinearTime) {
 TEST(Auto, PicksByTopologyAndSize) {
   auto hls = *load_topology("hls2");
   auto net = model(hls, 2, 8, Algorithm::kAuto);
-  EXPECT_EQ(run(*net, OpKind::kAllGather, 8, 1 << 20).algorithm, "direct");          // one node
-  EXPECT_EQ(run(*net, OpKind::kAllGather, 16, 1 << 20).algorithm, "hierarchical");   // two full nodes
-  EXPECT_EQ(run(*net, OpKind::kAllGather, 2, 1 << 20, 0, 0, {0, 8}).algorithm, "ring");  // a rail, large
+  EXPECT_EQ(run(*net, OpKind::kAllGather, 8, 1 << 20).algorithm, "direct");                     // one node
+  EXPECT_EQ(run(*net, OpKind::kAllGather, 16, 1 << 20).algorithm, "hierarchical");              // two full nodes
+  EXPECT_EQ(run(*net, OpKind::kAllGather, 2, 1 << 20, 0, 0, {0, 8}).algorithm, "ring");         // a rail, large
   EXPECT_EQ(run(*net, OpKind::kAllGather, 2, 64, 0, 0, {0, 8}).algorithm, "halving_doubling");  // a rail, small
   auto ring = model(*load_topology("ring"), 1, 8, Algorithm::kAuto);
   EXPECT_EQ(run(*ring, OpKind::kAllReduce, 8, 64).algorithm, "ring");

@@ -187,9 +187,9 @@ Result<std::vector<LinkId>> Topology::parse_link(std::string_view name) const {
   if (spec_.kind == TopologyKind::kRing) allowed += ", ring neighbours";
   if (!allowed.empty()) allowed += ")";
   if (spec_.kind == TopologyKind::kHls || spec_.kind == TopologyKind::kSwitch) {
-    allowed += std::string(allowed.empty() ? "" : ", ") +
-               (port_of(p - 1) != p - 1 ? "'a-net' (the port device a shares with its node)"
-                                        : "'a-net' (device a's ports to its switch)");
+    allowed += std::string(allowed.empty() ? "" : ", ") + (port_of(p - 1) != p - 1
+                                                               ? "'a-net' (the port device a shares with its node)"
+                                                               : "'a-net' (device a's ports to its switch)");
   }
   if (spec_.kind == TopologyKind::kHls && spec_.nodes_per_leaf > 0) {
     allowed += ", 'leafK-spine' (leaf K's uplinks; K in 0.." + std::to_string(leaf_of(devices() - 1)) + ")";
@@ -211,7 +211,8 @@ Result<std::vector<LinkId>> Topology::parse_link(std::string_view name) const {
     return std::vector<LinkId>{make_link(kLeafUp, a), make_link(kLeafDown, a)};
   }
   if (right == "net") {
-    if (spec_.kind != TopologyKind::kHls && spec_.kind != TopologyKind::kSwitch) return bad("this topology has no switch");
+    if (spec_.kind != TopologyKind::kHls && spec_.kind != TopologyKind::kSwitch)
+      return bad("this topology has no switch");
     if (!number(left, &a) || a >= p) return bad("no such device");
     return std::vector<LinkId>{make_link(kPortUp, port_of(static_cast<int>(a))),
                                make_link(kPortDown, port_of(static_cast<int>(a)))};
@@ -238,12 +239,13 @@ std::string Topology::describe() const {
                     "per port), %d nodes per leaf, oversubscription %.3g",
                     spec_.name.c_str(), nodes_, devices_per_node_, gbs(peer_bps_),
                     static_cast<double>(spec_.peer.latency_ns) / 1e3, gbs(port_bps_),
-                    spec_.port_per_node ? "node" : "device",
-                    static_cast<double>(spec_.port.latency_ns) / 1e3, spec_.nodes_per_leaf, spec_.oversubscription);
+                    spec_.port_per_node ? "node" : "device", static_cast<double>(spec_.port.latency_ns) / 1e3,
+                    spec_.nodes_per_leaf, spec_.oversubscription);
       break;
     case TopologyKind::kSwitch:
       std::snprintf(buf, sizeof buf, "%s: %d devices on one switch; %.4g GB/s per port, %.3g us end to end",
-                    spec_.name.c_str(), devices(), gbs(port_bps_), 2 * static_cast<double>(spec_.port.latency_ns) / 1e3);
+                    spec_.name.c_str(), devices(), gbs(port_bps_),
+                    2 * static_cast<double>(spec_.port.latency_ns) / 1e3);
       break;
     default:
       std::snprintf(buf, sizeof buf, "%s (%s): %d devices; %.4g GB/s, %.3g us per link", spec_.name.c_str(),
@@ -282,7 +284,8 @@ Result<LinkSpec> read_link(const detail::JsonObject& root, const std::string& ke
   // NOTE [Profile bounds] in sim/models/device/profiles.cc: from 1 Mbit/s, far below any real link.
   SHARDLAB_ASSIGN_OR_RETURN(l.gbit_per_s,
                             o.number("gbit_per_s", 1e-3, 1e9, false, "line rate in Gbit/s in [0.001, 1e9], e.g. 300"));
-  SHARDLAB_ASSIGN_OR_RETURN(const double lat, o.number("latency_ns", 0, 1e9, false, "an integer number of ns in [0, 1e9]"));
+  SHARDLAB_ASSIGN_OR_RETURN(const double lat,
+                            o.number("latency_ns", 0, 1e9, false, "an integer number of ns in [0, 1e9]"));
   if (lat != std::floor(lat)) return o.bad("latency_ns", "must be an integer number of ns");
   l.latency_ns = static_cast<Nanos>(lat);
   return l;
@@ -292,15 +295,15 @@ Result<LinkSpec> read_link(const detail::JsonObject& root, const std::string& ke
 Result<MeasuredCollectives> read_measured(const detail::JsonObject& root) {
   using runtime::comm::OpKind;
   SHARDLAB_ASSIGN_OR_RETURN(detail::JsonObject o, root.object("measured_collectives"));
-  const std::pair<OpKind, const char*> kinds[] = {
-      {OpKind::kAllGather, "all_gather"}, {OpKind::kReduceScatter, "reduce_scatter"}, {OpKind::kAllReduce, "all_reduce"}};
+  const std::pair<OpKind, const char*> kinds[] = {{OpKind::kAllGather, "all_gather"},
+                                                  {OpKind::kReduceScatter, "reduce_scatter"},
+                                                  {OpKind::kAllReduce, "all_reduce"}};
   SHARDLAB_RETURN_IF_ERROR(o.only({"ranks", "all_gather", "reduce_scatter", "all_reduce"}));
   MeasuredCollectives m;
   SHARDLAB_ASSIGN_OR_RETURN(const double ranks, o.number("ranks", 1, 1 << 20, false, "an integer >= 1, e.g. 2"));
   if (ranks != std::floor(ranks)) return o.bad("ranks", "must be an integer");
   m.ranks = static_cast<int>(ranks);
-  const std::string row_allowed =
-      "[bytes, ns]: integers, bytes in [1, 2^50] rising from row to row, ns in [0, 1e12]";
+  const std::string row_allowed = "[bytes, ns]: integers, bytes in [1, 2^50] rising from row to row, ns in [0, 1e12]";
   for (const auto& [kind, name] : kinds) {
     if (!o.has(name)) continue;
     const nlohmann::json& rows = o.raw(name);
@@ -318,7 +321,8 @@ Result<MeasuredCollectives> read_measured(const detail::JsonObject& root) {
         return o.bad(where, "must be " + row_allowed);
       }
       const auto bytes = static_cast<std::int64_t>(r[0].get<double>());
-      if (!table.empty() && bytes <= table.back().first) return o.bad(where, "bytes must rise; allowed: " + row_allowed);
+      if (!table.empty() && bytes <= table.back().first)
+        return o.bad(where, "bytes must rise; allowed: " + row_allowed);
       table.emplace_back(bytes, static_cast<Nanos>(r[1].get<double>()));
     }
   }
@@ -347,10 +351,10 @@ std::optional<Nanos> MeasuredCollectives::time(runtime::comm::OpKind kind, int g
 Result<TopologySpec> parse_topology(const std::string& json_text, const std::string& origin) {
   SHARDLAB_ASSIGN_OR_RETURN(nlohmann::json j, detail::JsonObject::parse(json_text, origin));
   detail::JsonObject root(j, origin);
-  SHARDLAB_RETURN_IF_ERROR(root.only({"name", "description", "kind", "max_devices_per_node", "peer", "port",
-                                      "nodes_per_leaf", "oversubscription", "spine_latency_ns", "ports_per", "efficiency",
-                                      "reduce_gbyte_per_s",
-                                      "collective_overhead_ns", "measured_collectives", "collective_progress", "notes"}));
+  SHARDLAB_RETURN_IF_ERROR(
+      root.only({"name", "description", "kind", "max_devices_per_node", "peer", "port", "nodes_per_leaf",
+                 "oversubscription", "spine_latency_ns", "ports_per", "efficiency", "reduce_gbyte_per_s",
+                 "collective_overhead_ns", "measured_collectives", "collective_progress", "notes"}));
   SHARDLAB_RETURN_IF_ERROR(root.notes_ok("notes"));
   TopologySpec t;
   SHARDLAB_ASSIGN_OR_RETURN(t.name, root.string("name", true));
@@ -358,7 +362,8 @@ Result<TopologySpec> parse_topology(const std::string& json_text, const std::str
   SHARDLAB_ASSIGN_OR_RETURN(t.description, root.string("description", false));
   SHARDLAB_ASSIGN_OR_RETURN(const std::string kind, root.string("kind", true));
   bool found = false;
-  for (TopologyKind k : {TopologyKind::kHls, TopologyKind::kFullyConnected, TopologyKind::kSwitch, TopologyKind::kRing}) {
+  for (TopologyKind k :
+       {TopologyKind::kHls, TopologyKind::kFullyConnected, TopologyKind::kSwitch, TopologyKind::kRing}) {
     if (kind == topology_kind_name(k)) {
       t.kind = k;
       found = true;
@@ -378,7 +383,8 @@ Result<TopologySpec> parse_topology(const std::string& json_text, const std::str
     return root.bad("port", "a '" + kind + "' topology has no switch ports; remove it");
   }
   if (t.kind != TopologyKind::kHls) {
-    for (const char* k : {"max_devices_per_node", "nodes_per_leaf", "oversubscription", "spine_latency_ns", "ports_per"}) {
+    for (const char* k :
+         {"max_devices_per_node", "nodes_per_leaf", "oversubscription", "spine_latency_ns", "ports_per"}) {
       if (root.has(k)) return root.bad(k, "only 'hls' topologies have it");
     }
   } else {
@@ -393,13 +399,14 @@ Result<TopologySpec> parse_topology(const std::string& json_text, const std::str
     SHARDLAB_ASSIGN_OR_RETURN(t.oversubscription, root.number_or("oversubscription", 1.0, 1, 1000, false,
                                                                  "downlink / uplink capacity in [1, 1000] (1: "
                                                                  "non-blocking)"));
-    SHARDLAB_ASSIGN_OR_RETURN(const double sl, root.number_or("spine_latency_ns", 0, 0, 1e9, false,
-                                                              "an integer number of ns in [0, 1e9]"));
+    SHARDLAB_ASSIGN_OR_RETURN(
+        const double sl, root.number_or("spine_latency_ns", 0, 0, 1e9, false, "an integer number of ns in [0, 1e9]"));
     if (sl != std::floor(sl)) return root.bad("spine_latency_ns", "must be an integer number of ns");
     t.spine_latency_ns = static_cast<Nanos>(sl);
     if (root.has("ports_per")) {
       SHARDLAB_ASSIGN_OR_RETURN(const std::string per, root.string("ports_per", true));
-      if (per != "device" && per != "node") return root.bad("ports_per", "unknown value '" + per + "'; allowed: device, node");
+      if (per != "device" && per != "node")
+        return root.bad("ports_per", "unknown value '" + per + "'; allowed: device, node");
       t.port_per_node = per == "node";
     }
   }
@@ -433,7 +440,8 @@ std::string topology_to_json(const TopologySpec& t) {
   j["name"] = t.name;
   if (!t.description.empty()) j["description"] = t.description;
   j["kind"] = std::string(topology_kind_name(t.kind));
-  if (t.kind != TopologyKind::kSwitch) j["peer"] = {{"gbit_per_s", t.peer.gbit_per_s}, {"latency_ns", t.peer.latency_ns}};
+  if (t.kind != TopologyKind::kSwitch)
+    j["peer"] = {{"gbit_per_s", t.peer.gbit_per_s}, {"latency_ns", t.peer.latency_ns}};
   if (t.kind == TopologyKind::kHls || t.kind == TopologyKind::kSwitch) {
     j["port"] = {{"gbit_per_s", t.port.gbit_per_s}, {"latency_ns", t.port.latency_ns}};
   }

@@ -7,8 +7,8 @@
 //                   cards has its own link (the per-peer ports of reference/gaudi.md,
 //                   aggregated); across nodes each card goes through its scale-out ports
 //                   to a leaf switch (with ports_per: node, the node's devices share one
-//                   port, a host's one NIC: servers of CPUs, scripts/netns-cluster); leaves (nodes_per_leaf nodes each) meet at a spine
-//                   whose leaf uplinks carry (devices under the leaf × port) / oversubscription.
+//                   port, a host's one NIC: servers of CPUs, scripts/netns-cluster); leaves (nodes_per_leaf nodes each)
+//                   meet at a spine whose leaf uplinks carry (devices under the leaf × port) / oversubscription.
 //   fully_connected every ordered pair of devices of the world has its own link.
 //   switch          every device has one port (up and down) to a single non-blocking switch.
 //   ring            device r links to r+1 and r-1 (mod world); a message goes the shorter
@@ -84,14 +84,14 @@ struct TopologySpec {
   std::string name = "switch";
   std::string description;
   TopologyKind kind = TopologyKind::kSwitch;
-  int max_devices_per_node = 0;  // hls: cards per server (8); 0: any
-  LinkSpec peer;                 // hls, fully_connected, ring: one direct link (all its ports)
-  LinkSpec port;                 // hls, switch: a device's ports to its (leaf) switch
-  int nodes_per_leaf = 0;        // hls: nodes under one leaf switch; 0: one switch for all
-  double oversubscription = 1.0; // hls: leaf downlink capacity / uplink capacity (>= 1)
-  bool port_per_node = false;    // hls: the devices of a node share one port (JSON "ports_per": "node")
-  Nanos spine_latency_ns = 0;    // hls: extra latency of a leaf → spine → leaf crossing
-  double efficiency = 1.0;       // payload bytes / line-rate bytes, in (0, 1]
+  int max_devices_per_node = 0;   // hls: cards per server (8); 0: any
+  LinkSpec peer;                  // hls, fully_connected, ring: one direct link (all its ports)
+  LinkSpec port;                  // hls, switch: a device's ports to its (leaf) switch
+  int nodes_per_leaf = 0;         // hls: nodes under one leaf switch; 0: one switch for all
+  double oversubscription = 1.0;  // hls: leaf downlink capacity / uplink capacity (>= 1)
+  bool port_per_node = false;     // hls: the devices of a node share one port (JSON "ports_per": "node")
+  Nanos spine_latency_ns = 0;     // hls: extra latency of a leaf → spine → leaf crossing
+  double efficiency = 1.0;        // payload bytes / line-rate bytes, in (0, 1]
   // NOTE [Reduction cost]
   // γ of the α–β–γ model (Thakur, Rabenseifner & Gropp 2005): the bytes per second at
   // which a member combines what it receives in reduce_scatter and all_reduce; 0: free

@@ -10,9 +10,9 @@
 namespace shardlab::runtime::comm::hccl {
 
 using device::hpu::HpuDevice;
+using device::hpu::synapse_error;
 using device::hpu::SynapseApi;
 using device::hpu::SynapseLibrary;
-using device::hpu::synapse_error;
 
 struct HcclShared {
   std::shared_ptr<SynapseLibrary> lib;  // keeps the library loaded while Works live
@@ -69,7 +69,10 @@ struct HcclShared {
       if (!o.events.empty() && api->synEventQuery(o.events.back()) != synSuccess) pending = true;
     }
     if (!aborted) {
-      if (pending) api->hcclCommAbort(comm); else api->hcclCommDestroy(comm);
+      if (pending)
+        api->hcclCommAbort(comm);
+      else
+        api->hcclCommDestroy(comm);
     }
     if (pending || aborted) {
       // The device may still write into these buffers: they live until the device closes.
@@ -128,8 +131,8 @@ Tensor host_words(std::int64_t words, const std::string& name) {
 class HcclWork final : public Work {
  public:
   using Finish = std::function<Status()>;
-  HcclWork(std::shared_ptr<HcclShared> shared, const Clock& clock, std::string what,
-           std::vector<synEventHandle> events, std::vector<Tensor> keep, Finish finish)
+  HcclWork(std::shared_ptr<HcclShared> shared, const Clock& clock, std::string what, std::vector<synEventHandle> events,
+           std::vector<Tensor> keep, Finish finish)
       : shared_(std::move(shared)),
         clock_(clock),
         what_(std::move(what)),
@@ -163,7 +166,7 @@ class HcclWork final : public Work {
   Status wait_on_compute(Nanos timeout) override {
     if (done_) return status_;
     if (fence_ != nullptr) return Status::ok();  // already ordered
-    if (finish_) return wait(timeout);             // kAvg finishes on the host
+    if (finish_) return wait(timeout);           // kAvg finishes on the host
     const SynapseApi& api = *shared_->api;
     if (shared_->aborted) {
       fail(Status::failed_precondition(what_ + ": the communicator was aborted: " + shared_->abort_reason));
@@ -326,8 +329,10 @@ Result<std::unique_ptr<HcclCommunicator>> HcclCommunicator::create(HpuDevice& de
       buffer.data<std::int64_t>()[0] = r;
       std::memcpy(buffer.data<std::int64_t>() + 1, &id, sizeof id);
     }
-    SHARDLAB_RETURN_IF_ERROR(bootstrap->broadcast(buffer, 0)->wait(kDefaultTimeout).with_context(
-        "HcclCommunicator: broadcasting the HCCL unique id over the bootstrap group"));
+    SHARDLAB_RETURN_IF_ERROR(
+        bootstrap->broadcast(buffer, 0)
+            ->wait(kDefaultTimeout)
+            .with_context("HcclCommunicator: broadcasting the HCCL unique id over the bootstrap group"));
     const auto status = static_cast<int>(buffer.data<std::int64_t>()[0]);
     if (status != hcclSuccess) {
       return lib.hccl_error("hcclGetUniqueId (on rank 0)", status, "reported to " + where);
@@ -342,8 +347,9 @@ Result<std::unique_ptr<HcclCommunicator>> HcclCommunicator::create(HpuDevice& de
   hcclComm_t comm = nullptr;
   const hcclResult_t r = api.hcclCommInitRank(&comm, size, id, rank);
   if (r != hcclSuccess) {
-    return lib.hccl_error("hcclCommInitRank", r,
-                          where + "; check that every rank of the group called it, HCCL_SOCKET_IFNAME and HCCL_COMM_ID");
+    return lib.hccl_error(
+        "hcclCommInitRank", r,
+        where + "; check that every rank of the group called it, HCCL_SOCKET_IFNAME and HCCL_COMM_ID");
   }
   shared->comm = comm;
   SHARDLAB_ASSIGN_OR_RETURN(shared->compute, device.stream_handle(device::kComputeStream));
@@ -354,15 +360,15 @@ Result<std::unique_ptr<HcclCommunicator>> HcclCommunicator::create(HpuDevice& de
     SHARDLAB_ASSIGN_OR_RETURN(*slot, device.stream_handle(s));
   }
   std::unique_ptr<HcclCommunicator> c(new HcclCommunicator(device, std::move(bootstrap), clock, std::move(shared)));
-  SHARDLAB_ASSIGN_OR_RETURN(c->barrier_buffer_, device.zeros({1}, DType::kF32, MemoryCategory::kCommBuffers,
-                                                             "hccl barrier"));
+  SHARDLAB_ASSIGN_OR_RETURN(c->barrier_buffer_,
+                            device.zeros({1}, DType::kF32, MemoryCategory::kCommBuffers, "hccl barrier"));
   return c;
 }
 
 WorkPtr HcclCommunicator::launch(Plan p) {
   if (shared_->aborted) {
-    return completed_work(Status::failed_precondition(p.what + ": the communicator was aborted earlier: " +
-                                                      shared_->abort_reason));
+    return completed_work(
+        Status::failed_precondition(p.what + ": the communicator was aborted earlier: " + shared_->abort_reason));
   }
   shared_->reap();
   const SynapseApi& api = *shared_->api;
@@ -417,12 +423,17 @@ WorkPtr HcclCommunicator::all_gather_into(const Tensor& output, const Tensor& in
   if (s.is_ok()) s = device_.check_device_tensor(output, "all_gather");
   if (s.is_ok()) s = device_.check_device_tensor(input, "all_gather");
   if (!s.is_ok() || input.numel() == 0) return completed_work(std::move(s));
-  Plan p{describe(*this, "all_gather", &input), shared_->collectives, {input}, {output}, "hcclAllGather", nullptr, nullptr};
+  Plan p{describe(*this, "all_gather", &input),
+         shared_->collectives,
+         {input},
+         {output},
+         "hcclAllGather",
+         nullptr,
+         nullptr};
   const SynapseApi* api = shared_->api;
   p.issue = [api, send = address(input), recv = address(output), n = static_cast<std::size_t>(input.numel()),
-             dt = hccl_dtype(input.dtype()), comm = shared_->comm, stream = shared_->collectives] {
-    return api->hcclAllGather(send, recv, n, dt, comm, stream);
-  };
+             dt = hccl_dtype(input.dtype()), comm = shared_->comm,
+             stream = shared_->collectives] { return api->hcclAllGather(send, recv, n, dt, comm, stream); };
   return launch(std::move(p));
 }
 
@@ -431,13 +442,17 @@ WorkPtr HcclCommunicator::reduce_scatter(const Tensor& output, const Tensor& inp
   if (s.is_ok()) s = device_.check_device_tensor(output, "reduce_scatter");
   if (s.is_ok()) s = device_.check_device_tensor(input, "reduce_scatter");
   if (!s.is_ok() || output.numel() == 0) return completed_work(std::move(s));
-  Plan p{describe(*this, "reduce_scatter", &output, op), shared_->collectives, {input}, {output}, "hcclReduceScatter",
-         nullptr, nullptr};
+  Plan p{describe(*this, "reduce_scatter", &output, op),
+         shared_->collectives,
+         {input},
+         {output},
+         "hcclReduceScatter",
+         nullptr,
+         nullptr};
   const SynapseApi* api = shared_->api;
   p.issue = [api, send = address(input), recv = address(output), n = static_cast<std::size_t>(output.numel()),
-             dt = hccl_dtype(output.dtype()), hop = hccl_op(op), comm = shared_->comm, stream = shared_->collectives] {
-    return api->hcclReduceScatter(send, recv, n, dt, hop, comm, stream);
-  };
+             dt = hccl_dtype(output.dtype()), hop = hccl_op(op), comm = shared_->comm,
+             stream = shared_->collectives] { return api->hcclReduceScatter(send, recv, n, dt, hop, comm, stream); };
   if (op == ReduceOp::kAvg) {
     p.finish = [this, output, w = size()] { return divide_on_host(device_, output, w); };
   }
@@ -448,13 +463,17 @@ WorkPtr HcclCommunicator::all_reduce(const Tensor& inout, ReduceOp op) {
   Status s = validate_all_reduce(*this, inout, op);
   if (s.is_ok()) s = device_.check_device_tensor(inout, "all_reduce");
   if (!s.is_ok() || inout.numel() == 0) return completed_work(std::move(s));
-  Plan p{describe(*this, "all_reduce", &inout, op), shared_->collectives, {inout}, {inout}, "hcclAllReduce", nullptr,
+  Plan p{describe(*this, "all_reduce", &inout, op),
+         shared_->collectives,
+         {inout},
+         {inout},
+         "hcclAllReduce",
+         nullptr,
          nullptr};
   const SynapseApi* api = shared_->api;
   p.issue = [api, buf = address(inout), n = static_cast<std::size_t>(inout.numel()), dt = hccl_dtype(inout.dtype()),
-             hop = hccl_op(op), comm = shared_->comm, stream = shared_->collectives] {
-    return api->hcclAllReduce(buf, buf, n, dt, hop, comm, stream);
-  };
+             hop = hccl_op(op), comm = shared_->comm,
+             stream = shared_->collectives] { return api->hcclAllReduce(buf, buf, n, dt, hop, comm, stream); };
   if (op == ReduceOp::kAvg) {
     p.finish = [this, inout, w = size()] { return divide_on_host(device_, inout, w); };
   }
@@ -465,18 +484,22 @@ WorkPtr HcclCommunicator::broadcast(const Tensor& inout, int root) {
   Status s = validate_broadcast(*this, inout, root);
   if (s.is_ok()) s = device_.check_device_tensor(inout, "broadcast");
   if (!s.is_ok() || inout.numel() == 0) return completed_work(std::move(s));
-  Plan p{describe(*this, "broadcast", &inout), shared_->collectives, {inout}, {inout}, "hcclBroadcast", nullptr,
-         nullptr};
+  Plan p{
+      describe(*this, "broadcast", &inout), shared_->collectives, {inout}, {inout}, "hcclBroadcast", nullptr, nullptr};
   const SynapseApi* api = shared_->api;
   p.issue = [api, buf = address(inout), n = static_cast<std::size_t>(inout.numel()), dt = hccl_dtype(inout.dtype()),
-             root, comm = shared_->comm, stream = shared_->collectives] {
-    return api->hcclBroadcast(buf, buf, n, dt, root, comm, stream);
-  };
+             root, comm = shared_->comm,
+             stream = shared_->collectives] { return api->hcclBroadcast(buf, buf, n, dt, root, comm, stream); };
   return launch(std::move(p));
 }
 
 WorkPtr HcclCommunicator::barrier() {
-  Plan p{describe(*this, "barrier", nullptr), shared_->collectives, {barrier_buffer_}, {}, "hcclAllReduce", nullptr,
+  Plan p{describe(*this, "barrier", nullptr),
+         shared_->collectives,
+         {barrier_buffer_},
+         {},
+         "hcclAllReduce",
+         nullptr,
          nullptr};
   const SynapseApi* api = shared_->api;
   p.issue = [api, buf = address(barrier_buffer_), comm = shared_->comm, stream = shared_->collectives] {
@@ -487,31 +510,31 @@ WorkPtr HcclCommunicator::barrier() {
 
 WorkPtr HcclCommunicator::send(const Tensor& input, int peer, int tag) {
   Status s = validate_peer(*this, input, peer, "send");
-  if (s.is_ok() && tag < 0) s = Status::invalid_argument(describe(*this, "send", &input, {}, peer) + ": tag " +
-                                                         std::to_string(tag) + " must be >= 0");
+  if (s.is_ok() && tag < 0)
+    s = Status::invalid_argument(describe(*this, "send", &input, {}, peer) + ": tag " + std::to_string(tag) +
+                                 " must be >= 0");
   if (s.is_ok()) s = device_.check_device_tensor(input, "send");
   if (!s.is_ok() || input.numel() == 0) return completed_work(std::move(s));
   Plan p{describe(*this, "send", &input, {}, peer), shared_->sends, {input}, {}, "hcclSend", nullptr, nullptr};
   const SynapseApi* api = shared_->api;
   p.issue = [api, buf = address(input), n = static_cast<std::size_t>(input.numel()), dt = hccl_dtype(input.dtype()),
-             peer, comm = shared_->comm, stream = shared_->sends] {
-    return api->hcclSend(buf, n, dt, peer, comm, stream);
-  };
+             peer, comm = shared_->comm,
+             stream = shared_->sends] { return api->hcclSend(buf, n, dt, peer, comm, stream); };
   return launch(std::move(p));
 }
 
 WorkPtr HcclCommunicator::recv(const Tensor& output, int peer, int tag) {
   Status s = validate_peer(*this, output, peer, "recv");
-  if (s.is_ok() && tag < 0) s = Status::invalid_argument(describe(*this, "recv", &output, {}, peer) + ": tag " +
-                                                         std::to_string(tag) + " must be >= 0");
+  if (s.is_ok() && tag < 0)
+    s = Status::invalid_argument(describe(*this, "recv", &output, {}, peer) + ": tag " + std::to_string(tag) +
+                                 " must be >= 0");
   if (s.is_ok()) s = device_.check_device_tensor(output, "recv");
   if (!s.is_ok() || output.numel() == 0) return completed_work(std::move(s));
   Plan p{describe(*this, "recv", &output, {}, peer), shared_->recvs, {}, {output}, "hcclRecv", nullptr, nullptr};
   const SynapseApi* api = shared_->api;
   p.issue = [api, buf = address(output), n = static_cast<std::size_t>(output.numel()), dt = hccl_dtype(output.dtype()),
-             peer, comm = shared_->comm, stream = shared_->recvs] {
-    return api->hcclRecv(buf, n, dt, peer, comm, stream);
-  };
+             peer, comm = shared_->comm,
+             stream = shared_->recvs] { return api->hcclRecv(buf, n, dt, peer, comm, stream); };
   return launch(std::move(p));
 }
 

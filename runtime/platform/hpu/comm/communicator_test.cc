@@ -26,8 +26,8 @@ using shardlab::testlib::IsOk;
 namespace shardlab::runtime::comm::hccl {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::CommHarness;
+using ::testing::HasSubstr;
 using testing::RankEnv;
 
 constexpr Nanos kShortTimeout = 300 * kNanosPerMilli;

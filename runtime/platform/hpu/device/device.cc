@@ -62,8 +62,6 @@ std::string hex(const std::string& bytes) {
 
 Shape ones(int rank) { return Shape(static_cast<std::size_t>(rank), 1); }
 
-
-
 }  // namespace
 
 // ---- module selection and the launch check ---------------------------------------------
@@ -96,9 +94,9 @@ Result<std::uint32_t> select_module() {
     modules.push_back(static_cast<std::uint32_t>(m));
   }
   if (static_cast<std::size_t>(local_rank) >= modules.size()) {
-    return Status::invalid_argument("local rank " + std::to_string(local_rank) + " has no module: HABANA_VISIBLE_MODULES='" +
-                                    visible + "' lists " + std::to_string(modules.size()) +
-                                    " (run at most that many processes per node)");
+    return Status::invalid_argument("local rank " + std::to_string(local_rank) +
+                                    " has no module: HABANA_VISIBLE_MODULES='" + visible + "' lists " +
+                                    std::to_string(modules.size()) + " (run at most that many processes per node)");
   }
   return modules[static_cast<std::size_t>(local_rank)];
 }
@@ -107,24 +105,24 @@ Status check_launch_tensor(const std::string& recipe, const std::string& tensor,
                            std::int64_t byte_offset, std::int64_t nbytes, std::int64_t storage_bytes,
                            std::int64_t allocation_bytes, std::int64_t compiled_bytes) {
   // NOTE [Launch check] in runtime/device/device.h; then this device's own allocations.
-  SHARDLAB_RETURN_IF_ERROR(check_launch_extent("recipe '" + recipe + "'", tensor, storage_label, byte_offset, nbytes,
-                                               storage_bytes));
+  SHARDLAB_RETURN_IF_ERROR(
+      check_launch_extent("recipe '" + recipe + "'", tensor, storage_label, byte_offset, nbytes, storage_bytes));
   const std::int64_t end = byte_offset + nbytes;
   const std::string where = "launch of recipe '" + recipe + "': tensor '" + tensor + "' at byte offset " +
-                            std::to_string(byte_offset) + ", extent " + std::to_string(nbytes) + " bytes, in storage '" +
-                            storage_label + "' of " + std::to_string(storage_bytes) + " bytes";
+                            std::to_string(byte_offset) + ", extent " + std::to_string(nbytes) +
+                            " bytes, in storage '" + storage_label + "' of " + std::to_string(storage_bytes) + " bytes";
   if (allocation_bytes < 0) {
     return Status::data_loss(where + ": the storage is not a live allocation of " + std::string(kDeviceName) +
-                                    " (freed, or another device's memory); nothing was launched");
+                             " (freed, or another device's memory); nothing was launched");
   }
   if (end > allocation_bytes) {
     return Status::data_loss(where + ": the view ends at byte " + std::to_string(end) +
-                                    ", past the end of its device allocation of " + std::to_string(allocation_bytes) +
-                                    " bytes; nothing was launched");
+                             ", past the end of its device allocation of " + std::to_string(allocation_bytes) +
+                             " bytes; nothing was launched");
   }
   if (nbytes != compiled_bytes) {
     return Status::data_loss(where + ": the recipe was compiled for " + std::to_string(compiled_bytes) +
-                                    " bytes; nothing was launched");
+                             " bytes; nothing was launched");
   }
   return Status::ok();
 }
@@ -179,7 +177,8 @@ struct HpuDevice::GraphSpec {
   std::string key() const {
     std::string k = op;
     for (const T& t : tensors) {
-      k += "|" + t.name + ":" + std::string(dtype_name(t.dtype)) + shape_to_string(t.shape) + (t.persistent ? "p" : "t");
+      k +=
+          "|" + t.name + ":" + std::string(dtype_name(t.dtype)) + shape_to_string(t.shape) + (t.persistent ? "p" : "t");
     }
     for (const N& n : nodes) {
       k += "|" + n.guid + "(";
@@ -432,7 +431,8 @@ Status HpuDevice::check_device_tensor(const Tensor& t, std::string_view what) co
 Status HpuDevice::check_operand(std::string_view op, const Tensor& t, DType dtype) const {
   SHARDLAB_RETURN_IF_ERROR(check_device_tensor(t, op));
   if (t.dtype() != dtype) {
-    return Status::invalid_argument(std::string(op) + ": " + t.describe() + " must be " + std::string(dtype_name(dtype)));
+    return Status::invalid_argument(std::string(op) + ": " + t.describe() + " must be " +
+                                    std::string(dtype_name(dtype)));
   }
   return Status::ok();
 }
@@ -450,9 +450,9 @@ Status HpuDevice::dma_to_device(StreamId stream, const std::byte* host, std::uin
 Status HpuDevice::dma_to_host(StreamId stream, std::uint64_t address, std::int64_t nbytes, std::byte* host,
                               const std::string& what) {
   if (nbytes == 0) return Status::ok();
-  const int st = api_.synMemCopyAsync(streams_[static_cast<std::size_t>(stream)], address,
-                                      static_cast<std::uint64_t>(nbytes), reinterpret_cast<std::uint64_t>(host),
-                                      DRAM_TO_HOST);
+  const int st =
+      api_.synMemCopyAsync(streams_[static_cast<std::size_t>(stream)], address, static_cast<std::uint64_t>(nbytes),
+                           reinterpret_cast<std::uint64_t>(host), DRAM_TO_HOST);
   if (st != synSuccess) return synapse_error("synMemCopyAsync (DRAM_TO_HOST of " + what + ")", st);
   stats_.bytes_to_host += nbytes;
   return Status::ok();
@@ -464,7 +464,8 @@ Status HpuDevice::to_host(const Tensor& src, std::span<std::byte> dst, StreamId 
   SHARDLAB_RETURN_IF_ERROR(check_device_tensor(src, "to_host"));
   if (dst.empty()) return Status::ok();
   SHARDLAB_ASSIGN_OR_RETURN(std::shared_ptr<Storage> staging, pinned(src.nbytes(), "to_host of " + src.name()));
-  SHARDLAB_RETURN_IF_ERROR(dma_to_host(stream, device_address(src), src.nbytes(), staging->host_data(), src.describe()));
+  SHARDLAB_RETURN_IF_ERROR(
+      dma_to_host(stream, device_address(src), src.nbytes(), staging->host_data(), src.describe()));
   SHARDLAB_RETURN_IF_ERROR(synchronize(stream));
   std::memcpy(dst.data(), staging->host_data(), dst.size());
   return Status::ok();
@@ -477,7 +478,8 @@ Status HpuDevice::from_host(std::span<const std::byte> src, const Tensor& dst, S
   if (src.empty()) return Status::ok();
   SHARDLAB_ASSIGN_OR_RETURN(std::shared_ptr<Storage> staging, pinned(dst.nbytes(), "from_host of " + dst.name()));
   std::memcpy(staging->host_data(), src.data(), src.size());
-  SHARDLAB_RETURN_IF_ERROR(dma_to_device(stream, staging->host_data(), device_address(dst), dst.nbytes(), dst.describe()));
+  SHARDLAB_RETURN_IF_ERROR(
+      dma_to_device(stream, staging->host_data(), device_address(dst), dst.nbytes(), dst.describe()));
   keep_until_synchronized(stream, std::move(staging));
   return Status::ok();
 }
@@ -527,8 +529,8 @@ Status HpuDevice::host_op(std::string_view op, StreamId stream, const std::vecto
     }
     const Range& r = ranges.at(t.storage().get());
     const auto es = static_cast<std::int64_t>(element_size(t.dtype()));
-    SHARDLAB_ASSIGN_OR_RETURN(Tensor h, Tensor::view_of(r.staging, t.dtype(), t.shape(), (t.byte_offset() - r.lo) / es,
-                                                        t.name()));
+    SHARDLAB_ASSIGN_OR_RETURN(
+        Tensor h, Tensor::view_of(r.staging, t.dtype(), t.shape(), (t.byte_offset() - r.lo) / es, t.name()));
     host.push_back(std::move(h));
   }
   SHARDLAB_RETURN_IF_ERROR(math(host));
@@ -653,10 +655,10 @@ Status HpuDevice::run_graph(const GraphSpec& spec, const std::vector<Binding>& b
     SHARDLAB_CHECK(t.persistent);
     SHARDLAB_CHECK(b.view.dtype() == t.dtype);
     const Storage& storage = *b.view.storage();
-    SHARDLAB_RETURN_IF_ERROR(check_launch_tensor(
-        recipe->name, t.name + " (" + b.view.name() + ")", storage.label(), b.view.byte_offset(), b.view.nbytes(),
-        storage.nbytes(), allocations_->size_at(storage.device_address()),
-        recipe->tensor_bytes[static_cast<std::size_t>(b.tensor)]));
+    SHARDLAB_RETURN_IF_ERROR(check_launch_tensor(recipe->name, t.name + " (" + b.view.name() + ")", storage.label(),
+                                                 b.view.byte_offset(), b.view.nbytes(), storage.nbytes(),
+                                                 allocations_->size_at(storage.device_address()),
+                                                 recipe->tensor_bytes[static_cast<std::size_t>(b.tensor)]));
   }
   std::uint64_t workspace = 0;
   if (recipe->workspace_bytes > 0) {
@@ -679,7 +681,7 @@ Status HpuDevice::run_graph(const GraphSpec& spec, const std::vector<Binding>& b
     infos.push_back(info);
   }
   const int st = api_.synLaunchExt(s, infos.data(), static_cast<std::uint32_t>(infos.size()), workspace, recipe->handle,
-                             SHARDLAB_SYN_FLAGS_TENSOR_NAME);
+                                   SHARDLAB_SYN_FLAGS_TENSOR_NAME);
   if (st != synSuccess) return synapse_error("synLaunchExt (recipe '" + recipe->name + "')", st);
   ++stats_.launches;
   return Status::ok();
@@ -715,7 +717,8 @@ Status HpuDevice::copy(const Tensor& src, const Tensor& dst, StreamId stream) {
   }
   const int st = api_.synMemCopyAsync(streams_[static_cast<std::size_t>(stream)], device_address(src),
                                       static_cast<std::uint64_t>(src.nbytes()), device_address(dst), DRAM_TO_DRAM);
-  return st == synSuccess ? Status::ok() : synapse_error("synMemCopyAsync (DRAM_TO_DRAM of " + src.describe() + ")", st);
+  return st == synSuccess ? Status::ok()
+                          : synapse_error("synMemCopyAsync (DRAM_TO_DRAM of " + src.describe() + ")", st);
 }
 
 Status HpuDevice::fill(const Tensor& dst, float value, StreamId stream) {
@@ -739,8 +742,8 @@ Status HpuDevice::cast(const Tensor& src, const Tensor& dst, StreamId stream) {
   SHARDLAB_RETURN_IF_ERROR(check_device_tensor(src, kOp));
   SHARDLAB_RETURN_IF_ERROR(check_device_tensor(dst, kOp));
   if (src.dtype() == dst.dtype()) return copy(src, dst, stream);  // converts nothing
-  if (!is_floating(src.dtype()) || !is_floating(dst.dtype()) || src.numel() == 0 ||
-      src.numel() != dst.numel() || src.overlaps(dst)) {
+  if (!is_floating(src.dtype()) || !is_floating(dst.dtype()) || src.numel() == 0 || src.numel() != dst.numel() ||
+      src.overlaps(dst)) {
     // Every error case is reported by the cpu backend's checks.
     return host_op(kOp, stream, {{&src, false}, {&dst, true}},
                    [this](const std::vector<Tensor>& h) { return host_math_.cast(h[0], h[1], kComputeStream); });
@@ -768,8 +771,7 @@ Status HpuDevice::axpy(float alpha, const Tensor& x, const Tensor& y, StreamId s
   const int scaled = g.temp("alpha_x", DType::kF32, {n});
   g.node("mult_fwd_f32", {tx, ta}, {scaled});
   g.node("add_fwd_f32", {tyi, scaled}, {tyo});
-  return run_graph(g, {{tx, x}, {ta, s}, {tyi, y}, {tyo, y}},
-                   stream);
+  return run_graph(g, {{tx, x}, {ta, s}, {tyi, y}, {tyo, y}}, stream);
 }
 
 Status HpuDevice::scale(const Tensor& x, float alpha, StreamId stream) {
@@ -1020,19 +1022,12 @@ Status HpuDevice::layer_norm(const Tensor& x, const Tensor& gamma, const Tensor&
   const int ty = g.add("y", DType::kF32, {rows, h}), tm = g.add("mean", DType::kF32, {rows}),
             tr = g.add("rstd", DType::kF32, {rows});
   g.node("layer_norm_fwd_f32", {tx, tb, tg}, {ty, tm, tr}, layer_norm_params(eps));
-  return run_graph(g,
-                   {{tx, x},
-                    {tb, beta},
-                    {tg, gamma},
-                    {ty, y},
-                    {tm, mean},
-                    {tr, rstd}},
-                   stream);
+  return run_graph(g, {{tx, x}, {tb, beta}, {tg, gamma}, {ty, y}, {tm, mean}, {tr, rstd}}, stream);
 }
 
 Status HpuDevice::layer_norm_backward(const Tensor& x, const Tensor& dy, const Tensor& mean, const Tensor& rstd,
-                                      const Tensor& gamma, const Tensor& dx, const Tensor& dgamma,
-                                      const Tensor& dbeta, bool accumulate, StreamId stream) {
+                                      const Tensor& gamma, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,
+                                      bool accumulate, StreamId stream) {
   constexpr std::string_view kOp = "layer_norm_backward";
   SHARDLAB_RETURN_IF_ERROR(check_stream(kOp, stream));
   for (const Tensor* t : {&x, &dy, &mean, &rstd, &gamma, &dx, &dgamma, &dbeta}) {
@@ -1056,8 +1051,14 @@ Status HpuDevice::layer_norm_backward(const Tensor& x, const Tensor& dy, const T
   if (h == 0) return Status::ok();
   if (rows == 0) {
     return host_op(kOp, stream,
-                   {{&x, false}, {&dy, false}, {&mean, false}, {&rstd, false}, {&gamma, false}, {&dx, true},
-                    {&dgamma, true}, {&dbeta, true}},
+                   {{&x, false},
+                    {&dy, false},
+                    {&mean, false},
+                    {&rstd, false},
+                    {&gamma, false},
+                    {&dx, true},
+                    {&dgamma, true},
+                    {&dbeta, true}},
                    [&](const std::vector<Tensor>& h) {
                      return host_math_.layer_norm_backward(h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7], accumulate,
                                                            kComputeStream);
@@ -1069,9 +1070,8 @@ Status HpuDevice::layer_norm_backward(const Tensor& x, const Tensor& dy, const T
             tg = g.add("gamma", DType::kF32, {h});
   const int tdx = g.add("dx", DType::kF32, {rows, h}), tdb = g.add("dbeta", DType::kF32, {h}),
             tdg = g.add("dgamma", DType::kF32, {h});
-  std::vector<Binding> binds = {{tx, x},   {tdy, dy}, {tm, mean},
-                                {tr, rstd}, {tg, gamma}, {tdx, dx},
-                                {tdb, dbeta}, {tdg, dgamma}};
+  std::vector<Binding> binds = {{tx, x},     {tdy, dy}, {tm, mean},   {tr, rstd},
+                                {tg, gamma}, {tdx, dx}, {tdb, dbeta}, {tdg, dgamma}};
   const std::string params = layer_norm_params(0.0f);
   if (!accumulate) {
     g.node("layer_norm_bwd_f32", {tx, tdy, tm, tr, tg}, {tdx, tdb, tdg}, params);
@@ -1413,7 +1413,8 @@ Status HpuDevice::optimizer_step(const OptimizerUpdate& update, const Tensor& pa
   } else {
     // cpu: d = g (+ wd·p); buf = step 1 ? d : momentum·buf + d; d = buf; p' = p − lr·d
     int d = gr;
-    if (update.weight_decay != 0.0f) d = node("add_fwd_f32", gr, node("mult_fwd_f32", scalar(update.weight_decay), p_in));
+    if (update.weight_decay != 0.0f)
+      d = node("add_fwd_f32", gr, node("mult_fwd_f32", scalar(update.weight_decay), p_in));
     if (state0.defined()) {
       const int buf_out = out("buf", state0);
       if (update.step == 1) {
@@ -1437,8 +1438,8 @@ Status HpuDevice::optimizer_step(const OptimizerUpdate& update, const Tensor& pa
 }
 
 // Drawn on the host (NOTE [HPU device memory]): no public kernel reproduces the stream.
-Status HpuDevice::dropout_mask(const Tensor& mask, float p, const Rng& base, std::int64_t first_row,
-                               std::uint64_t site, StreamId stream) {
+Status HpuDevice::dropout_mask(const Tensor& mask, float p, const Rng& base, std::int64_t first_row, std::uint64_t site,
+                               StreamId stream) {
   constexpr std::string_view kOp = "dropout_mask";
   SHARDLAB_RETURN_IF_ERROR(check_stream(kOp, stream));
   SHARDLAB_RETURN_IF_ERROR(check_operand(kOp, mask, DType::kF32));
@@ -1447,7 +1448,8 @@ Status HpuDevice::dropout_mask(const Tensor& mask, float p, const Rng& base, std
   SHARDLAB_ASSIGN_OR_RETURN(std::shared_ptr<Storage> staging, pinned(mask.nbytes(), "dropout mask"));
   draw_dropout_mask(reinterpret_cast<float*>(staging->host_data()), mask.dim(0), mask.numel() / mask.dim(0), p, base,
                     first_row, site);
-  SHARDLAB_RETURN_IF_ERROR(dma_to_device(stream, staging->host_data(), device_address(mask), mask.nbytes(), mask.describe()));
+  SHARDLAB_RETURN_IF_ERROR(
+      dma_to_device(stream, staging->host_data(), device_address(mask), mask.nbytes(), mask.describe()));
   keep_until_synchronized(stream, std::move(staging));
   ++stats_.host_fallback_ops;
   return Status::ok();

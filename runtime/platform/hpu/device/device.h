@@ -83,8 +83,8 @@ struct HpuDeviceOptions {
 Result<std::uint32_t> select_module();
 
 // The pre-launch placement check of one tensor (see the header comment; NOTE [Launch
-// check] in runtime/device/device.h): DATA_LOSS when it fails. Offsets and sizes in bytes; `allocation_bytes` < 0 means the storage is not an allocation of this
-// device. Pure function, so the wrapped-offset case can be tested directly.
+// check] in runtime/device/device.h): DATA_LOSS when it fails. Offsets and sizes in bytes; `allocation_bytes` < 0 means
+// the storage is not an allocation of this device. Pure function, so the wrapped-offset case can be tested directly.
 Status check_launch_tensor(const std::string& recipe, const std::string& tensor, const std::string& storage_label,
                            std::int64_t byte_offset, std::int64_t nbytes, std::int64_t storage_bytes,
                            std::int64_t allocation_bytes, std::int64_t compiled_bytes);
@@ -213,8 +213,7 @@ class HpuDevice final : public Device {
                  const std::function<Status(const std::vector<Tensor>&)>& math);
   // The shared checks of embedding and its backward: dtypes, shapes, overlaps, and the ids
   // in [0, V) (downloaded: an out-of-range index on the device would touch any memory).
-  Status check_lookup(std::string_view op, const Tensor& table, const Tensor& ids, const Tensor& rows,
-                      StreamId stream);
+  Status check_lookup(std::string_view op, const Tensor& table, const Tensor& ids, const Tensor& rows, StreamId stream);
   // True when `t` is a view into a live allocation of this device.
   bool is_device_tensor(const Tensor& t) const;
 
@@ -230,7 +229,7 @@ class HpuDevice final : public Device {
   std::map<std::uint64_t, synEventHandle> events_;
   std::uint64_t next_event_ = 1;
   std::map<std::string, std::unique_ptr<Recipe>> recipes_;
-  std::map<StreamId, std::shared_ptr<Storage>> scalar_storage_;  // per stream, made on first use
+  std::map<StreamId, std::shared_ptr<Storage>> scalar_storage_;        // per stream, made on first use
   std::vector<std::pair<StreamId, std::shared_ptr<Storage>>> staged_;  // see keep_until_synchronized
   std::shared_ptr<Storage> workspace_;
   std::vector<std::shared_ptr<void>> abandoned_;

@@ -16,12 +16,12 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "runtime/platform/hpu/comm/communicator.h"
 #include "runtime/core/clock.h"
 #include "runtime/device/cpu/device.h"
+#include "runtime/fsdp/options.h"
+#include "runtime/platform/hpu/comm/communicator.h"
 #include "runtime/platform/hpu/hpu_runtime.h"
 #include "runtime/platform/hpu/testing/hpu_test_target.h"
-#include "runtime/fsdp/options.h"
 #include "testing/status_matchers.h"
 
 using shardlab::testlib::IsOk;
@@ -43,7 +43,10 @@ class ScopedEnv {
     setenv(name, value.c_str(), 1);
   }
   ~ScopedEnv() {
-    if (had_) setenv(name_, old_.c_str(), 1); else unsetenv(name_);
+    if (had_)
+      setenv(name_, old_.c_str(), 1);
+    else
+      unsetenv(name_);
   }
 
  private:
@@ -124,7 +127,8 @@ TEST(HpuLoaderTest, StatusNamesAndHints) {
   EXPECT_EQ(hccl_result_name(3), "hcclInternalError");
   const Status s = synapse_error("synDeviceAcquireByModuleId", 20, "another process holds module 3");
   EXPECT_EQ(s.code(), StatusCode::kUnavailable);
-  EXPECT_EQ(s.message(), "synDeviceAcquireByModuleId: synDeviceAlreadyAcquired (20) \u2014 another process holds module 3");
+  EXPECT_EQ(s.message(),
+            "synDeviceAcquireByModuleId: synDeviceAlreadyAcquired (20) \u2014 another process holds module 3");
   EXPECT_EQ(synapse_error("synDeviceMalloc", 4).code(), StatusCode::kOutOfMemory);
   EXPECT_EQ(synapse_error("synLaunchExt", 26).code(), StatusCode::kInternal);
 }
@@ -270,8 +274,8 @@ TEST_F(HpuDeviceTest, CallSequenceAndRecipeCaching) {
   const std::string first = fake_log();
   // The scalar upload, the graph built and compiled once, the launch; the op returns
   // without waiting (NOTE [HPU device memory]), and its operands never cross the host link.
-  const std::vector<std::string> order = {"synMemCopyAsync", "synGraphCreate",  "synTensorHandleCreate",
-                                          "synSectionCreate", "synNodeCreate",   "synGraphCompile",
+  const std::vector<std::string> order = {"synMemCopyAsync",     "synGraphCreate", "synTensorHandleCreate",
+                                          "synSectionCreate",    "synNodeCreate",  "synGraphCompile",
                                           "synWorkspaceGetSize", "synLaunchExt"};
   std::size_t pos = 0;
   for (const std::string& call : order) {
@@ -313,8 +317,8 @@ TEST_F(HpuDeviceTest, ACorruptViewNeverReachesSynapse) {
   EXPECT_THAT(s.message(), HasSubstr("tensor 'a'"));
   EXPECT_EQ(count_calls(fake_log(), "synMemCopyAsync"), 0);
   EXPECT_EQ(count_calls(fake_log(), "synLaunchExt"), 0);
-  const Status e = dev().embedding(wrapped, make(dev(), {2}, DType::kI64, "ids"), make(dev(), {2, 3}, DType::kF32, "out"),
-                                   kComputeStream);
+  const Status e = dev().embedding(wrapped, make(dev(), {2}, DType::kI64, "ids"),
+                                   make(dev(), {2, 3}, DType::kF32, "out"), kComputeStream);
   EXPECT_EQ(e.code(), StatusCode::kDataLoss) << e.to_string() << " (a host-fallback op)";
 }
 
@@ -414,7 +418,8 @@ TEST_F(HpuDeviceTest, HostAccessToDeviceMemoryIsACheckFailure) {
 // Host tensors cross the seam through copy (the contract in device.h), counted both ways.
 TEST_F(HpuDeviceTest, CopiesBetweenHostAndDeviceTensors) {
   cpu::CpuDevice host;
-  Tensor h = *host.empty({6}, DType::kF32, MemoryCategory::kOther, "h"), back = *host.empty({6}, DType::kF32, MemoryCategory::kOther, "back");
+  Tensor h = *host.empty({6}, DType::kF32, MemoryCategory::kOther, "h"),
+         back = *host.empty({6}, DType::kF32, MemoryCategory::kOther, "back");
   for (int i = 0; i < 6; ++i) h.data<float>()[i] = static_cast<float>(i) - 2.5f;
   Tensor d = make(dev(), {6}, DType::kF32, "d");
   const std::int64_t before = dev().host_transfer_bytes();
@@ -482,8 +487,9 @@ TEST_F(HpuDeviceTest, EventOrderingAcrossStreams) {
             synSuccess);
   ASSERT_EQ(api.synEventRecord(ev, a), synSuccess);
   ASSERT_EQ(api.synStreamWaitEvent(b, ev, 0), synSuccess);
-  ASSERT_EQ(api.synMemCopyAsync(b, HpuDevice::device_address(t), 4, reinterpret_cast<std::uint64_t>(&out), DRAM_TO_HOST),
-            synSuccess);
+  ASSERT_EQ(
+      api.synMemCopyAsync(b, HpuDevice::device_address(t), 4, reinterpret_cast<std::uint64_t>(&out), DRAM_TO_HOST),
+      synSuccess);
   ASSERT_EQ(api.synStreamSynchronize(b), synSuccess);  // only b: a runs because b waits on it
   EXPECT_EQ(out, 7.0f);
   api.synEventDestroy(ev);
@@ -512,8 +518,8 @@ TEST_F(HpuDeviceTest, ArgumentErrorsLaunchNothing) {
 
 // ---- every op against the cpu backend ------------------------------------------------------
 // Tolerances: the double runs the cpu backend's math kernel by kernel, so results must be
-// bitwise equal (the bitwise oracle check of hpu runs depends on it). On hardware (label hpu) MME/TPC arithmetic differs (fp32 GEMM may
-// use reduced-precision passes, other summation orders): 2e-2 relative + 1e-3 absolute.
+// bitwise equal (the bitwise oracle check of hpu runs depends on it). On hardware (label hpu) MME/TPC arithmetic
+// differs (fp32 GEMM may use reduced-precision passes, other summation orders): 2e-2 relative + 1e-3 absolute.
 
 struct Operand {
   Shape shape;
@@ -545,9 +551,17 @@ class HpuOpsTest : public HpuDeviceTest {
       for (std::int64_t k = 0; k < h.back().numel(); ++k) {
         std::byte* at = init.data() + k * static_cast<std::int64_t>(element_size(o.dtype));
         switch (o.dtype) {
-          case DType::kF32: { const float v = dist(gen); std::memcpy(at, &v, 4); break; }
+          case DType::kF32: {
+            const float v = dist(gen);
+            std::memcpy(at, &v, 4);
+            break;
+          }
           case DType::kBF16:
-          case DType::kF16: { const std::uint16_t v = float_to_bf16(dist(gen)); std::memcpy(at, &v, 2); break; }
+          case DType::kF16: {
+            const std::uint16_t v = float_to_bf16(dist(gen));
+            std::memcpy(at, &v, 2);
+            break;
+          }
           case DType::kI64: {
             const std::int64_t v =
                 o.negative_id && k == 1 ? -100 : static_cast<std::int64_t>(gen() % static_cast<unsigned>(o.id_range));
@@ -582,10 +596,26 @@ class HpuOpsTest : public HpuDeviceTest {
       const auto at = [&](const std::vector<std::byte>& b, std::int64_t k) -> double {
         const std::byte* p = b.data() + k * static_cast<std::int64_t>(element_size(h[i].dtype()));
         switch (h[i].dtype()) {
-          case DType::kF32: { float v; std::memcpy(&v, p, 4); return v; }
-          case DType::kBF16: { std::uint16_t v; std::memcpy(&v, p, 2); return bf16_to_float(v); }
-          case DType::kF16: { std::uint16_t v; std::memcpy(&v, p, 2); return fp16_to_float(v); }
-          case DType::kI64: { std::int64_t v; std::memcpy(&v, p, 8); return static_cast<double>(v); }
+          case DType::kF32: {
+            float v;
+            std::memcpy(&v, p, 4);
+            return v;
+          }
+          case DType::kBF16: {
+            std::uint16_t v;
+            std::memcpy(&v, p, 2);
+            return bf16_to_float(v);
+          }
+          case DType::kF16: {
+            std::uint16_t v;
+            std::memcpy(&v, p, 2);
+            return fp16_to_float(v);
+          }
+          case DType::kI64: {
+            std::int64_t v;
+            std::memcpy(&v, p, 8);
+            return static_cast<double>(v);
+          }
         }
         return 0.0;
       };
@@ -610,18 +640,18 @@ TEST_F(HpuOpsTest, GemmAndBatchedGemmEveryTransposeAndBeta) {
         const std::string tag = std::to_string(ta) + std::to_string(tb) + std::to_string(beta > 0);
         compare("gemm" + tag, {{ta ? Shape{7, 5} : Shape{5, 7}}, {tb ? Shape{3, 7} : Shape{7, 3}}, {{5, 3}}},
                 [&](Device& d, std::vector<Tensor>& t) { return d.gemm(t[0], ta, t[1], tb, t[2], 1.5f, beta, 0); });
-        compare("bgemm" + tag,
-                {{ta ? Shape{2, 7, 5} : Shape{2, 5, 7}}, {tb ? Shape{2, 3, 7} : Shape{2, 7, 3}}, {{2, 5, 3}}},
-                [&](Device& d, std::vector<Tensor>& t) {
-                  return d.batched_gemm(t[0], ta, t[1], tb, t[2], 0.5f, beta, 0);
-                });
+        compare(
+            "bgemm" + tag,
+            {{ta ? Shape{2, 7, 5} : Shape{2, 5, 7}}, {tb ? Shape{2, 3, 7} : Shape{2, 7, 3}}, {{2, 5, 3}}},
+            [&](Device& d, std::vector<Tensor>& t) { return d.batched_gemm(t[0], ta, t[1], tb, t[2], 0.5f, beta, 0); });
       }
     }
   }
 }
 
 TEST_F(HpuOpsTest, ElementwiseOps) {
-  compare("add_bias", {{{2, 3, 6}}, {{6}}}, [](Device& d, std::vector<Tensor>& t) { return d.add_bias(t[0], t[1], 0); });
+  compare("add_bias", {{{2, 3, 6}}, {{6}}},
+          [](Device& d, std::vector<Tensor>& t) { return d.add_bias(t[0], t[1], 0); });
   compare("multiply", {{{33}}, {{33}}, {{33}}},
           [](Device& d, std::vector<Tensor>& t) { return d.multiply(t[0], t[1], t[2], 0); });
   compare("multiply_in_place", {{{33}}, {{33}}},
@@ -629,9 +659,11 @@ TEST_F(HpuOpsTest, ElementwiseOps) {
   compare("scale", {{{19}}}, [](Device& d, std::vector<Tensor>& t) { return d.scale(t[0], -0.75f, 0); });
   compare("axpy", {{{19}}, {{19}}}, [](Device& d, std::vector<Tensor>& t) { return d.axpy(0.25f, t[0], t[1], 0); });
   compare("fill_f32", {{{9}}}, [](Device& d, std::vector<Tensor>& t) { return d.fill(t[0], 2.5f, 0); });
-  compare("fill_bf16", {{{9}, DType::kBF16}}, [](Device& d, std::vector<Tensor>& t) { return d.fill(t[0], -1.25f, 0); });
-  compare("fill_i64", {{{9}, DType::kI64, 5}}, [](Device& d, std::vector<Tensor>& t) { return d.fill(t[0], 3.0f, 0); },
-          Runs::kHostOp);
+  compare("fill_bf16", {{{9}, DType::kBF16}},
+          [](Device& d, std::vector<Tensor>& t) { return d.fill(t[0], -1.25f, 0); });
+  compare(
+      "fill_i64", {{{9}, DType::kI64, 5}}, [](Device& d, std::vector<Tensor>& t) { return d.fill(t[0], 3.0f, 0); },
+      Runs::kHostOp);
   compare("cast_to_bf16", {{{17}}, {{17}, DType::kBF16}},
           [](Device& d, std::vector<Tensor>& t) { return d.cast(t[0], t[1], 0); });
   compare("cast_from_bf16", {{{17}, DType::kBF16}, {{17}}},
@@ -696,32 +728,33 @@ TEST_F(HpuOpsTest, LookupsSoftmaxAndLossOnTheDeviceAndHostOps) {
   compare("attention_softmax_backward_in_place", {{{2, 2, 3, 5}}, {{2, 2, 3, 5}}},
           [](Device& d, std::vector<Tensor>& t) { return d.attention_softmax_backward(t[0], t[1], 0.5f, t[1], 0); });
   // Row 1 carries the ignore index (-100): its dlogits are zero and it adds no loss.
-  compare("cross_entropy", {{{6, 5}}, {{6}, DType::kI64, 5, true}, {{1}}, {{6, 5}}},
-          [](Device& d, std::vector<Tensor>& t) {
-            return d.softmax_cross_entropy(t[0], t[1], t[2], t[3], 0.5f, -100, 0);
-          });
+  compare(
+      "cross_entropy", {{{6, 5}}, {{6}, DType::kI64, 5, true}, {{1}}, {{6, 5}}},
+      [](Device& d, std::vector<Tensor>& t) { return d.softmax_cross_entropy(t[0], t[1], t[2], t[3], 0.5f, -100, 0); });
   compare("cross_entropy_all_ignored", {{{3, 5}}, {{3}, DType::kI64, 5}, {{1}}, {{3, 5}}},
           [](Device& d, std::vector<Tensor>& t) {
             if (Status s = values_from_host(d, std::vector<std::int64_t>{7, 7, 7}, t[1]); !s.is_ok()) return s;
             return d.softmax_cross_entropy(t[0], t[1], t[2], t[3], 0.25f, 7, 0);
           });
   // A grad_scale whose sign could make a -0 the composition cannot reproduce: a host op.
-  compare("cross_entropy_negative_scale", {{{6, 5}}, {{6}, DType::kI64, 5, true}, {{1}}, {{6, 5}}},
-          [](Device& d, std::vector<Tensor>& t) {
-            return d.softmax_cross_entropy(t[0], t[1], t[2], t[3], -1.0f, -100, 0);
-          },
-          Runs::kHostOp);
-  compare("copy", {{{13}}, {{13}}}, [](Device& d, std::vector<Tensor>& t) { return d.copy(t[0], t[1], 0); }, Runs::kDma);
-  compare("copy_overlapping", {{{13}}},
-          [](Device& d, std::vector<Tensor>& t) {
-            SHARDLAB_ASSIGN_OR_RETURN(Tensor from, t[0].narrow(0, 9));
-            SHARDLAB_ASSIGN_OR_RETURN(Tensor to, t[0].narrow(4, 9));
-            return d.copy(from, to, 0);
-          },
-          Runs::kHostOp);
-  compare("dropout_mask", {{{3, 2, 5}}},
-          [](Device& d, std::vector<Tensor>& t) { return d.dropout_mask(t[0], 0.25f, Rng(7, 3), 11, 5, 0); },
-          Runs::kHostOp);
+  compare(
+      "cross_entropy_negative_scale", {{{6, 5}}, {{6}, DType::kI64, 5, true}, {{1}}, {{6, 5}}},
+      [](Device& d, std::vector<Tensor>& t) { return d.softmax_cross_entropy(t[0], t[1], t[2], t[3], -1.0f, -100, 0); },
+      Runs::kHostOp);
+  compare(
+      "copy", {{{13}}, {{13}}}, [](Device& d, std::vector<Tensor>& t) { return d.copy(t[0], t[1], 0); }, Runs::kDma);
+  compare(
+      "copy_overlapping", {{{13}}},
+      [](Device& d, std::vector<Tensor>& t) {
+        SHARDLAB_ASSIGN_OR_RETURN(Tensor from, t[0].narrow(0, 9));
+        SHARDLAB_ASSIGN_OR_RETURN(Tensor to, t[0].narrow(4, 9));
+        return d.copy(from, to, 0);
+      },
+      Runs::kHostOp);
+  compare(
+      "dropout_mask", {{{3, 2, 5}}},
+      [](Device& d, std::vector<Tensor>& t) { return d.dropout_mask(t[0], 0.25f, Rng(7, 3), 11, 5, 0); },
+      Runs::kHostOp);
 }
 
 // NOTE [HPU optimizer step]: the update is a graph of elementwise kernels with the cpu
@@ -840,7 +873,8 @@ TEST_F(HcclSoloTest, AFailingHcclCallAbortsTheCommunicator) {
     ScopedEnv fail("SHARDLAB_FAKE_SYNAPSE_FAIL", "hcclAllReduce:3");
     const Status s = comm_->all_reduce(t, comm::ReduceOp::kSum)->wait(comm::kDefaultTimeout);
     EXPECT_EQ(s.code(), StatusCode::kInternal);
-    EXPECT_THAT(s.message(), HasSubstr("hcclAllReduce (all_reduce (sum) of 5 fp32 elements on rank 0 of group 'world'"));
+    EXPECT_THAT(s.message(),
+                HasSubstr("hcclAllReduce (all_reduce (sum) of 5 fp32 elements on rank 0 of group 'world'"));
     EXPECT_THAT(s.message(), HasSubstr("hcclInternalError (3)"));
     EXPECT_THAT(s.message(), HasSubstr("hcclCommAbort"));
   }

@@ -85,7 +85,8 @@ int forced_failure(const char* call, const char* var = "SHARDLAB_FAKE_SYNAPSE_FA
     const auto colon = item.find(':');
     const std::string name = item.substr(0, colon);
     if (name != call) continue;
-    if (colon == std::string::npos) return std::strncmp(call, "hccl", 4) == 0 ? static_cast<int>(hcclInternalError) : static_cast<int>(synFail);
+    if (colon == std::string::npos)
+      return std::strncmp(call, "hccl", 4) == 0 ? static_cast<int>(hcclInternalError) : static_cast<int>(synFail);
     return std::atoi(item.c_str() + colon + 1);
   }
   return -1;
@@ -164,7 +165,7 @@ struct State {
   std::set<Stream*> streams;
   std::vector<std::string> log;
   std::map<synTensor, std::pair<Graph*, int>> tensor_of;  // handle → (graph, index)
-  std::vector<std::unique_ptr<Comm>> comms;  // never freed: queued commands may point at them
+  std::vector<std::unique_ptr<Comm>> comms;               // never freed: queued commands may point at them
   int next_unique_id = 1;
   cpu::CpuDevice math{device::DeviceId{"cpu", device::DeviceId::kNoIndex}};
 };
@@ -208,7 +209,10 @@ void enqueue(Stream* s, std::function<bool()> command) {
 
 bool event_done(const Event* e) {
   if (e->stream == nullptr) return true;
-  if (lazy()) progress(e->stream); else progress_all();
+  if (lazy())
+    progress(e->stream);
+  else
+    progress_all();
   return e->stream->completed >= e->target;
 }
 
@@ -302,10 +306,9 @@ bool reduce(const Tensor& in, const Tensor& out, unsigned dim, bool max) {
 }
 
 // softmax_fwd_f32 / softmax_bwd_f32 along the innermost dim (the only `dim` supported).
-// Our reading: forward y = exp(x − mx) · fp32(1 / Σ) (exp: vmath.h's exp_nonpositive) with mx folded from the lowest finite
-// float and Σ summed in fp64 in index order; backward dx = y · (dy − fp32(Σ y·dy)), the dot
-// in fp64. (The cpu backend's attention softmax contract; hardware sums differently, within
-// the hpu label's tolerance.)
+// Our reading: forward y = exp(x − mx) · fp32(1 / Σ) (exp: vmath.h's exp_nonpositive) with mx folded from the lowest
+// finite float and Σ summed in fp64 in index order; backward dx = y · (dy − fp32(Σ y·dy)), the dot in fp64. (The cpu
+// backend's attention softmax contract; hardware sums differently, within the hpu label's tolerance.)
 void softmax_rows(const Tensor& x, const Tensor& y) {
   const std::int64_t cols = x.dim(-1), rows = cols == 0 ? 0 : x.numel() / cols;
   const float* in = x.data<float>();
@@ -364,14 +367,40 @@ void permute(const Tensor& in, const Tensor& out, const synTransposeParams& p) {
 }
 
 bool known_guid(const std::string& g) {
-  static const std::set<std::string> kKnown = {
-      "gemm", "batch_gemm", "mult_fwd_f32", "add_fwd_f32", "sub_fwd_f32", "div_fwd_f32", "sqrt_fwd_f32",
-      "max_fwd_f32", "exp_fwd_f32", "log_fwd_f32", "reduce_sum_fwd_f32", "reduce_max_fwd_f32", "softmax_fwd_f32",
-      "softmax_bwd_f32",
-      "unsorted_scatter_add_fwd_f32", "relu_fwd_f32", "relu_bwd_f32", "gelu_fwd_f32",
-      "gelu_bwd_f32", "tanh_fwd_f32", "tanh_bwd_f32", "layer_norm_fwd_f32", "layer_norm_bwd_f32", "transpose",
-      "gather_fwd_f32", "constant_f32", "constant_bf16", "constant_f16", "cast_f32_to_bf16", "cast_bf16_to_f32",
-      "cast_f32_to_f16", "cast_f16_to_f32", "cast_bf16_to_f16", "cast_f16_to_bf16"};
+  static const std::set<std::string> kKnown = {"gemm",
+                                               "batch_gemm",
+                                               "mult_fwd_f32",
+                                               "add_fwd_f32",
+                                               "sub_fwd_f32",
+                                               "div_fwd_f32",
+                                               "sqrt_fwd_f32",
+                                               "max_fwd_f32",
+                                               "exp_fwd_f32",
+                                               "log_fwd_f32",
+                                               "reduce_sum_fwd_f32",
+                                               "reduce_max_fwd_f32",
+                                               "softmax_fwd_f32",
+                                               "softmax_bwd_f32",
+                                               "unsorted_scatter_add_fwd_f32",
+                                               "relu_fwd_f32",
+                                               "relu_bwd_f32",
+                                               "gelu_fwd_f32",
+                                               "gelu_bwd_f32",
+                                               "tanh_fwd_f32",
+                                               "tanh_bwd_f32",
+                                               "layer_norm_fwd_f32",
+                                               "layer_norm_bwd_f32",
+                                               "transpose",
+                                               "gather_fwd_f32",
+                                               "constant_f32",
+                                               "constant_bf16",
+                                               "constant_f16",
+                                               "cast_f32_to_bf16",
+                                               "cast_bf16_to_f32",
+                                               "cast_f32_to_f16",
+                                               "cast_f16_to_f32",
+                                               "cast_bf16_to_f16",
+                                               "cast_f16_to_bf16"};
   return kKnown.count(g) != 0;
 }
 
@@ -728,7 +757,10 @@ FAKE_EXPORT synStatus synStreamSynchronize(synStreamHandle h) {
   Stream* s = reinterpret_cast<Stream*>(h);
   if (!state().streams.count(s)) return synInvalidArgument;
   for (;;) {
-    if (lazy()) progress(s); else progress_all();
+    if (lazy())
+      progress(s);
+    else
+      progress_all();
     if (s->queue.empty()) return synSuccess;
     sched_yield();
   }
@@ -1161,8 +1193,8 @@ FAKE_EXPORT hcclResult_t hcclReduceScatter(const void* send, void* recv, size_t 
                    count * static_cast<std::size_t>(c->rank), count, dtype, op, c, stream);
 }
 
-FAKE_EXPORT hcclResult_t hcclAllReduce(const void* send, void* recv, size_t count, hcclDataType_t dtype,
-                                       hcclRedOp_t op, hcclComm_t h, void* stream) {
+FAKE_EXPORT hcclResult_t hcclAllReduce(const void* send, void* recv, size_t count, hcclDataType_t dtype, hcclRedOp_t op,
+                                       hcclComm_t h, void* stream) {
   FAKE_ENTER(hcclAllReduce);
   send = untagged(send);  // device addresses (see kDramTag)
   recv = untagged(recv);  // device addresses (see kDramTag)

@@ -36,8 +36,8 @@ inline std::string gaudi_missing_reason() {
   if (!real_target()) return "";
   const HpuProbe probe = probe_hpu();
   if (!probe.found) return "skipped: no Gaudi device (" + probe.error + ")";
-  if (probe.device_count == 0) return "skipped: no Gaudi device (Synapse loaded from " + probe.library +
-                                      " but synDeviceGetCount reports 0 cards)";
+  if (probe.device_count == 0)
+    return "skipped: no Gaudi device (Synapse loaded from " + probe.library + " but synDeviceGetCount reports 0 cards)";
   return "";
 }
 
@@ -61,14 +61,15 @@ inline void clear_fake_log() {
 }  // namespace shardlab::runtime::device::hpu::testing
 
 // In a TEST body or fixture SetUp: skip unless a device (real or double) is usable.
-#define SHARDLAB_SKIP_WITHOUT_GAUDI()                                                         \
-  do {                                                                                        \
+#define SHARDLAB_SKIP_WITHOUT_GAUDI()                                                                       \
+  do {                                                                                                      \
     const std::string shardlab_reason_ = ::shardlab::runtime::device::hpu::testing::gaudi_missing_reason(); \
-    if (!shardlab_reason_.empty()) GTEST_SKIP() << shardlab_reason_;                          \
+    if (!shardlab_reason_.empty()) GTEST_SKIP() << shardlab_reason_;                                        \
   } while (0)
 
 // Skip in real mode (the test drives the double's knobs or reads its call log).
-#define SHARDLAB_FAKE_ONLY()                                                                    \
-  do {                                                                                        \
-    if (::shardlab::runtime::device::hpu::testing::real_target()) GTEST_SKIP() << "fake-only: drives the test double's knobs"; \
+#define SHARDLAB_FAKE_ONLY()                                       \
+  do {                                                             \
+    if (::shardlab::runtime::device::hpu::testing::real_target())  \
+      GTEST_SKIP() << "fake-only: drives the test double's knobs"; \
   } while (0)
