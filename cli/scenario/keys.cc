@@ -40,7 +40,7 @@ KeyDef section(std::string name, std::vector<KeyDef> children) {
   return k;
 }
 
-std::string strip_allowed(std::string a) { return a.rfind("allowed: ", 0) == 0 ? a.substr(9) : a; }
+std::string strip_allowed(const std::string& a) { return a.rfind("allowed: ", 0) == 0 ? a.substr(9) : a; }
 
 // A path read from a scenario: relative to the folder of the file that gives it, or to the
 // current directory when it comes from the command line (--set). NOTE [Relative paths].
@@ -61,7 +61,8 @@ auto value_of(Get get, const Scenario& s) {
 }
 
 template <class Get>
-ValueDef str_setter(Get get, std::string allowed, bool optional = false, bool path = false, std::string keep = "") {
+ValueDef str_setter(Get get, const std::string& allowed, bool optional = false, bool path = false,
+                    const std::string& keep = "") {
   Setter set = [get, allowed, optional, path, keep](const Node& n, const std::string& key, Scenario& s) -> Status {
     if (optional && n.kind == Node::Kind::kNull) {
       get(s).clear();
@@ -86,7 +87,7 @@ ValueDef int_setter(Get get, std::int64_t lo, std::int64_t hi) {
 }
 
 template <class Get>
-ValueDef double_setter(Get get, std::function<bool(double)> ok, std::string range) {
+ValueDef double_setter(Get get, const std::function<bool(double)>& ok, const std::string& range) {
   Setter set = [get, ok, range](const Node& n, const std::string& key, Scenario& s) -> Status {
     SHARDLAB_ASSIGN_OR_RETURN(get(s), to_double(n, key, ok, range));
     return Status::ok();
@@ -96,7 +97,7 @@ ValueDef double_setter(Get get, std::function<bool(double)> ok, std::string rang
 
 // An optional number: null clears it.
 template <class Get>
-ValueDef opt_double_setter(Get get, std::function<bool(double)> ok, std::string range) {
+ValueDef opt_double_setter(Get get, const std::function<bool(double)>& ok, const std::string& range) {
   Setter set = [get, ok, range](const Node& n, const std::string& key, Scenario& s) -> Status {
     if (n.kind == Node::Kind::kNull) {
       get(s).reset();
@@ -128,7 +129,7 @@ std::string enum_allowed(const std::vector<EnumValue>& values, const std::string
 
 // A name from an open list (model.preset), held as its canonical spelling.
 template <class Get>
-ValueDef enum_setter(Get get, std::vector<EnumValue> values, std::string note = "") {
+ValueDef enum_setter(Get get, const std::vector<EnumValue>& values, const std::string& note = "") {
   Setter set = [get, values, note](const Node& n, const std::string& key, Scenario& s) -> Status {
     SHARDLAB_ASSIGN_OR_RETURN(get(s), to_enum(n, key, values, note));
     return Status::ok();
@@ -137,7 +138,7 @@ ValueDef enum_setter(Get get, std::vector<EnumValue> values, std::string note = 
 }
 
 template <class Get>
-ValueDef profile_setter(Get get, std::vector<std::string> names, std::string what) {
+ValueDef profile_setter(Get get, const std::vector<std::string>& names, const std::string& what) {
   const std::string allowed = join(names) + ", or a path to a " + what + " profile file (.json)";
   Setter set = [get, names, what, allowed](const Node& n, const std::string& key, Scenario& s) -> Status {
     SHARDLAB_ASSIGN_OR_RETURN(std::string v, to_str(n, key, "allowed: " + allowed));
@@ -301,7 +302,7 @@ struct IsOptional<std::optional<T>> : std::true_type {};
 // A closed set of names, held as the value each names. `get` reaches an E, or an
 // std::optional<E> (shown as "" while unset).
 template <class Get>
-ValueDef typed_setter(Get get, std::vector<Named<HeldBy<Get>>> values, std::string note = "") {
+ValueDef typed_setter(Get get, const std::vector<Named<HeldBy<Get>>>& values, const std::string& note = "") {
   std::vector<EnumValue> names;
   for (const auto& v : values) names.push_back(v.name);
   Setter set = [get, values, names, note](const Node& n, const std::string& key, Scenario& s) -> Status {
@@ -487,21 +488,24 @@ std::vector<EnumValue> preset_values() {
   return v;
 }
 
-std::vector<KeyDef> build_schema() {
-  using S = Scenario;
-  auto positive = [](double v) { return v > 0; };
-  auto non_negative = [](double v) { return v >= 0; };
-  auto below_one = [](double v) { return v >= 0 && v < 1; };
-  auto any = [](double) { return true; };
-  using runtime::fsdp::BackwardPrefetch;
-  using runtime::fsdp::ShardingStrategy;
-  using runtime::fsdp::StateDictType;
-  using runtime::model::BertHead;
-  using Optimizer = runtime::optim::OptimizerConfig::Kind;
-  const auto dtypes = dtype_values(/*with_fp16=*/true);
-  const auto head = [](BertHead h) {
-    return named(h, runtime::model::bert_head_name, {std::string(runtime::model::bert_architecture_name(h))});
-  };
+using S = Scenario;
+using runtime::fsdp::BackwardPrefetch;
+using runtime::fsdp::ShardingStrategy;
+using runtime::fsdp::StateDictType;
+using runtime::model::BertHead;
+using Optimizer = runtime::optim::OptimizerConfig::Kind;
+
+bool positive(double v) { return v > 0; }
+bool non_negative(double v) { return v >= 0; }
+bool below_one(double v) { return v >= 0 && v < 1; }
+bool any(double) { return true; }
+
+Named<BertHead> head(BertHead h) {
+  return named(h, runtime::model::bert_head_name, {std::string(runtime::model::bert_architecture_name(h))});
+}
+
+// name, description, seed.
+std::vector<KeyDef> top_level_keys() {
   std::vector<KeyDef> top;
   top.push_back(leaf(
       "name", str_setter([](S& s) -> std::string& { return s.name; }, "allowed: letters, digits, '_', '.' and '-'"),
@@ -517,7 +521,12 @@ std::vector<KeyDef> build_schema() {
             },
             "integer", "an integer from 0 to 18446744073709551615", [](const S& s) { return std::to_string(s.seed); }},
            {"seed of the synthetic data, the initial parameters and dropout", "transformers set_seed / Trainer seed"}));
-  top.push_back(section(
+  return top;
+}
+
+// model: which BERT (or the MLP), its head and initial weights.
+KeyDef model_keys() {
+  return section(
       "model",
       {
           leaf("preset", enum_setter([](S& s) -> std::string& { return s.model.preset; }, preset_values()),
@@ -538,8 +547,12 @@ std::vector<KeyDef> build_schema() {
                           "allowed: random, or a path to a model.safetensors", false, /*path=*/true, "random"),
                {"initial parameters: seeded random, or a Hugging Face model.safetensors",
                 "from_pretrained (model.safetensors)"}),
-      }));
-  top.push_back(section(
+      });
+}
+
+// data: synthetic or file batches, their size.
+KeyDef data_keys() {
+  return section(
       "data",
       {
           leaf("kind",
@@ -556,8 +569,12 @@ std::vector<KeyDef> build_schema() {
                 "TrainingArguments per_device_train_batch_size"}),
           leaf("seq_len", int_setter([](S& s) -> std::int64_t& { return s.data.seq_len; }, 1, kIntMax),
                {"tokens per sample (at most the model's max_position_embeddings)", "tokenizer max_length"}),
-      }));
-  top.push_back(section(
+      });
+}
+
+// train: steps, accumulation, clipping, precision, the optimizer.
+KeyDef train_keys() {
+  return section(
       "train",
       {
           leaf("steps", int_setter([](S& s) -> int& { return s.train.steps; }, 1, kIntMax),
@@ -603,8 +620,12 @@ std::vector<KeyDef> build_schema() {
                                          "a number in [0, 1)"),
                            {"SGD momentum", "momentum"}),
                   }),
-      }));
-  top.push_back(section(
+      });
+}
+
+// fsdp: the FullyShardedDataParallel arguments, with accelerate's names.
+KeyDef fsdp_keys() {
+  return section(
       "fsdp",
       {
           leaf("sharding_strategy",
@@ -695,14 +716,17 @@ std::vector<KeyDef> build_schema() {
           section("mixed_precision",
                   {
                       leaf("param_dtype",
-                           typed_setter([](S& s) -> DType& { return s.fsdp.mixed_precision.param_dtype; }, dtypes),
+                           typed_setter([](S& s) -> DType& { return s.fsdp.mixed_precision.param_dtype; },
+                                        dtype_values(/*with_fp16=*/true)),
                            {"dtype of the all-gather and of compute (fp16 is refused: no gradient scaler)",
                             "MixedPrecision(param_dtype=…)"}),
                       leaf("reduce_dtype",
-                           typed_setter([](S& s) -> DType& { return s.fsdp.mixed_precision.reduce_dtype; }, dtypes),
+                           typed_setter([](S& s) -> DType& { return s.fsdp.mixed_precision.reduce_dtype; },
+                                        dtype_values(/*with_fp16=*/true)),
                            {"dtype of the gradient reduction", "MixedPrecision(reduce_dtype=…)"}),
                       leaf("buffer_dtype",
-                           typed_setter([](S& s) -> DType& { return s.fsdp.mixed_precision.buffer_dtype; }, dtypes),
+                           typed_setter([](S& s) -> DType& { return s.fsdp.mixed_precision.buffer_dtype; },
+                                        dtype_values(/*with_fp16=*/true)),
                            {"dtype of buffers; unset: each buffer keeps its own", "MixedPrecision(buffer_dtype=…)"}),
                   }),
           leaf("cpu_ram_efficient_loading", ignored_bool(),
@@ -720,8 +744,12 @@ std::vector<KeyDef> build_schema() {
                 },
                 "integer", "1", [](const S&) { return std::string("1"); }},
                {"only FSDP1 (FullyShardedDataParallel) is modeled; 2 is refused", "accelerate fsdp_version"}),
-      }));
-  top.push_back(section(
+      });
+}
+
+// world: where the ranks run and what the simulator models.
+KeyDef world_keys() {
+  return section(
       "world",
       {
           leaf("backend", typed_setter([](S& s) -> const BackendInfo*& { return s.world.backend; }, backend_values()),
@@ -772,16 +800,22 @@ std::vector<KeyDef> build_schema() {
                              [](double v) { return v >= 1e-6 && v <= 1e6; }, "seconds from 1e-6 to 1e6"),
                {"how long a rank waits in a collective before it fails (exit 3); virtual time in the simulator",
                 "torch.distributed.init_process_group(timeout=…)"}),
-      }));
-  {
-    KeyDef faults = leaf("faults",
-                         {set_faults, "list of maps", "a list of maps, e.g. [{kind: crash, rank: 1, step: 2}]",
-                          [](const S& s) { return s.faults.empty() ? std::string("[]") : std::string("[…]"); }},
-                         {"faults the simulator injects (sim backend); each entry's keys are below"});
-    faults.item_keys = fault_keys();
-    top.push_back(std::move(faults));
-  }
-  top.push_back(section(
+      });
+}
+
+// faults: what the simulator injects (each entry's keys in fault_keys()).
+KeyDef faults_key() {
+  KeyDef faults = leaf("faults",
+                       {set_faults, "list of maps", "a list of maps, e.g. [{kind: crash, rank: 1, step: 2}]",
+                        [](const S& s) { return s.faults.empty() ? std::string("[]") : std::string("[…]"); }},
+                       {"faults the simulator injects (sim backend); each entry's keys are below"});
+  faults.item_keys = fault_keys();
+  return faults;
+}
+
+// trace: which ranks trace.json holds.
+KeyDef trace_keys() {
+  return section(
       "trace",
       {
           leaf("ranks",
@@ -793,8 +827,12 @@ std::vector<KeyDef> build_schema() {
                 }},
                {"which ranks trace.json holds (a big world's trace of every rank would be huge); trace.json and "
                 "metrics.json name them"}),
-      }));
-  top.push_back(section(
+      });
+}
+
+// checkpoint: where, how often, and whether to resume.
+KeyDef checkpoint_keys() {
+  return section(
       "checkpoint",
       {
           leaf("dir",
@@ -827,8 +865,12 @@ std::vector<KeyDef> build_schema() {
                {"true: start from the latest checkpoint in dir (at any world size), and fail (exit 2) when dir "
                 "holds none; if_present: resume when there is one, else start from step 1",
                 "resume_from_checkpoint"}),
-      }));
-  top.push_back(section(
+      });
+}
+
+// expect: what must hold after the run.
+KeyDef expect_keys() {
+  return section(
       "expect",
       {
           leaf("grads_match_unsharded",
@@ -856,7 +898,15 @@ std::vector<KeyDef> build_schema() {
                opt_double_setter([](S& s) -> std::optional<double>& { return s.expect.final_loss_below; }, any,
                                  "a finite number"),
                {"fail (exit 1) unless the last step's loss is below this"}),
-      }));
+      });
+}
+
+std::vector<KeyDef> build_schema() {
+  std::vector<KeyDef> top = top_level_keys();
+  for (KeyDef k : {model_keys(), data_keys(), train_keys(), fsdp_keys(), world_keys(), faults_key(), trace_keys(),
+                   checkpoint_keys(), expect_keys()}) {
+    top.push_back(std::move(k));
+  }
   return top;
 }
 
