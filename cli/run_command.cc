@@ -139,7 +139,8 @@ void describe_run(const RunArgs& a, int world, const std::string& backend, RunRe
     r.model = {{"name", "mlp"}};
   }
   r.model["parameters"] = runtime::model::total_numel(net->params());
-  r.fsdp = {{"sharding_strategy", runtime::fsdp::strategy_name(a.train.fsdp.strategy)},
+  r.fsdp = {{"version", a.train.fsdp.version},
+            {"sharding_strategy", runtime::fsdp::strategy_name(a.train.fsdp.strategy)},
             {"backward_prefetch", runtime::fsdp::prefetch_name(a.train.fsdp.backward_prefetch)},
             {"forward_prefetch", a.train.fsdp.forward_prefetch},
             {"limit_all_gathers", a.train.fsdp.limit_all_gathers},
@@ -195,13 +196,14 @@ std::string header_line(const RunArgs& a, int world, int units) {
     arch += "→" + std::to_string(m.num_classes);
   }
   char line[512];
-  std::snprintf(line, sizeof line,
-                "shardlab run: %s · FSDP %s (%s) · %d %s rank%s · %d unit%s · global batch %lld · %d steps · seed %llu",
-                arch.c_str(), std::string(runtime::fsdp::strategy_name(a.train.fsdp.strategy)).c_str(),
-                std::string(runtime::fsdp::prefetch_name(a.train.fsdp.backward_prefetch)).c_str(), world,
-                backend(a.backend).simulated ? "simulated" : "MPI", world == 1 ? "" : "s", units, units == 1 ? "" : "s",
-                static_cast<long long>(a.train.global_batch), a.train.steps,
-                static_cast<unsigned long long>(a.train.seed));
+  std::snprintf(
+      line, sizeof line,
+      "shardlab run: %s · FSDP%s %s (%s) · %d %s rank%s · %d unit%s · global batch %lld · %d steps · seed %llu",
+      arch.c_str(), a.train.fsdp.version == 2 ? "2" : "",
+      std::string(runtime::fsdp::strategy_name(a.train.fsdp.strategy)).c_str(),
+      std::string(runtime::fsdp::prefetch_name(a.train.fsdp.backward_prefetch)).c_str(), world,
+      backend(a.backend).simulated ? "simulated" : "MPI", world == 1 ? "" : "s", units, units == 1 ? "" : "s",
+      static_cast<long long>(a.train.global_batch), a.train.steps, static_cast<unsigned long long>(a.train.seed));
   return line;
 }
 

@@ -129,13 +129,14 @@ Status run_timing(const RunArgs& a, const TimingRunOptions& options, RunRecord& 
     SHARDLAB_ASSIGN_OR_RETURN(sim::timing::OpGraph g,
                               sim::timing::capture_graph(a.train, a.world_size, options.device, capture));
     char line[256];
-    std::snprintf(line, sizeof line,
-                  "shardlab run (timing mode): %s · FSDP %s · %d simulated ranks · %d unit%s · global batch %lld · %d "
-                  "steps · seed %llu",
-                  a.model_name.c_str(), std::string(runtime::fsdp::strategy_name(a.train.fsdp.strategy)).c_str(),
-                  a.world_size, g.programs.front().num_units, g.programs.front().num_units == 1 ? "" : "s",
-                  static_cast<long long>(a.train.global_batch), a.train.steps,
-                  static_cast<unsigned long long>(a.train.seed));
+    std::snprintf(
+        line, sizeof line,
+        "shardlab run (timing mode): %s · FSDP%s %s · %d simulated ranks · %d unit%s · global batch %lld · %d "
+        "steps · seed %llu",
+        a.model_name.c_str(), a.train.fsdp.version == 2 ? "2" : "",
+        std::string(runtime::fsdp::strategy_name(a.train.fsdp.strategy)).c_str(), a.world_size,
+        g.programs.front().num_units, g.programs.front().num_units == 1 ? "" : "s",
+        static_cast<long long>(a.train.global_batch), a.train.steps, static_cast<unsigned long long>(a.train.seed));
     record.header = line;
     if (!g.approximation.empty()) record.header += " (approximate: " + g.approximation + ")";
     g.description = record.header;

@@ -123,6 +123,7 @@ struct Scenario {
     std::string device_id;
     bool cpu_offload = false;
     bool activation_checkpointing = false;
+    int version = 1;  // 1: FullyShardedDataParallel, 2: fully_shard (YAML: fsdp_version)
     runtime::fsdp::StateDictType state_dict_type = runtime::fsdp::StateDictType::kFull;
     MixedPrecision mixed_precision;
   } fsdp;

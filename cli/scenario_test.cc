@@ -392,8 +392,11 @@ fsdp:
 
   expect_error(parse("name: a\nfsdp:\n  fsdp_sharding_strategy: 6\n"),
                "s.yaml:3:27:", {"fsdp.sharding_strategy", "'6'", "FULL_SHARD", "1-5"});
-  expect_error(parse("name: a\nfsdp:\n  fsdp_version: 2\n"),
-               "s.yaml:3:17:", {"fsdp.fsdp_version", "FSDP1", "allowed: 1"});
+  auto v2 = parse("name: a\nfsdp:\n  fsdp_version: 2\n");
+  ASSERT_THAT(v2, IsOk());
+  EXPECT_EQ(v2->fsdp.version, 2);
+  expect_error(parse("name: a\nfsdp:\n  fsdp_version: 3\n"),
+               "s.yaml:3:17:", {"fsdp.fsdp_version", "3 is out of range", "allowed: an integer from 1 to 2"});
   expect_error(parse("name: a\nfsdp:\n  fsdp_offload_params: \"yes\"\n"),
                "s.yaml:3:24:", {"fsdp.cpu_offload", "expected true or false", "'yes'"});
 }
@@ -1242,8 +1245,9 @@ TEST_F(ScenarioFiles, AccelerateYamlConfigRefusesWhatWouldChangeTheRun) {
   expect_error(parse("name: a\n", o), o.fsdp_config + ":18:18:", {"fp16 is not modeled", "allowed: no, bf16"});
   o.fsdp_config = write("uneven.yaml", with("num_processes: 8", "num_processes: 7"));
   expect_error(parse("name: a\n", o), o.fsdp_config + ":20:16:", {"do not split evenly over 2 machines"});
-  o.fsdp_config = write("v2.yaml", with("fsdp_config:\n", "fsdp_config:\n  fsdp_version: 2\n"));
-  expect_error(parse("name: a\n", o), o.fsdp_config + ":6:17:", {"only FSDP1 is modeled"});
+  o.fsdp_config = write("v3.yaml", with("fsdp_config:\n", "fsdp_config:\n  fsdp_version: 3\n"));
+  expect_error(parse("name: a\n", o),
+               o.fsdp_config + ":6:17:", {"fsdp.fsdp_version", "allowed: an integer from 1 to 2"});
   o.fsdp_config = write("typo.yaml", with("mixed_precision: bf16", "mixed_precison: bf16"));
   expect_error(parse("name: a\n", o), o.fsdp_config + ":18:1:", {"did you mean 'mixed_precision'?"});
   o.fsdp_config = write("newer.yaml", with("use_cpu: false", "use_cpu: false\nsome_future_key: 3"));

@@ -302,6 +302,7 @@ Status set_fsdp(const Scenario& s, RunArgs& a) {
   auto& o = a.train;
   o.fsdp.strategy = s.fsdp.sharding_strategy;
   o.fsdp.backward_prefetch = s.fsdp.backward_prefetch;
+  o.fsdp.version = s.fsdp.version;
   o.fsdp.devices_per_node = s.world.devices_per_node;
   o.fsdp.collective_timeout = static_cast<Nanos>(std::llround(s.world.collective_timeout_s * 1e9));
   o.fsdp.forward_prefetch = s.fsdp.forward_prefetch;

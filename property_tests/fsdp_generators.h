@@ -52,7 +52,8 @@ struct FsdpCase {
 
 inline std::ostream& operator<<(std::ostream& os, const FsdpCase& c) {
   const auto& o = c.options;
-  return os << "FsdpCase{world=" << c.world_size << ", strategy=" << runtime::fsdp::strategy_name(o.fsdp.strategy)
+  return os << "FsdpCase{world=" << c.world_size << ", fsdp" << o.fsdp.version
+            << ", strategy=" << runtime::fsdp::strategy_name(o.fsdp.strategy)
             << ", prefetch=" << runtime::fsdp::prefetch_name(o.fsdp.backward_prefetch)
             << ", forward_prefetch=" << o.fsdp.forward_prefetch << ", limit=" << o.fsdp.limit_all_gathers
             << ", dpn=" << o.fsdp.devices_per_node << ", align=" << o.fsdp.align_bytes << ", mlp=" << o.model.input_dim
@@ -63,8 +64,9 @@ inline std::ostream& operator<<(std::ostream& os, const FsdpCase& c) {
             << ", frozen_mask=" << o.model.frozen_mask << ", seed=" << o.seed << "}";
 }
 
-// Inside a gen::exec: every sharding strategy (hybrid ones with a random devices_per_node
-// dividing the world size), prefetch mode, forward prefetch and all-gather limit.
+// Inside a gen::exec: FSDP1 or FSDP2, every sharding strategy (hybrid ones with a random
+// devices_per_node dividing the world size), prefetch mode, forward prefetch and
+// all-gather limit.
 inline void gen_fsdp_schedule(int world_size, runtime::fsdp::FsdpOptions& o) {
   using runtime::fsdp::BackwardPrefetch;
   using runtime::fsdp::ShardingStrategy;
@@ -81,6 +83,7 @@ inline void gen_fsdp_schedule(int world_size, runtime::fsdp::FsdpOptions& o) {
       *rc::gen::element(BackwardPrefetch::kNone, BackwardPrefetch::kBackwardPre, BackwardPrefetch::kBackwardPost);
   o.forward_prefetch = *rc::gen::arbitrary<bool>();
   o.limit_all_gathers = *rc::gen::arbitrary<bool>();
+  o.version = *rc::gen::element(1, 2);
 }
 
 // A small random FSDP run: MLP dims, world size 1–8, every strategy and prefetch mode,
@@ -128,8 +131,8 @@ inline std::ostream& operator<<(std::ostream& os, const BertCase& c) {
   return os << "BertCase{W=" << c.world_size << ", head=" << model::bert_head_name(b.head)
             << ", V=" << b.config.vocab_size << ", H=" << b.config.hidden_size << ", A=" << b.config.num_attention_heads
             << ", I=" << b.config.intermediate_size << ", L=" << b.config.num_hidden_layers << ", T=" << b.seq_len
-            << ", dropout=" << b.config.hidden_dropout_prob << ", ckpt=" << b.activation_checkpointing
-            << ", strategy=" << fsdp::strategy_name(c.options.fsdp.strategy)
+            << ", dropout=" << b.config.hidden_dropout_prob << ", ckpt=" << b.activation_checkpointing << ", fsdp"
+            << c.options.fsdp.version << ", strategy=" << fsdp::strategy_name(c.options.fsdp.strategy)
             << ", dpn=" << c.options.fsdp.devices_per_node
             << ", prefetch=" << fsdp::prefetch_name(c.options.fsdp.backward_prefetch)
             << ", fwd_prefetch=" << c.options.fsdp.forward_prefetch << ", B=" << c.options.global_batch

@@ -85,6 +85,7 @@ std::string to_yaml(const Scenario& s) {
   o << "  sync_module_states: " << yaml_bool(s.fsdp.sync_module_states) << "\n";
   o << "  cpu_offload: " << yaml_bool(s.fsdp.cpu_offload) << "\n";
   o << "  activation_checkpointing: " << yaml_bool(s.fsdp.activation_checkpointing) << "\n";
+  if (s.fsdp.version != 1) o << "  fsdp_version: " << s.fsdp.version << "\n";
   o << "  state_dict_type: " << runtime::fsdp::state_dict_type_name(s.fsdp.state_dict_type) << "\n";
   o << "  mixed_precision:\n";
   o << "    param_dtype: " << dtype_name(s.fsdp.mixed_precision.param_dtype) << "\n";

@@ -734,16 +734,10 @@ KeyDef fsdp_keys() {
                 "shardlab does not model",
                 "accelerate fsdp_cpu_ram_efficient_loading"},
                {"fsdp_cpu_ram_efficient_loading"}),
-          leaf("fsdp_version",
-               {[](const Node& n, const std::string& key, S&) -> Status {
-                  if (!to_int(n, key, 1, 1).is_ok()) {
-                    return bad(n.pos, key + ": " + describe(n) + " is not supported (only FSDP1 is modeled)",
-                               "allowed: 1");
-                  }
-                  return Status::ok();
-                },
-                "integer", "1", [](const S&) { return std::string("1"); }},
-               {"only FSDP1 (FullyShardedDataParallel) is modeled; 2 is refused", "accelerate fsdp_version"}),
+          leaf("fsdp_version", int_setter([](S& s) -> int& { return s.fsdp.version; }, 1, 2),
+               {"1: FullyShardedDataParallel (one flat parameter per unit); 2: fully_shard (each parameter sharded "
+                "on dim 0, copied in and out around the collectives; use_orig_params' alignment does not apply)",
+                "FullyShardedDataParallel | fully_shard; accelerate fsdp_version"}),
       });
 }
 

@@ -867,10 +867,12 @@ Result<std::int64_t> load_checkpoint_impl(FullyShardedModel& m, const std::strin
       same = saved_units[u]["shard_numel"].get<std::int64_t>() == units[u].layout.shard_numel();
     }
     if (!same) {
-      return Status::invalid_argument(step_dir + ": LOCAL_STATE_DICT was saved at world size " +
-                                      std::to_string(saved_world) + " with other shard sizes; load it at world size " +
-                                      std::to_string(saved_world) +
-                                      ", or save SHARDED_STATE_DICT to change the world size");
+      return Status::invalid_argument(
+          step_dir + ": LOCAL_STATE_DICT was saved at world size " + std::to_string(saved_world) +
+          " with other shard sizes (FSDP1's flat shards and FSDP2's per-parameter shards differ too); load it at "
+          "world size " +
+          std::to_string(saved_world) +
+          " with the FSDP version that saved it, or save SHARDED_STATE_DICT to change the world size or the version");
     }
     Loader loader(step_dir, index["files"]);
     SHARDLAB_ASSIGN_OR_RETURN(const SafetensorsFile* file, loader.file(rank_file("local-rank", m.world().rank())));

@@ -220,7 +220,8 @@ Result<std::unique_ptr<FullyShardedModel>> FullyShardedModel::create(comm::Commu
   for (FlatParameter& fp : m->units_) {
     std::vector<Shape> shapes;
     for (const auto& s : fp.specs) shapes.push_back(s.shape);
-    SHARDLAB_ASSIGN_OR_RETURN(fp.layout, ShardLayout::make(shapes, w, DType::kF32, o.align_bytes));
+    SHARDLAB_ASSIGN_OR_RETURN(fp.layout, o.version == 2 ? ShardLayout::make_per_parameter(shapes, w, DType::kF32)
+                                                        : ShardLayout::make(shapes, w, DType::kF32, o.align_bytes));
     const std::string name = "unit" + std::to_string(fp.unit);
     const std::int64_t s = fp.layout.shard_numel();
     // NOTE [Initialization unit by unit]: this unit's parameters move to the device, are
@@ -247,8 +248,8 @@ Result<std::unique_ptr<FullyShardedModel>> FullyShardedModel::create(comm::Commu
                                      ->wait(o.collective_timeout)
                                      .with_context("FSDP sync_module_states of unit " + std::to_string(fp.unit)));
       }
-      SHARDLAB_ASSIGN_OR_RETURN(
-          flat, dev.zeros({fp.layout.total_numel()}, DType::kF32, MemoryCategory::kParameters, name + ".init_flat"));
+      SHARDLAB_ASSIGN_OR_RETURN(flat, dev.zeros({fp.layout.unsharded_numel()}, DType::kF32, MemoryCategory::kParameters,
+                                                name + ".init_flat"));
       std::int64_t moved_offset = 0;
       for (const LayoutParam& p : fp.layout.params()) {
         SHARDLAB_ASSIGN_OR_RETURN(Tensor from, moved.narrow(moved_offset, p.numel));
@@ -259,8 +260,19 @@ Result<std::unique_ptr<FullyShardedModel>> FullyShardedModel::create(comm::Commu
     }  // the moved parameters are freed here: the flat parameter holds the unit
     SHARDLAB_ASSIGN_OR_RETURN(fp.shard,
                               state_dev.empty({s}, DType::kF32, MemoryCategory::kParameters, name + ".shard"));
-    SHARDLAB_ASSIGN_OR_RETURN(Tensor mine, flat.narrow(fp.layout.shard(shard_rank).flat_begin, s));
-    SHARDLAB_RETURN_IF_ERROR(dev.copy(mine, fp.shard));
+    if (fp.layout.per_parameter()) {
+      // FSDP2: this rank's dim-0 chunks of each parameter, each padded with zeros.
+      SHARDLAB_RETURN_IF_ERROR(dev.fill(fp.shard, 0.0f));
+      for (const ShardPiece& piece : fp.layout.shard(shard_rank).pieces) {
+        const LayoutParam& p = fp.layout.params()[static_cast<std::size_t>(piece.param)];
+        SHARDLAB_ASSIGN_OR_RETURN(Tensor from, flat.narrow(p.flat_offset + piece.param_begin, piece.numel()));
+        SHARDLAB_ASSIGN_OR_RETURN(Tensor to, fp.shard.narrow(piece.offset_in_shard, piece.numel()));
+        SHARDLAB_RETURN_IF_ERROR(dev.copy(from, to));
+      }
+    } else {
+      SHARDLAB_ASSIGN_OR_RETURN(Tensor mine, flat.narrow(fp.layout.shard(shard_rank).flat_begin, s));
+      SHARDLAB_RETURN_IF_ERROR(dev.copy(mine, fp.shard));
+    }
     flat = Tensor();  // only the shard remains
     const DType grad_dtype = o.keep_low_precision_grads ? o.param_dtype : DType::kF32;
     SHARDLAB_ASSIGN_OR_RETURN(fp.grad_shard,
@@ -412,9 +424,16 @@ Status FullyShardedModel::wait_unsharded(int unit) {
       SHARDLAB_RETURN_IF_ERROR(dev_.cast(fp.gathered, fp.full));
     }
     fp.gathered = Tensor();
+    if (fp.layout.per_parameter()) {
+      SHARDLAB_ASSIGN_OR_RETURN(Tensor params,
+                                dev_.empty({fp.layout.unsharded_numel()}, DType::kF32, MemoryCategory::kParameters,
+                                           "unit" + std::to_string(unit) + ".params"));
+      SHARDLAB_RETURN_IF_ERROR(copy_out(fp, fp.full, params));
+      fp.full = params;
+    }
     fp.state = UnitState::kUnsharded;
   }
-  SHARDLAB_CHECK_EQ(fp.full.numel(), fp.layout.total_numel());
+  SHARDLAB_CHECK_EQ(fp.full.numel(), fp.layout.unsharded_numel());
   return Status::ok();
 }
 
@@ -571,7 +590,7 @@ Status FullyShardedModel::pre_backward(int layer) {
         SHARDLAB_RETURN_IF_ERROR(dev_.fill(fp.full_grad, 0.0f));
       } else {
         SHARDLAB_ASSIGN_OR_RETURN(fp.full_grad,
-                                  dev_.zeros({fp.layout.total_numel()}, DType::kF32, MemoryCategory::kGradients,
+                                  dev_.zeros({fp.layout.unsharded_numel()}, DType::kF32, MemoryCategory::kGradients,
                                              "unit" + std::to_string(u) + ".unsharded_grad"));
       }
     }
@@ -633,6 +652,13 @@ Status FullyShardedModel::reduce_grad(int unit) {
       ++counts_.all_reduce;
       r.reduced = r.to_reduce;
     } else {
+      if (fp.layout.per_parameter()) {
+        // FSDP2: each rank's dim-0 chunks of the gradients, rank after rank, zero padded.
+        SHARDLAB_ASSIGN_OR_RETURN(Tensor chunks, dev_.zeros({fp.layout.total_numel()}, rd, MemoryCategory::kCommBuffers,
+                                                            "unit" + std::to_string(unit) + ".grad_chunks"));
+        SHARDLAB_RETURN_IF_ERROR(copy_in(fp, r.to_reduce, chunks));
+        r.to_reduce = chunks;
+      }
       SHARDLAB_ASSIGN_OR_RETURN(r.reduced, dev_.empty({fp.layout.shard_numel()}, rd, MemoryCategory::kCommBuffers,
                                                       "unit" + std::to_string(unit) + ".reduced_grad"));
       r.work = shard_comm().reduce_scatter(r.reduced, r.to_reduce, ReduceOp::kSum);
@@ -805,6 +831,36 @@ Status FullyShardedModel::gather_full_params(const Tensor& out) {
       "gather_full_params", [](const FlatParameter& fp, int) { return fp.shard; }, out);
 }
 
+// NOTE [FSDP2 copy-in and copy-out]: rank r's shard sits at [r·S, (r+1)·S) of the
+// all-gathered buffer; each of its pieces is a run of rows of one parameter, copied to
+// that parameter's place in the unsharded buffer (and back for gradients). Padding rows
+// are neither read nor written by copy_out; copy_in's target starts zeroed.
+Status FullyShardedModel::copy_out(const FlatParameter& fp, const Tensor& gathered, const Tensor& unsharded) {
+  const std::int64_t s = fp.layout.shard_numel();
+  for (const RankShard& shard : fp.layout.shards()) {
+    for (const ShardPiece& piece : shard.pieces) {
+      const LayoutParam& p = fp.layout.params()[static_cast<std::size_t>(piece.param)];
+      SHARDLAB_ASSIGN_OR_RETURN(Tensor from, gathered.narrow(shard.rank * s + piece.offset_in_shard, piece.numel()));
+      SHARDLAB_ASSIGN_OR_RETURN(Tensor to, unsharded.narrow(p.flat_offset + piece.param_begin, piece.numel()));
+      SHARDLAB_RETURN_IF_ERROR(dev_.copy(from, to));
+    }
+  }
+  return Status::ok();
+}
+
+Status FullyShardedModel::copy_in(const FlatParameter& fp, const Tensor& unsharded, const Tensor& chunks) {
+  const std::int64_t s = fp.layout.shard_numel();
+  for (const RankShard& shard : fp.layout.shards()) {
+    for (const ShardPiece& piece : shard.pieces) {
+      const LayoutParam& p = fp.layout.params()[static_cast<std::size_t>(piece.param)];
+      SHARDLAB_ASSIGN_OR_RETURN(Tensor from, unsharded.narrow(p.flat_offset + piece.param_begin, piece.numel()));
+      SHARDLAB_ASSIGN_OR_RETURN(Tensor to, chunks.narrow(shard.rank * s + piece.offset_in_shard, piece.numel()));
+      SHARDLAB_RETURN_IF_ERROR(dev_.copy(from, to));
+    }
+  }
+  return Status::ok();
+}
+
 Status FullyShardedModel::gather_full_grads(const Tensor& out) {
   return gather_full(
       "gather_full_grads", [](const FlatParameter& fp, int) { return fp.grad_shard; }, out);
@@ -838,6 +894,12 @@ Status FullyShardedModel::gather_full(const char* what, const std::function<Tens
       SHARDLAB_RETURN_IF_ERROR(dev_.copy(shard, mine));
       SHARDLAB_RETURN_IF_ERROR(
           shard_comm().all_gather_into(full, mine)->wait(options_.collective_timeout).with_context(what));
+    }
+    if (fp.layout.per_parameter() && options_.strategy != ShardingStrategy::kNoShard) {
+      SHARDLAB_ASSIGN_OR_RETURN(
+          Tensor params, dev_.empty({fp.layout.unsharded_numel()}, full.dtype(), MemoryCategory::kCommBuffers, what));
+      SHARDLAB_RETURN_IF_ERROR(copy_out(fp, full, params));
+      full = params;
     }
     for (std::size_t i = 0; i < fp.param_indices.size(); ++i) {
       SHARDLAB_ASSIGN_OR_RETURN(Tensor v, fp.view(full, static_cast<int>(i)));

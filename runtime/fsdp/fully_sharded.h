@@ -177,6 +177,11 @@ class FullyShardedModel final : public model::ParamAccess {
   // All-gathers pick(unit) (a shard-sized tensor, or undefined to skip the unit) and copies
   // out the unpadded parameters.
   Status gather_full(const char* what, const std::function<Tensor(const FlatParameter&, int)>& pick, const Tensor& out);
+  // FSDP2 (NOTE [FSDP2 copy-in and copy-out] in fully_sharded.cc): the all-gathered shards
+  // into the parameters' unsharded buffer, and the unsharded gradients into the chunks a
+  // reduce-scatter takes.
+  Status copy_out(const FlatParameter& fp, const Tensor& gathered, const Tensor& unsharded);
+  Status copy_in(const FlatParameter& fp, const Tensor& unsharded, const Tensor& chunks);
 
   comm::Communicator& comm_;
   device::Device& dev_;

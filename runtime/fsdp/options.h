@@ -60,7 +60,14 @@ struct FsdpOptions {
   // waited one unit later and at the end of backward. false waits for it where it is
   // issued (DeepSpeed's overlap_comm: false): the same results, no overlap; for A/B runs.
   bool async_reduction = true;
-  // use_orig_params alignment: 16 bytes (PyTorch) or 0.
+  // 1: FullyShardedDataParallel (one flat parameter per unit, ShardLayout::make); 2:
+  // fully_shard (every parameter sharded on dim 0, ShardLayout::make_per_parameter; the
+  // all-gathered shards are copied out into the unsharded parameters, and gradients in
+  // before the reduce-scatter). The math per element is the same: the reduce-scatter sums
+  // each element over the ranks as FSDP1's does.
+  int version = 1;
+  // use_orig_params alignment: 16 bytes (PyTorch) or 0. FSDP1 only (FSDP2 has no flat
+  // parameter to align in).
   std::int64_t align_bytes = 16;
   // HYBRID_SHARD / _HYBRID_SHARD_ZERO2: ranks per node (shard group size); must divide the world size.
   int devices_per_node = 0;

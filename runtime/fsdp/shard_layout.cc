@@ -3,6 +3,8 @@
 #include <charconv>
 #include <nlohmann/json.hpp>
 
+#include "runtime/fsdp/dim0_layout.h"
+
 namespace shardlab::runtime::fsdp {
 
 namespace {
@@ -59,6 +61,35 @@ Result<ShardLayout> ShardLayout::make(const std::vector<Shape>& shapes, int worl
       const std::int64_t end = std::min(p.flat_offset + p.numel, s.flat_end);
       if (begin >= end) continue;
       s.pieces.push_back({p.index, begin - s.flat_begin, begin - p.flat_offset, end - p.flat_offset});
+    }
+    l.shards_.push_back(std::move(s));
+  }
+  return l;
+}
+
+Result<ShardLayout> ShardLayout::make_per_parameter(const std::vector<Shape>& shapes, int world_size, DType dtype) {
+  SHARDLAB_ASSIGN_OR_RETURN(Dim0Layout d, Dim0Layout::make(shapes, world_size, dtype));
+  ShardLayout l;
+  l.world_size_ = world_size;
+  l.dtype_ = dtype;
+  l.per_parameter_ = true;
+  std::int64_t cursor = 0;
+  for (const Dim0Param& p : d.params()) {
+    l.params_.push_back({p.index, p.shape, p.numel, cursor});
+    if (__builtin_add_overflow(cursor, p.numel, &cursor)) return overflow("the unsharded size");
+  }
+  l.unpadded_ = cursor;
+  l.shard_ = d.all_gather_input_numel();
+  if (__builtin_mul_overflow(l.shard_, static_cast<std::int64_t>(world_size), &l.total_)) return overflow("W · S");
+  for (int r = 0; r < world_size; ++r) {
+    RankShard s;
+    s.rank = r;
+    s.flat_begin = r * l.shard_;
+    s.flat_end = s.flat_begin + l.shard_;
+    for (const Dim0Param& p : d.params()) {
+      const Dim0Shard c = d.shard(r, p.index);
+      if (c.rows() == 0) continue;
+      s.pieces.push_back({p.index, c.offset_in_input, c.row_begin * p.row_numel, c.row_end * p.row_numel});
     }
     l.shards_.push_back(std::move(s));
   }

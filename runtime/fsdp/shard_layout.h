@@ -15,6 +15,15 @@
 // S = 150; rank 0 holds p0[0:100) at 0 and p1[0:50) at 100; rank 1 holds p1[50:100) at 0
 // and p2[0:100) at 50.
 //
+// FSDP2 (make_per_parameter): the same description of a different cut. Each parameter is
+// sharded on its own dim 0 (Dim0Layout, dim0_layout.h); a rank's shard is its padded
+// dim-0 chunks one after the other, S = their total, and its pieces say which rows
+// (a contiguous range of the flattened parameter) sit where. flat_offset is then the
+// parameter's place in the unsharded buffer the model views — the parameters one after the
+// other, no alignment — which is not the all-gathered buffer: the all-gather yields the W
+// shards rank after rank ([r·S, (r+1)·S) is rank r's), and FSDP2 copies them out into the
+// unsharded buffer (and gradients in, before the reduce-scatter).
+//
 // Every size is checked for 64-bit overflow; bad input is INVALID_ARGUMENT.
 // Thread safety: immutable after make().
 #pragma once
@@ -62,6 +71,8 @@ class ShardLayout {
   // [1, kMaxLayoutWorldSize].
   static Result<ShardLayout> make(const std::vector<Shape>& shapes, int world_size, DType dtype,
                                   std::int64_t align_bytes);
+  // FSDP2's per-parameter dim-0 sharding (every shape needs a dimension).
+  static Result<ShardLayout> make_per_parameter(const std::vector<Shape>& shapes, int world_size, DType dtype);
 
   int world_size() const { return world_size_; }
   DType dtype() const { return dtype_; }
@@ -69,6 +80,11 @@ class ShardLayout {
   std::int64_t unpadded_numel() const { return unpadded_; }  // end of the last parameter
   std::int64_t total_numel() const { return total_; }        // W · S
   std::int64_t shard_numel() const { return shard_; }        // S
+  // FSDP2's layout: the all-gathered buffer is copied out into the unsharded one.
+  bool per_parameter() const { return per_parameter_; }
+  // Elements of the buffer the parameters are viewed in while unsharded: W · S for FSDP1
+  // (the all-gathered buffer itself), the parameters' total for FSDP2.
+  std::int64_t unsharded_numel() const { return per_parameter_ ? unpadded_ : total_; }
   const std::vector<LayoutParam>& params() const { return params_; }
   const RankShard& shard(int rank) const { return shards_[static_cast<std::size_t>(rank)]; }
   const std::vector<RankShard>& shards() const { return shards_; }
@@ -81,6 +97,7 @@ class ShardLayout {
   DType dtype_ = DType::kF32;
   std::int64_t align_bytes_ = 0;
   std::int64_t unpadded_ = 0, total_ = 0, shard_ = 0;
+  bool per_parameter_ = false;
   std::vector<LayoutParam> params_;
   std::vector<RankShard> shards_;
 };
