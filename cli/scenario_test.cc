@@ -395,6 +395,15 @@ fsdp:
   auto v2 = parse("name: a\nfsdp:\n  fsdp_version: 2\n");
   ASSERT_THAT(v2, IsOk());
   EXPECT_EQ(v2->fsdp.version, 2);
+  // accelerate's FSDP2 spelling of the strategy: reshard_after_forward on a 1-D mesh.
+  for (const auto& [value, strategy] :
+       {std::pair{"true", ShardingStrategy::kFullShard}, std::pair{"false", ShardingStrategy::kShardGradOp}}) {
+    auto r = parse(std::string("name: a\nfsdp:\n  fsdp_version: 2\n  fsdp_reshard_after_forward: ") + value + "\n");
+    ASSERT_THAT(r, IsOk());
+    EXPECT_EQ(r->fsdp.sharding_strategy, strategy) << value;
+  }
+  expect_error(parse("name: a\nfsdp:\n  fsdp_reshard_after_forward: false\n  sharding_strategy: FULL_SHARD\n"),
+               "s.yaml:4:3:", {"both set fsdp.sharding_strategy", "one spelling"});
   expect_error(parse("name: a\nfsdp:\n  fsdp_version: 3\n"),
                "s.yaml:3:17:", {"fsdp.fsdp_version", "3 is out of range", "allowed: an integer from 1 to 2"});
   expect_error(parse("name: a\nfsdp:\n  fsdp_offload_params: \"yes\"\n"),
@@ -1273,10 +1282,11 @@ TEST_F(ScenarioFiles, AccelerateYamlConfigRefusesWhatWouldChangeTheRun) {
 TEST(ScenarioSchema, ReferenceListsEveryKeyWithDefaultsAndEquivalents) {
   const std::string md = schema_reference(/*markdown=*/true);
   EXPECT_NE(md.find("| `fsdp.sharding_strategy` | name | `FULL_SHARD` | FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, "
-                    "HYBRID_SHARD, _HYBRID_SHARD_ZERO2 (or accelerate's numbers 1-5, in that order) |"),
+                    "HYBRID_SHARD, _HYBRID_SHARD_ZERO2 (or accelerate's numbers 1-5, in that order; as "
+                    "fsdp_reshard_after_forward, true is FULL_SHARD and false SHARD_GRAD_OP) |"),
             std::string::npos);
-  EXPECT_NE(md.find("FSDP(sharding_strategy=ShardingStrategy.X); accelerate fsdp_sharding_strategy | "
-                    "fsdp_sharding_strategy |"),
+  EXPECT_NE(md.find("accelerate fsdp_sharding_strategy, fsdp_reshard_after_forward | "
+                    "fsdp_sharding_strategy, fsdp_reshard_after_forward, reshard_after_forward |"),
             std::string::npos);
   EXPECT_NE(md.find("| `train.steps` | integer | `5` |"), std::string::npos);
   EXPECT_NE(md.find("| `world.device` | name or path | `cpu` | cpu, gaudi1, gaudi2, gaudi3, or a path"),

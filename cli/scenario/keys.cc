@@ -630,16 +630,18 @@ KeyDef fsdp_keys() {
       {
           leaf("sharding_strategy",
                typed_setter([](S& s) -> ShardingStrategy& { return s.fsdp.sharding_strategy; },
-                            {named(ShardingStrategy::kFullShard, runtime::fsdp::strategy_name, {"1"}),
-                             named(ShardingStrategy::kShardGradOp, runtime::fsdp::strategy_name, {"2"}),
+                            {named(ShardingStrategy::kFullShard, runtime::fsdp::strategy_name, {"1", "true"}),
+                             named(ShardingStrategy::kShardGradOp, runtime::fsdp::strategy_name, {"2", "false"}),
                              named(ShardingStrategy::kNoShard, runtime::fsdp::strategy_name, {"3"}),
                              named(ShardingStrategy::kHybridShard, runtime::fsdp::strategy_name, {"4"}),
                              named(ShardingStrategy::kHybridShardZero2, runtime::fsdp::strategy_name,
                                    {"5", "HYBRID_SHARD_ZERO2"})},
-                            " (or accelerate's numbers 1-5, in that order)"),
+                            " (or accelerate's numbers 1-5, in that order; as fsdp_reshard_after_forward, true is "
+                            "FULL_SHARD and false SHARD_GRAD_OP)"),
                {"what is sharded, and across which ranks (HYBRID: inside a node, replicated across nodes)",
-                "FSDP(sharding_strategy=ShardingStrategy.X); accelerate fsdp_sharding_strategy"},
-               {"fsdp_sharding_strategy"}),
+                "FSDP(sharding_strategy=ShardingStrategy.X); fully_shard(reshard_after_forward=True|False) on a 1-D "
+                "mesh is FULL_SHARD|SHARD_GRAD_OP; accelerate fsdp_sharding_strategy, fsdp_reshard_after_forward"},
+               {"fsdp_sharding_strategy", "fsdp_reshard_after_forward", "reshard_after_forward"}),
           leaf("auto_wrap_policy",
                typed_setter([](S& s) -> AutoWrapPolicy& { return s.fsdp.auto_wrap_policy; },
                             {named(AutoWrapPolicy::kTransformer, auto_wrap_policy_name, {"TRANSFORMER_BASED_WRAP"}),
