@@ -192,6 +192,10 @@ Status write_rank_files(FullyShardedModel& m, const std::string& step_dir, const
   }
   if (!writer) return Status::ok();
   SHARDLAB_RETURN_IF_ERROR(append_buffers(m, model_file, /*declared_dtype=*/true, /*prefixed=*/false));
+  // Hugging Face's from_pretrained loads a safetensors file only when its metadata says
+  // "format": "pt" (what save_pretrained writes); then model.safetensors beside the
+  // config.json loads there as it is.
+  model_file.metadata["format"] = "pt";
   SHARDLAB_RETURN_IF_ERROR(write(o, step_dir + "/model.safetensors", model_file));
   return write(o, step_dir + "/optimizer.safetensors", optim_file);
 }
