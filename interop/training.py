@@ -1,0 +1,160 @@
+#!/usr/bin/env python3
+"""Training, live: PyTorch FSDP1 over gloo against shardlab under Open MPI, step by step.
+
+The same BertForSequenceClassification (transformers, seeded init, dropout 0, saved with
+save_pretrained) and the same batch file train for 5 steps with SGD (lr 0.1) on W CPU
+processes: PyTorch's FullyShardedDataParallel (use_orig_params=True) over gloo, each rank
+taking its rows of the batch, and `mpiexec -n W shardlab run --backend mpi` with the
+folder as model.config/model.weights and the batch as data.path. Every step's global mean
+loss and, at the end, every parameter (shardlab's FULL checkpoint against PyTorch's full
+state dict) must agree within fp32 tolerance (1e-5 relative for losses, 1e-5 of each
+tensor's largest |value| for parameters; one that stays zero — the attention key bias —
+below 1e-5 on both sides), for FULL_SHARD, SHARD_GRAD_OP and NO_SHARD.
+
+(PyTorch 2.5's FSDP2 refuses CPU tensors: "FSDP requires CUDA for streams"; FSDP2 is
+compared here once the pinned PyTorch runs it on CPU.)
+
+Exit 0 when all agree, 1 otherwise, 77 (ctest: skipped) without the peer environment.
+Usage: training.py --shardlab build/bin/shardlab [--worlds 2,4]
+"""
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+
+try:
+    import torch
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+    from safetensors.torch import load_file, save_file
+    from transformers import BertConfig, BertForSequenceClassification
+    from transformers.utils import logging as hf_logging
+except ImportError as e:
+    print(f"skipped: PyTorch peer not installed ({e}); run ./bootstrap peer")
+    sys.exit(77)
+
+B, T, STEPS, LR = 8, 16, 5, 0.1
+STRATEGIES = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD")
+
+
+def make_case(folder):
+    cfg = BertConfig(vocab_size=120, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                     intermediate_size=64, max_position_embeddings=32, type_vocab_size=2, num_labels=3,
+                     hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    torch.manual_seed(1)
+    BertForSequenceClassification(cfg).save_pretrained(folder, safe_serialization=True)
+    g = torch.Generator().manual_seed(4)
+    ids = torch.randint(1, cfg.vocab_size, (B, T), generator=g)
+    lengths = torch.randint(T // 2, T + 1, (B,), generator=g)
+    mask = (torch.arange(T)[None, :] < lengths[:, None]).long()
+    batch = {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids),
+             "labels": torch.randint(0, cfg.num_labels, (B,), generator=g)}
+    save_file({k: v.contiguous() for k, v in batch.items()}, os.path.join(folder, "batch.safetensors"))
+
+
+def torch_worker(rank, world, port, folder, strategy, out):
+    hf_logging.set_verbosity_error()
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, ShardingStrategy, StateDictType
+    from torch.distributed.fsdp import FullStateDictConfig
+    model = BertForSequenceClassification.from_pretrained(folder)
+    model = FSDP(model, device_id=torch.device("cpu"), use_orig_params=True,
+                 sharding_strategy=getattr(ShardingStrategy, strategy))
+    opt = torch.optim.SGD(model.parameters(), lr=LR)
+    batch = load_file(os.path.join(folder, "batch.safetensors"))
+    rows = slice(rank * B // world, (rank + 1) * B // world)
+    mine = {k: v[rows] for k, v in batch.items()}
+    losses = []
+    model.train()
+    for _ in range(STEPS):
+        opt.zero_grad()
+        loss = model(**mine).loss
+        loss.backward()
+        opt.step()
+        total = loss.detach().clone()
+        dist.all_reduce(total)
+        losses.append(float(total) / world)
+    with FSDP.state_dict_type(model, StateDictType.FULL_STATE_DICT, FullStateDictConfig(rank0_only=True)):
+        state = model.state_dict()
+    if rank == 0:
+        save_file({k: v.contiguous() for k, v in state.items()}, os.path.join(out, "params.safetensors"))
+        with open(os.path.join(out, "losses.json"), "w") as f:
+            json.dump(losses, f)
+    dist.destroy_process_group()
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shardlab", required=True)
+    ap.add_argument("--worlds", default="2,4")
+    a = ap.parse_args()
+    print(f"torch {torch.__version__}, transformers {__import__('transformers').__version__}")
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    failed = 0
+    with tempfile.TemporaryDirectory() as d:
+        src = os.path.join(d, "hf")
+        make_case(src)
+        for world in (int(w) for w in a.worlds.split(",")):
+            for strategy in STRATEGIES:
+                tag = f"{strategy} W={world}"
+                out = os.path.join(d, f"torch_{strategy}_{world}")
+                os.makedirs(out)
+                mp.spawn(torch_worker, args=(world, free_port(), src, strategy, out), nprocs=world, join=True)
+                with open(os.path.join(out, "losses.json")) as f:
+                    theirs_losses = json.load(f)
+                theirs = load_file(os.path.join(out, "params.safetensors"))
+                ck, run_out = os.path.join(d, f"ck_{strategy}_{world}"), os.path.join(d, f"run_{strategy}_{world}")
+                cmd = ["mpiexec", "--oversubscribe", "--mca", "mpi_yield_when_idle", "1", "-n", str(world), a.shardlab,
+                       "run", "--backend", "mpi", "--set", "name=peer_training",
+                       "--set", f"model.config={src}/config.json", "--set", f"model.weights={src}/model.safetensors",
+                       "--set", "model.head=classification", "--set", "data.kind=file",
+                       "--set", f"data.path={src}/batch.safetensors", "--set", f"data.seq_len={T}",
+                       "--set", f"data.batch_size_per_rank={B // world}", "--set", f"world.devices_per_node={world}",
+                       "--set", f"train.steps={STEPS}", "--set", "train.optimizer.name=sgd",
+                       "--set", f"train.optimizer.lr={LR}", "--set", f"fsdp.sharding_strategy={strategy}",
+                       "--set", "fsdp.state_dict_type=FULL_STATE_DICT", "--set", f"checkpoint.dir={ck}",
+                       "--set", "expect.grads_match_unsharded=false", "--out", run_out]
+                done = subprocess.run(cmd, capture_output=True, text=True, env=env)
+                if done.returncode != 0:
+                    print(f"{tag}: shardlab under mpiexec failed (exit {done.returncode}): {done.stderr.strip()[-800:]}")
+                    failed += 1
+                    continue
+                with open(os.path.join(run_out, "metrics.json")) as f:
+                    ours_losses = json.load(f)["loss"]
+                ours = load_file(os.path.join(ck, f"step-{STEPS:08d}", "model.safetensors"))
+                loss_rel = max(abs(x - y) / max(abs(y), 1e-12) for x, y in zip(ours_losses, theirs_losses))
+                worst, where, problems = 0.0, "", []
+                for name, t in theirs.items():
+                    if name not in ours:
+                        problems.append(f"{name} missing from shardlab's checkpoint")
+                        continue
+                    scale = float(t.abs().max())
+                    if scale < 1e-6:
+                        # Zero at init with an analytically zero gradient (the attention key bias): it
+                        # stays at rounding noise on both sides.
+                        if float(ours[name].abs().max()) > 1e-5:
+                            problems.append(f"{name}: stays zero in PyTorch, shardlab {float(ours[name].abs().max()):.1e}")
+                        continue
+                    diff = float((ours[name].reshape(t.shape) - t).abs().max()) / scale
+                    if diff > worst:
+                        worst, where = diff, name
+                ok = not problems and loss_rel <= 1e-5 and worst <= 1e-5 and len(ours_losses) == STEPS
+                print(f"{tag}: losses {' '.join('%.6f' % x for x in theirs_losses)} (PyTorch); worst loss difference "
+                      f"{loss_rel:.1e} relative; worst parameter {worst:.1e} of its largest |value| ({where}): "
+                      + ("within fp32 tolerance" if ok else "OUT OF TOLERANCE " + "; ".join(problems[:3])))
+                failed += not ok
+    print("training: " + ("PyTorch FSDP and shardlab train alike" if not failed else f"{failed} cases differ"))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
