@@ -57,7 +57,10 @@ MODELS = {"tree_a": lambda: random_tree(1), "tree_b": lambda: random_tree(7), "b
 def worker(rank, world, port, model_name, out_dir):
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
-    from torch.distributed._composable.fsdp import fully_shard
+    try:
+        from torch.distributed.fsdp import fully_shard  # public from PyTorch 2.6
+    except ImportError:
+        from torch.distributed._composable.fsdp import fully_shard
     from torch.distributed.device_mesh import init_device_mesh
     report = {}
     for orig in (True, False):

@@ -1,18 +1,19 @@
 #!/usr/bin/env python3
-"""Training, live: PyTorch FSDP1 over gloo against shardlab under Open MPI, step by step.
+"""Training, live: PyTorch FSDP1 and FSDP2 over gloo against shardlab under Open MPI, step by step.
 
 The same BertForSequenceClassification (transformers, seeded init, dropout 0, saved with
 save_pretrained) and the same batch file train for 5 steps with SGD (lr 0.1) on W CPU
-processes: PyTorch's FullyShardedDataParallel (use_orig_params=True) over gloo, each rank
-taking its rows of the batch, and `mpiexec -n W shardlab run --backend mpi` with the
+processes: PyTorch's FullyShardedDataParallel (use_orig_params=True) or fully_shard over
+gloo, each rank taking its rows of the batch, and `mpiexec -n W shardlab run --backend mpi` with the
 folder as model.config/model.weights and the batch as data.path. Every step's global mean
 loss and, at the end, every parameter (shardlab's FULL checkpoint against PyTorch's full
 state dict) must agree within fp32 tolerance (1e-5 relative for losses, 1e-5 of each
 tensor's largest |value| for parameters; one that stays zero — the attention key bias —
-below 1e-5 on both sides), for FULL_SHARD, SHARD_GRAD_OP and NO_SHARD.
-
-(PyTorch 2.5's FSDP2 refuses CPU tensors: "FSDP requires CUDA for streams"; FSDP2 is
-compared here once the pinned PyTorch runs it on CPU.)
+below 1e-5 on both sides), for FSDP1's FULL_SHARD, SHARD_GRAD_OP and NO_SHARD and FSDP2's
+reshard_after_forward True and False (shardlab's fsdp_version 2, FULL_SHARD and
+SHARD_GRAD_OP). FSDP2 on CPU needs PyTorch 2.7 (2.5 and 2.6 refuse or fail on its streams),
+and over gloo its gradient average comes out as a sum (see torch_worker), which the loss
+scaling undoes.
 
 Exit 0 when all agree, 1 otherwise, 77 (ctest: skipped) without the peer environment.
 Usage: training.py --shardlab build/bin/shardlab [--worlds 2,4]
@@ -37,7 +38,8 @@ except ImportError as e:
     sys.exit(77)
 
 B, T, STEPS, LR = 8, 16, 5, 0.1
-STRATEGIES = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD")
+# (FSDP version, strategy): FSDP2 spells the strategy as reshard_after_forward.
+CASES = [(1, "FULL_SHARD"), (1, "SHARD_GRAD_OP"), (1, "NO_SHARD"), (2, "FULL_SHARD"), (2, "SHARD_GRAD_OP")]
 
 
 def make_case(folder):
@@ -55,14 +57,20 @@ def make_case(folder):
     save_file({k: v.contiguous() for k, v in batch.items()}, os.path.join(folder, "batch.safetensors"))
 
 
-def torch_worker(rank, world, port, folder, strategy, out):
+def torch_worker(rank, world, port, folder, strategy, version, out):
     hf_logging.set_verbosity_error()
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, ShardingStrategy, StateDictType
     from torch.distributed.fsdp import FullStateDictConfig
     model = BertForSequenceClassification.from_pretrained(folder)
-    model = FSDP(model, device_id=torch.device("cpu"), use_orig_params=True,
-                 sharding_strategy=getattr(ShardingStrategy, strategy))
+    if version == 2:
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+        # fully_shard on a 1-D mesh: reshard_after_forward True is FULL_SHARD, False SHARD_GRAD_OP.
+        fully_shard(model, mesh=init_device_mesh("cpu", (world,)), reshard_after_forward=strategy == "FULL_SHARD")
+    else:
+        model = FSDP(model, device_id=torch.device("cpu"), use_orig_params=True,
+                     sharding_strategy=getattr(ShardingStrategy, strategy))
     opt = torch.optim.SGD(model.parameters(), lr=LR)
     batch = load_file(os.path.join(folder, "batch.safetensors"))
     rows = slice(rank * B // world, (rank + 1) * B // world)
@@ -72,13 +80,20 @@ def torch_worker(rank, world, port, folder, strategy, out):
     for _ in range(STEPS):
         opt.zero_grad()
         loss = model(**mine).loss
-        loss.backward()
+        # FSDP2 asks its reduce-scatter for ReduceOp.AVG, which NCCL averages but gloo's
+        # reduce_scatter_tensor sums (PyTorch 2.7: the steps move W times too far); dividing
+        # the loss by W gives the average FSDP2 computes on NCCL (and FSDP1 on gloo).
+        (loss / world if version == 2 else loss).backward()
         opt.step()
         total = loss.detach().clone()
         dist.all_reduce(total)
         losses.append(float(total) / world)
-    with FSDP.state_dict_type(model, StateDictType.FULL_STATE_DICT, FullStateDictConfig(rank0_only=True)):
-        state = model.state_dict()
+    if version == 2:
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+        state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    else:
+        with FSDP.state_dict_type(model, StateDictType.FULL_STATE_DICT, FullStateDictConfig(rank0_only=True)):
+            state = model.state_dict()
     if rank == 0:
         save_file({k: v.contiguous() for k, v in state.items()}, os.path.join(out, "params.safetensors"))
         with open(os.path.join(out, "losses.json"), "w") as f:
@@ -104,15 +119,15 @@ def main():
         src = os.path.join(d, "hf")
         make_case(src)
         for world in (int(w) for w in a.worlds.split(",")):
-            for strategy in STRATEGIES:
-                tag = f"{strategy} W={world}"
-                out = os.path.join(d, f"torch_{strategy}_{world}")
+            for version, strategy in CASES:
+                tag = f"FSDP{version} {strategy} W={world}"
+                out = os.path.join(d, f"torch_{version}_{strategy}_{world}")
                 os.makedirs(out)
-                mp.spawn(torch_worker, args=(world, free_port(), src, strategy, out), nprocs=world, join=True)
+                mp.spawn(torch_worker, args=(world, free_port(), src, strategy, version, out), nprocs=world, join=True)
                 with open(os.path.join(out, "losses.json")) as f:
                     theirs_losses = json.load(f)
                 theirs = load_file(os.path.join(out, "params.safetensors"))
-                ck, run_out = os.path.join(d, f"ck_{strategy}_{world}"), os.path.join(d, f"run_{strategy}_{world}")
+                ck, run_out = os.path.join(out, "ck"), os.path.join(out, "run")
                 cmd = ["mpiexec", "--oversubscribe", "--mca", "mpi_yield_when_idle", "1", "-n", str(world), a.shardlab,
                        "run", "--backend", "mpi", "--set", "name=peer_training",
                        "--set", f"model.config={src}/config.json", "--set", f"model.weights={src}/model.safetensors",
@@ -121,6 +136,7 @@ def main():
                        "--set", f"data.batch_size_per_rank={B // world}", "--set", f"world.devices_per_node={world}",
                        "--set", f"train.steps={STEPS}", "--set", "train.optimizer.name=sgd",
                        "--set", f"train.optimizer.lr={LR}", "--set", f"fsdp.sharding_strategy={strategy}",
+                       "--set", f"fsdp.fsdp_version={version}",
                        "--set", "fsdp.state_dict_type=FULL_STATE_DICT", "--set", f"checkpoint.dir={ck}",
                        "--set", "expect.grads_match_unsharded=false", "--out", run_out]
                 done = subprocess.run(cmd, capture_output=True, text=True, env=env)
