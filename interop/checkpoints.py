@@ -21,39 +21,15 @@ import tempfile
 
 try:
     import torch
-    from safetensors.torch import load_file, save_file
-    from transformers import (BertConfig, BertForMaskedLM, BertForQuestionAnswering,
-                              BertForSequenceClassification)
+    from safetensors.torch import load_file
     from transformers.utils import logging as hf_logging
+
+    from peer_common import HEADS, small_bert, token_batch, train_on_files
 except ImportError as e:
     print(f"skipped: PyTorch peer not installed ({e}); run ./bootstrap peer")
     sys.exit(77)
 
-HEADS = {"classification": BertForSequenceClassification, "mlm": BertForMaskedLM, "qa": BertForQuestionAnswering}
 B, T, W = 8, 16, 4
-
-
-def make_case(head, folder):
-    cfg = BertConfig(vocab_size=120, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                     intermediate_size=64, max_position_embeddings=32, type_vocab_size=2,
-                     num_labels=2 if head == "qa" else 3, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-    torch.manual_seed(1)
-    HEADS[head](cfg).save_pretrained(folder, safe_serialization=True)
-    g = torch.Generator().manual_seed(3)
-    ids = torch.randint(1, cfg.vocab_size, (B, T), generator=g)
-    lengths = torch.randint(T // 2, T + 1, (B,), generator=g)
-    mask = (torch.arange(T)[None, :] < lengths[:, None]).long()
-    batch = {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)}
-    if head == "classification":
-        batch["labels"] = torch.randint(0, cfg.num_labels, (B,), generator=g)
-    elif head == "mlm":
-        pick = (torch.rand((B, T), generator=g) < 0.3) & (mask == 1)
-        batch["labels"] = torch.where(pick, ids, torch.full_like(ids, -100))
-    else:
-        batch["start_positions"] = torch.randint(0, T, (B,), generator=g)
-        batch["end_positions"] = torch.randint(0, T, (B,), generator=g)
-    save_file({k: v.contiguous() for k, v in batch.items()}, os.path.join(folder, "batch.safetensors"))
-    return batch
 
 
 def main():
@@ -67,26 +43,19 @@ def main():
         for version in (1, 2):
             with tempfile.TemporaryDirectory() as d:
                 src = os.path.join(d, "hf")
-                batch = make_case(head, src)
+                batch = token_batch(src, head, small_bert(head, src).config, B, T, seed=3)
                 ck = os.path.join(d, "ckpt")
-                run = [a.shardlab, "run", "--set", "name=peer_ckpt", "--set", f"model.config={src}/config.json",
-                       "--set", f"model.weights={src}/model.safetensors", "--set", "data.kind=file",
-                       "--set", f"data.path={src}/batch.safetensors", "--set", f"world.devices_per_node={W}",
-                       "--set", f"data.seq_len={T}", "--set", f"model.head={head}",
-                       "--set", f"data.batch_size_per_rank={B // W}", "--set", "train.steps=3",
-                       "--set", f"fsdp.fsdp_version={version}", "--set", "fsdp.state_dict_type=FULL_STATE_DICT",
-                       "--set", f"checkpoint.dir={ck}", "--set", "checkpoint.every_steps=2",
-                       "--out", os.path.join(d, "out")]
+                run = [a.shardlab] + train_on_files(src, head, T, B // W, W, 3, "name=peer_ckpt",
+                                                    f"fsdp.fsdp_version={version}", "fsdp.state_dict_type=FULL_STATE_DICT",
+                                                    f"checkpoint.dir={ck}", "checkpoint.every_steps=2") + [
+                    "--out", os.path.join(d, "out")]
                 done = subprocess.run(run, capture_output=True, text=True)
                 if done.returncode != 0:
                     print(f"{head} FSDP{version}: shardlab run failed (exit {done.returncode}): {done.stderr.strip()}")
                     failed += 1
                     continue
                 with open(os.path.join(d, "out", "metrics.json")) as f:
-                    losses = json.load(f)["loss"]
-                    step3_loss = losses[2]
-                    if os.environ.get("CKPT_DEBUG"):
-                        print("   shardlab losses", losses)
+                    step3_loss = json.load(f)["loss"][2]
                 dst = os.path.join(d, "loaded")
                 os.makedirs(dst)
                 shutil.copy(os.path.join(src, "config.json"), dst)

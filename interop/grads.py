@@ -23,47 +23,25 @@ import tempfile
 
 try:
     import torch
-    from safetensors.torch import load_file, save_file
-    from transformers import (BertConfig, BertForMaskedLM, BertForQuestionAnswering,
-                              BertForSequenceClassification)
+    from safetensors.torch import load_file
+
+    from peer_common import HEADS, small_bert, token_batch
 except ImportError as e:
     print(f"skipped: PyTorch peer not installed ({e}); run ./bootstrap peer")
     sys.exit(77)
 
 TOLERANCE = 1e-5
-HEADS = {"classification": BertForSequenceClassification, "mlm": BertForMaskedLM, "qa": BertForQuestionAnswering}
 B, T = 8, 16
 
 
 def make_case(head, folder):
-    cfg = BertConfig(vocab_size=120, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                     intermediate_size=64, max_position_embeddings=32, type_vocab_size=2,
-                     num_labels=2 if head == "qa" else 3,
-                     hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-    torch.manual_seed(1)
-    model = HEADS[head](cfg)
-    model.save_pretrained(folder, safe_serialization=True)
-    g = torch.Generator().manual_seed(2)
-    ids = torch.randint(1, cfg.vocab_size, (B, T), generator=g)
-    lengths = torch.randint(T // 2, T + 1, (B,), generator=g)
-    mask = (torch.arange(T)[None, :] < lengths[:, None]).long()
-    types = (torch.arange(T)[None, :] >= (lengths[:, None] // 2)).long() * mask
-    batch = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
-    if head == "classification":
-        batch["labels"] = torch.randint(0, cfg.num_labels, (B,), generator=g)
-    elif head == "mlm":
-        pick = (torch.rand((B, T), generator=g) < 0.3) & (mask == 1)
-        batch["labels"] = torch.where(pick, ids, torch.full_like(ids, -100))
-    else:
-        batch["start_positions"] = torch.randint(0, T, (B,), generator=g)
-        batch["end_positions"] = torch.randint(0, T, (B,), generator=g)
-    path = os.path.join(folder, "batch.safetensors")
-    save_file({k: v.contiguous() for k, v in batch.items()}, path)
+    model = small_bert(head, folder)
+    batch = token_batch(folder, head, model.config, B, T, seed=2, token_types=True)
     model.train()
     model.zero_grad()
     model(**batch).loss.backward()
     theirs = {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
-    return path, theirs
+    return os.path.join(folder, "batch.safetensors"), theirs
 
 
 def main():
@@ -99,8 +77,6 @@ def main():
                             problems.append(f"{name}: analytically zero, shardlab {float(mine.abs().max()):.2e}")
                         continue
                     diff = float((mine - g).abs().max()) / scale
-                    if os.environ.get("GRADS_DEBUG") and diff > TOLERANCE:
-                        print(f"    {name}: PyTorch {g.reshape(-1)[:4].tolist()}, shardlab {mine.reshape(-1)[:4].tolist()}")
                     if diff > worst:
                         worst, where = diff, name
                 extra = sorted(set(ours) - set(theirs))

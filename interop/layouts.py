@@ -15,7 +15,6 @@ Usage: layouts.py --shardlab build/bin/shardlab [--worlds 1,2,3,4,8]
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -26,6 +25,8 @@ try:
     import torch.multiprocessing as mp
     import torch.nn as nn
     from transformers import BertConfig, BertModel
+
+    from peer_common import free_port
 except ImportError as e:  # the peer environment is not set up
     print(f"skipped: PyTorch peer not installed ({e}); run ./bootstrap peer")
     sys.exit(77)
@@ -79,12 +80,6 @@ def worker(rank, world, port, model_name, out_dir):
     with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
         json.dump(report, f)
     dist.destroy_process_group()
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def shardlab_layout(exe, shapes, world, *extra):

@@ -13,7 +13,6 @@ Usage: speed.py --shardlab build/bin/shardlab [--size mini|base] [--world 2] [--
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -27,6 +26,8 @@ try:
     from safetensors.torch import load_file, save_file
     from transformers import BertConfig, BertForMaskedLM
     from transformers.utils import logging as hf_logging
+
+    from peer_common import free_port, train_on_files
 except ImportError as e:
     print(f"skipped: PyTorch peer not installed ({e}); run ./bootstrap peer")
     sys.exit(77)
@@ -71,12 +72,6 @@ def torch_worker(rank, world, port, folder, steps, out):
     dist.destroy_process_group()
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shardlab", required=True)
@@ -95,14 +90,11 @@ def main():
         with open(out) as f:
             theirs = json.load(f)
         run_out = os.path.join(d, "run")
-        cmd = ["mpiexec", "--oversubscribe", "-n", str(a.world), a.shardlab, "run", "--backend", "mpi",
-               "--set", "name=peer_speed", "--set", f"model.config={src}/config.json",
-               "--set", f"model.weights={src}/model.safetensors", "--set", "model.head=mlm",
-               "--set", "data.kind=file", "--set", f"data.path={src}/batch.safetensors",
-               "--set", f"data.seq_len={a.seq}", "--set", f"data.batch_size_per_rank={a.batch}",
-               "--set", f"world.devices_per_node={a.world}", "--set", f"train.steps={a.steps}",
-               "--set", "train.optimizer.name=sgd", "--set", "train.optimizer.lr=0.01",
-               "--set", "expect.grads_match_unsharded=false", "--out", run_out]
+        cmd = ["mpiexec", "--oversubscribe", "-n", str(a.world), a.shardlab]
+        cmd += train_on_files(src, "mlm", a.seq, a.batch, a.world, a.steps, "name=peer_speed",
+                              "train.optimizer.name=sgd", "train.optimizer.lr=0.01",
+                              "expect.grads_match_unsharded=false")
+        cmd += ["--backend", "mpi", "--out", run_out]
         subprocess.run(cmd, check=True, capture_output=True, text=True, env=env)
         with open(os.path.join(run_out, "metrics.json")) as f:
             ours = json.load(f)["step_time_s"]["median"]

@@ -21,7 +21,6 @@ Usage: training.py --shardlab build/bin/shardlab [--worlds 2,4]
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -31,8 +30,10 @@ try:
     import torch.distributed as dist
     import torch.multiprocessing as mp
     from safetensors.torch import load_file, save_file
-    from transformers import BertConfig, BertForSequenceClassification
+    from transformers import BertForSequenceClassification
     from transformers.utils import logging as hf_logging
+
+    from peer_common import free_port, small_bert, token_batch, train_on_files
 except ImportError as e:
     print(f"skipped: PyTorch peer not installed ({e}); run ./bootstrap peer")
     sys.exit(77)
@@ -40,21 +41,6 @@ except ImportError as e:
 B, T, STEPS, LR = 8, 16, 5, 0.1
 # (FSDP version, strategy): FSDP2 spells the strategy as reshard_after_forward.
 CASES = [(1, "FULL_SHARD"), (1, "SHARD_GRAD_OP"), (1, "NO_SHARD"), (2, "FULL_SHARD"), (2, "SHARD_GRAD_OP")]
-
-
-def make_case(folder):
-    cfg = BertConfig(vocab_size=120, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                     intermediate_size=64, max_position_embeddings=32, type_vocab_size=2, num_labels=3,
-                     hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-    torch.manual_seed(1)
-    BertForSequenceClassification(cfg).save_pretrained(folder, safe_serialization=True)
-    g = torch.Generator().manual_seed(4)
-    ids = torch.randint(1, cfg.vocab_size, (B, T), generator=g)
-    lengths = torch.randint(T // 2, T + 1, (B,), generator=g)
-    mask = (torch.arange(T)[None, :] < lengths[:, None]).long()
-    batch = {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids),
-             "labels": torch.randint(0, cfg.num_labels, (B,), generator=g)}
-    save_file({k: v.contiguous() for k, v in batch.items()}, os.path.join(folder, "batch.safetensors"))
 
 
 def torch_worker(rank, world, port, folder, strategy, version, out):
@@ -101,12 +87,6 @@ def torch_worker(rank, world, port, folder, strategy, version, out):
     dist.destroy_process_group()
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shardlab", required=True)
@@ -117,7 +97,7 @@ def main():
     failed = 0
     with tempfile.TemporaryDirectory() as d:
         src = os.path.join(d, "hf")
-        make_case(src)
+        token_batch(src, "classification", small_bert("classification", src).config, B, T, seed=4)
         for world in (int(w) for w in a.worlds.split(",")):
             for version, strategy in CASES:
                 tag = f"FSDP{version} {strategy} W={world}"
@@ -128,17 +108,13 @@ def main():
                     theirs_losses = json.load(f)
                 theirs = load_file(os.path.join(out, "params.safetensors"))
                 ck, run_out = os.path.join(out, "ck"), os.path.join(out, "run")
-                cmd = ["mpiexec", "--oversubscribe", "--mca", "mpi_yield_when_idle", "1", "-n", str(world), a.shardlab,
-                       "run", "--backend", "mpi", "--set", "name=peer_training",
-                       "--set", f"model.config={src}/config.json", "--set", f"model.weights={src}/model.safetensors",
-                       "--set", "model.head=classification", "--set", "data.kind=file",
-                       "--set", f"data.path={src}/batch.safetensors", "--set", f"data.seq_len={T}",
-                       "--set", f"data.batch_size_per_rank={B // world}", "--set", f"world.devices_per_node={world}",
-                       "--set", f"train.steps={STEPS}", "--set", "train.optimizer.name=sgd",
-                       "--set", f"train.optimizer.lr={LR}", "--set", f"fsdp.sharding_strategy={strategy}",
-                       "--set", f"fsdp.fsdp_version={version}",
-                       "--set", "fsdp.state_dict_type=FULL_STATE_DICT", "--set", f"checkpoint.dir={ck}",
-                       "--set", "expect.grads_match_unsharded=false", "--out", run_out]
+                cmd = ["mpiexec", "--oversubscribe", "--mca", "mpi_yield_when_idle", "1", "-n", str(world), a.shardlab]
+                cmd += train_on_files(src, "classification", T, B // world, world, STEPS, "name=peer_training",
+                                      "train.optimizer.name=sgd", f"train.optimizer.lr={LR}",
+                                      f"fsdp.sharding_strategy={strategy}", f"fsdp.fsdp_version={version}",
+                                      "fsdp.state_dict_type=FULL_STATE_DICT", f"checkpoint.dir={ck}",
+                                      "expect.grads_match_unsharded=false")
+                cmd += ["--backend", "mpi", "--out", run_out]
                 done = subprocess.run(cmd, capture_output=True, text=True, env=env)
                 if done.returncode != 0:
                     print(f"{tag}: shardlab under mpiexec failed (exit {done.returncode}): {done.stderr.strip()[-800:]}")

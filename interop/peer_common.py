@@ -1,0 +1,65 @@
+"""What the peer scripts share: the small BERT and the token batch both sides get, a free
+port for gloo, and the `shardlab run` arguments that train those files.
+
+Importing it needs the peer environment (torch, transformers, safetensors); a script that
+cannot import it prints "skipped: run ./bootstrap peer" and exits 77.
+"""
+import os
+import socket
+
+import torch
+from safetensors.torch import save_file
+from transformers import BertConfig, BertForMaskedLM, BertForQuestionAnswering, BertForSequenceClassification
+
+HEADS = {"classification": BertForSequenceClassification, "mlm": BertForMaskedLM, "qa": BertForQuestionAnswering}
+
+
+def small_bert(head, folder, seed=1):
+    """A 2-layer BERT with `head` (hidden 32, dropout 0), initialized by transformers with
+    `seed` and saved in `folder` with save_pretrained; returns the model."""
+    cfg = BertConfig(vocab_size=120, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                     intermediate_size=64, max_position_embeddings=32, type_vocab_size=2,
+                     num_labels=2 if head == "qa" else 3, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    torch.manual_seed(seed)
+    model = HEADS[head](cfg)
+    model.save_pretrained(folder, safe_serialization=True)
+    return model
+
+
+def token_batch(folder, head, config, rows, seq, seed, token_types=False):
+    """A seeded batch for `head` (padding in the attention mask; token types in the second half
+    of each sequence when `token_types`), saved as folder/batch.safetensors; returns it."""
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(1, config.vocab_size, (rows, seq), generator=g)
+    lengths = torch.randint(seq // 2, seq + 1, (rows,), generator=g)
+    mask = (torch.arange(seq)[None, :] < lengths[:, None]).long()
+    types = (torch.arange(seq)[None, :] >= (lengths[:, None] // 2)).long() * mask if token_types else torch.zeros_like(ids)
+    batch = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+    if head == "classification":
+        batch["labels"] = torch.randint(0, config.num_labels, (rows,), generator=g)
+    elif head == "mlm":
+        pick = (torch.rand((rows, seq), generator=g) < 0.3) & (mask == 1)
+        batch["labels"] = torch.where(pick, ids, torch.full_like(ids, -100))
+    else:
+        batch["start_positions"] = torch.randint(0, seq, (rows,), generator=g)
+        batch["end_positions"] = torch.randint(0, seq, (rows,), generator=g)
+    save_file({k: v.contiguous() for k, v in batch.items()}, os.path.join(folder, "batch.safetensors"))
+    return batch
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def train_on_files(folder, head, seq, rows_per_rank, world, steps, *sets):
+    """`shardlab run` arguments (after the executable) that train folder's config.json,
+    model.safetensors and batch.safetensors on `world` ranks, plus `sets` (key=value)."""
+    args = ["run", "--set", f"model.config={folder}/config.json", "--set", f"model.weights={folder}/model.safetensors",
+            "--set", f"model.head={head}", "--set", "data.kind=file", "--set", f"data.path={folder}/batch.safetensors",
+            "--set", f"data.seq_len={seq}", "--set", f"data.batch_size_per_rank={rows_per_rank}",
+            "--set", f"world.devices_per_node={world}", "--set", f"train.steps={steps}"]
+    for s in sets:
+        args += ["--set", s]
+    return args
