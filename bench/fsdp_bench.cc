@@ -3,10 +3,14 @@
 //                               W·S fp32 on the sim backend), into warm buffers
 //   unshard/sim_fsdp/<bytes>    FullyShardedModel::summon_full_params(true/false) on a
 //                               2-rank sim world: copy-in, all-gather, reshard (free)
+//   unshard/sim_fsdp2/<bytes>   the same under FSDP2 (fsdp version 2): plus the copy-out of
+//                               the gathered shards into the parameter
 //   step/unsharded/<hidden>     10 AdamW steps of an MLP (4 × hidden, batch 256), one
 //                               process, no FSDP (train_oracle at world size 1)
 //   step/fsdp_full_shard/<hidden>  the same 10 steps under FSDP FULL_SHARD on 1 sim rank:
 //                               the ratio is FSDP's own overhead (copies, hooks, bookkeeping)
+//   step/fsdp2_full_shard/<hidden> the same under FSDP2 on 2 sim ranks against
+//   step/fsdp_full_shard_2/<hidden> FSDP1 on 2 (FSDP2's copy-in/copy-out)
 // compare.py pairs them by (group, size) with --reference memcpy --reference unsharded.
 #include <benchmark/benchmark.h>
 
@@ -40,7 +44,7 @@ void BM_UnshardMemcpy(benchmark::State& state) {
       benchmark::Counter(static_cast<double>(bytes), benchmark::Counter::kIsIterationInvariantRate);
 }
 
-void BM_UnshardSimFsdp(benchmark::State& state) {
+void BM_UnshardSimFsdp(benchmark::State& state, int version) {
   const std::int64_t numel = state.range(0) / 4 / kWorld;
   const std::size_t bytes = static_cast<std::size_t>(unshard_bytes(numel));
   sim::WorldOptions o;
@@ -51,6 +55,7 @@ void BM_UnshardSimFsdp(benchmark::State& state) {
     const auto results = world.run([&](sim::RankContext& ctx) -> Status {
       SHARDLAB_ASSIGN_OR_RETURN(Tensor init, ctx.device.zeros({numel}, DType::kF32, MemoryCategory::kOther, "init"));
       runtime::fsdp::FsdpOptions fo;
+      fo.version = version;
       SHARDLAB_ASSIGN_OR_RETURN(
           auto m, runtime::fsdp::FullyShardedModel::create(ctx.comm, ctx.device, {{"w", {numel}, true, 0, "Linear"}},
                                                            runtime::fsdp::WrapPlan::per_layer(1), fo, init));
@@ -98,16 +103,19 @@ void BM_StepUnsharded(benchmark::State& state) {
   }
 }
 
-void BM_StepFsdpFullShard(benchmark::State& state) {
-  const auto o = step_options(state.range(0));
+void BM_StepFsdpFullShard(benchmark::State& state, int world, int version) {
+  auto o = step_options(state.range(0));
+  o.fsdp.version = version;
   for (auto _ : state) {
     sim::WorldOptions wo;
-    wo.world_size = 1;
+    wo.world_size = world;
     sim::World world(wo);
     const auto results = world.run([&](sim::RankContext& ctx) -> Status {
       return runtime::train::train_fsdp(ctx.comm, ctx.device, ctx.clock, o).status();
     });
-    if (!results[0].status.is_ok()) state.SkipWithError(results[0].status.to_string().c_str());
+    for (const auto& r : results) {
+      if (!r.status.is_ok()) state.SkipWithError(r.status.to_string().c_str());
+    }
   }
 }
 
@@ -120,8 +128,14 @@ BENCHMARK(BM_UnshardMemcpy)
     ->RangeMultiplier(8)
     ->Range(64 << 10, 32 << 20)
     ->Unit(benchmark::kMicrosecond);
-BENCHMARK(BM_UnshardSimFsdp)
+BENCHMARK_CAPTURE(BM_UnshardSimFsdp, fsdp1, 1)
     ->Name("unshard/sim_fsdp")
+    ->RangeMultiplier(8)
+    ->Range(64 << 10, 32 << 20)
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_UnshardSimFsdp, fsdp2, 2)
+    ->Name("unshard/sim_fsdp2")
     ->RangeMultiplier(8)
     ->Range(64 << 10, 32 << 20)
     ->UseManualTime()
@@ -133,11 +147,23 @@ BENCHMARK(BM_StepUnsharded)
     ->Arg(512)
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_StepFsdpFullShard)
+BENCHMARK_CAPTURE(BM_StepFsdpFullShard, w1, 1, 1)
     ->Name("step/fsdp_full_shard")
     ->Arg(16)
     ->Arg(256)
     ->Arg(512)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_StepFsdpFullShard, w2, 2, 1)
+    ->Name("step/fsdp_full_shard_2")
+    ->Arg(16)
+    ->Arg(256)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_StepFsdpFullShard, fsdp2_w2, 2, 2)
+    ->Name("step/fsdp2_full_shard")
+    ->Arg(16)
+    ->Arg(256)
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 BENCHMARK_MAIN();

@@ -402,6 +402,8 @@ fsdp:
     ASSERT_THAT(r, IsOk());
     EXPECT_EQ(r->fsdp.sharding_strategy, strategy) << value;
   }
+  expect_error(parse("name: a\nfsdp:\n  fsdp_reshard_after_forward: maybe\n"), "s.yaml:3:31:",
+               {"fsdp.sharding_strategy: unknown value 'maybe'", "true is FULL_SHARD and false SHARD_GRAD_OP"});
   expect_error(parse("name: a\nfsdp:\n  fsdp_reshard_after_forward: false\n  sharding_strategy: FULL_SHARD\n"),
                "s.yaml:4:3:", {"both set fsdp.sharding_strategy", "one spelling"});
   expect_error(parse("name: a\nfsdp:\n  fsdp_version: 3\n"),

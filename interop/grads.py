@@ -25,7 +25,7 @@ try:
     import torch
     from safetensors.torch import load_file
 
-    from peer_common import HEADS, small_bert, token_batch
+    from peer_common import HEADS, compare_tensors, small_bert, token_batch
 except ImportError as e:
     print(f"skipped: PyTorch peer not installed ({e}); run ./bootstrap peer")
     sys.exit(77)
@@ -63,25 +63,9 @@ def main():
                     failed += 1
                     continue
                 ours = load_file(out)
-                worst, where, problems = 0.0, "", []
-                for name, g in theirs.items():
-                    if name not in ours:
-                        problems.append(f"{name}: missing from shardlab's gradients")
-                        continue
-                    mine = ours[name].reshape(g.shape)
-                    scale = float(g.abs().max())
-                    if scale < 1e-6:
-                        # Analytically zero (the attention key bias; the QA head's bias, whose softmax
-                        # gradient sums to 0 over positions): both sides must be rounding noise.
-                        if float(mine.abs().max()) > 1e-5:
-                            problems.append(f"{name}: analytically zero, shardlab {float(mine.abs().max()):.2e}")
-                        continue
-                    diff = float((mine - g).abs().max()) / scale
-                    if diff > worst:
-                        worst, where = diff, name
-                extra = sorted(set(ours) - set(theirs))
-                if extra:
-                    problems.append(f"shardlab has gradients PyTorch has not: {extra[:5]}")
+                # Analytically zero gradients (the attention key bias; the QA head's bias, whose
+                # softmax gradient sums to 0 over positions) must be rounding noise on both sides.
+                worst, where, problems = compare_tensors(theirs, ours, "gradients", check_extra=True)
                 ok = not problems and worst <= TOLERANCE
                 print(f"{head:14s} W={world}: {len(theirs)} gradients, worst {worst:.2e} of the tensor's largest "
                       f"|gradient| ({where}): " + ("within 1e-5" if ok else "OUT OF TOLERANCE"))

@@ -63,3 +63,28 @@ def train_on_files(folder, head, seq, rows_per_rank, world, steps, *sets):
     for s in sets:
         args += ["--set", s]
     return args
+
+
+def compare_tensors(theirs, ours, what, check_extra=False):
+    """Compares shardlab's tensors with PyTorch's by name, each relative to the PyTorch
+    tensor's largest |value|. One PyTorch holds at zero (< 1e-6: an analytically zero
+    gradient, or a parameter that never moves) must be below 1e-5 in shardlab too.
+    Returns (worst relative difference, its name, problems); `what` names the tensors."""
+    worst, where, problems = 0.0, "", []
+    for name, t in theirs.items():
+        if name not in ours:
+            problems.append(f"{name}: missing from shardlab's {what}")
+            continue
+        mine = ours[name].reshape(t.shape)
+        scale = float(t.abs().max())
+        if scale < 1e-6:
+            if float(mine.abs().max()) > 1e-5:
+                problems.append(f"{name}: zero in PyTorch, shardlab {float(mine.abs().max()):.2e}")
+            continue
+        diff = float((mine - t).abs().max()) / scale
+        if diff > worst:
+            worst, where = diff, name
+    extra = sorted(set(ours) - set(theirs))
+    if check_extra and extra:
+        problems.append(f"shardlab has {what} PyTorch has not: {extra[:5]}")
+    return worst, where, problems

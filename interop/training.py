@@ -33,7 +33,7 @@ try:
     from transformers import BertForSequenceClassification
     from transformers.utils import logging as hf_logging
 
-    from peer_common import free_port, small_bert, token_batch, train_on_files
+    from peer_common import compare_tensors, free_port, small_bert, token_batch, train_on_files
 except ImportError as e:
     print(f"skipped: PyTorch peer not installed ({e}); run ./bootstrap peer")
     sys.exit(77)
@@ -124,21 +124,9 @@ def main():
                     ours_losses = json.load(f)["loss"]
                 ours = load_file(os.path.join(ck, f"step-{STEPS:08d}", "model.safetensors"))
                 loss_rel = max(abs(x - y) / max(abs(y), 1e-12) for x, y in zip(ours_losses, theirs_losses))
-                worst, where, problems = 0.0, "", []
-                for name, t in theirs.items():
-                    if name not in ours:
-                        problems.append(f"{name} missing from shardlab's checkpoint")
-                        continue
-                    scale = float(t.abs().max())
-                    if scale < 1e-6:
-                        # Zero at init with an analytically zero gradient (the attention key bias): it
-                        # stays at rounding noise on both sides.
-                        if float(ours[name].abs().max()) > 1e-5:
-                            problems.append(f"{name}: stays zero in PyTorch, shardlab {float(ours[name].abs().max()):.1e}")
-                        continue
-                    diff = float((ours[name].reshape(t.shape) - t).abs().max()) / scale
-                    if diff > worst:
-                        worst, where = diff, name
+                # The attention key bias is zero at init with an analytically zero gradient: it
+                # stays at rounding noise on both sides.
+                worst, where, problems = compare_tensors(theirs, ours, "checkpoint")
                 ok = not problems and loss_rel <= 1e-5 and worst <= 1e-5 and len(ours_losses) == STEPS
                 print(f"{tag}: losses {' '.join('%.6f' % x for x in theirs_losses)} (PyTorch); worst loss difference "
                       f"{loss_rel:.1e} relative; worst parameter {worst:.1e} of its largest |value| ({where}): "

@@ -416,7 +416,14 @@ Status FullyShardedModel::wait_unsharded(int unit) {
       fp.gather.reset();
     }
     if (!s.is_ok()) return s.with_context("FSDP unshard of unit " + std::to_string(unit));
-    if (options_.param_dtype == DType::kF32) {
+    if (fp.layout.per_parameter()) {
+      // FSDP2: copy-out from the all-gathered shards into the parameters (NOTE [FSDP2 copy-in
+      // and copy-out]).
+      SHARDLAB_ASSIGN_OR_RETURN(fp.full,
+                                dev_.empty({fp.layout.unsharded_numel()}, DType::kF32, MemoryCategory::kParameters,
+                                           "unit" + std::to_string(unit) + ".params"));
+      SHARDLAB_RETURN_IF_ERROR(copy_pieces(fp, fp.gathered, fp.full, /*out=*/true));
+    } else if (options_.param_dtype == DType::kF32) {
       fp.full = fp.gathered;
     } else {
       SHARDLAB_ASSIGN_OR_RETURN(fp.full, dev_.empty({fp.gathered.numel()}, DType::kF32, MemoryCategory::kParameters,
@@ -424,13 +431,6 @@ Status FullyShardedModel::wait_unsharded(int unit) {
       SHARDLAB_RETURN_IF_ERROR(dev_.cast(fp.gathered, fp.full));
     }
     fp.gathered = Tensor();
-    if (fp.layout.per_parameter()) {
-      SHARDLAB_ASSIGN_OR_RETURN(Tensor params,
-                                dev_.empty({fp.layout.unsharded_numel()}, DType::kF32, MemoryCategory::kParameters,
-                                           "unit" + std::to_string(unit) + ".params"));
-      SHARDLAB_RETURN_IF_ERROR(copy_out(fp, fp.full, params));
-      fp.full = params;
-    }
     fp.state = UnitState::kUnsharded;
   }
   SHARDLAB_CHECK_EQ(fp.full.numel(), fp.layout.unsharded_numel());
@@ -640,7 +640,13 @@ Status FullyShardedModel::reduce_grad(int unit) {
     PendingReduction r;
     r.unit = unit;
     r.to_reduce = fp.full_grad;
-    if (rd != DType::kF32) {
+    if (fp.layout.per_parameter() && options_.strategy != ShardingStrategy::kNoShard) {
+      // FSDP2: copy-in of each rank's dim-0 chunks of the gradients, rank after rank, zero
+      // padded, in reduce_dtype (NOTE [FSDP2 copy-in and copy-out]).
+      SHARDLAB_ASSIGN_OR_RETURN(r.to_reduce, dev_.zeros({fp.layout.total_numel()}, rd, MemoryCategory::kCommBuffers,
+                                                        "unit" + std::to_string(unit) + ".grad_chunks"));
+      SHARDLAB_RETURN_IF_ERROR(copy_pieces(fp, r.to_reduce, fp.full_grad, /*out=*/false));
+    } else if (rd != DType::kF32) {
       SHARDLAB_ASSIGN_OR_RETURN(r.to_reduce,
                                 dev_.empty({fp.full_grad.numel()}, rd, MemoryCategory::kCommBuffers,
                                            "unit" + std::to_string(unit) + ".grad_" + std::string(dtype_name(rd))));
@@ -652,13 +658,6 @@ Status FullyShardedModel::reduce_grad(int unit) {
       ++counts_.all_reduce;
       r.reduced = r.to_reduce;
     } else {
-      if (fp.layout.per_parameter()) {
-        // FSDP2: each rank's dim-0 chunks of the gradients, rank after rank, zero padded.
-        SHARDLAB_ASSIGN_OR_RETURN(Tensor chunks, dev_.zeros({fp.layout.total_numel()}, rd, MemoryCategory::kCommBuffers,
-                                                            "unit" + std::to_string(unit) + ".grad_chunks"));
-        SHARDLAB_RETURN_IF_ERROR(copy_in(fp, r.to_reduce, chunks));
-        r.to_reduce = chunks;
-      }
       SHARDLAB_ASSIGN_OR_RETURN(r.reduced, dev_.empty({fp.layout.shard_numel()}, rd, MemoryCategory::kCommBuffers,
                                                       "unit" + std::to_string(unit) + ".reduced_grad"));
       r.work = shard_comm().reduce_scatter(r.reduced, r.to_reduce, ReduceOp::kSum);
@@ -833,29 +832,21 @@ Status FullyShardedModel::gather_full_params(const Tensor& out) {
 
 // NOTE [FSDP2 copy-in and copy-out]: rank r's shard sits at [r·S, (r+1)·S) of the
 // all-gathered buffer; each of its pieces is a run of rows of one parameter, copied to
-// that parameter's place in the unsharded buffer (and back for gradients). Padding rows
-// are neither read nor written by copy_out; copy_in's target starts zeroed.
-Status FullyShardedModel::copy_out(const FlatParameter& fp, const Tensor& gathered, const Tensor& unsharded) {
+// that parameter's place in the unsharded buffer (and back for gradients), cast on the way
+// when the two buffers' dtypes differ (param_dtype, reduce_dtype), so no whole-buffer cast
+// comes before or after. Padding rows are neither read nor written by the copy-out; the
+// copy-in's target starts zeroed.
+Status FullyShardedModel::copy_pieces(const FlatParameter& fp, const Tensor& by_rank, const Tensor& unsharded,
+                                      bool out) {
   const std::int64_t s = fp.layout.shard_numel();
   for (const RankShard& shard : fp.layout.shards()) {
     for (const ShardPiece& piece : shard.pieces) {
       const LayoutParam& p = fp.layout.params()[static_cast<std::size_t>(piece.param)];
-      SHARDLAB_ASSIGN_OR_RETURN(Tensor from, gathered.narrow(shard.rank * s + piece.offset_in_shard, piece.numel()));
-      SHARDLAB_ASSIGN_OR_RETURN(Tensor to, unsharded.narrow(p.flat_offset + piece.param_begin, piece.numel()));
-      SHARDLAB_RETURN_IF_ERROR(dev_.copy(from, to));
-    }
-  }
-  return Status::ok();
-}
-
-Status FullyShardedModel::copy_in(const FlatParameter& fp, const Tensor& unsharded, const Tensor& chunks) {
-  const std::int64_t s = fp.layout.shard_numel();
-  for (const RankShard& shard : fp.layout.shards()) {
-    for (const ShardPiece& piece : shard.pieces) {
-      const LayoutParam& p = fp.layout.params()[static_cast<std::size_t>(piece.param)];
-      SHARDLAB_ASSIGN_OR_RETURN(Tensor from, unsharded.narrow(p.flat_offset + piece.param_begin, piece.numel()));
-      SHARDLAB_ASSIGN_OR_RETURN(Tensor to, chunks.narrow(shard.rank * s + piece.offset_in_shard, piece.numel()));
-      SHARDLAB_RETURN_IF_ERROR(dev_.copy(from, to));
+      SHARDLAB_ASSIGN_OR_RETURN(Tensor ranked, by_rank.narrow(shard.rank * s + piece.offset_in_shard, piece.numel()));
+      SHARDLAB_ASSIGN_OR_RETURN(Tensor param, unsharded.narrow(p.flat_offset + piece.param_begin, piece.numel()));
+      const Tensor& from = out ? ranked : param;
+      const Tensor& to = out ? param : ranked;
+      SHARDLAB_RETURN_IF_ERROR(from.dtype() == to.dtype() ? dev_.copy(from, to) : dev_.cast(from, to));
     }
   }
   return Status::ok();
@@ -898,7 +889,7 @@ Status FullyShardedModel::gather_full(const char* what, const std::function<Tens
     if (fp.layout.per_parameter() && options_.strategy != ShardingStrategy::kNoShard) {
       SHARDLAB_ASSIGN_OR_RETURN(
           Tensor params, dev_.empty({fp.layout.unsharded_numel()}, full.dtype(), MemoryCategory::kCommBuffers, what));
-      SHARDLAB_RETURN_IF_ERROR(copy_out(fp, full, params));
+      SHARDLAB_RETURN_IF_ERROR(copy_pieces(fp, full, params, /*out=*/true));
       full = params;
     }
     for (std::size_t i = 0; i < fp.param_indices.size(); ++i) {

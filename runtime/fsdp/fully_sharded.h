@@ -177,11 +177,10 @@ class FullyShardedModel final : public model::ParamAccess {
   // All-gathers pick(unit) (a shard-sized tensor, or undefined to skip the unit) and copies
   // out the unpadded parameters.
   Status gather_full(const char* what, const std::function<Tensor(const FlatParameter&, int)>& pick, const Tensor& out);
-  // FSDP2 (NOTE [FSDP2 copy-in and copy-out] in fully_sharded.cc): the all-gathered shards
-  // into the parameters' unsharded buffer, and the unsharded gradients into the chunks a
-  // reduce-scatter takes.
-  Status copy_out(const FlatParameter& fp, const Tensor& gathered, const Tensor& unsharded);
-  Status copy_in(const FlatParameter& fp, const Tensor& unsharded, const Tensor& chunks);
+  // FSDP2 (NOTE [FSDP2 copy-in and copy-out] in fully_sharded.cc): `out`: the rank-ordered
+  // shards of `by_rank` (all-gathered) into the parameters' `unsharded` buffer; otherwise
+  // `unsharded` (gradients) into the rank-ordered chunks a reduce-scatter takes.
+  Status copy_pieces(const FlatParameter& fp, const Tensor& by_rank, const Tensor& unsharded, bool out);
 
   comm::Communicator& comm_;
   device::Device& dev_;

@@ -9,6 +9,9 @@ namespace shardlab::runtime::fsdp {
 
 namespace {
 
+// Rank r's range of the all-gathered buffer, [r·S, (r+1)·S), before its pieces are listed.
+RankShard rank_range(int rank, std::int64_t shard) { return {rank, rank * shard, (rank + 1) * shard, {}}; }
+
 Status overflow(const std::string& what) {
   return Status::invalid_argument(what + " overflows 64 bits; the parameters are too large to lay out");
 }
@@ -52,10 +55,7 @@ Result<ShardLayout> ShardLayout::make(const std::vector<Shape>& shapes, int worl
   l.shard_ = cursor / world_size + (cursor % world_size != 0 ? 1 : 0);
   if (__builtin_mul_overflow(l.shard_, static_cast<std::int64_t>(world_size), &l.total_)) return overflow("W · S");
   for (int r = 0; r < world_size; ++r) {
-    RankShard s;
-    s.rank = r;
-    s.flat_begin = r * l.shard_;
-    s.flat_end = s.flat_begin + l.shard_;
+    RankShard s = rank_range(r, l.shard_);
     for (const LayoutParam& p : l.params_) {
       const std::int64_t begin = std::max(p.flat_offset, s.flat_begin);
       const std::int64_t end = std::min(p.flat_offset + p.numel, s.flat_end);
@@ -82,10 +82,7 @@ Result<ShardLayout> ShardLayout::make_per_parameter(const std::vector<Shape>& sh
   l.shard_ = d.all_gather_input_numel();
   if (__builtin_mul_overflow(l.shard_, static_cast<std::int64_t>(world_size), &l.total_)) return overflow("W · S");
   for (int r = 0; r < world_size; ++r) {
-    RankShard s;
-    s.rank = r;
-    s.flat_begin = r * l.shard_;
-    s.flat_end = s.flat_begin + l.shard_;
+    RankShard s = rank_range(r, l.shard_);
     for (const Dim0Param& p : d.params()) {
       const Dim0Shard c = d.shard(r, p.index);
       if (c.rows() == 0) continue;
