@@ -7,9 +7,11 @@
 #include <cstdio>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <vector>
 
 #include "runtime/device/cpu/device.h"
+#include "runtime/io/safetensors.h"
 #include "runtime/model/bert_io.h"
 #include "runtime/train/fsdp_train.h"
 #include "sim/engine/world.h"
@@ -92,6 +94,23 @@ std::string describe(const NonFinite& f, std::int64_t of, std::size_t tensors) {
          " tensors: " + list;
 }
 
+// `bert`'s dropout masks for `rows` × `seq` at `ctx`, written to `path` (safetensors, F32).
+Status write_dropout_masks(const std::string& path, const runtime::model::Bert& bert,
+                           const runtime::model::ForwardContext& ctx, std::int64_t rows, std::int64_t seq) {
+  runtime::device::cpu::CpuDevice host;
+  SHARDLAB_ASSIGN_OR_RETURN(auto masks, bert.dropout_masks(host, ctx, rows, seq));
+  std::vector<std::vector<float>> values;
+  std::vector<runtime::io::TensorRef> refs;
+  values.reserve(masks.size());
+  for (const auto& [name, mask] : masks) {
+    SHARDLAB_ASSIGN_OR_RETURN(std::vector<float> v, runtime::device::values_to_host<float>(host, mask));
+    values.push_back(std::move(v));
+    refs.push_back({name, DType::kF32, mask.shape(), std::as_bytes(std::span<const float>(values.back()))});
+  }
+  return runtime::io::write_safetensors(path, refs, {{"seed", std::to_string(ctx.seed)}, {"step", "0"}})
+      .with_context("--dropout-masks");
+}
+
 }  // namespace
 
 int grads_command(const GradsArgs& a) {
@@ -122,6 +141,12 @@ int grads_command(const GradsArgs& a) {
     o.bert.compute_dtype = DType::kBF16;
     o.fsdp.param_dtype = DType::kBF16;
   }
+  if (!a.dropout_masks.empty() && o.bert.config.hidden_dropout_prob <= 0.0f &&
+      o.bert.config.attention_probs_dropout_prob <= 0.0f) {
+    return fail(Status::invalid_argument("--dropout-masks " + a.dropout_masks +
+                                         ": the step draws no dropout mask (hidden_dropout_prob and "
+                                         "attention_probs_dropout_prob are 0); give --dropout P with P in (0, 1)"));
+  }
   if (Status s = train::check_numerics_host_memory(o, train::host_memory_bytes()); !s.is_ok()) return fail(s);
   // The batch, read once on the host; each rank copies its rows.
   device::cpu::CpuDevice host;
@@ -136,6 +161,14 @@ int grads_command(const GradsArgs& a) {
                                          std::to_string(B)));
   }
   o.bert.seq_len = T;
+  if (!a.dropout_masks.empty()) {
+    // The step is step 0 of a run seeded --seed, its batch rows 0..B-1: the masks of that
+    // forward, whichever rank draws each row.
+    if (Status s = write_dropout_masks(a.dropout_masks, probe, model::ForwardContext{a.seed, 0, 0, true}, B, T);
+        !s.is_ok()) {
+      return fail(s);
+    }
+  }
   // Weights.
   const auto specs = model::bert_param_specs(o.bert.config, o.bert.head);
   const std::int64_t total = model::total_numel(specs);

@@ -20,6 +20,7 @@ struct GradsArgs {
   std::string dtype = "fp32";    // fp32 | bf16
   std::optional<float> dropout;  // overrides hidden and attention dropout
   std::uint64_t seed = 0;        // dropout masks
+  std::string dropout_masks;     // where to write them ("" = not written)
   bool quiet = false;
 };
 

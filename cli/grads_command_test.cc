@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 
 #include "runtime/device/cpu/device.h"
 #include "runtime/io/safetensors.h"
@@ -171,6 +172,59 @@ TEST_P(GradsCommand, DropoutZeroAndBf16Run) {
   const auto [diff, scale] = max_diff(a.out, (files.dir / "fp32.safetensors").string());
   EXPECT_GT(diff, 0.0);          // bf16 really rounds
   EXPECT_LT(diff, 0.1 * scale);  // and stays close (bf16 keeps 8 bits)
+}
+
+// --dropout-masks: one mask per Dropout module by its Hugging Face name, with that
+// module's shape, values 0 or 1/(1-p) at about rate p; a row's mask is the same whichever
+// slice of the batch draws it (what lets another framework apply them to the whole batch).
+TEST_P(GradsCommand, DropoutMasksByModuleName) {
+  const BertHead head = GetParam();
+  Files files(head, std::string(runtime::model::bert_head_name(head)) + "_masks");
+  GradsArgs a = files.args(2, "g.safetensors");
+  a.dropout = 0.25f;
+  a.seed = 9;
+  a.dropout_masks = (files.dir / "masks.safetensors").string();
+  ASSERT_EQ(grads_command(a), 0);
+  const io::SafetensorsFile masks = *io::read_safetensors(a.dropout_masks);
+  std::map<std::string, Shape> want = {{"bert.embeddings.dropout", {8, 12, 32}}};
+  for (const std::string l : {"0", "1"}) {
+    want["bert.encoder.layer." + l + ".attention.self.dropout"] = {8, 4, 12, 12};
+    want["bert.encoder.layer." + l + ".attention.output.dropout"] = {8, 12, 32};
+    want["bert.encoder.layer." + l + ".output.dropout"] = {8, 12, 32};
+  }
+  if (head == BertHead::kSequenceClassification) want["dropout"] = {8, 32};
+  std::map<std::string, Shape> got;
+  std::int64_t zeros = 0, total = 0;
+  for (const auto& t : masks.tensors) {
+    got[t.name] = t.shape;
+    ASSERT_EQ(t.dtype, DType::kF32) << t.name;
+    const auto* v = reinterpret_cast<const float*>(t.data.data());
+    for (std::size_t i = 0; i < t.data.size() / sizeof(float); ++i, ++total) {
+      ASSERT_TRUE(v[i] == 0.0f || v[i] == 1.0f / 0.75f) << t.name << "[" << i << "] = " << v[i];
+      zeros += v[i] == 0.0f;
+    }
+  }
+  EXPECT_EQ(got, want);
+  EXPECT_NEAR(static_cast<double>(zeros) / static_cast<double>(total), 0.25, 0.02);
+  // Rows 4..7 drawn alone (as rank 1 of 2 draws them) are rows 4..7 of the file's.
+  runtime::model::BertOptions o;
+  o.config = runtime::model::read_bert_config((files.dir / "config.json").string())->config;
+  o.config.hidden_dropout_prob = o.config.attention_probs_dropout_prob = 0.25f;
+  o.head = head;
+  runtime::device::cpu::CpuDevice cpu;
+  const auto half = *runtime::model::Bert(o).dropout_masks(cpu, {9, 0, 4, true}, 4, 12);
+  ASSERT_EQ(half.size(), masks.tensors.size());
+  for (std::size_t i = 0; i < half.size(); ++i) {
+    const auto& [name, mask] = half[i];
+    ASSERT_EQ(name, masks.tensors[i].name);
+    const std::size_t bytes = static_cast<std::size_t>(mask.numel()) * sizeof(float);
+    EXPECT_EQ(std::memcmp(mask.data<float>(), masks.tensors[i].data.data() + bytes, bytes), 0) << name;
+  }
+  // Without dropout there is no mask to write: exit 2, saying how to get one.
+  a.dropout = 0.0f;
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(grads_command(a), 2);
+  EXPECT_NE(testing::internal::GetCapturedStderr().find("the step draws no dropout mask"), std::string::npos);
 }
 
 INSTANTIATE_TEST_SUITE_P(Heads, GradsCommand,

@@ -54,6 +54,9 @@ Subcommand add_grads_command(CLI::App& app) {
       ->add_option("--dropout", flags.grads_dropout,
                    "Override the config's dropout (0 to compare with another framework)")
       ->check(CLI::Range(0.0f, 0.999f));
+  grads_cmd->add_option("--dropout-masks", flags.grads.dropout_masks,
+                        "Also write the dropout masks the step applies (safetensors, one per Dropout module by its "
+                        "Hugging Face name, values 0 or 1/(1-p)), so another framework can apply the same ones");
   grads_cmd->add_option("--seed", flags.grads.seed, "Seed of the dropout masks (0 to 2^64 - 1)")
       ->check(same_rule_as_the_scenario(parse_seed, "--seed"))
       ->capture_default_str();

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "runtime/model/model.h"
@@ -119,6 +120,15 @@ class Bert final : public Model {
   Result<std::vector<double>> forward_backward(device::Device& dev, ParamAccess& access, const Batch& batch,
                                                const std::vector<float>& term_scale,
                                                const ForwardContext& ctx) const override;
+  // The dropout masks one training forward at `ctx` draws for `rows` batch rows of `seq`
+  // tokens, each under the Hugging Face name of the Dropout module that applies it (eager
+  // attention): "bert.embeddings.dropout" [rows, T, H]; per layer i
+  // "bert.encoder.layer.{i}.attention.self.dropout" [rows, A, T, T],
+  // "….attention.output.dropout" and "….output.dropout" [rows, T, H]; "dropout" [rows, H]
+  // for sequence classification (on the pooled output). Values 0 or 1/(1-p); sites whose p
+  // is 0 are left out. fp32 tensors on `dev`, bitwise the masks forward_backward applies.
+  Result<std::vector<std::pair<std::string, Tensor>>> dropout_masks(device::Device& dev, const ForwardContext& ctx,
+                                                                    std::int64_t rows, std::int64_t seq) const;
   // Checks a batch's tensors against the config and head: names, dtypes, shapes, token
   // ids inside the vocabulary, T <= max_position_embeddings, labels in range.
   Status validate_batch(const Batch& batch) const;

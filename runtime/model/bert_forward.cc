@@ -36,6 +36,18 @@ enum Site : std::uint64_t {
   kSitePooler = 4
 };
 
+// The dropout mask of `site` in `layer` drawn into `mask` (its dim 0 are batch rows, the
+// first being global row ctx.first_row): per row, values of 0 or 1/(1-p) from
+// Rng(seed).split(step).split(global row).split(layer * 8 + site) — so a row's mask never
+// depends on which rank or micro-batch holds it. Keep decisions use 16 random bits each (p
+// is quantized to 1/65536). The forward and Bert::dropout_masks both draw through here.
+Status draw_site_mask(Device& dev, const Tensor& mask, float p, const ForwardContext& ctx, int layer, Site site) {
+  const Rng step_rng = Rng(ctx.seed, kDropoutStream).split(static_cast<std::uint64_t>(ctx.step));
+  SHARDLAB_ASSIGN_OR_RETURN(Tensor per_row, mask.reshape({mask.dim(0), mask.numel() / mask.dim(0)}));
+  return dev.dropout_mask(per_row, p, step_rng, ctx.first_row,
+                          static_cast<std::uint64_t>(layer) * 8 + static_cast<std::uint64_t>(site));
+}
+
 // Parameter indices (bert_param_specs order).
 constexpr int kWordEmb = 0, kPosEmb = 1, kTypeEmb = 2, kEmbLnW = 3, kEmbLnB = 4, kEmbParams = 5, kLayerParams = 16;
 enum LayerParam { kQw, kQb, kKw, kKb, kVw, kVb, kAOw, kAOb, kLn1w, kLn1b, kIw, kIb, kOw, kOb, kLn2w, kLn2b };
@@ -133,17 +145,13 @@ class Pass {
     return dev_.layer_norm_backward(x, dy, mean, rstd, gamma, dx, gw, gb, /*accumulate=*/true);
   }
 
-  // The dropout mask for `site` of `layer`: per batch row b, `per_row` values of 0 or
-  // 1/(1-p), drawn from Rng(seed).split(step).split(global row).split(layer, site) — so a
-  // row's mask never depends on which rank or micro-batch holds it. Keep decisions use 16
-  // random bits each (p is quantized to 1/65536). Undefined when p == 0 or not training.
+  // The dropout mask for `site` of `layer` (draw_site_mask; `shape`'s elements in batch-row
+  // order). Undefined when p == 0 or not training.
   Result<Tensor> dropout_mask(float p, int layer, Site site, const Shape& shape) {
     if (!fc_.training || p <= 0.0f) return Tensor();
     SHARDLAB_ASSIGN_OR_RETURN(Tensor mask, act(shape, "dropout_mask"));
-    const Rng step_rng = Rng(fc_.seed, kDropoutStream).split(static_cast<std::uint64_t>(fc_.step));
     SHARDLAB_ASSIGN_OR_RETURN(Tensor per_row, mask.reshape({B, mask.numel() / B}));  // rows are batch rows
-    SHARDLAB_RETURN_IF_ERROR(dev_.dropout_mask(
-        per_row, p, step_rng, fc_.first_row, static_cast<std::uint64_t>(layer) * 8 + static_cast<std::uint64_t>(site)));
+    SHARDLAB_RETURN_IF_ERROR(draw_site_mask(dev_, per_row, p, fc_, layer, site));
     return mask;
   }
   // x *= mask in place (no-op for an undefined mask).
@@ -379,6 +387,37 @@ Status Bert::init_params(device::Device& dev, const std::vector<Tensor>& params,
     SHARDLAB_RETURN_IF_ERROR(device::values_from_host(dev, values, params[i]));
   }
   return Status::ok();
+}
+
+Result<std::vector<std::pair<std::string, Tensor>>> Bert::dropout_masks(device::Device& dev, const ForwardContext& ctx,
+                                                                        std::int64_t rows, std::int64_t seq) const {
+  const BertConfig& c = options_.config;
+  if (rows <= 0 || seq <= 0) {
+    return Status::invalid_argument("BERT dropout masks: need rows and seq > 0, got " + std::to_string(rows) + " × " +
+                                    std::to_string(seq));
+  }
+  const std::int64_t H = c.hidden_size, A = c.num_attention_heads;
+  std::vector<std::pair<std::string, Tensor>> out;
+  auto add = [&](std::string name, float p, int layer, Site site, const Shape& shape) -> Status {
+    if (p <= 0.0f) return Status::ok();
+    SHARDLAB_ASSIGN_OR_RETURN(Tensor mask, dev.empty(shape, DType::kF32, MemoryCategory::kActivations, name));
+    SHARDLAB_RETURN_IF_ERROR(draw_site_mask(dev, mask, p, ctx, layer, site));
+    out.emplace_back(std::move(name), std::move(mask));
+    return Status::ok();
+  };
+  SHARDLAB_RETURN_IF_ERROR(add("bert.embeddings.dropout", c.hidden_dropout_prob, 0, kSiteEmbeddings, {rows, seq, H}));
+  for (int l = 1; l <= c.num_hidden_layers; ++l) {
+    const std::string layer = "bert.encoder.layer." + std::to_string(l - 1) + ".";
+    SHARDLAB_RETURN_IF_ERROR(add(layer + "attention.self.dropout", c.attention_probs_dropout_prob, l,
+                                 kSiteAttentionProbs, {rows, A, seq, seq}));
+    SHARDLAB_RETURN_IF_ERROR(
+        add(layer + "attention.output.dropout", c.hidden_dropout_prob, l, kSiteAttentionOutput, {rows, seq, H}));
+    SHARDLAB_RETURN_IF_ERROR(add(layer + "output.dropout", c.hidden_dropout_prob, l, kSiteOutput, {rows, seq, H}));
+  }
+  if (options_.head == BertHead::kSequenceClassification) {
+    SHARDLAB_RETURN_IF_ERROR(add("dropout", c.hidden_dropout_prob, c.num_hidden_layers + 1, kSitePooler, {rows, H}));
+  }
+  return out;
 }
 
 Result<Batch> Bert::synthetic_batch(device::Device& dev, std::uint64_t seed, std::int64_t step, std::int64_t first_row,
