@@ -65,18 +65,26 @@ def train_on_files(folder, head, seq, rows_per_rank, world, steps, *sets):
     return args
 
 
-def compare_tensors(theirs, ours, what, check_extra=False):
+def compare_tensors(theirs, ours, what, check_extra=False, floor=0.0, bounded=()):
     """Compares shardlab's tensors with PyTorch's by name, each relative to the PyTorch
-    tensor's largest |value|. One PyTorch holds at zero (< 1e-6: an analytically zero
-    gradient, or a parameter that never moves) must be below 1e-5 in shardlab too.
-    Returns (worst relative difference, its name, problems); `what` names the tensors."""
+    tensor's largest |value| (or `floor`, when larger). One PyTorch holds at zero (< 1e-6: an
+    analytically zero gradient, or a parameter that never moves) must be below 1e-5 in
+    shardlab too. Tensors whose name ends with one of `bounded` are only checked to stay
+    within `floor` on both sides (values made of rounding noise, as Adam's steps on an
+    analytically zero gradient). Returns (worst relative difference, its name, problems);
+    `what` names the tensors."""
     worst, where, problems = 0.0, "", []
     for name, t in theirs.items():
         if name not in ours:
             problems.append(f"{name}: missing from shardlab's {what}")
             continue
-        mine = ours[name].reshape(t.shape)
-        scale = float(t.abs().max())
+        mine = ours[name].reshape(t.shape).to(t.dtype)
+        if name.endswith(tuple(bounded)):
+            largest = max(float(t.abs().max()), float(mine.abs().max()))
+            if largest > floor:
+                problems.append(f"{name}: |value| {largest:.2e} above the bound {floor:.2e}")
+            continue
+        scale = max(float(t.abs().max()), floor)
         if scale < 1e-6:
             if float(mine.abs().max()) > 1e-5:
                 problems.append(f"{name}: zero in PyTorch, shardlab {float(mine.abs().max()):.2e}")
