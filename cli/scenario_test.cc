@@ -1241,6 +1241,51 @@ TEST_F(ScenarioFiles, AccelerateYamlConfigIsHonoured) {
   EXPECT_EQ(s->world.devices_per_node, 2);
 }
 
+// NOTE [accelerate's defaults]: a key the YAML leaves out is accelerate's default, not the
+// scenario's value, and the note names each replaced value.
+TEST_F(ScenarioFiles, AccelerateYamlConfigLeavesOutKeysAtAcceleratesDefaults) {
+  ScenarioOverrides o;
+  o.fsdp_config = write("sparse.yaml",
+                        "distributed_type: FSDP\nmixed_precision: 'no'\nfsdp_config:\n  fsdp_sharding_strategy: "
+                        "SHARD_GRAD_OP\n");
+  const char* scenario =
+      "name: a\nfsdp:\n  backward_prefetch: BACKWARD_POST\n  use_orig_params: true\n  activation_checkpointing: "
+      "true\n  auto_wrap_policy: transformer\n  state_dict_type: SHARDED_STATE_DICT\n  async_reduction: false\n";
+  auto r = parse(scenario, o);
+  ASSERT_THAT(r, IsOk());
+  EXPECT_EQ(r->fsdp.sharding_strategy, ShardingStrategy::kShardGradOp);  // the file's
+  EXPECT_EQ(r->fsdp.backward_prefetch, BackwardPrefetch::kNone);         // accelerate's defaults
+  EXPECT_FALSE(r->fsdp.use_orig_params);
+  EXPECT_FALSE(r->fsdp.activation_checkpointing);
+  EXPECT_EQ(r->fsdp.auto_wrap_policy, AutoWrapPolicy::kNone);
+  EXPECT_EQ(r->fsdp.state_dict_type, StateDictType::kFull);
+  EXPECT_FALSE(r->fsdp.async_reduction);  // no accelerate key: the scenario's
+  EXPECT_EQ(r->where("fsdp.use_orig_params").to_string(), o.fsdp_config);  // the file, no line: its defaults
+  const std::string notes = ::testing::PrintToString(r->notes);
+  EXPECT_NE(notes.find("accelerate's defaults for the fsdp keys it leaves out"), std::string::npos) << notes;
+  for (const char* replaced :
+       {"fsdp.auto_wrap_policy none (the scenario: transformer)",
+        "fsdp.backward_prefetch NONE (the scenario: "
+        "BACKWARD_POST)",
+        "fsdp.use_orig_params false (the scenario: true)", "fsdp.activation_checkpointing false (the scenario: true)",
+        "fsdp.state_dict_type FULL_STATE_DICT (the scenario: SHARDED_STATE_DICT)"}) {
+    EXPECT_NE(notes.find(replaced), std::string::npos) << replaced << " in " << notes;
+  }
+  EXPECT_EQ(notes.find("async_reduction"), std::string::npos) << notes;
+  // --set still wins over a default.
+  o.set = {"fsdp.use_orig_params=true"};
+  auto s = parse(scenario, o);
+  ASSERT_THAT(s, IsOk());
+  EXPECT_TRUE(s->fsdp.use_orig_params);
+  // A JSON fragment overlays the scenario instead.
+  o.set.clear();
+  o.fsdp_config = write("sparse.json", R"({"fsdp_sharding_strategy": "SHARD_GRAD_OP"})");
+  auto j = parse(scenario, o);
+  ASSERT_THAT(j, IsOk());
+  EXPECT_EQ(j->fsdp.backward_prefetch, BackwardPrefetch::kBackwardPost);
+  EXPECT_TRUE(j->fsdp.use_orig_params);
+}
+
 TEST_F(ScenarioFiles, AccelerateYamlConfigRefusesWhatWouldChangeTheRun) {
   ScenarioOverrides o;
   const std::string base = kAccelerateYaml;

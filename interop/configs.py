@@ -5,7 +5,10 @@ accelerate's ClusterConfig (what `accelerate config` fills in and saves) writes 
 FSDP2 configs for 2 machines × 4 processes with bf16; `shardlab validate --print
 --fsdp-config FILE` must accept each and resolve it to the same settings: world size,
 precision, FSDP version, sharding strategy, prefetch, wrap policy and classes, offload,
-state dict type, use_orig_params, sync_module_states, activation checkpointing.
+state dict type, use_orig_params, sync_module_states, activation checkpointing. A config
+that leaves every fsdp_* key out must resolve to what accelerate's
+FullyShardedDataParallelPlugin holds by default (read from the installed accelerate),
+whatever the scenario's fsdp section says.
 
 Exit 0 when every config means the same to shardlab, 1 otherwise, 77 (ctest: skipped)
 without the peer environment.
@@ -51,6 +54,32 @@ EVERY = {"auto_wrap_policy": "transformer", "transformer_layer_cls_to_wrap": '["
          "nodes": "2", "devices_per_node": "4"}
 
 
+def plugin_defaults():
+    """What accelerate's FullyShardedDataParallelPlugin holds when `accelerate launch` sets no
+    FSDP environment variable (a config leaving every fsdp_* key out), in shardlab's
+    spelling."""
+    from accelerate.utils import FullyShardedDataParallelPlugin
+    saved = {k: os.environ.pop(k) for k in list(os.environ) if k.startswith("FSDP_")}
+    try:
+        p = FullyShardedDataParallelPlugin()
+    finally:
+        os.environ.update(saved)
+    wrap = {None: "none", "TRANSFORMER_BASED_WRAP": "transformer", "SIZE_BASED_WRAP": "size", "NO_WRAP": "none"}
+    policy = p.auto_wrap_policy if p.auto_wrap_policy is None or isinstance(p.auto_wrap_policy, str) else "callable"
+    out = {"sharding_strategy": p.sharding_strategy.name,
+           "backward_prefetch": "NONE" if p.backward_prefetch is None else p.backward_prefetch.name,
+           "forward_prefetch": str(bool(p.forward_prefetch)).lower(),
+           "cpu_offload": str(bool(p.cpu_offload.offload_params)).lower(),
+           "auto_wrap_policy": wrap.get(policy, policy), "state_dict_type": p.state_dict_type.name,
+           "use_orig_params": str(bool(p.use_orig_params)).lower(),
+           "sync_module_states": str(bool(p.sync_module_states)).lower(),
+           "activation_checkpointing": str(bool(p.activation_checkpointing)).lower(),
+           "limit_all_gathers": str(bool(p.limit_all_gathers)).lower(), "fsdp_version": None}
+    if getattr(p, "min_num_params", None) is not None:
+        out["min_num_params"] = str(int(p.min_num_params))
+    return out
+
+
 def resolved(text):
     """The key: value lines of `validate --print` (sections flattened, last one wins)."""
     out = {}
@@ -68,8 +97,11 @@ def main():
     a = ap.parse_args()
     print(f"accelerate {accelerate.__version__}")
     failed = 0
+    # accelerate's own defaults: a config that leaves every fsdp_* key out means the plugin's
+    # defaults, whatever the scenario's fsdp section says.
+    cases = CASES + [("plugin_defaults", {}, plugin_defaults())]
     with tempfile.TemporaryDirectory() as d:
-        for name, fsdp, want in CASES:
+        for name, fsdp, want in cases:
             path = os.path.join(d, name + ".yaml")
             ClusterConfig(compute_environment=ComputeEnvironment.LOCAL_MACHINE, distributed_type=DistributedType.FSDP,
                           mixed_precision="bf16", use_cpu=True, debug=False, num_processes=8, num_machines=2,
@@ -82,7 +114,9 @@ def main():
                 failed += 1
                 continue
             got = resolved(done.stdout)
-            wrong = [f"{k}: want {v}, got {got.get(k)}" for k, v in {**EVERY, **want}.items() if got.get(k) != v]
+            every = EVERY if fsdp else {k: v for k, v in EVERY.items() if not k.startswith(("transformer", "auto",
+                                                                                           "state", "activation"))}
+            wrong = [f"{k}: want {v}, got {got.get(k)}" for k, v in {**every, **want}.items() if got.get(k) != v]
             print(f"{name}: " + ("same settings" if not wrong else "DIFFERENT: " + "; ".join(wrong)))
             failed += bool(wrong)
     print("configs: " + ("every accelerate config means the same to shardlab" if not failed else f"{failed} differ"))

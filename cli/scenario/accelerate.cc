@@ -28,6 +28,23 @@ namespace shardlab::cli::scenario_detail {
 // training arguments beside its fsdp_config, keys of a newer accelerate) — but a near-miss of
 // a key it honours (mixed_precison) is refused, exit 2. Every value is checked as a scenario
 // value is, and errors point into the file (file:line:col).
+//
+// NOTE [accelerate's defaults]
+// The YAML file `accelerate config` writes is the FSDP configuration of the run it launches: an fsdp_* key the
+// file leaves out means what accelerate's FullyShardedDataParallelPlugin gives it when
+// `accelerate launch` sets no environment variable for it, not what the scenario's fsdp
+// section says. So the fsdp keys accelerate has start from the plugin's defaults (those of
+// accelerate 1.1.1, the peer's pin, checked live by peer_configs): FULL_SHARD, no wrap
+// policy (the root module is the one unit), min_num_params 1e8, no backward prefetch, no
+// forward prefetch, limit_all_gathers, use_orig_params false, sync_module_states false, no
+// CPU offload, no activation checkpointing, FSDP1, FULL_STATE_DICT. Kept from the scenario:
+// the classes to wrap (accelerate takes the model's _no_split_modules, BertLayer for BERT),
+// mixed precision (the top-level mixed_precision, or the Trainer's bf16 flag beside a JSON),
+// device_id and async_reduction (no accelerate key). Where a default replaces a different
+// value of the scenario, a note on stdout says so. An fsdp_config JSON (the Trainer's,
+// optimum-habana's) is a fragment whose meaning also depends on the training arguments
+// beside it (the Trainer's --fsdp flag), which shardlab does not see: it overlays the
+// scenario, key by key, and the scenario's values stand for the rest.
 
 const std::vector<std::string>& accelerate_launcher_keys() {
   static const std::vector<std::string> kKeys = {"compute_environment",
@@ -143,11 +160,55 @@ Status apply_accelerate_top(const Node& root, std::size_t fsdp_index, Scenario& 
 
 }  // namespace
 
+namespace {
+
+// NOTE [accelerate's defaults]: `fsdp` with its accelerate-configurable settings at the
+// plugin's defaults.
+Scenario::Fsdp accelerate_defaults(Scenario::Fsdp fsdp) {
+  fsdp.sharding_strategy = runtime::fsdp::ShardingStrategy::kFullShard;
+  fsdp.auto_wrap_policy = AutoWrapPolicy::kNone;
+  fsdp.min_num_params = 100000000;
+  fsdp.backward_prefetch = runtime::fsdp::BackwardPrefetch::kNone;
+  fsdp.forward_prefetch = false;
+  fsdp.limit_all_gathers = true;
+  fsdp.use_orig_params = false;
+  fsdp.sync_module_states = false;
+  fsdp.cpu_offload = false;
+  fsdp.activation_checkpointing = false;
+  fsdp.version = 1;
+  fsdp.state_dict_type = runtime::fsdp::StateDictType::kFull;
+  return fsdp;
+}
+
+// The fsdp leaves the file did not set whose value `after` shows differently from `before`
+// (the scenario): "fsdp.key VALUE (the scenario: OLD)", each now placed in the file (line
+// 0: its defaults).
+std::vector<std::string> note_defaults(const std::vector<KeyDef>& defs, const std::string& prefix,
+                                       const Scenario& before, Scenario& after, const std::string& file) {
+  std::vector<std::string> out;
+  for (const KeyDef& def : defs) {
+    const std::string path = prefix + "." + def.name;
+    if (def.is_section()) {
+      for (auto& line : note_defaults(def.children, path, before, after, file)) out.push_back(std::move(line));
+      continue;
+    }
+    if (def.value.show == nullptr || after.where(path).file == file) continue;
+    const std::string was = def.value.show(before), now = def.value.show(after);
+    if (was == now) continue;
+    out.push_back(path + " " + now + " (the scenario: " + was + ")");
+    after.positions[path] = SourcePos{file, 0, 0};
+  }
+  return out;
+}
+
+}  // namespace
+
 Status apply_fsdp_config(const std::string& file, Scenario& s) {
   SHARDLAB_ASSIGN_OR_RETURN(std::string text, read_bounded(file, "--fsdp-config file"));
   const SourcePos start{file, 1, 1};
   Node root;
-  if (json_text(file, text)) {
+  const bool is_json = json_text(file, text);
+  if (is_json) {
     SHARDLAB_ASSIGN_OR_RETURN(nlohmann::json j, parse_json(file, text, "--fsdp-config file"));
     // JSON is YAML 1.2, so yaml-cpp re-reads the validated text to recover positions.
     Result<Node> reread = parse_yaml(text, file_mapper(file), start);
@@ -169,13 +230,25 @@ Status apply_fsdp_config(const std::string& file, Scenario& s) {
   for (std::size_t i = 0; i < root.keys.size(); ++i) {
     if (root.keys[i].kind == Node::Kind::kScalar && root.keys[i].text == "fsdp_config") fsdp_index = i;
   }
-  const Node* fsdp = &root;
-  if (fsdp_index < root.keys.size()) {
-    fsdp = &root.values[fsdp_index];
+  // A JSON object is an fsdp_config, flat or nested; a YAML file is accelerate's config,
+  // whose fsdp keys are under fsdp_config (absent when it sets none: accelerate leaves the
+  // empty section out).
+  const Node no_fsdp_keys{.kind = Node::Kind::kMap, .pos = root.pos};
+  const Node* fsdp = is_json ? &root : &no_fsdp_keys;
+  if (fsdp_index < root.keys.size()) fsdp = &root.values[fsdp_index];
+  if (fsdp_index < root.keys.size() || !is_json) {
     problems.add(apply_accelerate_top(root, fsdp_index, s, ignored, unknown));
   }
   const KeyDef* fsdp_section = find_key(schema(), "fsdp");
+  const Scenario before = s;
+  if (!is_json) s.fsdp = accelerate_defaults(s.fsdp);
   problems.add(apply_map(fsdp_section->children, "fsdp", *fsdp, s));
+  if (const auto replaced = note_defaults(fsdp_section->children, "fsdp", before, s, file); !replaced.empty()) {
+    s.notes.push_back("--fsdp-config " + file +
+                      ": accelerate's defaults for the fsdp keys it leaves out (FullyShardedDataParallelPlugin) "
+                      "replace the scenario's: " +
+                      join(replaced));
+  }
   if (fsdp->kind == Node::Kind::kMap) {
     for (const auto& k : fsdp->keys) {
       const KeyDef* def = k.kind == Node::Kind::kScalar ? find_key(fsdp_section->children, k.text) : nullptr;
