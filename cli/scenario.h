@@ -124,6 +124,9 @@ struct Scenario {
     bool cpu_offload = false;
     bool activation_checkpointing = false;
     int version = 1;  // 1: FullyShardedDataParallel, 2: fully_shard (YAML: fsdp_version)
+    // FSDP2's reshard_after_forward=N (NOTE [reshard_after_forward] in cli/scenario/keys.cc);
+    // 0: reshard to the whole world, or not at all, as the strategy says.
+    int reshard_after_forward_size = 0;
     runtime::fsdp::StateDictType state_dict_type = runtime::fsdp::StateDictType::kFull;
     MixedPrecision mixed_precision;
   } fsdp;

@@ -403,9 +403,31 @@ fsdp:
     EXPECT_EQ(r->fsdp.sharding_strategy, strategy) << value;
   }
   expect_error(parse("name: a\nfsdp:\n  fsdp_reshard_after_forward: maybe\n"), "s.yaml:3:31:",
-               {"fsdp.sharding_strategy: unknown value 'maybe'", "true is FULL_SHARD and false SHARD_GRAD_OP"});
+               {"fsdp.reshard_after_forward: expected true, false or a group size, got 'maybe'",
+                "true (FULL_SHARD), false (SHARD_GRAD_OP)"});
+  // Both keys in one file must agree, whichever comes first (NOTE [reshard_after_forward]).
   expect_error(parse("name: a\nfsdp:\n  fsdp_reshard_after_forward: false\n  sharding_strategy: FULL_SHARD\n"),
-               "s.yaml:4:3:", {"both set fsdp.sharding_strategy", "one spelling"});
+               "s.yaml:4:22:", {"FULL_SHARD disagrees with fsdp.reshard_after_forward (at s.yaml:3:31)"});
+  expect_error(parse("name: a\nfsdp:\n  sharding_strategy: SHARD_GRAD_OP\n  reshard_after_forward: 4\n"),
+               "s.yaml:4:26:", {"4 disagrees with fsdp.sharding_strategy SHARD_GRAD_OP (at s.yaml:3:22)"});
+  for (const char* agreeing :
+       {"FULL_SHARD\n  reshard_after_forward: true", "HYBRID_SHARD\n  reshard_after_forward: true",
+        "_HYBRID_SHARD_ZERO2\n  reshard_after_forward: false", "NO_SHARD\n  reshard_after_forward: false"}) {
+    EXPECT_THAT(parse(std::string("name: a\nfsdp:\n  sharding_strategy: ") + agreeing + "\n"), IsOk()) << agreeing;
+  }
+  // An integer: FSDP2's resharding to groups of N ranks after forward.
+  auto grouped = parse("name: a\nfsdp:\n  fsdp_version: 2\n  reshard_after_forward: 4\n");
+  ASSERT_THAT(grouped, IsOk());
+  EXPECT_EQ(grouped->fsdp.sharding_strategy, ShardingStrategy::kFullShard);
+  EXPECT_EQ(grouped->fsdp.reshard_after_forward_size, 4);
+  expect_error(parse("name: a\nfsdp:\n  reshard_after_forward: 1\n"),
+               "s.yaml:3:26:", {"fsdp.reshard_after_forward: 1 is not a group size"});
+  expect_error(parse("name: a\nfsdp:\n  reshard_after_forward: 4\n"),
+               "s.yaml:3:26:", {"fsdp.reshard_after_forward 4 is FSDP2's (fsdp_version: 2)"});
+  expect_error(parse("name: a\nfsdp:\n  fsdp_version: 2\n  reshard_after_forward: 3\n"),
+               "s.yaml:4:26:", {"must divide the world size 8 and be smaller", "1 < N < world size"});
+  expect_error(parse("name: a\nfsdp:\n  fsdp_version: 2\n  reshard_after_forward: 8\n"),
+               "s.yaml:4:26:", {"must divide the world size 8 and be smaller"});
   expect_error(parse("name: a\nfsdp:\n  fsdp_version: 3\n"),
                "s.yaml:3:17:", {"fsdp.fsdp_version", "3 is out of range", "allowed: an integer from 1 to 2"});
   expect_error(parse("name: a\nfsdp:\n  fsdp_offload_params: \"yes\"\n"),
@@ -1259,7 +1281,7 @@ TEST_F(ScenarioFiles, AccelerateYamlConfigLeavesOutKeysAtAcceleratesDefaults) {
   EXPECT_FALSE(r->fsdp.activation_checkpointing);
   EXPECT_EQ(r->fsdp.auto_wrap_policy, AutoWrapPolicy::kNone);
   EXPECT_EQ(r->fsdp.state_dict_type, StateDictType::kFull);
-  EXPECT_FALSE(r->fsdp.async_reduction);  // no accelerate key: the scenario's
+  EXPECT_FALSE(r->fsdp.async_reduction);                                   // no accelerate key: the scenario's
   EXPECT_EQ(r->where("fsdp.use_orig_params").to_string(), o.fsdp_config);  // the file, no line: its defaults
   const std::string notes = ::testing::PrintToString(r->notes);
   EXPECT_NE(notes.find("accelerate's defaults for the fsdp keys it leaves out"), std::string::npos) << notes;
@@ -1329,12 +1351,10 @@ TEST_F(ScenarioFiles, AccelerateYamlConfigRefusesWhatWouldChangeTheRun) {
 TEST(ScenarioSchema, ReferenceListsEveryKeyWithDefaultsAndEquivalents) {
   const std::string md = schema_reference(/*markdown=*/true);
   EXPECT_NE(md.find("| `fsdp.sharding_strategy` | name | `FULL_SHARD` | FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, "
-                    "HYBRID_SHARD, _HYBRID_SHARD_ZERO2 (or accelerate's numbers 1-5, in that order; as "
-                    "fsdp_reshard_after_forward, true is FULL_SHARD and false SHARD_GRAD_OP) |"),
+                    "HYBRID_SHARD, _HYBRID_SHARD_ZERO2 (or accelerate's numbers 1-5, in that order) |"),
             std::string::npos);
-  EXPECT_NE(md.find("accelerate fsdp_sharding_strategy, fsdp_reshard_after_forward | "
-                    "fsdp_sharding_strategy, fsdp_reshard_after_forward, reshard_after_forward |"),
-            std::string::npos);
+  EXPECT_NE(md.find("| `fsdp.reshard_after_forward` | bool or integer | `true` |"), std::string::npos);
+  EXPECT_NE(md.find("accelerate fsdp_reshard_after_forward | fsdp_reshard_after_forward |"), std::string::npos);
   EXPECT_NE(md.find("| `train.steps` | integer | `5` |"), std::string::npos);
   EXPECT_NE(md.find("| `world.device` | name or path | `cpu` | cpu, gaudi1, gaudi2, gaudi3, or a path"),
             std::string::npos);

@@ -303,6 +303,7 @@ Status set_fsdp(const Scenario& s, RunArgs& a) {
   o.fsdp.strategy = s.fsdp.sharding_strategy;
   o.fsdp.backward_prefetch = s.fsdp.backward_prefetch;
   o.fsdp.version = s.fsdp.version;
+  o.fsdp.reshard_after_forward_size = s.fsdp.reshard_after_forward_size;
   o.fsdp.devices_per_node = s.world.devices_per_node;
   o.fsdp.collective_timeout = static_cast<Nanos>(std::llround(s.world.collective_timeout_s * 1e9));
   o.fsdp.forward_prefetch = s.fsdp.forward_prefetch;

@@ -67,6 +67,13 @@ Status TracingDevice::copy(const Tensor& src, const Tensor& dst, StreamId stream
 Status TracingDevice::fill(const Tensor& dst, float value, StreamId stream) {
   SHARDLAB_TRACED("fill", fill(dst, value, stream), &dst);
 }
+Status TracingDevice::copy_many(std::span<const CopyPair> pairs, StreamId stream) {
+  // One recorded op (the first source's and the last destination's shapes), as it is one
+  // device op below.
+  static const Tensor kNone;
+  SHARDLAB_TRACED("copy_many", copy_many(pairs, stream), pairs.empty() ? &kNone : &pairs.front().src,
+                  pairs.empty() ? &kNone : &pairs.back().dst);
+}
 Status TracingDevice::cast(const Tensor& src, const Tensor& dst, StreamId stream) {
   SHARDLAB_TRACED("cast", cast(src, dst, stream), &src, &dst);
 }

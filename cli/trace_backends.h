@@ -59,6 +59,7 @@ class TracingDevice final : public runtime::device::Device {
   Status copy(const Tensor& src, const Tensor& dst, StreamId stream) override;
   Status fill(const Tensor& dst, float value, StreamId stream) override;
   Status cast(const Tensor& src, const Tensor& dst, StreamId stream) override;
+  Status copy_many(std::span<const CopyPair> pairs, StreamId stream) override;
   Status axpy(float alpha, const Tensor& x, const Tensor& y, StreamId stream) override;
   Status scale(const Tensor& x, float alpha, StreamId stream) override;
   Status gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c, float alpha, float beta,

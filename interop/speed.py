@@ -3,10 +3,12 @@
 MPI, the same BERT training step on the same machine, in one run.
 
 A transformers BertForMaskedLM of the given size (seeded, dropout 0, save_pretrained) and
-one token batch train for --steps SGD steps on --world CPU processes: PyTorch 2.x
-FullyShardedDataParallel (FULL_SHARD, use_orig_params=True) over gloo, then `mpiexec -n W
-shardlab run --backend mpi` on the same files. Reported: each side's median step time
-(after the first step) and the ratio PyTorch / shardlab (> 1: shardlab is faster). Thread
+one token batch train for --steps SGD steps on --world CPU processes, one FSDP unit per
+BertLayer: PyTorch 2.x FullyShardedDataParallel (FULL_SHARD, use_orig_params=True,
+transformer_auto_wrap_policy) and fully_shard (FSDP2) over gloo, and `mpiexec -n W shardlab
+run --backend mpi` (fsdp_version 1 and 2) on the same files. Reported per FSDP version:
+each side's median step time (after the first step) and the ratio PyTorch / shardlab (> 1:
+shardlab is faster). Thread
 counts are left as each side sets them; run it on an otherwise idle machine.
 Usage: speed.py --shardlab build/bin/shardlab [--size mini|base] [--world 2] [--batch 4] [--seq 128]
 """
@@ -48,11 +50,25 @@ def make_case(folder, size, rows, seq):
                "labels": labels}, os.path.join(folder, "batch.safetensors"))
 
 
-def torch_worker(rank, world, port, folder, steps, out):
+def torch_worker(rank, world, port, folder, steps, version, out):
     hf_logging.set_verbosity_error()
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
-    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
-    model = FSDP(BertForMaskedLM.from_pretrained(folder), device_id=torch.device("cpu"), use_orig_params=True)
+    model = BertForMaskedLM.from_pretrained(folder)
+    if version == 2:
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+        # One unit per BertLayer, then the root: shardlab's transformer wrap policy.
+        mesh = init_device_mesh("cpu", (world,))
+        for layer in model.bert.encoder.layer:
+            fully_shard(layer, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+    else:
+        import functools
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
+        from transformers.models.bert.modeling_bert import BertLayer
+        policy = functools.partial(transformer_auto_wrap_policy, transformer_layer_cls={BertLayer})
+        model = FSDP(model, device_id=torch.device("cpu"), use_orig_params=True, auto_wrap_policy=policy)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     batch = load_file(os.path.join(folder, "batch.safetensors"))
     rows = batch["input_ids"].shape[0]
@@ -82,26 +98,31 @@ def main():
     ap.add_argument("--steps", type=int, default=4)
     a = ap.parse_args()
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    rows = []
     with tempfile.TemporaryDirectory() as d:
         src = os.path.join(d, "hf")
         make_case(src, a.size, a.batch * a.world, a.seq)
-        out = os.path.join(d, "torch.json")
-        mp.spawn(torch_worker, args=(a.world, free_port(), src, a.steps, out), nprocs=a.world, join=True)
-        with open(out) as f:
-            theirs = json.load(f)
-        run_out = os.path.join(d, "run")
-        cmd = ["mpiexec", "--oversubscribe", "-n", str(a.world), a.shardlab]
-        cmd += train_on_files(src, "mlm", a.seq, a.batch, a.world, a.steps, "name=peer_speed",
-                              "train.optimizer.name=sgd", "train.optimizer.lr=0.01",
-                              "expect.grads_match_unsharded=false")
-        cmd += ["--backend", "mpi", "--out", run_out]
-        subprocess.run(cmd, check=True, capture_output=True, text=True, env=env)
-        with open(os.path.join(run_out, "metrics.json")) as f:
-            ours = json.load(f)["step_time_s"]["median"]
-    t = statistics.median(theirs["times"][1:] or theirs["times"])
-    print(f"bert-{a.size}, {a.world} processes x {a.batch} rows x {a.seq} tokens, FULL_SHARD, fp32, SGD; "
-          f"torch {torch.__version__} ({theirs['threads']} threads per process) over gloo vs shardlab over Open MPI")
-    print(f"  median step: PyTorch FSDP1 {t:.3f} s, shardlab {ours:.3f} s; ratio PyTorch / shardlab {t / ours:.2f}x")
+        for version in (1, 2):
+            out = os.path.join(d, f"torch{version}.json")
+            mp.spawn(torch_worker, args=(a.world, free_port(), src, a.steps, version, out), nprocs=a.world, join=True)
+            with open(out) as f:
+                theirs = json.load(f)
+            run_out = os.path.join(d, f"run{version}")
+            cmd = ["mpiexec", "--oversubscribe", "-n", str(a.world), a.shardlab]
+            cmd += train_on_files(src, "mlm", a.seq, a.batch, a.world, a.steps, "name=peer_speed",
+                                  "train.optimizer.name=sgd", "train.optimizer.lr=0.01",
+                                  f"fsdp.fsdp_version={version}", "expect.grads_match_unsharded=false")
+            cmd += ["--backend", "mpi", "--out", run_out]
+            subprocess.run(cmd, check=True, capture_output=True, text=True, env=env)
+            with open(os.path.join(run_out, "metrics.json")) as f:
+                ours = json.load(f)["step_time_s"]["median"]
+            rows.append((version, statistics.median(theirs["times"][1:] or theirs["times"]), ours))
+    print(f"bert-{a.size}, {a.world} processes x {a.batch} rows x {a.seq} tokens, FULL_SHARD, one unit per BertLayer, "
+          f"fp32, SGD; torch {torch.__version__} ({theirs['threads']} threads per process) over gloo vs shardlab over "
+          "Open MPI")
+    for version, t, ours in rows:
+        print(f"  FSDP{version}: median step PyTorch {t:.3f} s, shardlab {ours:.3f} s; ratio PyTorch / shardlab "
+              f"{t / ours:.2f}x")
     return 0
 
 

@@ -54,6 +54,7 @@ inline std::ostream& operator<<(std::ostream& os, const FsdpCase& c) {
   const auto& o = c.options;
   return os << "FsdpCase{world=" << c.world_size << ", fsdp" << o.fsdp.version
             << ", strategy=" << runtime::fsdp::strategy_name(o.fsdp.strategy)
+            << ", reshard_after_forward_size=" << o.fsdp.reshard_after_forward_size
             << ", prefetch=" << runtime::fsdp::prefetch_name(o.fsdp.backward_prefetch)
             << ", forward_prefetch=" << o.fsdp.forward_prefetch << ", limit=" << o.fsdp.limit_all_gathers
             << ", dpn=" << o.fsdp.devices_per_node << ", align=" << o.fsdp.align_bytes << ", mlp=" << o.model.input_dim
@@ -84,6 +85,12 @@ inline void gen_fsdp_schedule(int world_size, runtime::fsdp::FsdpOptions& o) {
   o.forward_prefetch = *rc::gen::arbitrary<bool>();
   o.limit_all_gathers = *rc::gen::arbitrary<bool>();
   o.version = *rc::gen::element(1, 2);
+  // FSDP2's reshard_after_forward=N: a divisor of the world size strictly between 1 and it.
+  std::vector<int> groups;
+  for (int d = 2; d < world_size; ++d)
+    if (world_size % d == 0) groups.push_back(d);
+  if (o.version == 2 && o.strategy == ShardingStrategy::kFullShard && !groups.empty() && *rc::gen::arbitrary<bool>())
+    o.reshard_after_forward_size = *rc::gen::elementOf(groups);
 }
 
 // A small random FSDP run: MLP dims, world size 1–8, every strategy and prefetch mode,
@@ -133,6 +140,7 @@ inline std::ostream& operator<<(std::ostream& os, const BertCase& c) {
             << ", I=" << b.config.intermediate_size << ", L=" << b.config.num_hidden_layers << ", T=" << b.seq_len
             << ", dropout=" << b.config.hidden_dropout_prob << ", ckpt=" << b.activation_checkpointing << ", fsdp"
             << c.options.fsdp.version << ", strategy=" << fsdp::strategy_name(c.options.fsdp.strategy)
+            << ", reshard_after_forward_size=" << c.options.fsdp.reshard_after_forward_size
             << ", dpn=" << c.options.fsdp.devices_per_node
             << ", prefetch=" << fsdp::prefetch_name(c.options.fsdp.backward_prefetch)
             << ", fwd_prefetch=" << c.options.fsdp.forward_prefetch << ", B=" << c.options.global_batch

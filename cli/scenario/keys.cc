@@ -623,25 +623,109 @@ KeyDef train_keys() {
       });
 }
 
+// NOTE [reshard_after_forward]
+// FSDP2 spells the strategy of a 1-D mesh as reshard_after_forward: true is FULL_SHARD,
+// false SHARD_GRAD_OP, an integer N FULL_SHARD resharding to groups of N ranks after
+// forward (FsdpOptions::reshard_after_forward_size). The key sets the strategy unless the
+// same file sets fsdp.sharding_strategy too, in which case the two must agree (HYBRID_SHARD
+// reshards after forward, _HYBRID_SHARD_ZERO2 does not; NO_SHARD agrees with either):
+// whichever comes second is refused when they do not.
+bool reshards_after_forward(ShardingStrategy s) {
+  return s == ShardingStrategy::kFullShard || s == ShardingStrategy::kHybridShard;
+}
+bool agrees(ShardingStrategy s, int size, bool reshard) {
+  if (s == ShardingStrategy::kNoShard) return size == 0;
+  return reshards_after_forward(s) == reshard && (size == 0 || s == ShardingStrategy::kFullShard);
+}
+// The position of `other` when the file `here` is in set it too, with its line.
+std::optional<SourcePos> also_set(const Scenario& s, const std::string& other, const SourcePos& here) {
+  const auto it = s.positions.find(other);
+  if (it == s.positions.end() || it->second.file != here.file || it->second.line == 0) return std::nullopt;
+  return it->second;
+}
+
+ValueDef reshard_after_forward_setter() {
+  const std::string allowed =
+      "true (FULL_SHARD), false (SHARD_GRAD_OP), or an integer N >= 2 (FULL_SHARD, resharded "
+      "to groups of N ranks after forward; FSDP2)";
+  Setter set = [allowed](const Node& n, const std::string& key, Scenario& s) -> Status {
+    bool reshard = true;
+    int size = 0;
+    std::int64_t v = 0;
+    if (n.kind == Node::Kind::kScalar && n.plain && parse_int64(n.text, v) == NumParse::kOk) {
+      if (v < 2 || v > kMaxWorldSize) {
+        return bad(n.pos, key + ": " + n.text + " is not a group size", "allowed: " + allowed);
+      }
+      size = static_cast<int>(v);
+    } else {
+      Result<bool> b = to_bool(n, key);
+      if (!b.is_ok())
+        return bad(n.pos, key + ": expected true, false or a group size, got " + describe(n), "allowed: " + allowed);
+      reshard = *b;
+    }
+    if (const auto other = also_set(s, "fsdp.sharding_strategy", n.pos);
+        other && !agrees(s.fsdp.sharding_strategy, size, reshard)) {
+      return bad(n.pos,
+                 key + ": " + n.text + " disagrees with fsdp.sharding_strategy " +
+                     std::string(runtime::fsdp::strategy_name(s.fsdp.sharding_strategy)) + " (at " +
+                     other->to_string() + ")",
+                 "allowed: one of the two, or values that agree (NOTE [reshard_after_forward])");
+    }
+    if (!also_set(s, "fsdp.sharding_strategy", n.pos)) {
+      s.fsdp.sharding_strategy = reshard ? ShardingStrategy::kFullShard : ShardingStrategy::kShardGradOp;
+    }
+    s.fsdp.reshard_after_forward_size = size;
+    return Status::ok();
+  };
+  Shower show = [](const Scenario& s) -> std::string {
+    if (s.fsdp.reshard_after_forward_size > 0) return std::to_string(s.fsdp.reshard_after_forward_size);
+    return reshards_after_forward(s.fsdp.sharding_strategy) ? "true" : "false";
+  };
+  return {set, "bool or integer", allowed, show};
+}
+
+// fsdp.sharding_strategy: the names, checked against reshard_after_forward when the same
+// file sets both (NOTE [reshard_after_forward]).
+ValueDef sharding_strategy_setter() {
+  ValueDef def = typed_setter(
+      [](S& s) -> ShardingStrategy& { return s.fsdp.sharding_strategy; },
+      {named(ShardingStrategy::kFullShard, runtime::fsdp::strategy_name, {"1"}),
+       named(ShardingStrategy::kShardGradOp, runtime::fsdp::strategy_name, {"2"}),
+       named(ShardingStrategy::kNoShard, runtime::fsdp::strategy_name, {"3"}),
+       named(ShardingStrategy::kHybridShard, runtime::fsdp::strategy_name, {"4"}),
+       named(ShardingStrategy::kHybridShardZero2, runtime::fsdp::strategy_name, {"5", "HYBRID_SHARD_ZERO2"})},
+      " (or accelerate's numbers 1-5, in that order)");
+  def.set = [inner = def.set](const Node& n, const std::string& key, Scenario& s) -> Status {
+    // reshard_after_forward, when it came first, left its strategy here.
+    const bool reshard = reshards_after_forward(s.fsdp.sharding_strategy);
+    SHARDLAB_RETURN_IF_ERROR(inner(n, key, s));
+    if (const auto other = also_set(s, "fsdp.reshard_after_forward", n.pos);
+        other && !agrees(s.fsdp.sharding_strategy, s.fsdp.reshard_after_forward_size, reshard)) {
+      return bad(n.pos,
+                 key + ": " + n.text + " disagrees with fsdp.reshard_after_forward (at " + other->to_string() + ")",
+                 "allowed: one of the two, or values that agree (NOTE [reshard_after_forward])");
+    }
+    return Status::ok();
+  };
+  return def;
+}
+
 // fsdp: the FullyShardedDataParallel arguments, with accelerate's names.
 KeyDef fsdp_keys() {
   return section(
       "fsdp",
       {
-          leaf("sharding_strategy",
-               typed_setter([](S& s) -> ShardingStrategy& { return s.fsdp.sharding_strategy; },
-                            {named(ShardingStrategy::kFullShard, runtime::fsdp::strategy_name, {"1", "true"}),
-                             named(ShardingStrategy::kShardGradOp, runtime::fsdp::strategy_name, {"2", "false"}),
-                             named(ShardingStrategy::kNoShard, runtime::fsdp::strategy_name, {"3"}),
-                             named(ShardingStrategy::kHybridShard, runtime::fsdp::strategy_name, {"4"}),
-                             named(ShardingStrategy::kHybridShardZero2, runtime::fsdp::strategy_name,
-                                   {"5", "HYBRID_SHARD_ZERO2"})},
-                            " (or accelerate's numbers 1-5, in that order; as fsdp_reshard_after_forward, true is "
-                            "FULL_SHARD and false SHARD_GRAD_OP)"),
+          leaf("sharding_strategy", sharding_strategy_setter(),
                {"what is sharded, and across which ranks (HYBRID: inside a node, replicated across nodes)",
-                "FSDP(sharding_strategy=ShardingStrategy.X); fully_shard(reshard_after_forward=True|False) on a 1-D "
-                "mesh is FULL_SHARD|SHARD_GRAD_OP; accelerate fsdp_sharding_strategy, fsdp_reshard_after_forward"},
-               {"fsdp_sharding_strategy", "fsdp_reshard_after_forward", "reshard_after_forward"}),
+                "FSDP(sharding_strategy=ShardingStrategy.X); accelerate fsdp_sharding_strategy"},
+               {"fsdp_sharding_strategy"}),
+          leaf("reshard_after_forward", reshard_after_forward_setter(),
+               {"FSDP2's spelling of the strategy on a 1-D mesh: true is FULL_SHARD, false SHARD_GRAD_OP; an integer "
+                "N (fsdp_version 2, FULL_SHARD) keeps each unit sharded over groups of N consecutive ranks (a "
+                "node's) from forward to backward, whose all-gather then stays inside the group. Agrees with "
+                "sharding_strategy when both are set",
+                "fully_shard(reshard_after_forward=True|False|N); accelerate fsdp_reshard_after_forward"},
+               {"fsdp_reshard_after_forward"}),
           leaf("auto_wrap_policy",
                typed_setter([](S& s) -> AutoWrapPolicy& { return s.fsdp.auto_wrap_policy; },
                             {named(AutoWrapPolicy::kTransformer, auto_wrap_policy_name, {"TRANSFORMER_BASED_WRAP"}),

@@ -137,6 +137,24 @@ void check_fsdp(const Scenario& s, Problems& problems) {
                      "fsdp.auto_wrap_policy is transformer but transformer_layer_cls_to_wrap is empty",
                      "allowed: at least one layer class (e.g. BertLayer), or auto_wrap_policy size/none"));
   }
+  if (const int n = s.fsdp.reshard_after_forward_size; n > 0) {
+    const std::int64_t world = std::int64_t{s.world.nodes} * s.world.devices_per_node;
+    std::string why;
+    if (s.fsdp.version != 2) {
+      why = "is FSDP2's (fsdp_version: 2); this is fsdp_version 1";
+    } else if (s.fsdp.sharding_strategy != runtime::fsdp::ShardingStrategy::kFullShard) {
+      why = "reshards FULL_SHARD's parameters; the strategy is " +
+            std::string(runtime::fsdp::strategy_name(s.fsdp.sharding_strategy));
+    } else if (n >= world || world % n != 0) {
+      why = "must divide the world size " + std::to_string(world) + " and be smaller";
+    }
+    if (!why.empty()) {
+      problems.add(bad(s.where("fsdp.reshard_after_forward"),
+                       "fsdp.reshard_after_forward " + std::to_string(n) + " " + why,
+                       "allowed: with fsdp_version 2 and FULL_SHARD, a divisor N of the world size with 1 < N < "
+                       "world size (e.g. world.devices_per_node), or true / false"));
+    }
+  }
 }
 
 void check_world(const Scenario& s, Problems& problems) {

@@ -76,6 +76,13 @@ Status check_host_copy(std::string_view op, const Tensor& t, std::size_t host_by
   return Status::ok();
 }
 
+Status Device::copy_many(std::span<const CopyPair> pairs, StreamId stream) {
+  for (const CopyPair& p : pairs) {
+    SHARDLAB_RETURN_IF_ERROR(p.src.dtype() == p.dst.dtype() ? copy(p.src, p.dst, stream) : cast(p.src, p.dst, stream));
+  }
+  return Status::ok();
+}
+
 Status check_dropout_args(std::string_view op, const Tensor& mask, float p, std::int64_t first_row) {
   if (!(p >= 0.0f && p < 1.0f)) {
     return Status::invalid_argument(std::string(op) + ": p = " + std::to_string(p) + " is outside [0, 1)");

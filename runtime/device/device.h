@@ -148,6 +148,15 @@ class Device {
   // dst = src; same dtype and numel (shapes may differ). The other side may belong to
   // another device if its bytes are host-visible (host/device copies on cpu and sim).
   virtual Status copy(const Tensor& src, const Tensor& dst, StreamId stream = kComputeStream) = 0;
+  // One copy (a cast where a pair's dtypes differ) per pair, as one device op: what FSDP2's
+  // copy-out and copy-in launch as a single kernel per direction (split_with_sizes_copy,
+  // chunk_cat) instead of one per parameter piece. Each pair as for copy / cast; no two
+  // pairs' destinations may overlap. The default runs copy or cast per pair in order;
+  // backends that charge or launch per op override it to count one.
+  struct CopyPair {
+    Tensor src, dst;
+  };
+  virtual Status copy_many(std::span<const CopyPair> pairs, StreamId stream = kComputeStream);
   // dst[i] = value (converted to dst's dtype; int64 takes the truncated value).
   virtual Status fill(const Tensor& dst, float value, StreamId stream = kComputeStream) = 0;
   // dst = convert(src) between fp32, bf16 and fp16 (round to nearest even); same numel.

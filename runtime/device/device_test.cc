@@ -102,6 +102,32 @@ TEST(DeviceEmptyTest, EmptyAndScalarShapes) {
   EXPECT_EQ(s->data<std::int64_t>()[0], 0);
 }
 
+// The default copy_many: each pair copied (same dtype) or cast (fp32 → bf16) in order.
+TEST(DeviceCopyManyTest, CopiesAndCastsEveryPair) {
+  cpu::CpuDevice cpu;
+  Device& dev = cpu;
+  auto a = dev.empty({6}, DType::kF32, MemoryCategory::kOther, "a");
+  auto b = dev.empty({6}, DType::kF32, MemoryCategory::kOther, "b");
+  auto h = dev.empty({2}, DType::kBF16, MemoryCategory::kOther, "h");
+  ASSERT_TRUE(a.is_ok() && b.is_ok() && h.is_ok());
+  for (int i = 0; i < 6; ++i) a->data<float>()[i] = 1.0f + static_cast<float>(i) / 3.0f;
+  ASSERT_THAT(dev.fill(*b, 0.0f), IsOk());
+  const std::vector<Device::CopyPair> pairs = {
+      {*a->narrow(0, 2), *b->narrow(4, 2)}, {*a->narrow(2, 2), *b->narrow(0, 2)}, {*a->narrow(4, 2), *h}};
+  ASSERT_THAT(dev.copy_many(pairs), IsOk());
+  EXPECT_EQ(b->data<float>()[4], a->data<float>()[0]);
+  EXPECT_EQ(b->data<float>()[1], a->data<float>()[3]);
+  EXPECT_EQ(b->data<float>()[2], 0.0f);
+  auto back = dev.empty({2}, DType::kF32, MemoryCategory::kOther, "back");
+  ASSERT_TRUE(back.is_ok());
+  ASSERT_THAT(dev.cast(*h, *back), IsOk());
+  EXPECT_EQ(back->data<float>()[1], round_to_bf16(a->data<float>()[5]));  // rounded on the way
+  EXPECT_NE(back->data<float>()[1], a->data<float>()[5]);
+  // A pair whose sizes differ is the copy's error.
+  const std::vector<Device::CopyPair> bad = {{*a->narrow(0, 3), *b->narrow(0, 2)}};
+  EXPECT_FALSE(dev.copy_many(bad).is_ok());
+}
+
 TEST(DeviceZerosTest, ZeroesEveryDtype) {
   cpu::CpuDevice dev;
   for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16, DType::kI64}) {

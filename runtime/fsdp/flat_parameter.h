@@ -32,6 +32,7 @@ struct FlatParameter {
   Tensor grad_shard;              // [S] fp32 (gradients)
   bool grad_shard_valid = false;  // false: the next reduction assigns instead of adding
   Tensor gathered;                // [W·S] in param_dtype while the all-gather is in flight
+  Tensor post_forward_shard;      // [W·S/N] in param_dtype from forward to backward (reshard_after_forward=N)
   Tensor full;                    // [W·S] fp32 compute buffer while unsharded
   Tensor full_grad;               // [W·S] during backward (and across no_sync micro-batches)
   comm::WorkPtr gather;           // the all-gather from unshard until reshard's host wait

@@ -177,6 +177,18 @@ Result<std::unique_ptr<FullyShardedModel>> FullyShardedModel::create(comm::Commu
     SHARDLAB_ASSIGN_OR_RETURN(m->shard_group_, comm.split_strided(1, dpn));
     SHARDLAB_ASSIGN_OR_RETURN(m->replica_group_, comm.split_strided(dpn, comm.size() / dpn));
   }
+  if (const int n = o.reshard_after_forward_size; n != 0) {
+    if (o.version != 2 || o.strategy != ShardingStrategy::kFullShard || n < 2 || n >= comm.size() ||
+        comm.size() % n != 0) {
+      return Status::invalid_argument("FSDP: reshard_after_forward=" + std::to_string(n) +
+                                      " needs FSDP2 (version 2, got " + std::to_string(o.version) +
+                                      ") with FULL_SHARD (got " + std::string(strategy_name(o.strategy)) +
+                                      ") and a group size that divides the world size " + std::to_string(comm.size()) +
+                                      ", between 2 and the world size exclusive");
+    }
+    // NOTE [Resharding to a smaller group]: consecutive ranks, as a node's devices.
+    SHARDLAB_ASSIGN_OR_RETURN(m->post_forward_group_, comm.split_strided(1, n));
+  }
   // Units: wrapped units in order of their first layer, then the root unit (if any).
   int num_layers = 0;
   for (const auto& s : specs) num_layers = std::max(num_layers, s.layer + 1);
@@ -385,6 +397,21 @@ Status FullyShardedModel::unshard(int unit, bool prefetch) {
   delay(DelayPoint::kBeforeAllGather);
   const int w = shard_world_size();
   const std::int64_t s = fp.layout.shard_numel();
+  if (fp.post_forward_shard.defined()) {
+    // NOTE [Resharding to a smaller group]: the group's parts make the whole all-gather
+    // output; the all-gather stays inside the group.
+    SHARDLAB_ASSIGN_OR_RETURN(fp.gathered, dev_.empty({w * s}, options_.param_dtype, MemoryCategory::kParameters,
+                                                      "unit" + std::to_string(unit) + ".unsharded"));
+    const std::int64_t part = fp.post_forward_shard.numel();
+    SHARDLAB_ASSIGN_OR_RETURN(Tensor mine, fp.gathered.narrow(post_forward_group_->rank() * part, part));
+    SHARDLAB_RETURN_IF_ERROR(dev_.copy(fp.post_forward_shard, mine));
+    fp.post_forward_shard = Tensor();
+    fp.gather = post_forward_group_->all_gather_into(fp.gathered, mine);
+    ++counts_.all_gather;
+    fp.state = UnitState::kUnsharding;
+    max_live_ = std::max(max_live_, live_non_root());
+    return Status::ok();
+  }
   // The all-gather runs in param_dtype; a bf16 buffer is widened to the fp32 compute
   // buffer when the all-gather completes (wait_unsharded).
   SHARDLAB_ASSIGN_OR_RETURN(fp.gathered, dev_.empty({w * s}, options_.param_dtype, MemoryCategory::kParameters,
@@ -552,10 +579,32 @@ Status FullyShardedModel::pre_forward(int layer) {
   return Status::ok();
 }
 
+// NOTE [Resharding to a smaller group]
+// FSDP2's reshard_after_forward=N: after forward, rank r keeps part g = r mod N of the
+// unit's all-gather output (the shards of ranks g·W/N … (g+1)·W/N - 1, W·S/N elements in
+// param_dtype), copied in from the unsharded parameters (exact: they were gathered in that
+// dtype) with padding left zero, and frees the rest. Backward's unshard all-gathers those
+// parts inside the group of N consecutive ranks — the same bytes as the world all-gather,
+// so the results are unchanged, over intra-node links only.
+Status FullyShardedModel::reshard_to_post_forward(int unit) {
+  FlatParameter& fp = units_[static_cast<std::size_t>(unit)];
+  if (fp.state == UnitState::kUnsharding) SHARDLAB_RETURN_IF_ERROR(wait_unsharded(unit));
+  if (fp.state != UnitState::kUnsharded) return Status::ok();
+  const int n = post_forward_group_->size();
+  const int ranks = shard_world_size() / n;
+  const std::int64_t part = ranks * fp.layout.shard_numel();
+  SHARDLAB_ASSIGN_OR_RETURN(Tensor kept, dev_.zeros({part}, options_.param_dtype, MemoryCategory::kParameters,
+                                                    "unit" + std::to_string(unit) + ".post_forward"));
+  SHARDLAB_RETURN_IF_ERROR(copy_pieces(fp, kept, fp.full, /*out=*/false, post_forward_group_->rank() * ranks));
+  SHARDLAB_RETURN_IF_ERROR(reshard(unit));
+  fp.post_forward_shard = kept;
+  return Status::ok();
+}
+
 Status FullyShardedModel::post_forward(int layer) {
   for (int u = 0; u < num_units(); ++u) {
-    if (last_layer_[static_cast<std::size_t>(u)] == layer && reshard_after_forward())
-      SHARDLAB_RETURN_IF_ERROR(reshard(u));
+    if (last_layer_[static_cast<std::size_t>(u)] != layer || !reshard_after_forward()) continue;
+    SHARDLAB_RETURN_IF_ERROR(post_forward_group_ ? reshard_to_post_forward(u) : reshard(u));
   }
   int last = 0;
   for (int l : last_layer_) last = std::max(last, l);
@@ -834,22 +883,25 @@ Status FullyShardedModel::gather_full_params(const Tensor& out) {
 // all-gathered buffer; each of its pieces is a run of rows of one parameter, copied to
 // that parameter's place in the unsharded buffer (and back for gradients), cast on the way
 // when the two buffers' dtypes differ (param_dtype, reduce_dtype), so no whole-buffer cast
-// comes before or after. Padding rows are neither read nor written by the copy-out; the
-// copy-in's target starts zeroed.
-Status FullyShardedModel::copy_pieces(const FlatParameter& fp, const Tensor& by_rank, const Tensor& unsharded,
-                                      bool out) {
+// comes before or after; all of a unit's pieces go to the device as one copy_many. Padding
+// rows are neither read nor written by the copy-out; the copy-in's target starts zeroed.
+Status FullyShardedModel::copy_pieces(const FlatParameter& fp, const Tensor& by_rank, const Tensor& unsharded, bool out,
+                                      int first_rank) {
   const std::int64_t s = fp.layout.shard_numel();
+  const std::int64_t ranks = s > 0 ? by_rank.numel() / s : 0;
+  std::vector<device::Device::CopyPair> pairs;
   for (const RankShard& shard : fp.layout.shards()) {
+    if (shard.rank < first_rank || shard.rank >= first_rank + ranks) continue;
     for (const ShardPiece& piece : shard.pieces) {
       const LayoutParam& p = fp.layout.params()[static_cast<std::size_t>(piece.param)];
-      SHARDLAB_ASSIGN_OR_RETURN(Tensor ranked, by_rank.narrow(shard.rank * s + piece.offset_in_shard, piece.numel()));
+      SHARDLAB_ASSIGN_OR_RETURN(Tensor ranked,
+                                by_rank.narrow((shard.rank - first_rank) * s + piece.offset_in_shard, piece.numel()));
       SHARDLAB_ASSIGN_OR_RETURN(Tensor param, unsharded.narrow(p.flat_offset + piece.param_begin, piece.numel()));
-      const Tensor& from = out ? ranked : param;
-      const Tensor& to = out ? param : ranked;
-      SHARDLAB_RETURN_IF_ERROR(from.dtype() == to.dtype() ? dev_.copy(from, to) : dev_.cast(from, to));
+      pairs.push_back(out ? device::Device::CopyPair{ranked, param} : device::Device::CopyPair{param, ranked});
     }
   }
-  return Status::ok();
+  // One device op per direction, as PyTorch's split_with_sizes_copy / chunk_cat.
+  return dev_.copy_many(pairs);
 }
 
 Status FullyShardedModel::gather_full_grads(const Tensor& out) {

@@ -160,6 +160,9 @@ class FullyShardedModel final : public model::ParamAccess {
   Status unshard(int unit, bool prefetch);
   Status wait_unsharded(int unit);
   Status reshard(int unit);
+  // NOTE [Resharding to a smaller group]: keeps this rank's part of the unit for its group
+  // of reshard_after_forward_size ranks, then reshards.
+  Status reshard_to_post_forward(int unit);
   // NOTE [Asynchronous gradient reduction] (fully_sharded.cc): issues `unit`'s reduction
   // and moves every older pending one on a stage; drain_reductions retires them all.
   Status reduce_grad(int unit);
@@ -179,13 +182,16 @@ class FullyShardedModel final : public model::ParamAccess {
   Status gather_full(const char* what, const std::function<Tensor(const FlatParameter&, int)>& pick, const Tensor& out);
   // FSDP2 (NOTE [FSDP2 copy-in and copy-out] in fully_sharded.cc): `out`: the rank-ordered
   // shards of `by_rank` (all-gathered) into the parameters' `unsharded` buffer; otherwise
-  // `unsharded` (gradients) into the rank-ordered chunks a reduce-scatter takes.
-  Status copy_pieces(const FlatParameter& fp, const Tensor& by_rank, const Tensor& unsharded, bool out);
+  // `unsharded` (gradients) into the rank-ordered chunks a reduce-scatter takes. `by_rank`
+  // may hold the shards of ranks first_rank … first_rank + by_rank.numel() / S - 1 only.
+  Status copy_pieces(const FlatParameter& fp, const Tensor& by_rank, const Tensor& unsharded, bool out,
+                     int first_rank = 0);
 
   comm::Communicator& comm_;
   device::Device& dev_;
   FsdpOptions options_;
   std::unique_ptr<comm::Communicator> shard_group_, replica_group_;  // HYBRID_SHARD
+  std::unique_ptr<comm::Communicator> post_forward_group_;           // reshard_after_forward=N
   std::vector<model::ParamSpec> specs_;
   std::vector<model::BufferSpec> buffer_specs_;
   std::vector<Tensor> buffers_;  // whole on every rank, in their compute dtype

@@ -66,6 +66,11 @@ struct FsdpOptions {
   // before the reduce-scatter). The math per element is the same: the reduce-scatter sums
   // each element over the ranks as FSDP1's does.
   int version = 1;
+  // FSDP2's reshard_after_forward=N (version 2, FULL_SHARD; 1 < N < W, N divides W): after
+  // its forward a unit keeps its parameters sharded over groups of N consecutive ranks (the
+  // intra-node group; each rank W/N shards' worth instead of one), and its backward
+  // all-gathers them inside that group only. 0: reshard to the whole world (True).
+  int reshard_after_forward_size = 0;
   // use_orig_params alignment: 16 bytes (PyTorch) or 0. FSDP1 only (FSDP2 has no flat
   // parameter to align in).
   std::int64_t align_bytes = 16;

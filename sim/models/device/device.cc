@@ -204,6 +204,30 @@ Status SimDevice::cast(const Tensor& src, const Tensor& dst, StreamId stream) {
   return charge("cast", inner_.cast(src, dst, stream), static_cast<double>(src.numel()),
                 static_cast<double>(src.nbytes() + dst.nbytes()), false, src);
 }
+Status SimDevice::copy_many(std::span<const CopyPair> pairs, StreamId stream) {
+  if (pairs.empty()) return Status::ok();
+  const bool any_host =
+      std::any_of(pairs.begin(), pairs.end(), [this](const CopyPair& p) { return crosses_host_link(p.src, p.dst); });
+  const bool any_emulated = emulated_ == DType::kBF16 && std::any_of(pairs.begin(), pairs.end(), [](const CopyPair& p) {
+                              return p.src.dtype() != p.dst.dtype() && p.src.storage() &&
+                                     p.src.storage()->category() == MemoryCategory::kActivations;
+                            });
+  if (any_host || any_emulated) return Device::copy_many(pairs, stream);
+  double bytes = 0, conversions = 0;
+  bool casts = false;
+  for (const CopyPair& p : pairs) {
+    bytes += static_cast<double>(p.src.nbytes() + p.dst.nbytes());
+    if (p.src.dtype() != p.dst.dtype()) {
+      conversions += static_cast<double>(p.src.numel());
+      casts = true;
+    }
+    SHARDLAB_RETURN_IF_ERROR(p.src.dtype() != p.dst.dtype() ? inner_.cast(p.src, p.dst, stream)
+                                                            : inner_.copy(p.src, p.dst, stream));
+  }
+  note_shapes({&pairs.front().src, &pairs.back().dst});
+  // Charged at copy's (or, with conversions, cast's) measured factor: the same memory traffic.
+  return charge("copy_many", Status::ok(), conversions, bytes, false, pairs.front().src, casts ? "cast" : "copy");
+}
 Status SimDevice::axpy(float alpha, const Tensor& x, const Tensor& y, StreamId stream) {
   note_shapes({&x, &y});
   return charge("axpy", inner_.axpy(alpha, x, y, stream), 2.0 * static_cast<double>(x.numel()),

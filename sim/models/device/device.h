@@ -146,6 +146,9 @@ class SimDevice final : public runtime::device::Device {
   Status copy(const Tensor& src, const Tensor& dst, runtime::device::StreamId stream) override;
   Status fill(const Tensor& dst, float value, runtime::device::StreamId stream) override;
   Status cast(const Tensor& src, const Tensor& dst, runtime::device::StreamId stream) override;
+  // One op for every pair (one launch, the pairs' bytes; a cast's conversions where the
+  // dtypes differ). Pairs across the host link are charged one by one, as copy and cast are.
+  Status copy_many(std::span<const CopyPair> pairs, runtime::device::StreamId stream) override;
   Status axpy(float alpha, const Tensor& x, const Tensor& y, runtime::device::StreamId stream) override;
   Status scale(const Tensor& x, float alpha, runtime::device::StreamId stream) override;
   Status gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c, float alpha, float beta,

@@ -407,6 +407,38 @@ TEST(DeviceProfiles, OptimizerStepIsChargedAsOneStreamingVectorOp) {
   EXPECT_EQ(clock.now() - before, g2.op_time(2.0 * 1000, 12.0 * 1000, ComputeUnit::kVector, DType::kF32));
 }
 
+// copy_many (FSDP2's copy-in/copy-out): one launch for all its pairs, their bytes at the
+// memory rate (copy's factor), the values as copy and cast give them; with a conversion
+// among the pairs, cast's compute term for the converted elements.
+TEST(DeviceProfiles, SimDeviceChargesCopyManyAsOneOp) {
+  DeviceProfile d;  // cpu-sim: vector 20 GFLOP/s, memory 20 GB/s, launch 2 µs
+  VirtualClock clock;
+  SimDevice dev(0, d, &clock);
+  auto a = dev.empty({1000}, DType::kF32, MemoryCategory::kOther, "a");
+  auto b = dev.empty({1000}, DType::kF32, MemoryCategory::kOther, "b");
+  auto h = dev.empty({1000}, DType::kBF16, MemoryCategory::kOther, "h");
+  ASSERT_TRUE(a.is_ok() && b.is_ok() && h.is_ok());
+  for (int i = 0; i < 1000; ++i) a->data<float>()[i] = 1.0f + static_cast<float>(i) / 3.0f;
+  std::vector<runtime::device::Device::CopyPair> pairs;
+  for (int k = 0; k < 4; ++k) pairs.push_back({*a->narrow(250 * k, 250), *b->narrow(250 * (3 - k), 250)});
+  const Nanos t0 = clock.now();
+  ASSERT_TRUE(dev.copy_many(pairs, runtime::device::kComputeStream).is_ok());
+  // 4 × 250 fp32 read and written: 8000 bytes at 20 GB/s = 400 ns, after one launch.
+  EXPECT_EQ(clock.now() - t0, 2000 + 400);
+  EXPECT_EQ(dev.ops_charged(), 1);
+  for (int k = 0; k < 4; ++k) EXPECT_EQ(b->data<float>()[250 * (3 - k) + 7], a->data<float>()[250 * k + 7]) << k;
+  // Casting pairs: 1000 conversions at 20 GFLOP/s = 50 ns against 6000 bytes = 300 ns.
+  pairs = {{*a->narrow(0, 500), *h->narrow(500, 500)}, {*a->narrow(500, 500), *h->narrow(0, 500)}};
+  const Nanos t1 = clock.now();
+  ASSERT_TRUE(dev.copy_many(pairs, runtime::device::kComputeStream).is_ok());
+  EXPECT_EQ(clock.now() - t1, 2000 + 300);
+  EXPECT_EQ(dev.ops_charged(), 2);
+  auto back = dev.empty({1000}, DType::kF32, MemoryCategory::kOther, "back");
+  ASSERT_TRUE(back.is_ok());
+  ASSERT_TRUE(dev.cast(*h, *back, runtime::device::kComputeStream).is_ok());
+  EXPECT_EQ(back->data<float>()[600], round_to_bf16(a->data<float>()[100]));
+}
+
 // NOTE [Per-op memory factors]: the factor scales the op's memory term only, and only for
 // its own key; a compute-bound op is not sped up by it.
 TEST(DeviceProfiles, MemoryFactorScalesOnlyTheMemoryTermOfItsOp) {
