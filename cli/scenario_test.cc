@@ -420,6 +420,17 @@ fsdp:
   ASSERT_THAT(grouped, IsOk());
   EXPECT_EQ(grouped->fsdp.sharding_strategy, ShardingStrategy::kFullShard);
   EXPECT_EQ(grouped->fsdp.reshard_after_forward_size, 4);
+  // FSDP2's offload_policy spells cpu_offload; the two must agree in one file.
+  auto offloaded = parse("name: a\nfsdp:\n  offload_policy: CPUOffloadPolicy\n");
+  ASSERT_THAT(offloaded, IsOk());
+  EXPECT_TRUE(offloaded->fsdp.cpu_offload);
+  EXPECT_THAT(parse("name: a\nfsdp:\n  cpu_offload: false\n  offload_policy: OffloadPolicy\n"), IsOk());
+  expect_error(parse("name: a\nfsdp:\n  cpu_offload: false\n  offload_policy: CPUOffloadPolicy\n"),
+               "s.yaml:4:19:", {"CPUOffloadPolicy disagrees with fsdp.cpu_offload false (at s.yaml:3:16)"});
+  expect_error(parse("name: a\nfsdp:\n  offload_policy: CPUOffloadPolicy\n  fsdp_offload_params: false\n"),
+               "s.yaml:4:24:", {"false disagrees with fsdp.offload_policy (at s.yaml:3:19)"});
+  expect_error(parse("name: a\nfsdp:\n  offload_policy: GPUOffload\n"),
+               "s.yaml:3:19:", {"fsdp.offload_policy", "'GPUOffload'", "CPUOffloadPolicy, OffloadPolicy"});
   expect_error(parse("name: a\nfsdp:\n  reshard_after_forward: 1\n"),
                "s.yaml:3:26:", {"fsdp.reshard_after_forward: 1 is not a group size"});
   expect_error(parse("name: a\nfsdp:\n  reshard_after_forward: 4\n"),

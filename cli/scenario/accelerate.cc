@@ -176,6 +176,7 @@ Scenario::Fsdp accelerate_defaults(Scenario::Fsdp fsdp) {
   fsdp.cpu_offload = false;
   fsdp.activation_checkpointing = false;
   fsdp.version = 1;
+  fsdp.reshard_after_forward_size = 0;
   fsdp.state_dict_type = runtime::fsdp::StateDictType::kFull;
   return fsdp;
 }
@@ -184,17 +185,21 @@ Scenario::Fsdp accelerate_defaults(Scenario::Fsdp fsdp) {
 // (the scenario): "fsdp.key VALUE (the scenario: OLD)", each now placed in the file (line
 // 0: its defaults).
 std::vector<std::string> note_defaults(const std::vector<KeyDef>& defs, const std::string& prefix,
-                                       const Scenario& before, Scenario& after, const std::string& file) {
+                                       const Scenario& before, const Scenario& defaulted, Scenario& after,
+                                       const std::string& file) {
   std::vector<std::string> out;
   for (const KeyDef& def : defs) {
     const std::string path = prefix + "." + def.name;
     if (def.is_section()) {
-      for (auto& line : note_defaults(def.children, path, before, after, file)) out.push_back(std::move(line));
+      for (auto& line : note_defaults(def.children, path, before, defaulted, after, file))
+        out.push_back(std::move(line));
       continue;
     }
     if (def.value.show == nullptr || after.where(path).file == file) continue;
+    // A default replaced the scenario's value, and the file's keys (also those another key
+    // spells, as offload_policy spells cpu_offload) left it so.
     const std::string was = def.value.show(before), now = def.value.show(after);
-    if (was == now) continue;
+    if (was == def.value.show(defaulted) || now != def.value.show(defaulted)) continue;
     out.push_back(path + " " + now + " (the scenario: " + was + ")");
     after.positions[path] = SourcePos{file, 0, 0};
   }
@@ -242,8 +247,10 @@ Status apply_fsdp_config(const std::string& file, Scenario& s) {
   const KeyDef* fsdp_section = find_key(schema(), "fsdp");
   const Scenario before = s;
   if (!is_json) s.fsdp = accelerate_defaults(s.fsdp);
+  const Scenario defaulted = s;
   problems.add(apply_map(fsdp_section->children, "fsdp", *fsdp, s));
-  if (const auto replaced = note_defaults(fsdp_section->children, "fsdp", before, s, file); !replaced.empty()) {
+  if (const auto replaced = note_defaults(fsdp_section->children, "fsdp", before, defaulted, s, file);
+      !replaced.empty()) {
     s.notes.push_back("--fsdp-config " + file +
                       ": accelerate's defaults for the fsdp keys it leaves out (FullyShardedDataParallelPlugin) "
                       "replace the scenario's: " +

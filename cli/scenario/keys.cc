@@ -710,6 +710,45 @@ ValueDef sharding_strategy_setter() {
   return def;
 }
 
+// fsdp.offload_policy: FSDP2's spelling of fsdp.cpu_offload (CPUOffloadPolicy offloads,
+// OffloadPolicy, the base class and fully_shard's default, does not). When the same file sets
+// both keys they must agree, whichever comes second is refused otherwise.
+ValueDef offload_policy_setter() {
+  const std::vector<EnumValue> names = {{"CPUOffloadPolicy", {}}, {"OffloadPolicy", {"none"}}};
+  const std::string note = " (fully_shard's offload_policy: CPUOffloadPolicy offloads, OffloadPolicy does not)";
+  Setter set = [names, note](const Node& n, const std::string& key, Scenario& s) -> Status {
+    SHARDLAB_ASSIGN_OR_RETURN(std::string name, to_enum(n, key, names, note));
+    const bool offload = name == "CPUOffloadPolicy";
+    if (const auto other = also_set(s, "fsdp.cpu_offload", n.pos); other && s.fsdp.cpu_offload != offload) {
+      return bad(n.pos,
+                 key + ": " + name + " disagrees with fsdp.cpu_offload " + yaml_bool(s.fsdp.cpu_offload) + " (at " +
+                     other->to_string() + ")",
+                 "allowed: one of the two, or values that agree");
+    }
+    s.fsdp.cpu_offload = offload;
+    return Status::ok();
+  };
+  Shower show = [](const Scenario& s) -> std::string {
+    return s.fsdp.cpu_offload ? "CPUOffloadPolicy" : "OffloadPolicy";
+  };
+  return {set, "name", enum_allowed(names, note), show};
+}
+
+// fsdp.cpu_offload, checked against offload_policy when the same file sets both.
+ValueDef cpu_offload_setter() {
+  ValueDef def = bool_setter([](S& s) -> bool& { return s.fsdp.cpu_offload; });
+  def.set = [inner = def.set](const Node& n, const std::string& key, Scenario& s) -> Status {
+    const bool before = s.fsdp.cpu_offload;  // offload_policy's, when it came first
+    SHARDLAB_RETURN_IF_ERROR(inner(n, key, s));
+    if (const auto other = also_set(s, "fsdp.offload_policy", n.pos); other && s.fsdp.cpu_offload != before) {
+      return bad(n.pos, key + ": " + n.text + " disagrees with fsdp.offload_policy (at " + other->to_string() + ")",
+                 "allowed: one of the two, or values that agree");
+    }
+    return Status::ok();
+  };
+  return def;
+}
+
 // fsdp: the FullyShardedDataParallel arguments, with accelerate's names.
 KeyDef fsdp_keys() {
   return section(
@@ -783,10 +822,13 @@ KeyDef fsdp_keys() {
                           /*optional=*/true),
                {"the device FSDP is told to use; \"\": the compute device (NOTE [Simulated device_id])",
                 "FSDP(device_id=…)"}),
-          leaf("cpu_offload", bool_setter([](S& s) -> bool& { return s.fsdp.cpu_offload; }),
+          leaf("cpu_offload", cpu_offload_setter(),
                {"shards, gradients and optimizer state live on the host; the optimizer steps there",
                 "FSDP(cpu_offload=CPUOffload(offload_params=True)); accelerate fsdp_offload_params"},
                {"fsdp_offload_params"}),
+          leaf("offload_policy", offload_policy_setter(),
+               {"FSDP2's spelling of cpu_offload; agrees with it when both are set",
+                "fully_shard(offload_policy=CPUOffloadPolicy() | OffloadPolicy())"}),
           leaf("activation_checkpointing", bool_setter([](S& s) -> bool& { return s.fsdp.activation_checkpointing; }),
                {"recompute each BertLayer's forward in backward",
                 "apply_activation_checkpointing; accelerate fsdp_activation_checkpointing"},
