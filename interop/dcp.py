@@ -40,7 +40,8 @@ try:
     import torch.multiprocessing as mp
     from safetensors.torch import load_file, save_file
 
-    from peer_common import compare_tensors, free_port, small_bert, token_batch, train_on_files
+    from peer_common import (compare_tensors, free_port, fsdp_steps, full_state_dict, small_bert, token_batch,
+                             train_on_files)
 except ImportError as e:
     print(f"skipped: PyTorch peer not installed ({e}); run ./bootstrap peer")
     sys.exit(77)
@@ -195,8 +196,7 @@ def shardlab_to_dcp(step_dir, dcp_dir):
 def torch_worker(rank, world, port, folder, version, load_dcp, save_dcp, first_step, out):
     from transformers import BertForSequenceClassification
     from transformers.utils import logging as hf_logging
-    from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict, get_state_dict,
-                                                         set_state_dict)
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
     hf_logging.set_verbosity_error()
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
@@ -215,27 +215,15 @@ def torch_worker(rank, world, port, folder, version, load_dcp, save_dcp, first_s
         set_state_dict(model, opt, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
     batch = load_file(os.path.join(folder, "batch.safetensors"))
     rows = slice(rank * B // world, (rank + 1) * B // world)
-    mine = {k: v[rows] for k, v in batch.items()}
-    losses = []
-    model.train()
-    for step in range(first_step, STEPS + 1):
-        opt.zero_grad()
-        loss = model(**mine).loss
-        # FSDP2's AVG reduce-scatter sums over gloo in PyTorch 2.7 (peer_training).
-        (loss / world if version == 2 else loss).backward()
-        opt.step()
-        total = loss.detach().clone()
-        dist.all_reduce(total)
-        losses.append(float(total) / world)
-        if save_dcp and step == SAVE_AT:
+
+    def save(i):
+        if save_dcp and first_step + i - 1 == SAVE_AT:
             msd, osd = get_state_dict(model, opt)
             dcp.save({"model": msd, "optimizer": osd}, checkpoint_id=save_dcp)
-    if version == 2:
-        state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-    else:  # FSDP1's full state dict through get_model_state_dict crashes on CPU in 2.7
-        from torch.distributed.fsdp import FullStateDictConfig, StateDictType
-        with FSDP.state_dict_type(model, StateDictType.FULL_STATE_DICT, FullStateDictConfig(rank0_only=True)):
-            state = model.state_dict()
+
+    losses = fsdp_steps(model, opt, {k: v[rows] for k, v in batch.items()}, version, world, STEPS + 1 - first_step,
+                        save)
+    state = full_state_dict(model, version)
     if rank == 0:
         save_file({k: v.contiguous() for k, v in state.items()}, os.path.join(out, "params.safetensors"))
         with open(os.path.join(out, "losses.json"), "w") as f:

@@ -96,3 +96,40 @@ def compare_tensors(theirs, ours, what, check_extra=False, floor=0.0, bounded=()
     if check_extra and extra:
         problems.append(f"shardlab has {what} PyTorch has not: {extra[:5]}")
     return worst, where, problems
+
+
+def fsdp_steps(model, opt, mine, version, world, steps, after_step=None):
+    """Trains an FSDP-wrapped `model` for `steps` steps on this rank's rows `mine` (a batch
+    dict); returns each step's global mean loss. Collective over the default group.
+
+    FSDP2 asks its reduce-scatter for ReduceOp.AVG, which NCCL averages but gloo's
+    reduce_scatter_tensor sums (PyTorch 2.7: the steps move W times too far); dividing the
+    loss by W gives the average FSDP2 computes on NCCL (and FSDP1 on gloo). `after_step(i)`
+    runs after step i (1-based), e.g. to save a checkpoint."""
+    import torch.distributed as dist
+    losses = []
+    model.train()
+    for i in range(1, steps + 1):
+        opt.zero_grad()
+        loss = model(**mine).loss
+        (loss / world if version == 2 else loss).backward()
+        opt.step()
+        total = loss.detach().float()
+        dist.all_reduce(total)
+        losses.append(float(total) / world)
+        if after_step is not None:
+            after_step(i)
+    return losses
+
+
+def full_state_dict(model, version):
+    """The full model state dict of an FSDP1- or FSDP2-wrapped model (complete on rank 0).
+    Collective. FSDP1 goes through FSDP.state_dict_type: get_model_state_dict's full state
+    dict crashes FSDP1 on CPU in PyTorch 2.7."""
+    if version == 2:
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+        return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    from torch.distributed.fsdp import FullStateDictConfig, StateDictType
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    with FSDP.state_dict_type(model, StateDictType.FULL_STATE_DICT, FullStateDictConfig(rank0_only=True)):
+        return model.state_dict()

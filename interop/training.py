@@ -35,7 +35,8 @@ try:
     from transformers import BertForSequenceClassification
     from transformers.utils import logging as hf_logging
 
-    from peer_common import compare_tensors, free_port, small_bert, token_batch, train_on_files
+    from peer_common import (compare_tensors, free_port, fsdp_steps, full_state_dict, small_bert, token_batch,
+                             train_on_files)
 except ImportError as e:
     print(f"skipped: PyTorch peer not installed ({e}); run ./bootstrap peer")
     sys.exit(77)
@@ -66,8 +67,7 @@ TOLERANCE = {("sgd", "fp32"): 1e-5, ("adamw", "fp32"): 1e-4, ("sgd", "bf16"): 3e
 def torch_worker(rank, world, port, folder, strategy, version, optimizer, precision, out):
     hf_logging.set_verbosity_error()
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
-    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, ShardingStrategy, StateDictType
-    from torch.distributed.fsdp import FullStateDictConfig
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, ShardingStrategy
     from torch.distributed.fsdp import MixedPrecision, MixedPrecisionPolicy
     model = BertForSequenceClassification.from_pretrained(folder)
     bf16 = precision == "bf16"
@@ -88,26 +88,8 @@ def torch_worker(rank, world, port, folder, strategy, version, optimizer, precis
         opt = torch.optim.SGD(model.parameters(), lr=LR[optimizer])
     batch = load_file(os.path.join(folder, "batch.safetensors"))
     rows = slice(rank * B // world, (rank + 1) * B // world)
-    mine = {k: v[rows] for k, v in batch.items()}
-    losses = []
-    model.train()
-    for _ in range(STEPS):
-        opt.zero_grad()
-        loss = model(**mine).loss
-        # FSDP2 asks its reduce-scatter for ReduceOp.AVG, which NCCL averages but gloo's
-        # reduce_scatter_tensor sums (PyTorch 2.7: the steps move W times too far); dividing
-        # the loss by W gives the average FSDP2 computes on NCCL (and FSDP1 on gloo).
-        (loss / world if version == 2 else loss).backward()
-        opt.step()
-        total = loss.detach().float()
-        dist.all_reduce(total)
-        losses.append(float(total) / world)
-    if version == 2:
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-        state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-    else:
-        with FSDP.state_dict_type(model, StateDictType.FULL_STATE_DICT, FullStateDictConfig(rank0_only=True)):
-            state = model.state_dict()
+    losses = fsdp_steps(model, opt, {k: v[rows] for k, v in batch.items()}, version, world, STEPS)
+    state = full_state_dict(model, version)
     if rank == 0:
         save_file({k: v.contiguous() for k, v in state.items()}, os.path.join(out, "params.safetensors"))
         with open(os.path.join(out, "losses.json"), "w") as f:
