@@ -85,6 +85,9 @@ Snapshot on_world(int world, const runtime::train::FsdpTrainOptions& options,
 runtime::train::FsdpTrainOptions at_world(runtime::train::FsdpTrainOptions o, int world) {
   o.global_batch = static_cast<std::int64_t>(world) * o.grad_accumulation;
   if (runtime::fsdp::is_hybrid(o.fsdp.strategy)) o.fsdp.devices_per_node = 1;
+  // reshard_after_forward=N only where N still divides the world size and is smaller.
+  if (const int n = o.fsdp.reshard_after_forward_size; n > 0 && (n >= world || world % n != 0))
+    o.fsdp.reshard_after_forward_size = 0;
   return o;
 }
 
@@ -134,6 +137,7 @@ RC_GTEST_PROP(FsdpCheckpoint, SaveAtOneWorldSizeLoadAtAnotherGivesIdenticalState
                           runtime::fsdp::ShardingStrategy::kNoShard);
     o2.fsdp.align_bytes = *rc::gen::element<std::int64_t>(0, 16);
     o2.wrap = *rc::gen::element(runtime::train::WrapPolicy::kPerLayer, runtime::train::WrapPolicy::kNone);
+    if (o2.fsdp.strategy != runtime::fsdp::ShardingStrategy::kFullShard) o2.fsdp.reshard_after_forward_size = 0;
   } else {
     o2 = c.options;
   }
