@@ -127,6 +127,8 @@ struct Scenario {
     // FSDP2's reshard_after_forward=N (NOTE [reshard_after_forward] in cli/scenario/keys.cc);
     // 0: reshard to the whole world, or not at all, as the strategy says.
     int reshard_after_forward_size = 0;
+    int forward_prefetch_units = 0;  // FSDP2's explicit prefetch (FsdpOptions); 0: not set
+    int backward_prefetch_units = 0;
     runtime::fsdp::StateDictType state_dict_type = runtime::fsdp::StateDictType::kFull;
     MixedPrecision mixed_precision;
   } fsdp;

@@ -420,6 +420,14 @@ fsdp:
   ASSERT_THAT(grouped, IsOk());
   EXPECT_EQ(grouped->fsdp.sharding_strategy, ShardingStrategy::kFullShard);
   EXPECT_EQ(grouped->fsdp.reshard_after_forward_size, 4);
+  // FSDP2's explicit prefetch counts.
+  auto prefetching =
+      parse("name: a\nfsdp:\n  fsdp_version: 2\n  forward_prefetch_units: 2\n  backward_prefetch_units: 3\n");
+  ASSERT_THAT(prefetching, IsOk());
+  EXPECT_EQ(prefetching->fsdp.forward_prefetch_units, 2);
+  EXPECT_EQ(prefetching->fsdp.backward_prefetch_units, 3);
+  expect_error(parse("name: a\nfsdp:\n  backward_prefetch_units: 2\n"),
+               "s.yaml:3:28:", {"fsdp.backward_prefetch_units 2 is FSDP2's explicit prefetch; this is fsdp_version 1"});
   // FSDP2's offload_policy spells cpu_offload; the two must agree in one file.
   auto offloaded = parse("name: a\nfsdp:\n  offload_policy: CPUOffloadPolicy\n");
   ASSERT_THAT(offloaded, IsOk());

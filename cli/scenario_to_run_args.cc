@@ -304,6 +304,8 @@ Status set_fsdp(const Scenario& s, RunArgs& a) {
   o.fsdp.backward_prefetch = s.fsdp.backward_prefetch;
   o.fsdp.version = s.fsdp.version;
   o.fsdp.reshard_after_forward_size = s.fsdp.reshard_after_forward_size;
+  o.fsdp.forward_prefetch_units = s.fsdp.forward_prefetch_units;
+  o.fsdp.backward_prefetch_units = s.fsdp.backward_prefetch_units;
   o.fsdp.devices_per_node = s.world.devices_per_node;
   o.fsdp.collective_timeout = static_cast<Nanos>(std::llround(s.world.collective_timeout_s * 1e9));
   o.fsdp.forward_prefetch = s.fsdp.forward_prefetch;

@@ -55,6 +55,7 @@ inline std::ostream& operator<<(std::ostream& os, const FsdpCase& c) {
   return os << "FsdpCase{world=" << c.world_size << ", fsdp" << o.fsdp.version
             << ", strategy=" << runtime::fsdp::strategy_name(o.fsdp.strategy)
             << ", reshard_after_forward_size=" << o.fsdp.reshard_after_forward_size
+            << ", prefetch_units=" << o.fsdp.forward_prefetch_units << "/" << o.fsdp.backward_prefetch_units
             << ", prefetch=" << runtime::fsdp::prefetch_name(o.fsdp.backward_prefetch)
             << ", forward_prefetch=" << o.fsdp.forward_prefetch << ", limit=" << o.fsdp.limit_all_gathers
             << ", dpn=" << o.fsdp.devices_per_node << ", align=" << o.fsdp.align_bytes << ", mlp=" << o.model.input_dim
@@ -91,6 +92,11 @@ inline void gen_fsdp_schedule(int world_size, runtime::fsdp::FsdpOptions& o) {
     if (world_size % d == 0) groups.push_back(d);
   if (o.version == 2 && o.strategy == ShardingStrategy::kFullShard && !groups.empty() && *rc::gen::arbitrary<bool>())
     o.reshard_after_forward_size = *rc::gen::elementOf(groups);
+  // FSDP2's explicit prefetch of 0 (not set) to 3 units each way.
+  if (o.version == 2) {
+    o.forward_prefetch_units = *rc::gen::inRange(0, 4);
+    o.backward_prefetch_units = *rc::gen::inRange(0, 4);
+  }
 }
 
 // A small random FSDP run: MLP dims, world size 1–8, every strategy and prefetch mode,

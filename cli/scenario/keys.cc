@@ -862,6 +862,16 @@ KeyDef fsdp_keys() {
                 "shardlab does not model",
                 "accelerate fsdp_cpu_ram_efficient_loading"},
                {"fsdp_cpu_ram_efficient_loading"}),
+          leaf("forward_prefetch_units",
+               int_setter([](S& s) -> int& { return s.fsdp.forward_prefetch_units; }, 0, 1024),
+               {"FSDP2's explicit forward prefetch: each unit's pre-forward all-gathers the next N units (0: "
+                "forward_prefetch decides)",
+                "module.set_modules_to_forward_prefetch(next N modules)"}),
+          leaf("backward_prefetch_units",
+               int_setter([](S& s) -> int& { return s.fsdp.backward_prefetch_units; }, 0, 1024),
+               {"FSDP2's explicit backward prefetch: each unit's pre-backward all-gathers the next N units of "
+                "backward (0: backward_prefetch decides)",
+                "module.set_modules_to_backward_prefetch(next N modules)"}),
           leaf("fsdp_version", int_setter([](S& s) -> int& { return s.fsdp.version; }, 1, 2),
                {"1: FullyShardedDataParallel (one flat parameter per unit); 2: fully_shard (each parameter sharded "
                 "on dim 0, copied in and out around the collectives; use_orig_params' alignment does not apply)",

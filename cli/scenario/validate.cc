@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
+#include <string_view>
 #include <system_error>
 
 #include "cli/backends.h"
@@ -136,6 +137,16 @@ void check_fsdp(const Scenario& s, Problems& problems) {
     problems.add(bad(first_given(s, {"fsdp.transformer_layer_cls_to_wrap", "fsdp.auto_wrap_policy"}),
                      "fsdp.auto_wrap_policy is transformer but transformer_layer_cls_to_wrap is empty",
                      "allowed: at least one layer class (e.g. BertLayer), or auto_wrap_policy size/none"));
+  }
+  for (const char* key : {"fsdp.forward_prefetch_units", "fsdp.backward_prefetch_units"}) {
+    const int n = std::string_view(key) == "fsdp.forward_prefetch_units" ? s.fsdp.forward_prefetch_units
+                                                                         : s.fsdp.backward_prefetch_units;
+    if (n > 0 && s.fsdp.version != 2) {
+      problems.add(
+          bad(s.where(key),
+              std::string(key) + " " + std::to_string(n) + " is FSDP2's explicit prefetch; this is fsdp_version 1",
+              "allowed: fsdp_version: 2, or 0 (FSDP1: forward_prefetch and backward_prefetch)"));
+    }
   }
   if (const int n = s.fsdp.reshard_after_forward_size; n > 0) {
     const std::int64_t world = std::int64_t{s.world.nodes} * s.world.devices_per_node;

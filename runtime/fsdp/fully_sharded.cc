@@ -177,6 +177,13 @@ Result<std::unique_ptr<FullyShardedModel>> FullyShardedModel::create(comm::Commu
     SHARDLAB_ASSIGN_OR_RETURN(m->shard_group_, comm.split_strided(1, dpn));
     SHARDLAB_ASSIGN_OR_RETURN(m->replica_group_, comm.split_strided(dpn, comm.size() / dpn));
   }
+  if (o.forward_prefetch_units < 0 || o.backward_prefetch_units < 0 ||
+      ((o.forward_prefetch_units > 0 || o.backward_prefetch_units > 0) && o.version != 2)) {
+    return Status::invalid_argument("FSDP: explicit prefetch of " + std::to_string(o.forward_prefetch_units) +
+                                    " units in forward and " + std::to_string(o.backward_prefetch_units) +
+                                    " in backward needs FSDP2 (version 2, got " + std::to_string(o.version) +
+                                    ") and counts >= 0");
+  }
   if (const int n = o.reshard_after_forward_size; n != 0) {
     if (o.version != 2 || o.strategy != ShardingStrategy::kFullShard || n < 2 || n >= comm.size() ||
         comm.size() % n != 0) {
@@ -392,7 +399,8 @@ Status FullyShardedModel::unshard(int unit, bool prefetch) {
     fp.state = UnitState::kUnsharded;
     return Status::ok();
   }
-  if (prefetch && options_.limit_all_gathers && unit != root_unit_ && live_non_root() >= 2) return Status::ok();
+  if (prefetch && options_.limit_all_gathers && options_.version == 1 && unit != root_unit_ && live_non_root() >= 2)
+    return Status::ok();
   PhaseScope phase(options_, {"unshard", unit, phase_name(state_), "all_gather", prefetch});
   delay(DelayPoint::kBeforeAllGather);
   const int w = shard_world_size();
@@ -569,11 +577,11 @@ Status FullyShardedModel::pre_forward(int layer) {
     if (first_layer_[static_cast<std::size_t>(u)] != layer) continue;
     forward_order_.push_back(u);
     SHARDLAB_RETURN_IF_ERROR(wait_unsharded(u));
-    if (options_.forward_prefetch && !recorded_order_.empty()) {
-      const auto it = std::find(recorded_order_.begin(), recorded_order_.end(), u);
-      if (it != recorded_order_.end() && it + 1 != recorded_order_.end()) {
-        SHARDLAB_RETURN_IF_ERROR(unshard(*(it + 1), /*prefetch=*/true));
-      }
+    const int ahead =
+        options_.forward_prefetch_units > 0 ? options_.forward_prefetch_units : (options_.forward_prefetch ? 1 : 0);
+    const auto it = std::find(recorded_order_.begin(), recorded_order_.end(), u);
+    for (int k = 1; k <= ahead && it != recorded_order_.end() && recorded_order_.end() - it > k; ++k) {
+      SHARDLAB_RETURN_IF_ERROR(unshard(*(it + k), /*prefetch=*/true));
     }
   }
   return Status::ok();
@@ -643,9 +651,13 @@ Status FullyShardedModel::pre_backward(int layer) {
                                              "unit" + std::to_string(u) + ".unsharded_grad"));
       }
     }
-    if (options_.backward_prefetch == BackwardPrefetch::kBackwardPre && !recorded_order_.empty()) {
-      const int next = next_in_backward(recorded_order_, u);
-      if (next >= 0) SHARDLAB_RETURN_IF_ERROR(unshard(next, /*prefetch=*/true));
+    const int behind = options_.backward_prefetch_units > 0                           ? options_.backward_prefetch_units
+                       : options_.backward_prefetch == BackwardPrefetch::kBackwardPre ? 1
+                                                                                      : 0;
+    for (int k = 0, next = u; k < behind; ++k) {
+      next = next_in_backward(recorded_order_, next);
+      if (next < 0) break;
+      SHARDLAB_RETURN_IF_ERROR(unshard(next, /*prefetch=*/true));
     }
   }
   return Status::ok();
@@ -654,7 +666,8 @@ Status FullyShardedModel::pre_backward(int layer) {
 Status FullyShardedModel::post_backward(int layer) {
   for (int u = 0; u < num_units(); ++u) {
     if (first_layer_[static_cast<std::size_t>(u)] != layer) continue;
-    if (options_.backward_prefetch == BackwardPrefetch::kBackwardPost && !recorded_order_.empty()) {
+    if (options_.backward_prefetch == BackwardPrefetch::kBackwardPost && options_.backward_prefetch_units == 0 &&
+        !recorded_order_.empty()) {
       const int next = next_in_backward(recorded_order_, u);
       if (next >= 0) SHARDLAB_RETURN_IF_ERROR(unshard(next, /*prefetch=*/true));
     }

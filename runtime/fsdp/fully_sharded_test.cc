@@ -449,6 +449,42 @@ train::FsdpTrainOptions small_run() {
   return o;
 }
 
+// FSDP2's explicit prefetch: N units ahead in forward and in backward are all-gathered
+// together (no rate limiter), with the same bits as the implicit prefetch; FSDP1 refuses it.
+TEST(FsdpExplicitPrefetch, PrefetchesNUnitsAheadWithTheSameBits) {
+  std::vector<std::vector<float>> params;
+  for (const int units : {0, 1, 3}) {
+    sim::WorldOptions wo;
+    wo.world_size = 2;
+    sim::World w(wo);
+    train::FsdpTrainOptions o = small_run();
+    o.model.num_hidden_layers = 5;
+    o.fsdp.version = 2;
+    o.fsdp.forward_prefetch_units = units;
+    o.fsdp.backward_prefetch_units = units;
+    std::vector<train::FsdpTrainResult> got(2);
+    const auto results = w.run([&](sim::RankContext& ctx) -> Status {
+      SHARDLAB_ASSIGN_OR_RETURN(got[static_cast<std::size_t>(ctx.rank)],
+                                train::train_fsdp(ctx.comm, ctx.device, ctx.clock, o));
+      return Status::ok();
+    });
+    for (const auto& r : results) ASSERT_THAT(r.status, IsOk());
+    // Implicit (BACKWARD_PRE): a unit and the next; explicit N: a unit and N more.
+    EXPECT_EQ(got[0].max_live_unsharded, units == 0 ? 2 : 1 + units) << units;
+    params.push_back(got[0].final_params);
+  }
+  EXPECT_EQ(params[1], params[0]);
+  EXPECT_EQ(params[2], params[0]);
+  sim::WorldOptions wo;
+  wo.world_size = 2;
+  sim::World w(wo);
+  train::FsdpTrainOptions o = small_run();
+  o.fsdp.forward_prefetch_units = 2;
+  const auto results = w.run(
+      [&](sim::RankContext& ctx) -> Status { return train::train_fsdp(ctx.comm, ctx.device, ctx.clock, o).status(); });
+  EXPECT_THAT(results[0].status.message(), ::testing::HasSubstr("needs FSDP2"));
+}
+
 // Regression: memory not freed after backward. After every iteration the compute device
 // holds no unsharded parameters or gradients; with CPU offload it holds no shards either,
 // and the results are bitwise those of the run without offload.

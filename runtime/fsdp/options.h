@@ -53,7 +53,8 @@ struct FsdpOptions {
   ShardingStrategy strategy = ShardingStrategy::kFullShard;
   BackwardPrefetch backward_prefetch = BackwardPrefetch::kBackwardPre;
   bool forward_prefetch = false;
-  // At most 2 non-root units unsharded at once (PyTorch's limit_all_gathers rate limiter);
+  // At most 2 non-root units unsharded at once (PyTorch's limit_all_gathers rate limiter;
+  // FSDP1 only: FSDP2 has none, its prefetches are bounded by what is asked for);
   // a prefetch that would exceed it is skipped (prefetch costs memory, never correctness).
   bool limit_all_gathers = true;
   // NOTE [Asynchronous gradient reduction] in fully_sharded.cc: a unit's reduction is
@@ -71,6 +72,13 @@ struct FsdpOptions {
   // intra-node group; each rank W/N shards' worth instead of one), and its backward
   // all-gathers them inside that group only. 0: reshard to the whole world (True).
   int reshard_after_forward_size = 0;
+  // FSDP2's explicit prefetching, as set_modules_to_forward_prefetch /
+  // set_modules_to_backward_prefetch given each unit's next N units (in forward order, and
+  // its reverse in backward; their usual use): a unit's pre-forward (pre-backward) issues the
+  // all-gathers of the N units after it. 0: forward_prefetch (1 unit) and backward_prefetch
+  // decide. The order is the one the first forward recorded (as the implicit prefetch's).
+  int forward_prefetch_units = 0;
+  int backward_prefetch_units = 0;
   // use_orig_params alignment: 16 bytes (PyTorch) or 0. FSDP1 only (FSDP2 has no flat
   // parameter to align in).
   std::int64_t align_bytes = 16;
