@@ -1313,6 +1313,20 @@ TEST_F(ScenarioFiles, AccelerateYamlConfigLeavesOutKeysAtAcceleratesDefaults) {
     EXPECT_NE(notes.find(replaced), std::string::npos) << replaced << " in " << notes;
   }
   EXPECT_EQ(notes.find("async_reduction"), std::string::npos) << notes;
+  // FSDP2's plugin defaults to sharded state dicts; a state dict type the file gives wins.
+  o.fsdp_config = write("sparse2.yaml", "distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 2\n");
+  auto v2 = parse("name: a\n", o);
+  ASSERT_THAT(v2, IsOk());
+  EXPECT_EQ(v2->fsdp.state_dict_type, StateDictType::kSharded);
+  o.fsdp_config =
+      write("sparse2_full.yaml",
+            "distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 2\n  fsdp_state_dict_type: FULL_STATE_DICT\n");
+  auto v2_full = parse("name: a\n", o);
+  ASSERT_THAT(v2_full, IsOk());
+  EXPECT_EQ(v2_full->fsdp.state_dict_type, StateDictType::kFull);
+  o.fsdp_config = write("sparse.yaml",
+                        "distributed_type: FSDP\nmixed_precision: 'no'\nfsdp_config:\n  fsdp_sharding_strategy: "
+                        "SHARD_GRAD_OP\n");
   // --set still wins over a default.
   o.set = {"fsdp.use_orig_params=true"};
   auto s = parse(scenario, o);

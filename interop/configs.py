@@ -54,27 +54,33 @@ EVERY = {"auto_wrap_policy": "transformer", "transformer_layer_cls_to_wrap": '["
          "nodes": "2", "devices_per_node": "4"}
 
 
-def plugin_defaults():
-    """What accelerate's FullyShardedDataParallelPlugin holds when `accelerate launch` sets no
-    FSDP environment variable (a config leaving every fsdp_* key out), in shardlab's
-    spelling."""
+def plugin_defaults(version):
+    """What accelerate's FullyShardedDataParallelPlugin(fsdp_version=version) holds when
+    `accelerate launch` sets no other FSDP environment variable (a config whose only fsdp_*
+    key is its version), in shardlab's spelling. FSDP2's plugin leaves the FSDP1-only
+    settings (sharding_strategy, forward_prefetch, use_orig_params, sync_module_states)
+    unset: its strategy is reshard_after_forward's, the others are not compared."""
     from accelerate.utils import FullyShardedDataParallelPlugin
     saved = {k: os.environ.pop(k) for k in list(os.environ) if k.startswith("FSDP_")}
     try:
-        p = FullyShardedDataParallelPlugin()
+        p = FullyShardedDataParallelPlugin(fsdp_version=version)
     finally:
         os.environ.update(saved)
+    lower = lambda b: str(bool(b)).lower()  # noqa: E731
     wrap = {None: "none", "TRANSFORMER_BASED_WRAP": "transformer", "SIZE_BASED_WRAP": "size", "NO_WRAP": "none"}
     policy = p.auto_wrap_policy if p.auto_wrap_policy is None or isinstance(p.auto_wrap_policy, str) else "callable"
-    out = {"sharding_strategy": p.sharding_strategy.name,
-           "backward_prefetch": "NONE" if p.backward_prefetch is None else p.backward_prefetch.name,
-           "forward_prefetch": str(bool(p.forward_prefetch)).lower(),
-           "cpu_offload": str(bool(p.cpu_offload.offload_params)).lower(),
+    offload = p.cpu_offload
+    out = {"backward_prefetch": "NONE" if p.backward_prefetch is None else p.backward_prefetch.name,
+           "cpu_offload": lower(offload.offload_params if hasattr(offload, "offload_params")
+                                else type(offload).__name__ == "CPUOffloadPolicy"),
            "auto_wrap_policy": wrap.get(policy, policy), "state_dict_type": p.state_dict_type.name,
-           "use_orig_params": str(bool(p.use_orig_params)).lower(),
-           "sync_module_states": str(bool(p.sync_module_states)).lower(),
-           "activation_checkpointing": str(bool(p.activation_checkpointing)).lower(),
-           "limit_all_gathers": str(bool(p.limit_all_gathers)).lower(), "fsdp_version": None}
+           "activation_checkpointing": lower(p.activation_checkpointing),
+           "limit_all_gathers": lower(p.limit_all_gathers), "fsdp_version": None if version == 1 else "2"}
+    if version == 1:
+        out.update({"sharding_strategy": p.sharding_strategy.name, "forward_prefetch": lower(p.forward_prefetch),
+                    "use_orig_params": lower(p.use_orig_params), "sync_module_states": lower(p.sync_module_states)})
+    else:
+        out["sharding_strategy"] = "FULL_SHARD" if p.reshard_after_forward is True else "SHARD_GRAD_OP"
     if getattr(p, "min_num_params", None) is not None:
         out["min_num_params"] = str(int(p.min_num_params))
     return out
@@ -99,7 +105,8 @@ def main():
     failed = 0
     # accelerate's own defaults: a config that leaves every fsdp_* key out means the plugin's
     # defaults, whatever the scenario's fsdp section says.
-    cases = CASES + [("plugin_defaults", {}, plugin_defaults())]
+    cases = CASES + [("plugin_defaults_fsdp1", {}, plugin_defaults(1)),
+                     ("plugin_defaults_fsdp2", {"fsdp_version": 2}, plugin_defaults(2))]
     with tempfile.TemporaryDirectory() as d:
         for name, fsdp, want in cases:
             path = os.path.join(d, name + ".yaml")
@@ -114,8 +121,9 @@ def main():
                 failed += 1
                 continue
             got = resolved(done.stdout)
-            every = EVERY if fsdp else {k: v for k, v in EVERY.items() if not k.startswith(("transformer", "auto",
-                                                                                           "state", "activation"))}
+            sparse = name.startswith("plugin_defaults")
+            every = {k: v for k, v in EVERY.items() if not sparse or not k.startswith(("transformer", "auto", "state",
+                                                                                        "activation"))}
             wrong = [f"{k}: want {v}, got {got.get(k)}" for k, v in {**every, **want}.items() if got.get(k) != v]
             print(f"{name}: " + ("same settings" if not wrong else "DIFFERENT: " + "; ".join(wrong)))
             failed += bool(wrong)

@@ -34,10 +34,11 @@ namespace shardlab::cli::scenario_detail {
 // file leaves out means what accelerate's FullyShardedDataParallelPlugin gives it when
 // `accelerate launch` sets no environment variable for it, not what the scenario's fsdp
 // section says. So the fsdp keys accelerate has start from the plugin's defaults (those of
-// accelerate 1.1.1, the peer's pin, checked live by peer_configs): FULL_SHARD, no wrap
-// policy (the root module is the one unit), min_num_params 1e8, no backward prefetch, no
-// forward prefetch, limit_all_gathers, use_orig_params false, sync_module_states false, no
-// CPU offload, no activation checkpointing, FSDP1, FULL_STATE_DICT. Kept from the scenario:
+// accelerate 1.7.0, the peer's pin, checked live by peer_configs for FSDP1 and FSDP2):
+// FULL_SHARD (reshard_after_forward true), no wrap policy (the root module is the one unit),
+// min_num_params 1e8, no backward prefetch, no forward prefetch, limit_all_gathers,
+// use_orig_params false, sync_module_states false, no CPU offload, no activation
+// checkpointing, FSDP1, FULL_STATE_DICT — SHARDED_STATE_DICT with fsdp_version 2. Kept from the scenario:
 // the classes to wrap (accelerate takes the model's _no_split_modules, BertLayer for BERT),
 // mixed precision (the top-level mixed_precision, or the Trainer's bf16 flag beside a JSON),
 // device_id and async_reduction (no accelerate key). Where a default replaces a different
@@ -247,8 +248,13 @@ Status apply_fsdp_config(const std::string& file, Scenario& s) {
   const KeyDef* fsdp_section = find_key(schema(), "fsdp");
   const Scenario before = s;
   if (!is_json) s.fsdp = accelerate_defaults(s.fsdp);
-  const Scenario defaulted = s;
+  Scenario defaulted = s;
   problems.add(apply_map(fsdp_section->children, "fsdp", *fsdp, s));
+  // FSDP2's plugin defaults to sharded state dicts.
+  if (!is_json && s.fsdp.version == 2) {
+    defaulted.fsdp.state_dict_type = runtime::fsdp::StateDictType::kSharded;
+    if (s.where("fsdp.state_dict_type").file != file) s.fsdp.state_dict_type = runtime::fsdp::StateDictType::kSharded;
+  }
   if (const auto replaced = note_defaults(fsdp_section->children, "fsdp", before, defaulted, s, file);
       !replaced.empty()) {
     s.notes.push_back("--fsdp-config " + file +

@@ -72,10 +72,11 @@ constexpr const char* kAccelerateText =
     "| `num_machines` | `world.nodes` |\n"
     "| `num_processes` | `world.devices_per_node` = num_processes / num_machines (must divide, else exit 2) |\n\n"
     "The YAML file is the FSDP configuration of the run accelerate launches: an `fsdp_*` key it leaves out takes "
-    "accelerate's `FullyShardedDataParallelPlugin` default (accelerate 1.1.1), not the scenario's value: FULL_SHARD, "
+    "accelerate's `FullyShardedDataParallelPlugin` default (accelerate 1.7.0), not the scenario's value: FULL_SHARD, "
     "no wrap policy (one unit), min_num_params 1e8, no backward or forward prefetch, limit_all_gathers, "
     "use_orig_params false, sync_module_states false, no offload, no activation checkpointing, FSDP1, "
-    "FULL_STATE_DICT; a note on stdout names each default that replaced a different scenario value. The classes to "
+    "FULL_STATE_DICT (SHARDED_STATE_DICT with `fsdp_version: 2`); a note on stdout names each default that replaced a "
+    "different scenario value. The classes to "
     "wrap, mixed precision, device_id and async_reduction stay the scenario's. An fsdp_config JSON is a fragment "
     "(its meaning also depends on the Trainer's arguments beside it): it overlays the scenario key by key.\n";
 
