@@ -201,7 +201,9 @@ std::vector<std::string> note_defaults(const std::vector<KeyDef>& defs, const st
     // spells, as offload_policy spells cpu_offload) left it so.
     const std::string was = def.value.show(before), now = def.value.show(after);
     if (was == def.value.show(defaulted) || now != def.value.show(defaulted)) continue;
-    out.push_back(path + " " + now + " (the scenario: " + was + ")");
+    std::string line = path;
+    line.append(" ").append(now).append(" (the scenario: ").append(was).append(")");
+    out.push_back(std::move(line));
     after.positions[path] = SourcePos{file, 0, 0};
   }
   return out;
