@@ -94,10 +94,10 @@ std::string describe(const NonFinite& f, std::int64_t of, std::size_t tensors) {
          " tensors: " + list;
 }
 
-// `bert`'s dropout masks for `rows` × `seq` at `ctx`, written to `path` (safetensors, F32).
-Status write_dropout_masks(const std::string& path, const runtime::model::Bert& bert,
+// `bert`'s dropout masks for `rows` × `seq` at `ctx`, drawn on `host` and written to `path`
+// (safetensors, F32).
+Status write_dropout_masks(runtime::device::Device& host, const std::string& path, const runtime::model::Bert& bert,
                            const runtime::model::ForwardContext& ctx, std::int64_t rows, std::int64_t seq) {
-  runtime::device::cpu::CpuDevice host;
   SHARDLAB_ASSIGN_OR_RETURN(auto masks, bert.dropout_masks(host, ctx, rows, seq));
   std::vector<std::vector<float>> values;
   std::vector<runtime::io::TensorRef> refs;
@@ -164,7 +164,7 @@ int grads_command(const GradsArgs& a) {
   if (!a.dropout_masks.empty()) {
     // The step is step 0 of a run seeded --seed, its batch rows 0..B-1: the masks of that
     // forward, whichever rank draws each row.
-    if (Status s = write_dropout_masks(a.dropout_masks, probe, model::ForwardContext{a.seed, 0, 0, true}, B, T);
+    if (Status s = write_dropout_masks(host, a.dropout_masks, probe, model::ForwardContext{a.seed, 0, 0, true}, B, T);
         !s.is_ok()) {
       return fail(s);
     }

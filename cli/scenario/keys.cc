@@ -643,6 +643,19 @@ std::optional<SourcePos> also_set(const Scenario& s, const std::string& other, c
   if (it == s.positions.end() || it->second.file != here.file || it->second.line == 0) return std::nullopt;
   return it->second;
 }
+// Two keys that spell one setting (reshard_after_forward and sharding_strategy,
+// offload_policy and cpu_offload): ok unless the file `n` is in set `other` too and the two
+// do not `agree`; then the refusal names both positions. `value` and `other_value` are
+// what the message shows of each ("" leaves the other's value out).
+Status agreement(const Scenario& s, const Node& n, const std::string& key, const std::string& value,
+                 const std::string& other, const std::string& other_value, bool agree, const std::string& note = "") {
+  const auto where = also_set(s, other, n.pos);
+  if (!where || agree) return Status::ok();
+  return bad(n.pos,
+             key + ": " + value + " disagrees with " + other + (other_value.empty() ? "" : " " + other_value) +
+                 " (at " + where->to_string() + ")",
+             "allowed: one of the two, or values that agree" + note);
+}
 
 ValueDef reshard_after_forward_setter() {
   const std::string allowed =
@@ -663,14 +676,10 @@ ValueDef reshard_after_forward_setter() {
         return bad(n.pos, key + ": expected true, false or a group size, got " + describe(n), "allowed: " + allowed);
       reshard = *b;
     }
-    if (const auto other = also_set(s, "fsdp.sharding_strategy", n.pos);
-        other && !agrees(s.fsdp.sharding_strategy, size, reshard)) {
-      return bad(n.pos,
-                 key + ": " + n.text + " disagrees with fsdp.sharding_strategy " +
-                     std::string(runtime::fsdp::strategy_name(s.fsdp.sharding_strategy)) + " (at " +
-                     other->to_string() + ")",
-                 "allowed: one of the two, or values that agree (NOTE [reshard_after_forward])");
-    }
+    SHARDLAB_RETURN_IF_ERROR(agreement(s, n, key, n.text, "fsdp.sharding_strategy",
+                                       std::string(runtime::fsdp::strategy_name(s.fsdp.sharding_strategy)),
+                                       agrees(s.fsdp.sharding_strategy, size, reshard),
+                                       " (NOTE [reshard_after_forward])"));
     if (!also_set(s, "fsdp.sharding_strategy", n.pos)) {
       s.fsdp.sharding_strategy = reshard ? ShardingStrategy::kFullShard : ShardingStrategy::kShardGradOp;
     }
@@ -699,13 +708,9 @@ ValueDef sharding_strategy_setter() {
     // reshard_after_forward, when it came first, left its strategy here.
     const bool reshard = reshards_after_forward(s.fsdp.sharding_strategy);
     SHARDLAB_RETURN_IF_ERROR(inner(n, key, s));
-    if (const auto other = also_set(s, "fsdp.reshard_after_forward", n.pos);
-        other && !agrees(s.fsdp.sharding_strategy, s.fsdp.reshard_after_forward_size, reshard)) {
-      return bad(n.pos,
-                 key + ": " + n.text + " disagrees with fsdp.reshard_after_forward (at " + other->to_string() + ")",
-                 "allowed: one of the two, or values that agree (NOTE [reshard_after_forward])");
-    }
-    return Status::ok();
+    return agreement(s, n, key, n.text, "fsdp.reshard_after_forward", "",
+                     agrees(s.fsdp.sharding_strategy, s.fsdp.reshard_after_forward_size, reshard),
+                     " (NOTE [reshard_after_forward])");
   };
   return def;
 }
@@ -719,12 +724,8 @@ ValueDef offload_policy_setter() {
   Setter set = [names, note](const Node& n, const std::string& key, Scenario& s) -> Status {
     SHARDLAB_ASSIGN_OR_RETURN(std::string name, to_enum(n, key, names, note));
     const bool offload = name == "CPUOffloadPolicy";
-    if (const auto other = also_set(s, "fsdp.cpu_offload", n.pos); other && s.fsdp.cpu_offload != offload) {
-      return bad(n.pos,
-                 key + ": " + name + " disagrees with fsdp.cpu_offload " + yaml_bool(s.fsdp.cpu_offload) + " (at " +
-                     other->to_string() + ")",
-                 "allowed: one of the two, or values that agree");
-    }
+    SHARDLAB_RETURN_IF_ERROR(
+        agreement(s, n, key, name, "fsdp.cpu_offload", yaml_bool(s.fsdp.cpu_offload), s.fsdp.cpu_offload == offload));
     s.fsdp.cpu_offload = offload;
     return Status::ok();
   };
@@ -740,11 +741,7 @@ ValueDef cpu_offload_setter() {
   def.set = [inner = def.set](const Node& n, const std::string& key, Scenario& s) -> Status {
     const bool before = s.fsdp.cpu_offload;  // offload_policy's, when it came first
     SHARDLAB_RETURN_IF_ERROR(inner(n, key, s));
-    if (const auto other = also_set(s, "fsdp.offload_policy", n.pos); other && s.fsdp.cpu_offload != before) {
-      return bad(n.pos, key + ": " + n.text + " disagrees with fsdp.offload_policy (at " + other->to_string() + ")",
-                 "allowed: one of the two, or values that agree");
-    }
-    return Status::ok();
+    return agreement(s, n, key, n.text, "fsdp.offload_policy", "", s.fsdp.cpu_offload == before);
   };
   return def;
 }

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <tuple>
 
 #include "sim/models/device/device.h"
 #include "sim/models/network/topology.h"
@@ -407,6 +408,13 @@ TEST(DeviceProfiles, OptimizerStepIsChargedAsOneStreamingVectorOp) {
   EXPECT_EQ(clock.now() - before, g2.op_time(2.0 * 1000, 12.0 * 1000, ComputeUnit::kVector, DType::kF32));
 }
 
+// Two fp32 buffers and a bf16 one of 1000 elements on `dev` (the copy and cast tests').
+std::tuple<Result<Tensor>, Result<Tensor>, Result<Tensor>> three_buffers(SimDevice& dev) {
+  return {dev.empty({1000}, DType::kF32, MemoryCategory::kOther, "a"),
+          dev.empty({1000}, DType::kF32, MemoryCategory::kOther, "b"),
+          dev.empty({1000}, DType::kBF16, MemoryCategory::kOther, "h")};
+}
+
 // copy_many (FSDP2's copy-in/copy-out): one launch for all its pairs, their bytes at the
 // memory rate (copy's factor), the values as copy and cast give them; with a conversion
 // among the pairs, cast's compute term for the converted elements.
@@ -414,9 +422,7 @@ TEST(DeviceProfiles, SimDeviceChargesCopyManyAsOneOp) {
   DeviceProfile d;  // cpu-sim: vector 20 GFLOP/s, memory 20 GB/s, launch 2 µs
   VirtualClock clock;
   SimDevice dev(0, d, &clock);
-  auto a = dev.empty({1000}, DType::kF32, MemoryCategory::kOther, "a");
-  auto b = dev.empty({1000}, DType::kF32, MemoryCategory::kOther, "b");
-  auto h = dev.empty({1000}, DType::kBF16, MemoryCategory::kOther, "h");
+  auto [a, b, h] = three_buffers(dev);
   ASSERT_TRUE(a.is_ok() && b.is_ok() && h.is_ok());
   for (int i = 0; i < 1000; ++i) a->data<float>()[i] = 1.0f + static_cast<float>(i) / 3.0f;
   std::vector<runtime::device::Device::CopyPair> pairs;
@@ -459,9 +465,7 @@ TEST(DeviceProfiles, SimDeviceChargesASameDtypeCastAsACopy) {
   d.compute_factors = {{"cast", 100.0}};
   VirtualClock clock;
   SimDevice dev(0, d, &clock);
-  auto a = dev.empty({1000}, DType::kF32, MemoryCategory::kOther, "a");
-  auto b = dev.empty({1000}, DType::kF32, MemoryCategory::kOther, "b");
-  auto h = dev.empty({1000}, DType::kBF16, MemoryCategory::kOther, "h");
+  auto [a, b, h] = three_buffers(dev);
   ASSERT_TRUE(a.is_ok() && b.is_ok() && h.is_ok());
   ASSERT_TRUE(dev.fill(*a, 1.5f, runtime::device::kComputeStream).is_ok());
   const Nanos t0 = clock.now();
