@@ -40,8 +40,8 @@ try:
     import torch.multiprocessing as mp
     from safetensors.torch import load_file, save_file
 
-    from peer_common import (compare_tensors, free_port, fsdp_steps, full_state_dict, small_bert, token_batch,
-                             train_on_files)
+    from peer_common import (compare_tensors, free_port, fsdp_steps, full_state_dict, load_result, rank_rows,
+                             save_result, small_bert, token_batch, train_on_files, wrap_fsdp)
 except ImportError as e:
     print(f"skipped: PyTorch peer not installed ({e}); run ./bootstrap peer")
     sys.exit(77)
@@ -197,37 +197,22 @@ def torch_worker(rank, world, port, folder, version, load_dcp, save_dcp, first_s
     from transformers import BertForSequenceClassification
     from transformers.utils import logging as hf_logging
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
-    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
     hf_logging.set_verbosity_error()
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
-    model = BertForSequenceClassification.from_pretrained(folder)
-    if version == 2:
-        from torch.distributed.device_mesh import init_device_mesh
-        from torch.distributed.fsdp import fully_shard
-        fully_shard(model, mesh=init_device_mesh("cpu", (world,)))
-    else:
-        model = FSDP(model, device_id=torch.device("cpu"), use_orig_params=True)
+    model = wrap_fsdp(BertForSequenceClassification.from_pretrained(folder), version, world)
     opt = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=WD)
     if load_dcp:
         msd, osd = get_state_dict(model, opt)
         state = {"model": msd, "optimizer": osd}
         dcp.load(state, checkpoint_id=load_dcp)
         set_state_dict(model, opt, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
-    batch = load_file(os.path.join(folder, "batch.safetensors"))
-    rows = slice(rank * B // world, (rank + 1) * B // world)
-
     def save(i):
         if save_dcp and first_step + i - 1 == SAVE_AT:
             msd, osd = get_state_dict(model, opt)
             dcp.save({"model": msd, "optimizer": osd}, checkpoint_id=save_dcp)
 
-    losses = fsdp_steps(model, opt, {k: v[rows] for k, v in batch.items()}, version, world, STEPS + 1 - first_step,
-                        save)
-    state = full_state_dict(model, version)
-    if rank == 0:
-        save_file({k: v.contiguous() for k, v in state.items()}, os.path.join(out, "params.safetensors"))
-        with open(os.path.join(out, "losses.json"), "w") as f:
-            json.dump(losses, f)
+    losses = fsdp_steps(model, opt, rank_rows(folder, rank, world), version, world, STEPS + 1 - first_step, save)
+    save_result(out, rank, losses, full_state_dict(model, version))
     dist.destroy_process_group()
 
 
@@ -235,8 +220,7 @@ def run_torch(folder, version, world, out, load_dcp=None, save_dcp=None, first_s
     os.makedirs(out, exist_ok=True)
     mp.spawn(torch_worker, args=(world, free_port(), folder, version, load_dcp, save_dcp, first_step, out),
              nprocs=world, join=True)
-    with open(os.path.join(out, "losses.json")) as f:
-        return json.load(f), load_file(os.path.join(out, "params.safetensors"))
+    return load_result(out)
 
 
 def run_shardlab(shardlab, folder, version, world, ck, out, *sets):

@@ -133,3 +133,47 @@ def full_state_dict(model, version):
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
     with FSDP.state_dict_type(model, StateDictType.FULL_STATE_DICT, FullStateDictConfig(rank0_only=True)):
         return model.state_dict()
+
+
+def wrap_fsdp(model, version, world, strategy="FULL_SHARD", bf16=False):
+    """`model` under FSDP1 (FullyShardedDataParallel, use_orig_params=True, `strategy`) or
+    FSDP2 (fully_shard on a 1-D mesh of `world` CPU ranks; FULL_SHARD is
+    reshard_after_forward=True, SHARD_GRAD_OP False), one unit for the whole model; with
+    `bf16`, MixedPrecision / MixedPrecisionPolicy with param and reduce dtype bf16."""
+    import torch.distributed.fsdp as fsdp
+    if version == 2:
+        from torch.distributed.device_mesh import init_device_mesh
+        extra = {"mp_policy": fsdp.MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.bfloat16)}
+        fsdp.fully_shard(model, mesh=init_device_mesh("cpu", (world,)), reshard_after_forward=strategy == "FULL_SHARD",
+                         **(extra if bf16 else {}))
+        return model
+    mixed = fsdp.MixedPrecision(param_dtype=torch.bfloat16, reduce_dtype=torch.bfloat16) if bf16 else None
+    return fsdp.FullyShardedDataParallel(model, device_id=torch.device("cpu"), use_orig_params=True,
+                                         sharding_strategy=getattr(fsdp.ShardingStrategy, strategy),
+                                         mixed_precision=mixed)
+
+
+def rank_rows(folder, rank, world):
+    """This rank's rows of folder/batch.safetensors (an equal share of them, in order)."""
+    from safetensors.torch import load_file
+    batch = load_file(os.path.join(folder, "batch.safetensors"))
+    rows = next(iter(batch.values())).shape[0]
+    return {k: v[rank * rows // world:(rank + 1) * rows // world] for k, v in batch.items()}
+
+
+def save_result(out, rank, losses, state):
+    """Rank 0 writes a PyTorch run's per-step losses and final full state dict to `out`."""
+    if rank != 0:
+        return
+    import json
+    save_file({k: v.contiguous() for k, v in state.items()}, os.path.join(out, "params.safetensors"))
+    with open(os.path.join(out, "losses.json"), "w") as f:
+        json.dump(losses, f)
+
+
+def load_result(out):
+    """What save_result wrote: (losses, {name: tensor})."""
+    import json
+    from safetensors.torch import load_file
+    with open(os.path.join(out, "losses.json")) as f:
+        return json.load(f), load_file(os.path.join(out, "params.safetensors"))

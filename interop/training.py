@@ -31,12 +31,12 @@ try:
     import torch
     import torch.distributed as dist
     import torch.multiprocessing as mp
-    from safetensors.torch import load_file, save_file
+    from safetensors.torch import load_file
     from transformers import BertForSequenceClassification
     from transformers.utils import logging as hf_logging
 
-    from peer_common import (compare_tensors, free_port, fsdp_steps, full_state_dict, small_bert, token_batch,
-                             train_on_files)
+    from peer_common import (compare_tensors, free_port, fsdp_steps, full_state_dict, load_result, rank_rows,
+                             save_result, small_bert, token_batch, train_on_files, wrap_fsdp)
 except ImportError as e:
     print(f"skipped: PyTorch peer not installed ({e}); run ./bootstrap peer")
     sys.exit(77)
@@ -67,33 +67,14 @@ TOLERANCE = {("sgd", "fp32"): 1e-5, ("adamw", "fp32"): 1e-4, ("sgd", "bf16"): 3e
 def torch_worker(rank, world, port, folder, strategy, version, optimizer, precision, out):
     hf_logging.set_verbosity_error()
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
-    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, ShardingStrategy
-    from torch.distributed.fsdp import MixedPrecision, MixedPrecisionPolicy
-    model = BertForSequenceClassification.from_pretrained(folder)
-    bf16 = precision == "bf16"
-    if version == 2:
-        from torch.distributed.device_mesh import init_device_mesh
-        from torch.distributed.fsdp import fully_shard
-        # fully_shard on a 1-D mesh: reshard_after_forward True is FULL_SHARD, False SHARD_GRAD_OP.
-        mp_policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.bfloat16) if bf16 else None
-        fully_shard(model, mesh=init_device_mesh("cpu", (world,)), reshard_after_forward=strategy == "FULL_SHARD",
-                    **({"mp_policy": mp_policy} if bf16 else {}))
-    else:
-        mp_policy = MixedPrecision(param_dtype=torch.bfloat16, reduce_dtype=torch.bfloat16) if bf16 else None
-        model = FSDP(model, device_id=torch.device("cpu"), use_orig_params=True,
-                     sharding_strategy=getattr(ShardingStrategy, strategy), mixed_precision=mp_policy)
+    model = wrap_fsdp(BertForSequenceClassification.from_pretrained(folder), version, world, strategy,
+                      bf16=precision == "bf16")
     if optimizer == "adamw":
         opt = torch.optim.AdamW(model.parameters(), lr=LR[optimizer], weight_decay=WEIGHT_DECAY[optimizer])
     else:
         opt = torch.optim.SGD(model.parameters(), lr=LR[optimizer])
-    batch = load_file(os.path.join(folder, "batch.safetensors"))
-    rows = slice(rank * B // world, (rank + 1) * B // world)
-    losses = fsdp_steps(model, opt, {k: v[rows] for k, v in batch.items()}, version, world, STEPS)
-    state = full_state_dict(model, version)
-    if rank == 0:
-        save_file({k: v.contiguous() for k, v in state.items()}, os.path.join(out, "params.safetensors"))
-        with open(os.path.join(out, "losses.json"), "w") as f:
-            json.dump(losses, f)
+    losses = fsdp_steps(model, opt, rank_rows(folder, rank, world), version, world, STEPS)
+    save_result(out, rank, losses, full_state_dict(model, version))
     dist.destroy_process_group()
 
 
@@ -118,9 +99,7 @@ def main():
                 os.makedirs(out)
                 mp.spawn(torch_worker, args=(world, free_port(), src, strategy, version, optimizer, precision, out),
                          nprocs=world, join=True)
-                with open(os.path.join(out, "losses.json")) as f:
-                    theirs_losses = json.load(f)
-                theirs = load_file(os.path.join(out, "params.safetensors"))
+                theirs_losses, theirs = load_result(out)
                 ck, run_out = os.path.join(out, "ck"), os.path.join(out, "run")
                 cmd = ["mpiexec", "--oversubscribe", "--mca", "mpi_yield_when_idle", "1", "-n", str(world), a.shardlab]
                 cmd += train_on_files(src, "classification", T, B // world, world, STEPS, "name=peer_training",
