@@ -67,6 +67,9 @@ struct Group {
   std::vector<std::uint64_t> next_seq;
   std::map<std::uint64_t, std::shared_ptr<PendingOp>> pending;
   int splits = 0;
+  // NOTE [Concurrent groups] in sim/models/network/network.h: every group the split that
+  // made this one made (world ranks), shared by them; null for the world group.
+  std::shared_ptr<const std::vector<std::vector<int>>> split_groups;
 };
 
 struct Message {

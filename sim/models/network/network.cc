@@ -85,8 +85,22 @@ class TopologyNetwork final : public NetworkCostModel {
     SHARDLAB_CHECK_GT(q.world_ranks.size(), 0u);
     for (int r : q.world_ranks) SHARDLAB_CHECK(r >= 0 && r < topo_.devices());
     const Schedule s = plan_collective(q.kind, q.world_ranks, q.bytes, q.root, algorithm_, topo_);
-    const PriceRound pricer = [this](std::span<const Transfer> round, std::span<Priced> out) {
-      if (model_ == NetworkModelKind::kContention) {
+    const Concurrent others = concurrent_with(q);
+    std::vector<Transfer> joint;
+    std::vector<Priced> joint_out;
+    const PriceRound pricer = [&](std::span<const Transfer> round, std::span<Priced> out) {
+      if (model_ == NetworkModelKind::kContention && !others.groups.empty()) {
+        // NOTE [Concurrent groups]: the same round of every other group, member by member.
+        joint.assign(round.begin(), round.end());
+        for (const std::vector<int>* g : others.groups) {
+          for (const Transfer& m : round) {
+            joint.push_back({(*g)[others.position(m.src)], (*g)[others.position(m.dst)], m.bytes});
+          }
+        }
+        joint_out.resize(joint.size());
+        price_fair(joint, joint_out);
+        std::copy_n(joint_out.begin(), out.size(), out.begin());
+      } else if (model_ == NetworkModelKind::kContention) {
         price_fair(round, out);
       } else {
         for (std::size_t i = 0; i < round.size(); ++i)
@@ -145,8 +159,38 @@ class TopologyNetwork final : public NetworkCostModel {
     return d;
   }
   bool host_progress() const override { return topo_.spec().host_progress; }
+  bool prices_concurrent_groups() const override { return model_ == NetworkModelKind::kContention; }
 
  private:
+  // NOTE [Concurrent groups]: the other groups of q's split of its size, and each world
+  // rank's place in q's group.
+  struct Concurrent {
+    std::vector<const std::vector<int>*> groups;
+    std::vector<std::pair<int, int>> place;  // (world rank, group rank), sorted
+    std::size_t position(int world_rank) const {
+      const auto it = std::lower_bound(place.begin(), place.end(), std::pair<int, int>{world_rank, -1});
+      SHARDLAB_CHECK(it != place.end() && it->first == world_rank);
+      return static_cast<std::size_t>(it->second);
+    }
+  };
+  Concurrent concurrent_with(const CollectiveQuery& q) const {
+    Concurrent c;
+    if (model_ != NetworkModelKind::kContention || q.concurrent_groups.size() < 2) return c;
+    std::int64_t ranks = 0;
+    for (const std::vector<int>& g : q.concurrent_groups) ranks += static_cast<std::int64_t>(g.size());
+    if (ranks > kMaxConcurrentRanks) return c;
+    for (const std::vector<int>& g : q.concurrent_groups) {
+      // Groups of one split are disjoint: the first member tells q's own group apart.
+      if (g.size() != q.world_ranks.size() || g.front() == q.world_ranks.front()) continue;
+      for (int r : g) SHARDLAB_CHECK(r >= 0 && r < topo_.devices());
+      c.groups.push_back(&g);
+    }
+    if (c.groups.empty()) return c;
+    for (std::size_t k = 0; k < q.world_ranks.size(); ++k) c.place.push_back({q.world_ranks[k], static_cast<int>(k)});
+    std::sort(c.place.begin(), c.place.end());
+    return c;
+  }
+
   bool faults_after(Nanos t) const { return !windows_.empty() && last_end_ > t; }
 
   // NOTE [Virtual time limit]: a collective that would end there fails on every member,

@@ -17,12 +17,13 @@
 //                  exchange round, one direct phase, over every sub-group of the phase at
 //                  once) share each link they cross; each gets its max–min fair rate
 //                  (progressive filling), fixed for the message. Scope: contention
-//                  *within one collective* only. A pure per-query model cannot see other
-//                  collectives in flight at the same time (an all-gather overlapping a
-//                  reduce-scatter, another group's traffic): cross-collective contention
-//                  needs a stateful network simulation and is out of scope here. With
-//                  unequal arrivals the round's messages are assumed concurrent (exact for
-//                  equal arrivals, pessimistic when stragglers spread them out).
+//                  within one collective, and between the groups of one split that run
+//                  it at once (NOTE [Concurrent groups]). A pure per-query model cannot
+//                  see other collectives in flight at the same time (an all-gather
+//                  overlapping a reduce-scatter): that needs a stateful network
+//                  simulation and is out of scope here. With unequal arrivals the round's
+//                  messages are assumed concurrent (exact for equal arrivals, pessimistic
+//                  when stragglers spread them out).
 //    Link faults (NOTE [Link faults] below) apply in both models.
 #pragma once
 
@@ -49,7 +50,23 @@ struct CollectiveQuery {
   // reduce_scatter, the whole buffer for all_reduce and broadcast.
   std::int64_t bytes = 0;
   int root = 0;  // broadcast: the group rank that sends
+  // NOTE [Concurrent groups]: every group of the split that made this group, this one
+  // included (world ranks, group rank order); empty for the world group or when unknown.
+  std::span<const std::vector<int>> concurrent_groups;
 };
+
+// NOTE [Concurrent groups]
+// An SPMD program drives every group of one split through the same collectives at the
+// same point of its program: HYBRID_SHARD's replica groups all-reduce their shards' gradients
+// at once, each through the same node ports when a node holds several ranks. Under the
+// contention model each round of a collective is priced together with the same round of
+// every other group of its split (of the same size: the round's messages mapped member
+// by member), so a port that two replica groups cross gives each half its rate; the
+// alpha_beta model and measured collectives ignore them. The groups are assumed to run in
+// lockstep (exact for symmetric programs and equal arrivals). A split of more than
+// kMaxConcurrentRanks ranks in all is priced group by group (the joint pricing is
+// O(ranks) per round of every group's query, O(ranks²) per collective).
+constexpr std::int64_t kMaxConcurrentRanks = 1024;
 
 // NOTE [Reduction cost] in sim/models/network/topology.h: the bytes each member of a `group_size` group
 // reduces in a collective of `kind` with `bytes` as in CollectiveQuery — (p-1) chunks for
@@ -78,6 +95,9 @@ class NetworkCostModel {
   // NOTE [Host-progressed collectives] in sim/models/network/topology.h: a member's wait lasts at least
   // the collective's own duration.
   virtual bool host_progress() const { return false; }
+  // Whether collective() reads CollectiveQuery::concurrent_groups (NOTE [Concurrent
+  // groups]); callers that would build them for the query may skip it when false.
+  virtual bool prices_concurrent_groups() const { return false; }
 };
 
 // The congestion-unaware α–β model with ring collectives (sim/models/device/cost_model.h).

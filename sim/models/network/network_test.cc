@@ -191,6 +191,53 @@ TEST(Contention, LibnbcOnSharedNodePorts) {
   EXPECT_TRUE(back->port_per_node);
 }
 
+// NOTE [Concurrent groups]: HYBRID_SHARD's replica groups {0, 2} and {1, 3} on 2 nodes × 2
+// ranks all-reduce at once. With one port per node both cross the same two ports, and
+// each message gets half its rate; with a port per device they share nothing; the
+// alpha_beta model ignores them; the query's own group is not counted twice.
+TEST(Contention, ConcurrentGroupsOfOneSplitShareNodePorts) {
+  const std::int64_t n = 100000;
+  const std::vector<std::vector<int>> replicas{{0, 2}, {1, 3}};
+  const std::vector<int> mine{1, 3};
+  const std::vector<Nanos> arrivals(2, 500);
+  auto all_reduce = [&](const NetworkCostModel& net, std::span<const std::vector<int>> groups) {
+    CollectiveQuery q;
+    q.kind = OpKind::kAllReduce;
+    q.world_ranks = mine;
+    q.arrivals = arrivals;
+    q.bytes = n;
+    q.concurrent_groups = groups;
+    return net.collective(q);
+  };
+  TopologySpec nic = two_level_spec();  // port 1 ns/B and 1.5 µs each side
+  auto per_device = model(nic, 2, 2, Algorithm::kLibnbc, NetworkModelKind::kContention);
+  nic.port_per_node = true;
+  auto per_node = model(nic, 2, 2, Algorithm::kLibnbc, NetworkModelKind::kContention);
+  auto per_node_ab = model(nic, 2, 2, Algorithm::kLibnbc, NetworkModelKind::kAlphaBeta);
+  EXPECT_TRUE(per_node->prices_concurrent_groups());
+  EXPECT_FALSE(per_node_ab->prices_concurrent_groups());
+  // libnbc's all_reduce of 2: member 1 sends N up the tree, member 0 sends it back down.
+  const Nanos alone = 500 + 2 * (3000 + n);
+  expect_all(all_reduce(*per_node, {}), alone, "one group alone");
+  expect_all(all_reduce(*per_node, std::span(replicas).first(1)), alone, "the split's other group absent");
+  expect_all(all_reduce(*per_node, replicas), 500 + 2 * (3000 + 2 * n),
+             "two groups through each node port (its own counted once)");
+  expect_all(all_reduce(*per_device, replicas), alone, "a port per device: nothing shared");
+  expect_all(all_reduce(*per_node_ab, replicas), alone, "alpha_beta ignores them");
+  // A group of another size is not this collective's sibling.
+  const std::vector<std::vector<int>> uneven{{0, 2, 1}, {3}};
+  const std::vector<int> three{0, 2, 1};
+  const std::vector<Nanos> arrivals3(3, 500);
+  CollectiveQuery q;
+  q.kind = OpKind::kAllGather;
+  q.world_ranks = three;
+  q.arrivals = arrivals3;
+  q.bytes = n;
+  const CollectiveTiming plain = per_node->collective(q);
+  q.concurrent_groups = uneven;
+  EXPECT_EQ(per_node->collective(q).done, plain.done);
+}
+
 TEST(ClosedForms, HalvingDoubling) {
   for (int p : {1, 2, 4, 8, 16}) {
     auto net = model(clique_spec(), 1, p, Algorithm::kHalvingDoubling);
@@ -261,7 +308,7 @@ TEST(ClosedForms, SwitchRingEqualsTheOriginalAlphaBetaModel) {
       arrivals.push_back(static_cast<Nanos>(rng.uniform_int(50000)));
     }
     for (OpKind kind : {OpKind::kAllGather, OpKind::kReduceScatter, OpKind::kAllReduce}) {
-      CollectiveQuery q{kind, ranks, arrivals, static_cast<std::int64_t>(rng.uniform_int(100000)), 0};
+      CollectiveQuery q{kind, ranks, arrivals, static_cast<std::int64_t>(rng.uniform_int(100000)), 0, {}};
       EXPECT_EQ(net->collective(q).done, reference->collective(q).done) << "trial " << trial;
     }
   }
