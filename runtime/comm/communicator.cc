@@ -214,4 +214,15 @@ void divide_in_place(DType dtype, std::byte* data, std::int64_t count, int divis
   }
 }
 
+std::string split_group_name(const std::string& parent, int color, int split_index) {
+  std::string name = parent;
+  name += '/';
+  name += std::to_string(color);
+  if (split_index > 1) {  // appended piecewise: GCC 12 misreports "." + to_string() (-Wrestrict)
+    name += '.';
+    name += std::to_string(split_index);
+  }
+  return name;
+}
+
 }  // namespace shardlab::runtime::comm

@@ -122,6 +122,12 @@ inline int strided_color(int rank, int stride, int group_size) {
   return rank / (stride * group_size) * stride + rank % stride;
 }
 inline int strided_key(int rank, int stride, int group_size) { return rank / stride % group_size; }
+// The name of the group of `color` made by split number `split_index` (1, 2, …) of group
+// `parent`: "world/3", and from the parent's second split on "world/3.2". Every backend
+// names its groups so (the simulator, the timing-mode replay's group_name_of, MPI and
+// HCCL through it), so that a run's trace and its simulation's name the same groups alike
+// and HYBRID_SHARD's shard group "world/0" and replica group "world/0.2" stay apart.
+std::string split_group_name(const std::string& parent, int color, int split_index);
 // INVALID_ARGUMENT naming the problem unless stride, group_size >= 1 and stride·group_size
 // divides world_size.
 Status validate_strided(int world_size, int stride, int group_size);

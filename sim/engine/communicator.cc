@@ -32,17 +32,6 @@ std::string timed_out_message(const std::string& what, Nanos timeout, Nanos dead
          why;
 }
 
-std::string split_group_name(const std::string& parent, int color, int split_index) {
-  std::string name = parent;
-  name += '/';
-  name += std::to_string(color);
-  if (split_index > 1) {  // appended piecewise: GCC 12 misreports "." + to_string() (-Wrestrict)
-    name += '.';
-    name += std::to_string(split_index);
-  }
-  return name;
-}
-
 std::string never_arrived(int arrived, int size, const std::string& missing) {
   return std::to_string(arrived) + " of " + std::to_string(size) + " ranks arrived; " +
          (missing.empty() ? "it waits for an earlier operation on the same stream of one of its ranks"
@@ -526,7 +515,7 @@ WorkPtr SimCommunicator::collective(Member m, std::shared_ptr<WorkState> state) 
         std::sort(list.begin(), list.end());
         auto ng = std::make_shared<Group>();
         made.push_back(ng);
-        ng->name = split_group_name(group_->name, color, split_index);
+        ng->name = runtime::comm::split_group_name(group_->name, color, split_index);
         for (auto& [key, g] : list) ng->world_ranks.push_back(group_->world_ranks[static_cast<std::size_t>(g)]);
         ng->next_seq.assign(list.size(), 0);
         for (std::size_t i = 0; i < list.size(); ++i) {

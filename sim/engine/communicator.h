@@ -36,10 +36,6 @@ std::string timed_out_message(const std::string& what, Nanos timeout, Nanos dead
 // The `why` of a collective that never completed: "3 of 4 ranks arrived; never arrived
 // (group ranks): 2", or the stream wait when every member arrived (`missing` empty).
 std::string never_arrived(int arrived, int size, const std::string& missing);
-// The name of the group of `color` made by split number `split_index` (1, 2, …) of group
-// `parent`: "world/3", and from the parent's second split on "world/3.2" (shared with the
-// timing-mode replay's group_name_of).
-std::string split_group_name(const std::string& parent, int color, int split_index);
 
 class SimCommunicator final : public runtime::comm::Communicator {
  public:

@@ -336,7 +336,7 @@ Result<RankProgram> read_program(const Reader& r, const Json& j, const std::stri
 }  // namespace
 
 std::string group_name_of(const CollectiveDesc& d, int rank) {
-  return d.stride == 0 ? d.group : split_group_name("world", group_color_of(d, rank), d.split);
+  return d.stride == 0 ? d.group : runtime::comm::split_group_name("world", group_color_of(d, rank), d.split);
 }
 
 bool has_payload(const CollectiveDesc& d, int rank) {

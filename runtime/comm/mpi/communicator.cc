@@ -557,10 +557,11 @@ Result<std::unique_ptr<Communicator>> MpiCommunicator::split(int color, int key)
     return Status::internal(where(*this, "split") + ": MPI_Comm_split(color " + std::to_string(color) + ", key " +
                             std::to_string(key) + ") failed: " + mpi_error_string(rc));
   }
+  ++splits_;  // every member counts every split, a non-member of the result too
   if (sub == MPI_COMM_NULL) return std::unique_ptr<Communicator>();
   MPI_Comm_set_errhandler(sub, MPI_ERRORS_RETURN);
   return std::unique_ptr<Communicator>(
-      new MpiCommunicator(sub, clock_, group_name_ + "/" + std::to_string(color), shared_));
+      new MpiCommunicator(sub, clock_, split_group_name(group_name_, color, splits_), shared_));
 }
 
 std::string MpiCommunicator::roll_call(const std::string& doing, Nanos grace) {

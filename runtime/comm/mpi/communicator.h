@@ -21,7 +21,8 @@
 //   [0, MPI_TAG_UB]. Order per (peer, tag) follows MPI's non-overtaking rule.
 // - split(color, key) is MPI_Comm_split preceded by a nonblocking exchange of the
 //   (color, key) pairs, so a missing member makes split return TIMEOUT after
-//   kDefaultTimeout instead of hanging. Group names: "world", then parent + "/" + color.
+//   kDefaultTimeout instead of hanging. Group names: "world", then split_group_name
+//   (runtime/comm/communicator.h), as the simulator names them.
 // - Tensors must have host bytes (CpuDevice tensors); phantom tensors are
 //   INVALID_ARGUMENT. Element counts above INT_MAX are INVALID_ARGUMENT.
 // - MPI errors on our communicators come back as INTERNAL statuses (MPI_ERRORS_RETURN).
@@ -97,6 +98,7 @@ class MpiCommunicator final : public Communicator {
   MPI_Comm comm_;
   const Clock& clock_;
   std::string group_name_;
+  int splits_ = 0;  // splits of this communicator so far (split_group_name)
   std::shared_ptr<MpiSharedState> shared_;
   int rank_ = 0;
   int size_ = 1;

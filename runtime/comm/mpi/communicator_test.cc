@@ -118,6 +118,9 @@ TEST_F(MpiCommunicatorTest, WorldMatchesMpiCommWorld) {
   EXPECT_EQ(cmp, MPI_CONGRUENT) << "the world communicator must be a private duplicate of MPI_COMM_WORLD";
 }
 
+// Names as the simulator gives them (split_group_name): parent/color, with .N from the
+// parent's N-th split on — HYBRID_SHARD's shard group "world/0" and replica group
+// "world/0.2" of rank 0 must not share a name in the trace.
 TEST_F(MpiCommunicatorTest, SplitNamesGroupsParentSlashColorAndNests) {
   const int r = comm_->rank();
   auto sub = comm_->split(r % 2, r);
@@ -130,9 +133,14 @@ TEST_F(MpiCommunicatorTest, SplitNamesGroupsParentSlashColorAndNests) {
   EXPECT_EQ((*nested)->group_name(), "world/" + std::to_string(r % 2) + "/0");
   EXPECT_EQ((*nested)->size(), (*sub)->size());
 
-  auto none = comm_->split(-1, 0);
+  auto none = comm_->split(-1, 0);  // the world's second split: no group for anyone
   ASSERT_THAT(none, IsOk());
   EXPECT_EQ(*none, nullptr);
+  auto third = comm_->split(r % 2, r);
+  ASSERT_THAT(third, IsOk());
+  ASSERT_NE(*third, nullptr);
+  EXPECT_EQ((*third)->group_name(), "world/" + std::to_string(r % 2) + ".3");
+  EXPECT_EQ((*third)->group_name(), split_group_name("world", r % 2, 3));
 }
 
 TEST_F(MpiCommunicatorTest, TimeoutNamesOpRankGroupCountAndDtype) {
