@@ -2,13 +2,18 @@
 
 #include <algorithm>
 #include <bit>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <memory>
 #include <mutex>
 #include <span>
 #include <vector>
+
+#include <unistd.h>
 
 #include "runtime/device/cpu/device.h"
 #include "runtime/io/safetensors.h"
@@ -111,6 +116,24 @@ Status write_dropout_masks(runtime::device::Device& host, const std::string& pat
       .with_context("--dropout-masks");
 }
 
+// INVALID_ARGUMENT naming `flag` unless `path`'s folder exists and this process may
+// write in it: checked before the step, so a typo in an output path ends the command at
+// once, with exit 2, instead of after the gradients were computed.
+Status check_writable(const std::string& flag, const std::string& path) {
+  const std::filesystem::path folder = std::filesystem::path(path).parent_path();
+  const std::string shown = folder.empty() ? std::string(".") : folder.string();
+  std::error_code ec;
+  if (!std::filesystem::is_directory(folder.empty() ? "." : folder, ec)) {
+    return Status::invalid_argument(flag + " " + path + ": the folder " + shown +
+                                    " does not exist; allowed: a file in an existing, writable folder");
+  }
+  if (::access(shown.c_str(), W_OK) != 0) {
+    return Status::invalid_argument(flag + " " + path + ": cannot write in " + shown + " (" + std::strerror(errno) +
+                                    "); allowed: a file in an existing, writable folder");
+  }
+  return Status::ok();
+}
+
 }  // namespace
 
 int grads_command(const GradsArgs& a) {
@@ -146,6 +169,10 @@ int grads_command(const GradsArgs& a) {
     return fail(Status::invalid_argument("--dropout-masks " + a.dropout_masks +
                                          ": the step draws no dropout mask (hidden_dropout_prob and "
                                          "attention_probs_dropout_prob are 0); give --dropout P with P in (0, 1)"));
+  }
+  for (const auto& [flag, path] : {std::pair{"--out", a.out}, std::pair{"--dropout-masks", a.dropout_masks}}) {
+    if (path.empty()) continue;
+    if (Status s = check_writable(flag, path); !s.is_ok()) return fail(s);
   }
   if (Status s = train::check_numerics_host_memory(o, train::host_memory_bytes()); !s.is_ok()) return fail(s);
   // The batch, read once on the host; each rank copies its rows.

@@ -225,6 +225,21 @@ TEST_P(GradsCommand, DropoutMasksByModuleName) {
   testing::internal::CaptureStderr();
   EXPECT_EQ(grads_command(a), 2);
   EXPECT_NE(testing::internal::GetCapturedStderr().find("the step draws no dropout mask"), std::string::npos);
+  // An output path that cannot be written (its folder does not exist): exit 2 naming the
+  // flag and the path, before the step, and nothing written.
+  a.dropout = 0.25f;
+  a.dropout_masks = (files.dir / "no_such_dir" / "masks.safetensors").string();
+  a.out = (files.dir / "never.safetensors").string();
+  for (int which = 0; which < 2; ++which) {
+    SCOPED_TRACE(which == 0 ? "--dropout-masks" : "--out");
+    if (which == 1) std::swap(a.dropout_masks, a.out);
+    testing::internal::CaptureStderr();
+    EXPECT_EQ(grads_command(a), 2);
+    const std::string err = testing::internal::GetCapturedStderr();
+    const std::string& bad = which == 0 ? a.dropout_masks : a.out;
+    EXPECT_NE(err.find((which == 0 ? "--dropout-masks " : "--out ") + bad + ": the folder"), std::string::npos) << err;
+    EXPECT_FALSE(std::filesystem::exists(which == 0 ? a.out : a.dropout_masks));
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Heads, GradsCommand,

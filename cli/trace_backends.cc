@@ -254,7 +254,9 @@ Result<std::unique_ptr<runtime::comm::Communicator>> TracingCommunicator::split_
     const int first = color / stride * stride * group_size + color % stride;
     traced_group->devices_per_node_ = devices_per_node_;
     for (int k = 0; k < group_size; ++k) {
-      traced_group->world_ranks_.push_back(world_ranks_[static_cast<std::size_t>(first + stride * k)]);
+      traced_group->world_ranks_.push_back(
+          world_ranks_[static_cast<std::size_t>(first) +
+                       static_cast<std::size_t>(stride) * static_cast<std::size_t>(k)]);
     }
     traced_group->describe_placement();
   }

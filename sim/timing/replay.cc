@@ -421,7 +421,7 @@ class Replayer {
   // Trace events for ops [first, first + count) of `p`, back to back from `at`.
   static void trace_ops(TraceRecorder& rec, const RankProgram& p, std::int32_t first, std::int32_t count, Nanos at) {
     for (int k = 0; k < count; ++k) {
-      const ComputeOp& op = p.ops[static_cast<std::size_t>(first + k)];
+      const ComputeOp& op = p.ops[static_cast<std::size_t>(first) + static_cast<std::size_t>(k)];
       TraceEvent e{op.name, kTraceCompute, at, op.duration, -1, {}, {}};
       if (op.shapes >= 0) e.shapes = p.shapes[static_cast<std::size_t>(op.shapes)];
       rec.add_compute(std::move(e));
@@ -438,7 +438,7 @@ class Replayer {
     if (stack_.execution == StackExecution::kEager) {
       const Nanos host_begin = s.t;
       for (int k = 0; k < n.count; ++k) {
-        const ComputeOp& op = p.ops[static_cast<std::size_t>(n.index + k)];
+        const ComputeOp& op = p.ops[static_cast<std::size_t>(n.index) + static_cast<std::size_t>(k)];
         s.t = add_time(s.t, stack_.op_dispatch_ns);
         const Nanos at = start_device(s.t);
         if (rec != nullptr) trace_ops(*rec, p, n.index + k, 1, at);
