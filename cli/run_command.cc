@@ -151,6 +151,14 @@ void describe_run(const RunArgs& a, int world, const std::string& backend, RunRe
 
 namespace {
 
+// `timeout` plus `allowance` ns, saturating far below the clock's range.
+Nanos extended_timeout(Nanos timeout, double allowance) {
+  constexpr Nanos kCap = std::numeric_limits<Nanos>::max() / 2;
+  return static_cast<double>(timeout) + allowance >= static_cast<double>(kCap)
+             ? std::max(timeout, kCap)
+             : timeout + static_cast<Nanos>(allowance);
+}
+
 RunRecord make_record(const RunArgs& a, int world, const std::string& backend) {
   RunRecord r;
   describe_run(a, world, backend, r);
@@ -561,20 +569,32 @@ int run_mpi(const RunArgs& a, int* argc, char*** argv) {
   auto result = runtime::train::train_fsdp(c, dev, clock, args.train);
   if (!result.is_ok()) return fail_job(result.status().with_context("rank " + std::to_string(c.rank())));
   const Nanos trained = clock.now() - train_start;
+  // A rank's own training time, counting a step as at least 1 ms: what the waits after
+  // training scale with (NOTE [Waiting after training], NOTE [Waiting for rank 0's verdict]).
+  const double per_rank_work = std::max(static_cast<double>(trained), 1e6 * static_cast<double>(a.train.steps));
+  const Nanos timeout = a.train.fsdp.collective_timeout;
+  // NOTE [Waiting after training]: between its last step and the gathers below each rank
+  // serializes its own trace — every op of every step — and rank 0 also finishes its
+  // memory timeline; under load one rank can get there seconds after the others, longer
+  // than a collective timeout sized for one collective (world.collective_timeout_s: 5 ended
+  // a healthy 3,770-step MLP run on 2 x 2 namespace nodes in a false TIMEOUT here, rank 0
+  // arriving after the other three had given up). So these gathers wait the collective
+  // timeout plus twice a rank's own training time.
+  const Nanos gather_timeout = extended_timeout(timeout, 2.0 * per_rank_work);
   std::vector<std::vector<sim::TraceEvent>> traces;
   std::vector<RunRecord::RankSteps> rank_steps;
   if (traced) {
     // The outputs' times all count from the trace's origin (step starts, memory samples).
     for (Nanos& t : result->step_starts) t -= origin;
     for (auto& m : result->memory_timeline) m.time -= origin;
-    auto gathered = gather_traces(base, raw_dev, trace.events(), a.train.fsdp.collective_timeout);
+    auto gathered = gather_traces(base, raw_dev, trace.events(), gather_timeout);
     if (!gathered.is_ok()) return fail_job(gathered.status().with_context("rank " + std::to_string(c.rank())));
     traces = std::move(*gathered);
     // Every rank's step starts and times, for the per-rank breakdown: [count, starts…, times…].
     std::vector<std::int64_t> mine{static_cast<std::int64_t>(result->step_starts.size())};
     mine.insert(mine.end(), result->step_starts.begin(), result->step_starts.end());
     mine.insert(mine.end(), result->step_times.begin(), result->step_times.end());
-    auto steps = gather_words(base, raw_dev, mine, a.train.fsdp.collective_timeout);
+    auto steps = gather_words(base, raw_dev, mine, gather_timeout);
     if (!steps.is_ok()) return fail_job(steps.status().with_context("rank " + std::to_string(c.rank())));
     for (const auto& w : *steps) {
       const auto n = static_cast<std::ptrdiff_t>(w.at(0));
@@ -606,13 +626,7 @@ int run_mpi(const RunArgs& a, int* argc, char*** argv) {
   // a step as at least 1 ms: rank 0's work per step (the oracle's step, every rank's trace
   // events to write) does not shrink with fast training steps (2,990 MLP steps on 4 ranks:
   // 0.74 s of training, ~10 s of oracle and outputs on rank 0).
-  const Nanos timeout = a.train.fsdp.collective_timeout;
-  const double per_rank_work = std::max(static_cast<double>(trained), 1e6 * static_cast<double>(a.train.steps));
-  const double allowance = 2.0 * static_cast<double>(c.size() + 1) * per_rank_work;
-  const Nanos verdict_timeout =
-      static_cast<double>(timeout) + allowance >= static_cast<double>(std::numeric_limits<Nanos>::max() / 2)
-          ? std::max(timeout, std::numeric_limits<Nanos>::max() / 2)
-          : timeout + static_cast<Nanos>(allowance);
+  const Nanos verdict_timeout = extended_timeout(timeout, 2.0 * static_cast<double>(c.size() + 1) * per_rank_work);
   auto verdict = raw_dev.zeros({1}, DType::kI64, MemoryCategory::kOther, "verdict");
   if (!verdict.is_ok()) return fail_job(verdict.status());
   if (Status s = runtime::device::values_from_host(raw_dev, std::vector<std::int64_t>{code}, *verdict); !s.is_ok()) {
