@@ -269,7 +269,7 @@ void time_ready(World::Shared& sh, const std::shared_ptr<SharedOp>& first) {
     query.arrivals = op->ready;
     query.bytes = op->bytes;
     query.root = m0.root;
-    if (op->group->split_groups) query.concurrent_groups = *op->group->split_groups;
+    query.split = op->group->split_groups.get();
     CollectiveTiming timing = sh.network->collective(query);
     SHARDLAB_CHECK_EQ(timing.done.size(), op->members.size());
     if (!timing.status.is_ok()) {
@@ -509,7 +509,7 @@ WorkPtr SimCommunicator::collective(Member m, std::shared_ptr<WorkState> state) 
         const Member& o = *ms[static_cast<std::size_t>(g)];
         if (o.color >= 0) by_color[o.color].push_back({o.key, g});
       }
-      auto siblings = std::make_shared<std::vector<std::vector<int>>>();
+      std::vector<std::vector<int>> siblings;
       std::vector<std::shared_ptr<Group>> made;
       for (auto& [color, list] : by_color) {
         std::sort(list.begin(), list.end());
@@ -523,9 +523,10 @@ WorkPtr SimCommunicator::collective(Member m, std::shared_ptr<WorkState> state) 
           w.split_group = ng;
           w.split_rank = static_cast<int>(i);
         }
-        siblings->push_back(ng->world_ranks);
+        siblings.push_back(ng->world_ranks);
       }
-      for (const std::shared_ptr<Group>& ng : made) ng->split_groups = siblings;
+      const auto split = std::make_shared<const SplitGroups>(SplitGroups::of(std::move(siblings)));
+      for (const std::shared_ptr<Group>& ng : made) ng->split_groups = split;
     } else {
       plan(op);
     }

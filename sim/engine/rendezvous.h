@@ -69,7 +69,7 @@ struct Group {
   int splits = 0;
   // NOTE [Concurrent groups] in sim/models/network/network.h: every group the split that
   // made this one made (world ranks), shared by them; null for the world group.
-  std::shared_ptr<const std::vector<std::vector<int>>> split_groups;
+  std::shared_ptr<const SplitGroups> split_groups;
 };
 
 struct Message {

@@ -291,19 +291,19 @@ class Replayer {
   }
 
   // NOTE [Concurrent groups] in sim/models/network/network.h: every group of d's layout,
-  // for its network query; empty for the world group, for a model that does not price
-  // them, and past kMaxConcurrentRanks (which the model would ignore).
-  std::span<const std::vector<int>> concurrent_groups(const CollectiveDesc& d) {
-    if (d.stride == 0 || !o_.network->prices_concurrent_groups() || w_ > kMaxConcurrentRanks) return {};
-    auto [it, fresh] = concurrent_.try_emplace({d.stride, d.size});
-    if (fresh) {
-      const int count = group_count(d, w_);
-      it->second.resize(static_cast<std::size_t>(count));
-      for (int c = 0; c < count; ++c) {
-        for (int k = 0; k < d.size; ++k) it->second[static_cast<std::size_t>(c)].push_back(group_member(d, c, k));
+  // for its network query; null for the world group and for a model that does not price
+  // them.
+  const SplitGroups* split_of(const CollectiveDesc& d) {
+    if (d.stride == 0 || !o_.network->prices_concurrent_groups()) return nullptr;
+    auto it = splits_.find({d.stride, d.size});
+    if (it == splits_.end()) {
+      std::vector<std::vector<int>> groups(static_cast<std::size_t>(group_count(d, w_)));
+      for (std::size_t c = 0; c < groups.size(); ++c) {
+        for (int k = 0; k < d.size; ++k) groups[c].push_back(group_member(d, static_cast<int>(c), k));
       }
+      it = splits_.emplace(std::pair{d.stride, d.size}, SplitGroups::of(std::move(groups))).first;
     }
-    return it->second;
+    return &it->second;
   }
 
   // Rank `rank`'s instance of collective `seq`; null when not created (or freed).
@@ -386,7 +386,7 @@ class Replayer {
       q.arrivals = x.ready;
       q.bytes = x.desc->bytes;
       q.root = x.desc->root;
-      q.concurrent_groups = concurrent_groups(*x.desc);
+      q.split = split_of(*x.desc);
       CollectiveTiming timing = o_.network->collective(q);
       SHARDLAB_CHECK_EQ(timing.done.size(), x.ready.size());
       x.error = timing.status;  // each member fails in its wait (NOTE [Faults in timing mode])
@@ -627,7 +627,7 @@ class Replayer {
   std::vector<int> members_;   // scratch: a split group's members, for its network query
   // NOTE [Concurrent groups] in sim/models/network/network.h: every group of a split
   // layout, by (stride, size), built once when the network model prices them.
-  std::map<std::pair<int, int>, std::vector<std::vector<int>>> concurrent_;
+  std::map<std::pair<int, int>, SplitGroups> splits_;
   std::vector<char> traced_;
   std::map<int, std::unique_ptr<TraceRecorder>> recorders_;
   std::deque<int>* runnable_ = nullptr;

@@ -48,6 +48,23 @@ std::int64_t reduced_bytes(runtime::comm::OpKind kind, std::int64_t group_size, 
   return 0;
 }
 
+SplitGroups SplitGroups::of(std::vector<std::vector<int>> groups) {
+  SplitGroups s;
+  int top = -1;
+  for (const std::vector<int>& g : groups) {
+    for (int r : g) top = std::max(top, r);
+  }
+  s.group_of.assign(static_cast<std::size_t>(top + 1), -1);
+  for (std::size_t i = 0; i < groups.size(); ++i) {
+    for (int r : groups[i]) {
+      SHARDLAB_CHECK(r >= 0 && s.group_of[static_cast<std::size_t>(r)] == -1);  // disjoint
+      s.group_of[static_cast<std::size_t>(r)] = static_cast<int>(i);
+    }
+  }
+  s.groups = std::move(groups);
+  return s;
+}
+
 std::shared_ptr<const NetworkCostModel> make_alpha_beta_ring(NetworkModel net) {
   return std::make_shared<const AlphaBetaRing>(net);
 }
@@ -175,16 +192,31 @@ class TopologyNetwork final : public NetworkCostModel {
   };
   Concurrent concurrent_with(const CollectiveQuery& q) const {
     Concurrent c;
-    if (model_ != NetworkModelKind::kContention || q.concurrent_groups.size() < 2) return c;
-    std::int64_t ranks = 0;
-    for (const std::vector<int>& g : q.concurrent_groups) ranks += static_cast<std::int64_t>(g.size());
-    if (ranks > kMaxConcurrentRanks) return c;
-    for (const std::vector<int>& g : q.concurrent_groups) {
+    if (model_ != NetworkModelKind::kContention || q.split == nullptr || q.split->groups.size() < 2) return c;
+    // The split's groups with a member on one of q's nodes.
+    const int dpn = topo_.devices_per_node();
+    std::vector<int> nodes, found;
+    for (int r : q.world_ranks) nodes.push_back(topo_.node_of(r));
+    std::sort(nodes.begin(), nodes.end());
+    nodes.erase(std::unique(nodes.begin(), nodes.end()), nodes.end());
+    const std::vector<int>& group_of = q.split->group_of;
+    for (int n : nodes) {
+      for (int d = n * dpn; d < (n + 1) * dpn && d < static_cast<int>(group_of.size()); ++d) {
+        if (group_of[static_cast<std::size_t>(d)] >= 0) found.push_back(group_of[static_cast<std::size_t>(d)]);
+      }
+    }
+    std::sort(found.begin(), found.end());
+    found.erase(std::unique(found.begin(), found.end()), found.end());
+    auto ranks = static_cast<std::int64_t>(q.world_ranks.size());
+    for (int i : found) {
+      const std::vector<int>& g = q.split->groups[static_cast<std::size_t>(i)];
       // Groups of one split are disjoint: the first member tells q's own group apart.
       if (g.size() != q.world_ranks.size() || g.front() == q.world_ranks.front()) continue;
       for (int r : g) SHARDLAB_CHECK(r >= 0 && r < topo_.devices());
       c.groups.push_back(&g);
+      ranks += static_cast<std::int64_t>(g.size());
     }
+    if (ranks > kMaxConcurrentRanks) c.groups.clear();
     if (c.groups.empty()) return c;
     for (std::size_t k = 0; k < q.world_ranks.size(); ++k) c.place.push_back({q.world_ranks[k], static_cast<int>(k)});
     std::sort(c.place.begin(), c.place.end());

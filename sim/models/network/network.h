@@ -42,6 +42,14 @@
 
 namespace shardlab::sim {
 
+// NOTE [Concurrent groups]: the groups one split made (world ranks, group rank order;
+// disjoint) and, per world rank, the index of its group (-1: in none).
+struct SplitGroups {
+  std::vector<std::vector<int>> groups;
+  std::vector<int> group_of;
+  static SplitGroups of(std::vector<std::vector<int>> groups);
+};
+
 struct CollectiveQuery {
   runtime::comm::OpKind kind = runtime::comm::OpKind::kBarrier;
   std::span<const int> world_ranks;  // group rank -> world rank
@@ -50,9 +58,9 @@ struct CollectiveQuery {
   // reduce_scatter, the whole buffer for all_reduce and broadcast.
   std::int64_t bytes = 0;
   int root = 0;  // broadcast: the group rank that sends
-  // NOTE [Concurrent groups]: every group of the split that made this group, this one
-  // included (world ranks, group rank order); empty for the world group or when unknown.
-  std::span<const std::vector<int>> concurrent_groups;
+  // NOTE [Concurrent groups]: the split that made this group (it among them); null for
+  // the world group or when unknown.
+  const SplitGroups* split = nullptr;
 };
 
 // NOTE [Concurrent groups]
@@ -60,13 +68,17 @@ struct CollectiveQuery {
 // same point of its program: HYBRID_SHARD's replica groups all-reduce their shards' gradients
 // at once, each through the same node ports when a node holds several ranks. Under the
 // contention model each round of a collective is priced together with the same round of
-// every other group of its split (of the same size: the round's messages mapped member
-// by member), so a port that two replica groups cross gives each half its rate; the
-// alpha_beta model and measured collectives ignore them. The groups are assumed to run in
-// lockstep (exact for symmetric programs and equal arrivals). A split of more than
-// kMaxConcurrentRanks ranks in all is priced group by group (the joint pricing is
-// O(ranks) per round of every group's query, O(ranks²) per collective).
-constexpr std::int64_t kMaxConcurrentRanks = 1024;
+// every other group of its split that has a member on one of its nodes (of the same size:
+// the round's messages mapped member by member), so a port that two replica groups cross
+// gives each half its rate; the alpha_beta model and measured collectives ignore them.
+// The groups are assumed to run in lockstep (exact for symmetric programs and equal
+// arrivals). Left out: groups on other nodes only — in the built-in topologies they could
+// meet only on leaf–spine uplinks, and the runtime's splits (shard groups inside a node,
+// replica groups across every node) never make such pairs. Finding the groups costs
+// O(members × devices per node) per query; when they hold more than kMaxConcurrentRanks
+// ranks in all, the collective is priced alone (the joint pricing would cost that many
+// flows per round of every group's query).
+constexpr std::int64_t kMaxConcurrentRanks = 65536;
 
 // NOTE [Reduction cost] in sim/models/network/topology.h: the bytes each member of a `group_size` group
 // reduces in a collective of `kind` with `bytes` as in CollectiveQuery — (p-1) chunks for
@@ -95,8 +107,8 @@ class NetworkCostModel {
   // NOTE [Host-progressed collectives] in sim/models/network/topology.h: a member's wait lasts at least
   // the collective's own duration.
   virtual bool host_progress() const { return false; }
-  // Whether collective() reads CollectiveQuery::concurrent_groups (NOTE [Concurrent
-  // groups]); callers that would build them for the query may skip it when false.
+  // Whether collective() reads CollectiveQuery::split (NOTE [Concurrent groups]);
+  // callers that would build it for the query may skip it when false.
   virtual bool prices_concurrent_groups() const { return false; }
 };
 

@@ -200,15 +200,18 @@ TEST(Contention, ConcurrentGroupsOfOneSplitShareNodePorts) {
   const std::vector<std::vector<int>> replicas{{0, 2}, {1, 3}};
   const std::vector<int> mine{1, 3};
   const std::vector<Nanos> arrivals(2, 500);
-  auto all_reduce = [&](const NetworkCostModel& net, std::span<const std::vector<int>> groups) {
+  auto all_reduce = [&](const NetworkCostModel& net, const SplitGroups* split) {
     CollectiveQuery q;
     q.kind = OpKind::kAllReduce;
     q.world_ranks = mine;
     q.arrivals = arrivals;
     q.bytes = n;
-    q.concurrent_groups = groups;
+    q.split = split;
     return net.collective(q);
   };
+  const SplitGroups split = SplitGroups::of(replicas);
+  EXPECT_EQ(split.group_of, (std::vector<int>{0, 1, 0, 1}));
+  const SplitGroups alone_in_split = SplitGroups::of({{1, 3}});
   TopologySpec nic = two_level_spec();  // port 1 ns/B and 1.5 µs each side
   auto per_device = model(nic, 2, 2, Algorithm::kLibnbc, NetworkModelKind::kContention);
   nic.port_per_node = true;
@@ -218,14 +221,14 @@ TEST(Contention, ConcurrentGroupsOfOneSplitShareNodePorts) {
   EXPECT_FALSE(per_node_ab->prices_concurrent_groups());
   // libnbc's all_reduce of 2: member 1 sends N up the tree, member 0 sends it back down.
   const Nanos alone = 500 + 2 * (3000 + n);
-  expect_all(all_reduce(*per_node, {}), alone, "one group alone");
-  expect_all(all_reduce(*per_node, std::span(replicas).first(1)), alone, "the split's other group absent");
-  expect_all(all_reduce(*per_node, replicas), 500 + 2 * (3000 + 2 * n),
+  expect_all(all_reduce(*per_node, nullptr), alone, "one group alone");
+  expect_all(all_reduce(*per_node, &alone_in_split), alone, "the split's other group absent");
+  expect_all(all_reduce(*per_node, &split), 500 + 2 * (3000 + 2 * n),
              "two groups through each node port (its own counted once)");
-  expect_all(all_reduce(*per_device, replicas), alone, "a port per device: nothing shared");
-  expect_all(all_reduce(*per_node_ab, replicas), alone, "alpha_beta ignores them");
+  expect_all(all_reduce(*per_device, &split), alone, "a port per device: nothing shared");
+  expect_all(all_reduce(*per_node_ab, &split), alone, "alpha_beta ignores them");
   // A group of another size is not this collective's sibling.
-  const std::vector<std::vector<int>> uneven{{0, 2, 1}, {3}};
+  const SplitGroups uneven = SplitGroups::of({{0, 2, 1}, {3}});
   const std::vector<int> three{0, 2, 1};
   const std::vector<Nanos> arrivals3(3, 500);
   CollectiveQuery q;
@@ -234,7 +237,7 @@ TEST(Contention, ConcurrentGroupsOfOneSplitShareNodePorts) {
   q.arrivals = arrivals3;
   q.bytes = n;
   const CollectiveTiming plain = per_node->collective(q);
-  q.concurrent_groups = uneven;
+  q.split = &uneven;
   EXPECT_EQ(per_node->collective(q).done, plain.done);
 }
 
@@ -308,7 +311,7 @@ TEST(ClosedForms, SwitchRingEqualsTheOriginalAlphaBetaModel) {
       arrivals.push_back(static_cast<Nanos>(rng.uniform_int(50000)));
     }
     for (OpKind kind : {OpKind::kAllGather, OpKind::kReduceScatter, OpKind::kAllReduce}) {
-      CollectiveQuery q{kind, ranks, arrivals, static_cast<std::int64_t>(rng.uniform_int(100000)), 0, {}};
+      CollectiveQuery q{kind, ranks, arrivals, static_cast<std::int64_t>(rng.uniform_int(100000)), 0, nullptr};
       EXPECT_EQ(net->collective(q).done, reference->collective(q).done) << "trial " << trial;
     }
   }
