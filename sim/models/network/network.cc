@@ -54,7 +54,7 @@ SplitGroups SplitGroups::of(std::vector<std::vector<int>> groups) {
   for (const std::vector<int>& g : groups) {
     for (int r : g) top = std::max(top, r);
   }
-  s.group_of.assign(static_cast<std::size_t>(top + 1), -1);
+  s.group_of.assign(static_cast<std::size_t>(top) + 1, -1);
   for (std::size_t i = 0; i < groups.size(); ++i) {
     for (int r : groups[i]) {
       SHARDLAB_CHECK(r >= 0 && s.group_of[static_cast<std::size_t>(r)] == -1);  // disjoint
