@@ -574,12 +574,12 @@ int run_mpi(const RunArgs& a, int* argc, char*** argv) {
   const double per_rank_work = std::max(static_cast<double>(trained), 1e6 * static_cast<double>(a.train.steps));
   const Nanos timeout = a.train.fsdp.collective_timeout;
   // NOTE [Waiting after training]: between its last step and the gathers below each rank
-  // serializes its own trace — every op of every step — and rank 0 also finishes its
-  // memory timeline; under load one rank can get there seconds after the others, longer
-  // than a collective timeout sized for one collective (world.collective_timeout_s: 5 ended
-  // a healthy 3,770-step MLP run on 2 x 2 namespace nodes in a false TIMEOUT here, rank 0
-  // arriving after the other three had given up). So these gathers wait the collective
-  // timeout plus twice a rank's own training time.
+  // serializes its own trace — every op of every step —, and under load one rank can get
+  // there seconds after the others, longer than a collective timeout sized for one
+  // collective (world.collective_timeout_s: 5 ended a healthy 3,770-step MLP run on 2 x 2
+  // namespace nodes in a false TIMEOUT here, rank 0 arriving after the other three had
+  // given up). So these gathers wait the collective timeout plus twice a rank's own
+  // training time.
   const Nanos gather_timeout = extended_timeout(timeout, 2.0 * per_rank_work);
   std::vector<std::vector<sim::TraceEvent>> traces;
   std::vector<RunRecord::RankSteps> rank_steps;
