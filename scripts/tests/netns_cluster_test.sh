@@ -1,7 +1,9 @@
 #!/bin/bash
 # ctest driver for scripts/netns-cluster (label netns). Exit 77 (skipped) without root or
 # ip netns, as the script itself does.
-#   netns_cluster_test.sh roundtrip SCRIPT           up 2, status, down: nothing left behind
+#   netns_cluster_test.sh roundtrip SCRIPT           up 2, status, mpirun (no rank bound to
+#                                                   a subset of the cores), down: nothing
+#                                                   left behind
 #   netns_cluster_test.sh bad-args SCRIPT            bad input: exit 2 naming what is allowed
 #   netns_cluster_test.sh slow-link SCRIPT SHARDLAB SCENARIO OUT PREFIX [REPEATS]
 #                                                   both nodes at 1 Gbit/s, then node 1 at a
@@ -46,12 +48,19 @@ case $what in
     ip -4 -o addr show | grep -q "198\.18\." && fail "198.18 address outside the cluster's namespaces"
     status=$("$script" status --prefix $prefix)
     [[ $status == *"netns-cluster $prefix: up"* ]] || fail "status does not say up: $status"
+    # The nodes share this machine's cores: no rank may be bound to some of them (Open MPI
+    # binds a job of two ranks to cores, each node's daemon from core 0 on: one rank per
+    # node would put both on core 0).
+    cores=$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status)
+    bound=$("$script" mpirun --prefix $prefix -n 2 --map-by node \
+      sh -c 'sed -n "s/^Cpus_allowed_list:[[:space:]]*//p" /proc/self/status') || fail "mpirun exited $?: $bound"
+    [[ $(grep -cx "$cores" <<< "$bound") == 2 ]] || fail "ranks bound to cores: $(tr '\n' ' ' <<< "$bound")(this machine: $cores)"
     "$script" down --prefix $prefix || fail "down exited $?"
     [[ $(ip netns list | grep -c "^$prefix-") == 0 ]] || fail "down left: $(ip netns list | grep "^$prefix-")"
     [[ ! -e /run/shardlab-netns/$prefix ]] || fail "down left /run/shardlab-netns/$prefix"
     status=$("$script" status --prefix $prefix)
     [[ $status == *"netns-cluster $prefix: down"* ]] || fail "status after down: $status"
-    echo "ok: up, status, down leave nothing behind"
+    echo "ok: up, status, down leave nothing behind; ranks not bound to cores"
     ;;
   bad-args)
     expect2() {
