@@ -60,6 +60,15 @@ def predict(shardlab: str, scenario: str, out: str) -> dict:
     return m
 
 
+def point(shardlab: str, work: str, scenario: str, published: float) -> dict:
+    """One scenario's prediction against its published samples/s: predicted, error
+    (predicted / published - 1), step and exposed communication (s), MFU."""
+    m = predict(shardlab, os.path.join(SCENARIOS, scenario), os.path.join(work, scenario))
+    predicted = float(m["samples_per_s"])
+    return {"predicted": predicted, "error": predicted / published - 1.0, "step": float(m["step_time_s"]["median"]),
+            "comm": float(m["step_breakdown_s"]["exposed_comm"]), "mfu": float(m["mfu"])}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--shardlab", default=os.path.join(os.path.dirname(HERE), "build", "bin", "shardlab"))
@@ -69,45 +78,34 @@ def main() -> int:
         print("validate_gaudi.py: no shardlab binary at %s (build first, or pass --shardlab)" % args.shardlab,
               file=sys.stderr)
         return 2
-    rows = []
     with tempfile.TemporaryDirectory(prefix="validate_gaudi_") as work:
-        for scenario, label, newer, older in PUBLISHED:
-            m = predict(args.shardlab, os.path.join(SCENARIOS, scenario), os.path.join(work, scenario))
-            predicted = float(m["samples_per_s"])
-            b = m["step_breakdown_s"]
-            step = float(m["step_time_s"]["median"])
-            rows.append((label, newer, older, predicted, predicted / newer - 1.0, step, float(b["exposed_comm"]),
-                         float(m["mfu"])))
+        rows = [(label, newer, older, point(args.shardlab, work, scenario, newer))
+                for scenario, label, newer, older in PUBLISHED]
+        others = [(label, published, source, point(args.shardlab, work, scenario, published))
+                  for scenario, label, published, source in OTHERS]
     print("Published Gaudi runs (optimum-habana baselines, newer figure) against the simulator, timing mode:")
     print()
     print("| configuration | published samples/s | predicted | error | step (s) | exposed comm (s) | MFU |")
     print("|---|---:|---:|---:|---:|---:|---:|")
-    for label, newer, older, predicted, err, step, comm, mfu in rows:
+    for label, newer, older, p in rows:
         print("| %s | %.1f (older %.1f) | %.1f | %+.1f%% | %.4f | %.4f | %.2f |" %
-              (label, newer, older, predicted, 100 * err, step, comm, mfu))
-    inside = sum(1 for r in rows if abs(r[4]) <= TARGET)
-    worst = max(rows, key=lambda r: abs(r[4]))
+              (label, newer, older, p["predicted"], 100 * p["error"], p["step"], p["comm"], p["mfu"]))
+    inside = sum(1 for r in rows if abs(r[3]["error"]) <= TARGET)
+    worst = max(rows, key=lambda r: abs(r[3]["error"]))
     print()
     print("within %d%%: %d of %d points; mean |error| %.1f%%; worst %+.1f%% (%s)" %
-          (round(100 * TARGET), inside, len(rows), 100 * sum(abs(r[4]) for r in rows) / len(rows),
-           100 * worst[4], worst[0]))
+          (round(100 * TARGET), inside, len(rows), 100 * sum(abs(r[3]["error"]) for r in rows) / len(rows),
+           100 * worst[3]["error"], worst[0]))
     print("fitted parameters: none (profiles and stacks from specifications; sim/profiles/README.md)")
     print()
     print("Published runs not in the reference (checked with the same model, never used to set it):")
     print()
     print("| configuration | published samples/s | predicted | error | step (s) | exposed comm (s) | source |")
     print("|---|---:|---:|---:|---:|---:|---|")
-    others = []
-    with tempfile.TemporaryDirectory(prefix="validate_gaudi_") as work:
-        for scenario, label, published, source in OTHERS:
-            m = predict(args.shardlab, os.path.join(SCENARIOS, scenario), os.path.join(work, scenario))
-            predicted = float(m["samples_per_s"])
-            err = predicted / published - 1.0
-            others.append(err)
-            print("| %s | %.1f | %.1f | %+.1f%% | %.4f | %.4f | %s |" %
-                  (label, published, predicted, 100 * err, float(m["step_time_s"]["median"]),
-                   float(m["step_breakdown_s"]["exposed_comm"]), source))
-    inside_others = sum(1 for e in others if abs(e) <= TARGET)
+    for label, published, source, p in others:
+        print("| %s | %.1f | %.1f | %+.1f%% | %.4f | %.4f | %s |" %
+              (label, published, p["predicted"], 100 * p["error"], p["step"], p["comm"], source))
+    inside_others = sum(1 for o in others if abs(o[3]["error"]) <= TARGET)
     print()
     print("other published runs within %d%%: %d of %d points" % (round(100 * TARGET), inside_others, len(others)))
     return 1 if args.check and (inside < len(rows) or inside_others < len(others)) else 0
