@@ -11,6 +11,13 @@
 //                                   inside each node's group, gradients all-reduced across
 //                                   nodes (NOTE [Groups in timing mode]) — the cost of
 //                                   replaying per-group collectives, as a ratio to replay
+//   timing_step/hybrid_contention_replay/<W>  the HYBRID_SHARD step under the contention
+//                                   model with one port per node (each node's 8 ranks
+//                                   share it, as a host's NIC): every replica group's
+//                                   all-reduce is priced together with the other groups
+//                                   of its split that cross the same nodes (NOTE
+//                                   [Concurrent groups] in sim/models/network/network.h)
+//                                   — the cost of that joint pricing, as a ratio to replay
 //   timing_step/stack_replay/<W>    the FULL_SHARD step captured and replayed under the
 //                                   pytorch_lazy software stack (NOTE [Host and device
 //                                   timelines] in sim/timing/replay.h: a host and a device
@@ -28,6 +35,7 @@
 #include <sys/resource.h>
 
 #include <memory>
+#include <utility>
 
 #include <benchmark/benchmark.h>
 
@@ -36,6 +44,7 @@
 #include "sim/models/device/profiles.h"
 #include "sim/models/device/stack.h"
 #include "sim/models/network/network.h"
+#include "sim/models/network/topology.h"
 #include "sim/timing/capture.h"
 #include "sim/timing/replay.h"
 
@@ -50,13 +59,22 @@ struct Gaudi2World {
   sim::timing::ReplayOptions replay;
   sim::DeviceProfile device;
 };
-Result<Gaudi2World> gaudi2_world(int world) {
+// `shared_ports`: the contention model with one scale-out port per node instead of the
+// α–β model with ports per card.
+Result<Gaudi2World> gaudi2_world(int world, bool shared_ports = false) {
   sim::NetworkSpec n;
   n.topology = "hls2";
   n.nodes = world / kDevicesPerNode;
   n.devices_per_node = kDevicesPerNode;
   Gaudi2World w;
-  SHARDLAB_ASSIGN_OR_RETURN(w.replay.network, sim::make_network(n));
+  if (shared_ports) {
+    n.model = sim::NetworkModelKind::kContention;
+    SHARDLAB_ASSIGN_OR_RETURN(sim::TopologySpec topology, sim::load_topology(n.topology));
+    topology.port_per_node = true;
+    SHARDLAB_ASSIGN_OR_RETURN(w.replay.network, sim::make_network(n, std::move(topology)));
+  } else {
+    SHARDLAB_ASSIGN_OR_RETURN(w.replay.network, sim::make_network(n));
+  }
   w.replay.traced_ranks = {0};
   SHARDLAB_ASSIGN_OR_RETURN(w.device, sim::load_device_profile("gaudi2"));
   return w;
@@ -127,10 +145,11 @@ void BM_CaptureReplay(benchmark::State& state) {
   report(state, events, last, world);
 }
 
-// `stack`: a software stack's name, "" for none (ideal).
-void BM_Replay(benchmark::State& state, runtime::fsdp::ShardingStrategy strategy, const char* stack) {
+// `stack`: a software stack's name, "" for none (ideal); `shared_ports` as in gaudi2_world.
+void BM_Replay(benchmark::State& state, runtime::fsdp::ShardingStrategy strategy, const char* stack,
+               bool shared_ports) {
   const int world = static_cast<int>(state.range(0));
-  auto w = gaudi2_world(world);
+  auto w = gaudi2_world(world, shared_ports);
   if (!w.is_ok()) {
     state.SkipWithError(w.status().to_string().c_str());
     return;
@@ -165,7 +184,7 @@ void BM_Replay(benchmark::State& state, runtime::fsdp::ShardingStrategy strategy
 }
 
 // One iteration at the large sizes: a run is seconds long and its own measurement.
-BENCHMARK_CAPTURE(BM_Replay, full_shard, runtime::fsdp::ShardingStrategy::kFullShard, "")
+BENCHMARK_CAPTURE(BM_Replay, full_shard, runtime::fsdp::ShardingStrategy::kFullShard, "", false)
     ->Name("timing_step/replay")
     ->Arg(256)
     ->Arg(4096)
@@ -173,7 +192,7 @@ BENCHMARK_CAPTURE(BM_Replay, full_shard, runtime::fsdp::ShardingStrategy::kFullS
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime()
     ->Iterations(1);
-BENCHMARK_CAPTURE(BM_Replay, hybrid_shard, runtime::fsdp::ShardingStrategy::kHybridShard, "")
+BENCHMARK_CAPTURE(BM_Replay, hybrid_shard, runtime::fsdp::ShardingStrategy::kHybridShard, "", false)
     ->Name("timing_step/hybrid_replay")
     ->Arg(256)
     ->Arg(4096)
@@ -181,7 +200,15 @@ BENCHMARK_CAPTURE(BM_Replay, hybrid_shard, runtime::fsdp::ShardingStrategy::kHyb
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime()
     ->Iterations(1);
-BENCHMARK_CAPTURE(BM_Replay, stack, runtime::fsdp::ShardingStrategy::kFullShard, "pytorch_lazy")
+BENCHMARK_CAPTURE(BM_Replay, hybrid_contention, runtime::fsdp::ShardingStrategy::kHybridShard, "", true)
+    ->Name("timing_step/hybrid_contention_replay")
+    ->Arg(256)
+    ->Arg(4096)
+    ->Arg(65536)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->Iterations(1);
+BENCHMARK_CAPTURE(BM_Replay, stack, runtime::fsdp::ShardingStrategy::kFullShard, "pytorch_lazy", false)
     ->Name("timing_step/stack_replay")
     ->Arg(256)
     ->Arg(4096)
