@@ -88,6 +88,21 @@ struct Window {
   std::string name;  // the fault's link name
 };
 
+// price_fair's working arrays (see there).
+struct FairScratch {
+  std::vector<LinkId> route_links;                    // every flow's links, flow after flow
+  std::vector<std::size_t> route_first;               // CSR into route_links, per flow
+  std::vector<int> flow_of;                           // per route position: its flow
+  std::vector<std::pair<LinkId, std::int64_t>> uses;  // (link, route position), sorted
+  std::vector<std::size_t> dense_of;                  // per route position: its link's dense index
+  std::vector<LinkId> links;                          // the round's links, by id
+  std::vector<std::size_t> first;                     // CSR into uses, per dense link
+  std::vector<double> cap;                            // remaining capacity, per dense link
+  std::vector<int> unfrozen;                          // flows not yet given a rate, per dense link
+  std::vector<char> frozen;                           // per flow
+  std::vector<int> freeze;                            // the flows frozen in one filling step
+};
+
 class TopologyNetwork final : public NetworkCostModel {
  public:
   TopologyNetwork(Topology topo, NetworkModelKind model, Algorithm algorithm, std::vector<Window> windows)
@@ -328,64 +343,80 @@ class TopologyNetwork final : public NetworkCostModel {
   // take it off every link those flows cross. Deterministic: links in id order, flows in
   // round order, exact double arithmetic in a fixed order.
   void price_fair(std::span<const Transfer> round, std::span<Priced> out) const {
-    std::vector<std::vector<LinkId>> routes(round.size());
-    std::vector<std::pair<LinkId, int>> uses;
+    // The working arrays, kept per thread: a replay prices rounds of up to
+    // kMaxConcurrentRanks flows many times, and allocating them per flow and per round
+    // cost as much as the pricing (the buffers hold no state between calls).
+    thread_local FairScratch s;
+    s.route_links.clear();
+    s.route_first.clear();
+    s.flow_of.clear();
+    s.uses.clear();
     for (std::size_t f = 0; f < round.size(); ++f) {
-      Route r = topo_.route(round[f].src, round[f].dst);
-      out[f].latency_ns = r.latency_ns;
+      double unused_bps = 0;
+      topo_.route_cost(round[f].src, round[f].dst, &out[f].latency_ns, &unused_bps);
       out[f].bytes_per_s = 0;
-      for (LinkId l : r.links) uses.push_back({l, static_cast<int>(f)});
-      routes[f] = std::move(r.links);
+      s.route_first.push_back(s.route_links.size());
+      topo_.append_route_links(round[f].src, round[f].dst, &s.route_links);
     }
-    std::sort(uses.begin(), uses.end());
-    // Links (dense index), their flows, remaining capacity and unfrozen flow counts.
-    std::vector<LinkId> links;
-    std::vector<std::size_t> first;  // CSR into uses
-    for (std::size_t i = 0; i < uses.size(); ++i) {
-      if (i == 0 || uses[i].first != uses[i - 1].first) {
-        links.push_back(uses[i].first);
-        first.push_back(i);
+    s.route_first.push_back(s.route_links.size());
+    // (link, position in route_links): positions grow with the flow, so the order is that
+    // of (link, flow) — a route crosses a link at most once.
+    for (std::size_t f = 0; f < round.size(); ++f) {
+      for (std::size_t i = s.route_first[f]; i < s.route_first[f + 1]; ++i) {
+        s.uses.push_back({s.route_links[i], static_cast<std::int64_t>(i)});
+        s.flow_of.push_back(static_cast<int>(f));
       }
     }
-    first.push_back(uses.size());
-    const std::size_t nl = links.size();
-    std::vector<double> cap(nl);
-    std::vector<int> unfrozen(nl);
-    for (std::size_t l = 0; l < nl; ++l) {
-      cap[l] = topo_.link_bytes_per_s(links[l]);
-      unfrozen[l] = static_cast<int>(first[l + 1] - first[l]);
+    std::sort(s.uses.begin(), s.uses.end());
+    // Links (dense index), their flows, remaining capacity and unfrozen flow counts; each
+    // route position's dense link.
+    s.links.clear();
+    s.first.clear();  // CSR into uses
+    s.dense_of.resize(s.route_links.size());
+    for (std::size_t i = 0; i < s.uses.size(); ++i) {
+      if (i == 0 || s.uses[i].first != s.uses[i - 1].first) {
+        s.links.push_back(s.uses[i].first);
+        s.first.push_back(i);
+      }
+      s.dense_of[static_cast<std::size_t>(s.uses[i].second)] = s.links.size() - 1;
     }
-    auto dense = [&](LinkId id) {
-      return static_cast<std::size_t>(std::lower_bound(links.begin(), links.end(), id) - links.begin());
-    };
-    std::vector<char> frozen(round.size(), 0);
+    s.first.push_back(s.uses.size());
+    const std::size_t nl = s.links.size();
+    s.cap.resize(nl);
+    s.unfrozen.resize(nl);
+    for (std::size_t l = 0; l < nl; ++l) {
+      s.cap[l] = topo_.link_bytes_per_s(s.links[l]);
+      s.unfrozen[l] = static_cast<int>(s.first[l + 1] - s.first[l]);
+    }
+    s.frozen.assign(round.size(), 0);
     for (;;) {
       double share = -1;
       for (std::size_t l = 0; l < nl; ++l) {
-        if (unfrozen[l] > 0) {
-          const double s = cap[l] / unfrozen[l];
-          if (share < 0 || s < share) share = s;
+        if (s.unfrozen[l] > 0) {
+          const double x = s.cap[l] / s.unfrozen[l];
+          if (share < 0 || x < share) share = x;
         }
       }
       if (share < 0) break;
-      std::vector<int> freeze;
+      s.freeze.clear();
       for (std::size_t l = 0; l < nl; ++l) {
-        if (unfrozen[l] > 0 && cap[l] / unfrozen[l] == share) {
-          for (std::size_t u = first[l]; u < first[l + 1]; ++u) {
-            const int f = uses[u].second;
-            if (!frozen[static_cast<std::size_t>(f)]) {
-              frozen[static_cast<std::size_t>(f)] = 1;
-              freeze.push_back(f);
+        if (s.unfrozen[l] > 0 && s.cap[l] / s.unfrozen[l] == share) {
+          for (std::size_t u = s.first[l]; u < s.first[l + 1]; ++u) {
+            const auto f = static_cast<std::size_t>(s.flow_of[static_cast<std::size_t>(s.uses[u].second)]);
+            if (!s.frozen[f]) {
+              s.frozen[f] = 1;
+              s.freeze.push_back(static_cast<int>(f));
             }
           }
         }
       }
-      for (int f : freeze) {
+      for (int f : s.freeze) {
         out[static_cast<std::size_t>(f)].bytes_per_s = share;
-        for (LinkId id : routes[static_cast<std::size_t>(f)]) {
-          const std::size_t l = dense(id);
-          cap[l] = std::max(0.0, cap[l] - share);
-          --unfrozen[l];
+        for (std::size_t i = s.route_first[static_cast<std::size_t>(f)];
+             i < s.route_first[static_cast<std::size_t>(f) + 1]; ++i) {
+          const std::size_t l = s.dense_of[i];
+          s.cap[l] = std::max(0.0, s.cap[l] - share);
+          --s.unfrozen[l];
         }
       }
     }

@@ -111,36 +111,40 @@ void Topology::route_cost(int src, int dst, Nanos* latency_ns, double* bytes_per
 Route Topology::route(int src, int dst) const {
   Route r;
   route_cost(src, dst, &r.latency_ns, &r.bytes_per_s);
-  if (src == dst) return r;
+  append_route_links(src, dst, &r.links);
+  return r;
+}
+
+void Topology::append_route_links(int src, int dst, std::vector<LinkId>* links) const {
+  if (src == dst) return;
   const std::int64_t p = devices();
   switch (spec_.kind) {
-    case TopologyKind::kFullyConnected: r.links.push_back(make_link(kPeer, src * p + dst)); break;
+    case TopologyKind::kFullyConnected: links->push_back(make_link(kPeer, src * p + dst)); break;
     case TopologyKind::kSwitch:
-      r.links.push_back(make_link(kPortUp, src));
-      r.links.push_back(make_link(kPortDown, dst));
+      links->push_back(make_link(kPortUp, src));
+      links->push_back(make_link(kPortDown, dst));
       break;
     case TopologyKind::kRing: {
       const std::int64_t d = (dst - src + p) % p;
       const std::int64_t step = d <= p - d ? 1 : p - 1;  // clockwise, or counter-clockwise
       for (std::int64_t at = src; at != dst; at = (at + step) % p) {
-        r.links.push_back(make_link(kPeer, at * p + (at + step) % p));
+        links->push_back(make_link(kPeer, at * p + (at + step) % p));
       }
       break;
     }
     case TopologyKind::kHls:
       if (node_of(src) == node_of(dst)) {
-        r.links.push_back(make_link(kPeer, src * p + dst));
+        links->push_back(make_link(kPeer, src * p + dst));
       } else {
-        r.links.push_back(make_link(kPortUp, port_of(src)));
+        links->push_back(make_link(kPortUp, port_of(src)));
         if (leaf_of(src) != leaf_of(dst)) {
-          r.links.push_back(make_link(kLeafUp, leaf_of(src)));
-          r.links.push_back(make_link(kLeafDown, leaf_of(dst)));
+          links->push_back(make_link(kLeafUp, leaf_of(src)));
+          links->push_back(make_link(kLeafDown, leaf_of(dst)));
         }
-        r.links.push_back(make_link(kPortDown, port_of(dst)));
+        links->push_back(make_link(kPortDown, port_of(dst)));
       }
       break;
   }
-  return r;
 }
 
 double Topology::link_bytes_per_s(LinkId link) const {

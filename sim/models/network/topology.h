@@ -155,6 +155,8 @@ class Topology {
 
   // The route of a message from src to dst (devices in [0, devices())).
   Route route(int src, int dst) const;
+  // Appends route(src, dst).links to *links (no allocation once *links has the room).
+  void append_route_links(int src, int dst, std::vector<LinkId>* links) const;
   // Cheaper than route(): latency and bandwidth only.
   void route_cost(int src, int dst, Nanos* latency_ns, double* bytes_per_s) const;
   double link_bytes_per_s(LinkId link) const;  // payload capacity of a link
