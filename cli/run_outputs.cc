@@ -176,6 +176,7 @@ Json metrics_json(const RunRecord& r) {
   j["seed"] = r.seed;
   j["backend"] = r.backend;
   j["mode"] = r.mode;
+  if (!r.approximation.empty()) j["approximation"] = r.approximation;
   j["world_size"] = r.world_size;
   j["model"] = r.model;
   j["fsdp"] = r.fsdp;

@@ -57,6 +57,9 @@ struct RunRecord {
   std::string status = "ok";          // ok | expect_failed | the error (grouped, NOTE [Grouped failures])
   std::vector<std::string> failures;  // a failed run: every failed rank's error, one line each
   std::string header;                 // the run's one-line description (summary.txt)
+  // Timing mode: what the replay approximated (OpGraph::approximation; metrics.json's
+  // "approximation"); empty when every rank ran its own captured program, or in numerics.
+  std::string approximation;
   // fsdp.device_id and what it resolved to, e.g. "hpu → hpu:0 on every rank"; empty: not given.
   std::string device_id;
   std::vector<std::string> faults;  // injected faults, described (sim::Fault::describe without origin)

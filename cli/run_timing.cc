@@ -49,6 +49,7 @@ Status check_timing_faults(const sim::FaultPlan& plan) {
 }
 
 Status fill_timing_record(const sim::timing::OpGraph& g, const TimingRunOptions& options, RunRecord& record) {
+  record.approximation = g.approximation;
   sim::timing::ReplayOptions ro;
   ro.network = network_of(options);
   ro.faults = options.faults;

@@ -16,12 +16,17 @@
 #include "runtime/model/bert.h"
 #include "sim/models/device/profiles.h"
 #include "sim/models/device/stack.h"
+#include "sim/timing/capture.h"
 #include "testing/status_matchers.h"
 
 using shardlab::testlib::IsOk;
 
 namespace shardlab::cli {
 namespace {
+
+// A seed whose data masks a different number of tokens on rank 0 and rank 71 of
+// ALargeWorldWhoseRanksDifferInMemoryIsApproximateAndSaysSo (most seeds do).
+constexpr std::uint64_t kMemoryDifferingSeed = 0;
 
 RunArgs tiny_args(int world) {
   RunArgs a;
@@ -105,8 +110,29 @@ TEST(TimingRun, FillsARecordThatWritesTheUsualOutputFolder) {
   EXPECT_TRUE(metrics["loss"][0].is_null());
   EXPECT_GT(metrics["step_time_s"]["median"].get<double>(), 0.0);
   EXPECT_EQ(metrics["peak_memory_bytes"].size(), 4u);
+  EXPECT_FALSE(metrics.contains("approximation"));  // every rank ran its own program
   EXPECT_NE(slurp(dir + "/trace.json").find("all_gather"), std::string::npos);
   std::filesystem::remove_all(dir);
+}
+
+// Beyond kMaxPerRankCaptureWorld ranks, one row of 16 tokens per rank: a masked-LM batch
+// that masks more than ⌈0.15·16⌉ = 3 tokens decodes more rows (NOTE [Static masked-LM
+// shape]), so rank 0's and the last rank's activations differ. The run replays rank 0's
+// program for the ranks between and says so — in the header, in metrics.json, naming the
+// memory difference — instead of refusing or hiding it.
+TEST(TimingRun, ALargeWorldWhoseRanksDifferInMemoryIsApproximateAndSaysSo) {
+  RunArgs a = tiny_args(sim::timing::kMaxPerRankCaptureWorld + 8);
+  a.train.global_batch = a.world_size;
+  a.train.seed = kMemoryDifferingSeed;
+  TimingRunOptions opts;
+  RunRecord record;
+  ASSERT_TRUE(run_timing(a, opts, record).is_ok()) << record.status;
+  EXPECT_NE(record.approximation.find("replay rank 0's program"), std::string::npos) << record.approximation;
+  EXPECT_NE(record.approximation.find("their memory differs as well (rank 0 vs rank 71: peak activations "),
+            std::string::npos)
+      << record.approximation;
+  EXPECT_NE(record.header.find("(approximate: " + record.approximation + ")"), std::string::npos);
+  EXPECT_EQ(metrics_json(record)["approximation"], record.approximation);
 }
 
 // NOTE [The oracle by default] (cli/run_command.h): a run whose oracle was turned off says

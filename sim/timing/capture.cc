@@ -175,18 +175,26 @@ RankProgram build_program(const Recording& rec, const std::vector<TraceEvent>& t
   return p;
 }
 
-// Everything but compute: collectives in order, markers, memory samples and peaks.
-bool same_structure(const RankProgram& a, const RankProgram& b) {
-  if (a.collectives != b.collectives || a.markers != b.markers || a.memory.peak != b.memory.peak ||
-      a.memory_samples.size() != b.memory_samples.size()) {
-    return false;
-  }
-  for (std::size_t i = 0; i < a.memory_samples.size(); ++i) {
-    if (a.memory_samples[i].event != b.memory_samples[i].event ||
-        a.memory_samples[i].bytes != b.memory_samples[i].bytes) {
-      return false;
+std::string describe_collective(const CollectiveDesc& d) {
+  return std::string(runtime::comm::op_kind_name(d.kind)) + " of " + std::to_string(d.bytes) + " bytes in group " +
+         d.group;
+}
+
+// The first difference between a and b in what drives a replay besides compute —
+// collectives in order, markers, the order of issues, waits and markers — in words
+// ("collective 12: …"); empty when there is none.
+std::string order_difference(const RankProgram& a, const RankProgram& b) {
+  const std::size_t nc = std::min(a.collectives.size(), b.collectives.size());
+  for (std::size_t i = 0; i < nc; ++i) {
+    if (!(a.collectives[i] == b.collectives[i])) {
+      return "collective " + std::to_string(i) + ": " + describe_collective(a.collectives[i]) + " vs " +
+             describe_collective(b.collectives[i]);
     }
   }
+  if (a.collectives.size() != b.collectives.size()) {
+    return std::to_string(a.collectives.size()) + " vs " + std::to_string(b.collectives.size()) + " collectives";
+  }
+  if (a.markers != b.markers) return "their step and memory-sample markers differ";
   std::vector<Node> x, y;  // the nodes without compute
   for (const Node& n : a.nodes) {
     if (n.kind != NodeKind::kCompute) x.push_back(n);
@@ -194,7 +202,36 @@ bool same_structure(const RankProgram& a, const RankProgram& b) {
   for (const Node& n : b.nodes) {
     if (n.kind != NodeKind::kCompute) y.push_back(n);
   }
-  return x == y;
+  if (x != y) return "the order of their collectives' issues and waits differs";
+  return "";
+}
+
+// The first difference between a's and b's memory peaks and samples, in words; empty when
+// there is none.
+std::string memory_difference(const RankProgram& a, const RankProgram& b) {
+  for (std::size_t c = 0; c < static_cast<std::size_t>(kNumMemoryCategories); ++c) {
+    if (a.memory.peak[c] != b.memory.peak[c]) {
+      return "peak " + std::string(category_name(static_cast<MemoryCategory>(c))) + " " +
+             std::to_string(a.memory.peak[c]) + " vs " + std::to_string(b.memory.peak[c]) + " bytes";
+    }
+  }
+  if (a.memory_samples.size() != b.memory_samples.size()) {
+    return std::to_string(a.memory_samples.size()) + " vs " + std::to_string(b.memory_samples.size()) +
+           " memory samples";
+  }
+  for (std::size_t i = 0; i < a.memory_samples.size(); ++i) {
+    const auto& x = a.memory_samples[i];
+    const auto& y = b.memory_samples[i];
+    if (x.event != y.event) return "memory sample " + std::to_string(i) + ": " + x.event + " vs " + y.event;
+    for (std::size_t c = 0; c < static_cast<std::size_t>(kNumMemoryCategories); ++c) {
+      if (x.bytes[c] != y.bytes[c]) {
+        return "memory sample " + std::to_string(i) + " (" + x.event + ", step " + std::to_string(x.step) +
+               "): " + std::string(category_name(static_cast<MemoryCategory>(c))) + " " + std::to_string(x.bytes[c]) +
+               " vs " + std::to_string(y.bytes[c]) + " bytes";
+      }
+    }
+  }
+  return "";
 }
 
 }  // namespace
@@ -292,9 +329,16 @@ Result<OpGraph> capture_full_speed(const runtime::train::FsdpTrainOptions& optio
     return g;
   }
   if (world_size > kMaxPerRankCaptureWorld) {
-    if (same_structure(first, last)) {
+    const std::string difference = order_difference(first, last);
+    if (difference.empty()) {
       g.approximation = "ranks 1-" + std::to_string(world_size - 2) +
                         " replay rank 0's program (their compute differs slightly: shard pieces, data)";
+      // Data-dependent shapes (a masked-LM batch that masks more than NOTE [Static
+      // masked-LM shape] pads to) change a rank's activations too: said, not hidden.
+      if (const std::string m = memory_difference(first, last); !m.empty()) {
+        g.approximation += "; their memory differs as well (rank 0 vs rank " + std::to_string(world_size - 1) + ": " +
+                           m + "), and ranks 1-" + std::to_string(world_size - 2) + " report rank 0's";
+      }
       g.programs.push_back(std::move(first));
       g.programs.push_back(std::move(last));
       g.program_of_rank.assign(static_cast<std::size_t>(world_size), 0);
@@ -302,11 +346,8 @@ Result<OpGraph> capture_full_speed(const runtime::train::FsdpTrainOptions& optio
       return g;
     }
     return Status::failed_precondition(
-        "timing mode: rank 0 and rank " + std::to_string(world_size - 1) + " run different programs (" +
-        std::to_string(first.nodes.size()) + " vs " + std::to_string(last.nodes.size()) + " nodes, " +
-        std::to_string(first.collectives.size()) + " vs " + std::to_string(last.collectives.size()) +
-        " collectives); capturing every rank is limited to worlds of " + std::to_string(kMaxPerRankCaptureWorld) +
-        " ranks");
+        "timing mode: rank 0 and rank " + std::to_string(world_size - 1) + " run different programs (" + difference +
+        "); capturing every rank is limited to worlds of " + std::to_string(kMaxPerRankCaptureWorld) + " ranks");
   }
   g.programs.push_back(std::move(first));
   g.program_of_rank.assign(static_cast<std::size_t>(world_size), 0);

@@ -43,10 +43,11 @@ Result<RankProgram> capture_rank(const runtime::train::FsdpTrainOptions& options
 // The whole world's graph: rank 0 and rank W-1 are captured; when their programs agree
 // every rank runs that one program. Otherwise worlds of at most kMaxPerRankCaptureWorld
 // ranks capture every rank and keep each distinct program once (exact); larger ones are
-// approximated when the two programs differ only in compute (NOTE [Timing mode] in
-// op_graph.h; OpGraph::approximation says so), else FAILED_PRECONDITION naming the
-// difference. All of that is at full speed; then every straggler rank (slowdown ≠ 1) is
-// captured at its own speed and runs its own program (exact, in worlds of any size).
+// approximated when the two programs differ only in compute and memory (NOTE [Timing
+// mode] in op_graph.h; OpGraph::approximation says so, naming a memory difference), else
+// FAILED_PRECONDITION naming the first difference. All of that is at full speed; then
+// every straggler rank (slowdown ≠ 1) is captured at its own speed and runs its own
+// program (exact, in worlds of any size).
 constexpr int kMaxPerRankCaptureWorld = 64;
 Result<OpGraph> capture_graph(const runtime::train::FsdpTrainOptions& options, int world_size,
                               const DeviceProfile& device, const CaptureOptions& capture = {});

@@ -18,11 +18,12 @@
 //     and zeroes its shard piece by piece (how many pieces depends on where parameter
 //     boundaries fall in its range) and some ops depend on its data (BERT's masked-LM
 //     decoder does not: NOTE [Static masked-LM shape] in runtime/model/bert.h). Larger
-//     worlds, when rank 0 and rank W-1 agree on everything but compute (the same
-//     collectives in the same order, the same markers and memory samples), are
-//     replayed *approximately*: rank W-1 runs its own program and every other rank
-//     rank 0's, and the graph says so (OpGraph::approximation, also in the run's
-//     header). Otherwise they are refused.
+//     worlds, when rank 0 and rank W-1 agree on everything but compute and memory (the
+//     same collectives in the same order, the same markers), are replayed
+//     *approximately*: rank W-1 runs its own program and every other rank rank 0's, and
+//     the graph says so, naming a difference in memory when there is one
+//     (OpGraph::approximation, also in the run's header and metrics.json). Otherwise
+//     they are refused, naming the first difference.
 //  2. Replay (replay.h): a single-threaded event-driven simulation of all W ranks over
 //     their programs — per rank a host/compute timeline and the communication streams of
 //     NOTE [Comm streams] (sim/engine/communicator.cc); a collective is timed by the
