@@ -241,7 +241,9 @@ Status apply_fsdp_config(const std::string& file, Scenario& s) {
   // A JSON object is an fsdp_config, flat or nested; a YAML file is accelerate's config,
   // whose fsdp keys are under fsdp_config (absent when it sets none: accelerate leaves the
   // empty section out).
-  const Node no_fsdp_keys{.kind = Node::Kind::kMap, .pos = root.pos};
+  Node no_fsdp_keys;
+  no_fsdp_keys.kind = Node::Kind::kMap;
+  no_fsdp_keys.pos = root.pos;
   const Node* fsdp = is_json ? &root : &no_fsdp_keys;
   if (fsdp_index < root.keys.size()) fsdp = &root.values[fsdp_index];
   if (fsdp_index < root.keys.size() || !is_json) {
