@@ -183,47 +183,25 @@ void BM_Replay(benchmark::State& state, runtime::fsdp::ShardingStrategy strategy
   report(state, events, last, world);
 }
 
-// One iteration at the large sizes: a run is seconds long and its own measurement.
+// Every case's sizes and settings: one iteration at the large sizes, a run being seconds
+// long and its own measurement.
+void at_scale(benchmark::internal::Benchmark* b) {
+  b->Arg(256)->Arg(4096)->Arg(65536)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(1);
+}
+
 BENCHMARK_CAPTURE(BM_Replay, full_shard, runtime::fsdp::ShardingStrategy::kFullShard, "", false)
     ->Name("timing_step/replay")
-    ->Arg(256)
-    ->Arg(4096)
-    ->Arg(65536)
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime()
-    ->Iterations(1);
+    ->Apply(at_scale);
 BENCHMARK_CAPTURE(BM_Replay, hybrid_shard, runtime::fsdp::ShardingStrategy::kHybridShard, "", false)
     ->Name("timing_step/hybrid_replay")
-    ->Arg(256)
-    ->Arg(4096)
-    ->Arg(65536)
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime()
-    ->Iterations(1);
+    ->Apply(at_scale);
 BENCHMARK_CAPTURE(BM_Replay, hybrid_contention, runtime::fsdp::ShardingStrategy::kHybridShard, "", true)
     ->Name("timing_step/hybrid_contention_replay")
-    ->Arg(256)
-    ->Arg(4096)
-    ->Arg(65536)
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime()
-    ->Iterations(1);
+    ->Apply(at_scale);
 BENCHMARK_CAPTURE(BM_Replay, stack, runtime::fsdp::ShardingStrategy::kFullShard, "pytorch_lazy", false)
     ->Name("timing_step/stack_replay")
-    ->Arg(256)
-    ->Arg(4096)
-    ->Arg(65536)
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime()
-    ->Iterations(1);
-BENCHMARK(BM_CaptureReplay)
-    ->Name("timing_step/capture_replay")
-    ->Arg(256)
-    ->Arg(4096)
-    ->Arg(65536)
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime()
-    ->Iterations(1);
+    ->Apply(at_scale);
+BENCHMARK(BM_CaptureReplay)->Name("timing_step/capture_replay")->Apply(at_scale);
 
 }  // namespace
 }  // namespace shardlab::bench
