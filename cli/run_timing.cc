@@ -151,7 +151,7 @@ Status run_timing(const RunArgs& a, const TimingRunOptions& options, RunRecord& 
                                                std::string(sim::algorithm_name(a.network_spec->algorithm))};
     }
     if (!options.dump_graph.empty()) SHARDLAB_RETURN_IF_ERROR(sim::timing::write_graph_json(g, options.dump_graph));
-    const Status filled = fill_timing_record(g, with_faults, record);
+    Status filled = fill_timing_record(g, with_faults, record);
     record.device_peak_flops = mfu_peak_flops(a.train, options.device);  // as in numerics mode
     return filled;
   }();

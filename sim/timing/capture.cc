@@ -351,15 +351,11 @@ Result<OpGraph> capture_full_speed(const runtime::train::FsdpTrainOptions& optio
   }
   g.programs.push_back(std::move(first));
   g.program_of_rank.assign(static_cast<std::size_t>(world_size), 0);
-  for (int r = 1; r < world_size; ++r) {
-    RankProgram p;
-    if (r == world_size - 1) {
-      p = std::move(last);
-    } else {
-      SHARDLAB_ASSIGN_OR_RETURN(p, capture_rank(options, world_size, r, device, capture));
-    }
+  for (int r = 1; r < world_size - 1; ++r) {
+    SHARDLAB_ASSIGN_OR_RETURN(RankProgram p, capture_rank(options, world_size, r, device, capture));
     g.program_of_rank[static_cast<std::size_t>(r)] = program_index(g, std::move(p));
   }
+  g.program_of_rank.back() = program_index(g, std::move(last));
   return g;
 }
 
