@@ -525,8 +525,11 @@ WorkPtr SimCommunicator::collective(Member m, std::shared_ptr<WorkState> state) 
         }
         siblings.push_back(ng->world_ranks);
       }
-      const auto split = std::make_shared<const SplitGroups>(SplitGroups::of(std::move(siblings)));
-      for (const std::shared_ptr<Group>& ng : made) ng->split_groups = split;
+      // NOTE [Concurrent groups]: only a model that prices them reads the split's groups.
+      if (shared_->network->prices_concurrent_groups()) {
+        const auto split = std::make_shared<const SplitGroups>(SplitGroups::of(std::move(siblings)));
+        for (const std::shared_ptr<Group>& ng : made) ng->split_groups = split;
+      }
     } else {
       plan(op);
     }
